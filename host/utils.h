@@ -1,0 +1,101 @@
+// host/utils.h: error reporting and checked I/O shared by every valuepath binary.
+//
+// Two kinds of failure, two exit codes, so that scripts can tell them apart:
+//   usage_error(...)   -> exit 2: the command line is wrong (unknown flag, bad value, a config
+//                         that does not fit). Nothing has been read or written yet.
+//   runtime_error(...) -> exit 1: the inputs are wrong or the machine failed (corrupt shard,
+//                         checkpoint of another shape, disk full). Checkpoints already on disk are
+//                         never touched by the failing step (they are written atomically).
+// Every message says what went wrong and, on a "HINT:" line, what to do about it.
+#pragma once
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#define VP_EXIT_RUNTIME 1
+#define VP_EXIT_USAGE 2
+
+// In the test binaries an error must not kill the process: the tests check that bad inputs are
+// refused. With VP_ERRORS_THROW defined, errors throw a VpError carrying the exit code instead.
+#ifdef VP_ERRORS_THROW
+#include <stdexcept>
+#include <string>
+struct VpError : std::runtime_error {
+    int code;
+    VpError(int c, const std::string& msg) : std::runtime_error(msg), code(c) {}
+};
+#endif
+
+[[noreturn]] inline void vp_fail(int code, const char* kind, const char* hint, const char* fmt, va_list ap) {
+    char msg[4096];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+#ifdef VP_ERRORS_THROW
+    (void)kind; (void)hint;
+    throw VpError(code, msg);
+#else
+    fprintf(stderr, "%s: %s\n", kind, msg);
+    if (hint && hint[0]) fprintf(stderr, "---> HINT: %s\n", hint);
+    fflush(stdout);
+    fflush(stderr);
+    exit(code);
+#endif
+}
+
+// usage_error(hint, fmt, ...): exit 2. hint may be NULL; "run with --help" is the usual one.
+[[noreturn]] inline void usage_error(const char* hint, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vp_fail(VP_EXIT_USAGE, "usage error", hint ? hint : "run with --help to see every flag and its default", fmt, ap);
+}
+
+// runtime_error(hint, fmt, ...): exit 1.
+[[noreturn]] inline void runtime_error(const char* hint, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vp_fail(VP_EXIT_RUNTIME, "error", hint, fmt, ap);
+}
+
+// ----------------------------------------------------------------------------
+// checked file I/O: every failure names the file and says what to do
+
+inline FILE* fopen_check(const char* path, const char* mode, const char* hint = nullptr) {
+    FILE* f = fopen(path, mode);
+    if (!f) runtime_error(hint, "cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
+    return f;
+}
+
+// Reads exactly n items or fails, naming the file, so a truncated file never yields garbage.
+inline void fread_check(void* dst, size_t size, size_t n, FILE* f, const char* path) {
+    size_t got = fread(dst, size, n, f);
+    if (got != n) {
+        runtime_error("the file is truncated or corrupt; re-create it (re-run the script that wrote it)",
+                      "'%s': expected %zu items of %zu bytes, read %zu (%s)", path, n, size, got,
+                      feof(f) ? "unexpected end of file" : strerror(errno));
+    }
+}
+
+inline void fwrite_check(const void* src, size_t size, size_t n, FILE* f, const char* path) {
+    size_t put = fwrite(src, size, n, f);
+    if (put != n) {
+        runtime_error("is the disk full? free some space and run again; earlier checkpoints are intact",
+                      "writing '%s' failed after %zu of %zu items: %s", path, put, n, strerror(errno));
+    }
+}
+
+inline void* malloc_check(size_t bytes, const char* what) {
+    void* p = malloc(bytes ? bytes : 1);
+    if (!p) runtime_error("use a smaller --batch-size, --seq-len or model", "out of memory allocating %zu bytes for %s", bytes, what);
+    return p;
+}
+
+inline void* calloc_check(size_t n, size_t size, const char* what) {
+    void* p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) runtime_error("use a smaller --batch-size, --seq-len or model", "out of memory allocating %zu x %zu bytes for %s", n, size, what);
+    return p;
+}
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))

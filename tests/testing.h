@@ -1,0 +1,104 @@
+// tests/testing.h: the tiny test harness every C++ test binary of valuepath uses.
+//
+// A test is a function registered with TEST(name). Inside it, CHECK(cond, fmt, ...) records a
+// failure with a message and goes on; REQUIRE(cond, ...) records and returns from the test.
+// main() comes from TEST_MAIN(): it runs every test (or those whose name contains argv[1]),
+// prints "PASS name" / "FAIL name: why", then the closing line "N passed, N failed", and
+// exits 1 if anything failed, so neither CI nor tests/run_all.sh can miss a failure.
+#pragma once
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+struct TestCase {
+    const char* name;
+    void (*fn)();
+};
+
+inline std::vector<TestCase>& test_registry() {
+    static std::vector<TestCase> tests;
+    return tests;
+}
+
+struct TestRegistrar {
+    TestRegistrar(const char* name, void (*fn)()) { test_registry().push_back({name, fn}); }
+};
+
+// Failure messages of the test that is running now.
+inline std::vector<std::string>& test_failures() {
+    static std::vector<std::string> failures;
+    return failures;
+}
+
+inline void test_fail(const char* file, int line, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+inline void test_fail(const char* file, int line, const char* fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    char full[2300];
+    snprintf(full, sizeof(full), "%s:%d: %s", file, line, msg);
+    test_failures().push_back(full);
+}
+
+#define TEST(name)                                             \
+    static void name();                                        \
+    static TestRegistrar name##_registrar(#name, name);        \
+    static void name()
+
+#define CHECK(cond, ...)                                                         \
+    do {                                                                         \
+        if (!(cond)) test_fail(__FILE__, __LINE__, "CHECK(" #cond ") " __VA_ARGS__); \
+    } while (0)
+
+#define REQUIRE(cond, ...)                                                       \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            test_fail(__FILE__, __LINE__, "REQUIRE(" #cond ") " __VA_ARGS__);   \
+            return;                                                              \
+        }                                                                        \
+    } while (0)
+
+// Relative-or-absolute closeness: |a-b| <= atol + rtol*|b|. b is the reference.
+inline bool close_enough(double a, double b, double atol, double rtol) {
+    if (std::isnan(a) || std::isnan(b)) return false;
+    return std::fabs(a - b) <= atol + rtol * std::fabs(b);
+}
+
+inline int run_registered_tests(int argc, char** argv) {
+    const char* filter = argc > 1 ? argv[1] : nullptr;
+    int passed = 0, failed = 0;
+    for (const TestCase& t : test_registry()) {
+        if (filter && !strstr(t.name, filter)) continue;
+        test_failures().clear();
+        fflush(stdout);
+#ifdef VP_ERRORS_THROW
+        try {
+            t.fn();
+        } catch (const std::exception& e) {
+            test_failures().push_back(std::string("uncaught exception: ") + e.what());
+        }
+#else
+        t.fn();
+#endif
+        if (test_failures().empty()) {
+            printf("PASS %s\n", t.name);
+            passed++;
+        } else {
+            printf("FAIL %s\n", t.name);
+            for (const std::string& f : test_failures()) printf("     %s\n", f.c_str());
+            failed++;
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+#define TEST_MAIN() \
+    int main(int argc, char** argv) { return run_registered_tests(argc, argv); }
