@@ -1,0 +1,112 @@
+# valuepath Makefile
+#
+#   make train_cpu [VALUE_PATH=vanilla|resformer|svformer|sla|depth]   the CPU reference trainer
+#   make all-paths        one CPU binary per value path: train_cpu_<path>
+#   make test             build and run every test (C++ units, model gradient checks, CLI, Python)
+#   make bench-cpu        ms per step of the CPU trainer at GPT-2 124M shapes, B=4, T=64
+#   make quickstart       venv + TinyShakespeare + a small training run with samples
+#
+# Build outputs of different value paths live in build/<path>/, so they never clobber each other;
+# ./train_cpu is a copy of the binary of the VALUE_PATH of the last plain build.
+
+VALUE_PATH ?= vanilla
+VALUE_PATHS := vanilla resformer svformer sla depth
+ifeq ($(filter $(VALUE_PATH),$(VALUE_PATHS)),)
+$(error unknown VALUE_PATH '$(VALUE_PATH)': choose one of $(VALUE_PATHS))
+endif
+VP_ID_vanilla := VP_VANILLA
+VP_ID_resformer := VP_RESFORMER
+VP_ID_svformer := VP_SVFORMER
+VP_ID_sla := VP_SLA
+VP_ID_depth := VP_DEPTH
+
+CXX ?= g++
+# -march=native: the GEMM micro-kernel is written to be auto-vectorised for the host's widest
+# SIMD (AVX-512 on the CI machines). No -ffast-math: the reference must be IEEE-faithful.
+CXXFLAGS ?= -O3 -march=native -std=c++17 -Wall -Wextra -Wno-unused-parameter
+OMPFLAGS := -fopenmp
+INCLUDES := -I.
+PYTHON ?= python3
+VENV := .venv
+VENV_PY := $(VENV)/bin/python
+
+HOST_HEADERS := $(wildcard host/*.h)
+CPU_HEADERS := $(wildcard cpu/*.h)
+CPU_SOURCES := train_gpt_cpu.cpp $(HOST_HEADERS) $(CPU_HEADERS)
+
+.PHONY: train_cpu all-paths test test-cpp test-cli test-python bench-cpu quickstart venv clean FORCE
+
+# ---------------------------------------------------------------------------
+# trainers
+
+build/%/train_cpu: $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt_cpu.cpp -o $@
+
+train_cpu: build/$(VALUE_PATH)/train_cpu
+	cp $< train_cpu
+	@echo "✓ ./train_cpu is VALUE_PATH=$(VALUE_PATH)"
+
+train_cpu_%: build/%/train_cpu
+	cp $< $@
+
+all-paths: $(addprefix train_cpu_,$(VALUE_PATHS))
+
+# ---------------------------------------------------------------------------
+# tests
+
+build/tests/test_gemm: tests/test_gemm.cpp cpu/gemm.h tests/testing.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) $< -o $@
+
+build/tests/test_host: tests/test_host.cpp $(HOST_HEADERS) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW $< -o $@
+
+build/tests/test_gpt_cpu_%: tests/test_gpt_cpu.cpp $(CPU_SOURCES) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< -o $@
+
+CPP_TESTS := build/tests/test_gemm build/tests/test_host build/tests/test_gpt_cpu_vanilla
+
+# Every suite prints "N passed, N failed"; tests/run_all.sh adds them up and fails if any failed.
+test: $(CPP_TESTS) build/vanilla/train_cpu venv
+	@bash tests/run_all.sh $(CPP_TESTS)
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install --quiet --upgrade pip
+	$(VENV_PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+# ---------------------------------------------------------------------------
+# benchmarks (figures, never pass/fail)
+
+build/dev/bench_cpu: dev/bench_cpu.cpp $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) $< -o $@
+
+build/dev/bench_gemm: dev/bench_gemm.cpp cpu/gemm.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) $< -o $@
+
+bench-cpu: build/dev/bench_cpu
+	./build/dev/bench_cpu
+
+# ---------------------------------------------------------------------------
+# the main job: a small GPT-2 on TinyShakespeare, from a clean clone
+
+QUICKSTART_FLAGS := --arch gpt2 --layers 4 --heads 4 --dim 128 --max-seq 128 --seq-len 128 --batch-size 8 \
+	--max-steps 300 --lr 1e-3 --warmup-steps 20 --eval-every 100 --eval-batches 8 \
+	--sample-every 150 --sample-tokens 96
+
+quickstart: venv train_cpu
+	$(VENV_PY) scripts/prepare_tinyshakespeare.py
+	rm -rf runs/quickstart
+	./train_cpu --train-data 'data/tinyshakespeare/tiny_shakespeare_train.bin' \
+		--val-data 'data/tinyshakespeare/tiny_shakespeare_val.bin' \
+		--tokenizer data/tinyshakespeare/gpt2.vptok --out-dir runs/quickstart $(QUICKSTART_FLAGS)
+
+clean:
+	rm -rf build train_cpu train_cpu_*

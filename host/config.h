@@ -1,0 +1,402 @@
+// host/config.h: the model and run configuration, and the command line that fills it.
+//
+// Shared by the CPU reference (train_gpt_cpu.cpp) and the GPU trainer: one CLI, one set of
+// defaults, one validation. The command line is a table (flag_table() below): each row names a
+// long flag, where its value goes, its default (as text, parsed by the same code as the user's
+// value) and a help line, so `--help` can never disagree with what is parsed.
+//
+// Dimension legend used across valuepath:
+//   L = layers, C = model dim, H = query heads, Hkv = key/value heads, G = H/Hkv (GQA group),
+//   D = head dim (C/H), F = MLP hidden dim, V = vocab, Vp = V padded up to a multiple of 128,
+//   W = width of the fused qkv projection = (H + 2*Hkv)*D.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "host/utils.h"
+#include "host/value_path.h"
+
+enum Arch : int32_t { ARCH_GPT2 = 0, ARCH_LLAMA = 1 };
+
+inline const char* arch_name(int arch) { return arch == ARCH_GPT2 ? "gpt2" : arch == ARCH_LLAMA ? "llama" : "?"; }
+
+// Everything that fixes the shapes and the math of the model. It is written verbatim into
+// checkpoints (fixed-size fields only), so its layout is part of the checkpoint format:
+// append new fields at the end and bump CHECKPOINT_VERSION.
+struct ModelConfig {
+    int32_t arch;               // ARCH_GPT2 or ARCH_LLAMA
+    int32_t n_layer;            // L
+    int32_t n_head;             // H
+    int32_t n_kv_head;          // Hkv (GPT-2: = H)
+    int32_t n_embd;             // C
+    int32_t head_dim;           // D = C / H
+    int32_t ffn_dim;            // F: GPT-2 4C; Llama the SwiGLU hidden size
+    int32_t vocab_size;         // V: real tokens
+    int32_t padded_vocab_size;  // Vp: V rounded up to a multiple of 128 (tensor-core friendly rows)
+    int32_t max_seq_len;        // GPT-2: rows of the learned position table; Llama: the longest T allowed
+    float rope_theta;           // Llama: RoPE base
+    int32_t qk_norm;            // Llama: 1 = per-head RMSNorm on q and k before RoPE (Qwen3)
+    float norm_eps;             // LayerNorm / RMSNorm epsilon
+    ValuePathConfig vp;         // which value path this model was built for, and its settings
+};
+
+inline int config_qkv_width(const ModelConfig& c) { return (c.n_head + 2 * c.n_kv_head) * c.head_dim; }
+
+// ----------------------------------------------------------------------------
+// The run configuration: everything the command line sets.
+
+struct NamedGlob {
+    std::string name;  // "" for the unnamed val set (logged as "val_loss")
+    std::string glob;
+};
+
+struct RunConfig {
+    // model shape (ignored where a checkpoint supplies it, but an explicit conflicting flag is an error)
+    std::string arch;
+    int layers, heads, kv_heads, dim, ffn_dim, vocab, max_seq, qk_norm;
+    float rope_theta;
+    std::string init_from;
+    // optimisation
+    float lr, beta1, beta2, eps, weight_decay, min_lr_frac, grad_clip;
+    int warmup_steps, max_steps, batch_size, seq_len;
+    long total_batch_tokens;
+    uint64_t seed;
+    // data
+    std::string train_data;
+    std::vector<NamedGlob> val_data;
+    int eval_every, eval_batches;
+    // samples
+    int sample_every, sample_tokens;
+    float sample_temperature;
+    std::string tokenizer;
+    // checkpoints and logs
+    std::string out_dir;
+    int checkpoint_every, resume, keep_checkpoints;
+    // value path settings (strings so that "not given" is distinguishable: see value_path.h)
+    ValuePathFlags vp_flags;
+    // which flags the user gave explicitly (by flag name), to detect conflicts with --init-from/--resume
+    std::vector<std::string> given;
+
+    bool was_given(const char* flag) const {
+        for (const std::string& g : given)
+            if (g == flag) return true;
+        return false;
+    }
+};
+
+enum FlagType { FLAG_INT, FLAG_LONG, FLAG_U64, FLAG_FLOAT, FLAG_STRING, FLAG_VALSETS };
+
+struct FlagSpec {
+    const char* name;      // long flag, with the leading "--"
+    FlagType type;
+    void* dst;             // the RunConfig field it fills
+    const char* dflt;      // default, as text (parsed like a user value); "" for empty strings
+    const char* help;
+};
+
+// The whole command line, bound to the fields of one RunConfig. Value-path flags are listed
+// by value_path.h (they exist only in the binary of their path).
+inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
+#define RC_FIELD(f) ((void*)&rc->f)
+    return {
+    // model
+    {"--arch",        FLAG_STRING, RC_FIELD(arch),        "gpt2",  "model family: gpt2 (LayerNorm, GELU, learned positions, tied embeddings) or llama (RMSNorm, RoPE, SwiGLU, GQA, untied)"},
+    {"--layers",      FLAG_INT,    RC_FIELD(layers),      "12",    "number of transformer blocks L"},
+    {"--heads",       FLAG_INT,    RC_FIELD(heads),       "12",    "query heads H"},
+    {"--kv-heads",    FLAG_INT,    RC_FIELD(kv_heads),    "0",     "key/value heads Hkv for grouped-query attention (0 = same as --heads; gpt2 requires Hkv = H)"},
+    {"--dim",         FLAG_INT,    RC_FIELD(dim),         "768",   "model width C (a multiple of --heads)"},
+    {"--ffn-dim",     FLAG_INT,    RC_FIELD(ffn_dim),     "0",     "MLP hidden size F (0 = 4C for gpt2, round_up(8C/3, 64) for llama)"},
+    {"--vocab",       FLAG_INT,    RC_FIELD(vocab),       "50257", "vocabulary size V (padded to a multiple of 128 internally)"},
+    {"--max-seq",     FLAG_INT,    RC_FIELD(max_seq),     "1024",  "longest sequence the model accepts (gpt2: rows of the position table)"},
+    {"--rope-theta",  FLAG_FLOAT,  RC_FIELD(rope_theta),  "10000", "llama: RoPE base frequency"},
+    {"--qk-norm",     FLAG_INT,    RC_FIELD(qk_norm),     "0",     "llama: 1 = per-head RMSNorm on q and k before RoPE (Qwen3 style)"},
+    {"--init-from",   FLAG_STRING, RC_FIELD(init_from),   "",      "start from the weights (and shape) of this checkpoint, with a fresh optimizer at step 0"},
+    // optimisation
+    {"--lr",          FLAG_FLOAT,  RC_FIELD(lr),          "6e-4",  "peak learning rate of AdamW"},
+    {"--beta1",       FLAG_FLOAT,  RC_FIELD(beta1),       "0.9",   "AdamW beta1"},
+    {"--beta2",       FLAG_FLOAT,  RC_FIELD(beta2),       "0.95",  "AdamW beta2"},
+    {"--eps",         FLAG_FLOAT,  RC_FIELD(eps),         "1e-8",  "AdamW epsilon"},
+    {"--weight-decay",FLAG_FLOAT,  RC_FIELD(weight_decay),"0.1",   "AdamW decoupled weight decay, applied to matrices only (not to biases or norm gains)"},
+    {"--warmup-steps",FLAG_INT,    RC_FIELD(warmup_steps),"0",     "linear warmup steps before the cosine decay"},
+    {"--min-lr-frac", FLAG_FLOAT,  RC_FIELD(min_lr_frac), "0.1",   "cosine decay ends at lr * min-lr-frac at --max-steps"},
+    {"--grad-clip",   FLAG_FLOAT,  RC_FIELD(grad_clip),   "1.0",   "clip the global gradient norm to this (0 = off)"},
+    {"--batch-size",  FLAG_INT,    RC_FIELD(batch_size),  "4",     "micro-batch size B (sequences per forward/backward)"},
+    {"--seq-len",     FLAG_INT,    RC_FIELD(seq_len),     "64",    "sequence length T (at most --max-seq)"},
+    {"--total-batch-tokens", FLAG_LONG, RC_FIELD(total_batch_tokens), "0", "tokens per optimizer step; a multiple of B*T, the rest is gradient accumulation (0 = B*T)"},
+    {"--max-steps",   FLAG_INT,    RC_FIELD(max_steps),   "50",    "optimizer steps to train"},
+    {"--seed",        FLAG_U64,    RC_FIELD(seed),        "1337",  "seed for the init, the data shuffling and the samples"},
+    // data
+    {"--train-data",  FLAG_STRING, RC_FIELD(train_data),  "",      "glob of training shards (llm.c .bin format), e.g. 'data/tinyshakespeare/*_train.bin'"},
+    {"--val-data",    FLAG_VALSETS,RC_FIELD(val_data),    "",      "glob of validation shards, or NAME=GLOB; repeat for one val loss per named set"},
+    {"--eval-every",  FLAG_INT,    RC_FIELD(eval_every),  "0",     "evaluate the val loss every N steps and at the end (0 = only at the end, if --val-data is set)"},
+    {"--eval-batches",FLAG_INT,    RC_FIELD(eval_batches),"20",    "micro-batches per val set per evaluation (fewer if the set is smaller)"},
+    // samples
+    {"--sample-every",FLAG_INT,    RC_FIELD(sample_every),"0",     "print a generated sample every N steps and at the end (0 = never)"},
+    {"--sample-tokens",FLAG_INT,   RC_FIELD(sample_tokens),"64",   "tokens per sample"},
+    {"--sample-temperature",FLAG_FLOAT,RC_FIELD(sample_temperature),"1.0","sampling temperature (0 = greedy)"},
+    {"--tokenizer",   FLAG_STRING, RC_FIELD(tokenizer),   "",      "GPT-2 encoder.json or a .vptok file to decode samples (none: samples are printed as token ids)"},
+    // checkpoints and logs
+    {"--out-dir",     FLAG_STRING, RC_FIELD(out_dir),     "",      "directory for checkpoints and log.jsonl (empty: no checkpoints, no log file)"},
+    {"--checkpoint-every",FLAG_INT,RC_FIELD(checkpoint_every),"0", "write a checkpoint every N steps (and always at the end when --out-dir is set)"},
+    {"--keep-checkpoints",FLAG_INT,RC_FIELD(keep_checkpoints),"0", "keep only the newest N checkpoints (0 = keep all)"},
+    {"--resume",      FLAG_INT,    RC_FIELD(resume),      "0",     "1 = continue from the newest checkpoint in --out-dir (bit-exact)"},
+    };
+#undef RC_FIELD
+}
+
+// ----------------------------------------------------------------------------
+// parsing
+
+inline bool parse_long_strict(const char* s, long* out) {
+    if (!s || !*s) return false;
+    char* end = nullptr;
+    errno = 0;
+    double as_double = 0;
+    long v = strtol(s, &end, 10);
+    if (*end == 'e' || *end == 'E' || *end == '.') {  // allow "1e6"-style integers if exact
+        as_double = strtod(s, &end);
+        if (*end || as_double != floor(as_double) || fabs(as_double) > 9e18) return false;
+        v = (long)as_double;
+    }
+    if (*end || errno) return false;
+    *out = v;
+    return true;
+}
+
+inline void flag_set_value(const FlagSpec& f, const char* value) {
+    char* base = reinterpret_cast<char*>(f.dst);
+    switch (f.type) {
+        case FLAG_INT:
+        case FLAG_LONG:
+        case FLAG_U64: {
+            long v;
+            if (!parse_long_strict(value, &v)) usage_error(nullptr, "%s expects an integer, got '%s'", f.name, value);
+            if (f.type == FLAG_INT) {
+                if (v < INT32_MIN || v > INT32_MAX) usage_error(nullptr, "%s value %ld is out of range", f.name, v);
+                *reinterpret_cast<int*>(base) = (int)v;
+            } else if (f.type == FLAG_LONG) {
+                *reinterpret_cast<long*>(base) = v;
+            } else {
+                if (v < 0) usage_error(nullptr, "%s must be >= 0, got %ld", f.name, v);
+                *reinterpret_cast<uint64_t*>(base) = (uint64_t)v;
+            }
+            break;
+        }
+        case FLAG_FLOAT: {
+            char* end = nullptr;
+            double v = strtod(value, &end);
+            if (!*value || *end || !std::isfinite(v)) usage_error(nullptr, "%s expects a number, got '%s'", f.name, value);
+            *reinterpret_cast<float*>(base) = (float)v;
+            break;
+        }
+        case FLAG_STRING:
+            *reinterpret_cast<std::string*>(base) = value;
+            break;
+        case FLAG_VALSETS: {
+            if (!*value) break;  // the empty default: no val sets
+            auto* sets = reinterpret_cast<std::vector<NamedGlob>*>(base);
+            NamedGlob ng;
+            const char* eq = strchr(value, '=');
+            if (eq) {
+                ng.name.assign(value, eq - value);
+                ng.glob = eq + 1;
+                for (char ch : ng.name)
+                    if (!(isalnum((unsigned char)ch) || ch == '_' || ch == '-'))
+                        usage_error(nullptr, "--val-data name '%s' may only use letters, digits, '_' and '-' (it becomes the log key val_loss_NAME)", ng.name.c_str());
+                if (ng.name.empty() || ng.glob.empty()) usage_error(nullptr, "--val-data '%s' must be GLOB or NAME=GLOB", value);
+            } else {
+                ng.glob = value;
+            }
+            for (const NamedGlob& other : *sets)
+                if (other.name == ng.name)
+                    usage_error(nullptr, "--val-data: the set name '%s' is used twice%s", ng.name.c_str(),
+                                ng.name.empty() ? " (give each set a NAME=GLOB)" : "");
+            sets->push_back(ng);
+            break;
+        }
+    }
+}
+
+inline void print_usage(FILE* out, const char* prog) {
+    fprintf(out, "usage: %s [flags]   (value path compiled in: %s)\n\n", prog, value_path_name(VALUE_PATH_ID));
+    fprintf(out, "Every flag takes a value: --flag VALUE or --flag=VALUE. Defaults in brackets.\n\n");
+    RunConfig scratch;
+    for (const FlagSpec& f : flag_table(&scratch)) fprintf(out, "  %-22s %s [%s]\n", f.name, f.help, f.dflt[0] ? f.dflt : "none");
+    value_path_print_flags(out);
+    fprintf(out, "  %-22s print this help and exit\n", "--help");
+    fprintf(out, "\nExit codes: 0 success, 1 runtime error (bad data, checkpoint, I/O), 2 usage error.\n");
+}
+
+inline const FlagSpec* find_flag(const std::vector<FlagSpec>& table, const char* name) {
+    for (const FlagSpec& f : table)
+        if (!strcmp(f.name, name)) return &f;
+    return nullptr;
+}
+
+// Fills rc from argv. Returns false if --help was asked (usage already printed to stdout).
+inline bool parse_command_line(RunConfig* rc, int argc, char** argv) {
+    *rc = RunConfig();
+    std::vector<FlagSpec> table = flag_table(rc);
+    for (const FlagSpec& f : table) flag_set_value(f, f.dflt);
+    value_path_flags_init(&rc->vp_flags);
+    for (int i = 1; i < argc; i++) {
+        std::string arg = argv[i];
+        if (arg == "--help" || arg == "-h") {
+            print_usage(stdout, argv[0]);
+            return false;
+        }
+        if (arg.rfind("--", 0) != 0) usage_error(nullptr, "unexpected argument '%s' (flags start with --)", argv[i]);
+        std::string name = arg, value;
+        bool has_value = false;
+        size_t eq = arg.find('=');
+        if (eq != std::string::npos) {
+            name = arg.substr(0, eq);
+            value = arg.substr(eq + 1);
+            has_value = true;
+        }
+        const FlagSpec* f = find_flag(table, name.c_str());
+        bool is_vp_flag = !f && value_path_is_flag(name.c_str());
+        if (!f && !is_vp_flag) {
+            if (value_path_flag_of_other_path(name.c_str()))
+                usage_error("rebuild with the matching VALUE_PATH (make train_cpu VALUE_PATH=...) or drop the flag",
+                            "%s belongs to another value path; this binary was built with VALUE_PATH=%s",
+                            name.c_str(), value_path_name(VALUE_PATH_ID));
+            usage_error(nullptr, "unknown flag '%s'", name.c_str());
+        }
+        if (!has_value) {
+            if (i + 1 >= argc) usage_error(nullptr, "%s needs a value", name.c_str());
+            value = argv[++i];
+        }
+        if (f) {
+            if (f->type != FLAG_VALSETS && rc->was_given(name.c_str())) usage_error(nullptr, "%s is given twice", name.c_str());
+            flag_set_value(*f, value.c_str());
+        } else {
+            value_path_set_flag(&rc->vp_flags, name.c_str(), value.c_str());
+        }
+        rc->given.push_back(name);
+    }
+    return true;
+}
+
+// Model config from the shape flags. Usage errors for shapes that do not fit together.
+inline ModelConfig model_config_from_flags(const RunConfig& rc) {
+    ModelConfig c;
+    memset(&c, 0, sizeof(c));
+    if (rc.arch == "gpt2") c.arch = ARCH_GPT2;
+    else if (rc.arch == "llama") c.arch = ARCH_LLAMA;
+    else usage_error(nullptr, "--arch must be gpt2 or llama, got '%s'", rc.arch.c_str());
+    c.n_layer = rc.layers;
+    c.n_head = rc.heads;
+    c.n_kv_head = rc.kv_heads > 0 ? rc.kv_heads : rc.heads;
+    c.n_embd = rc.dim;
+    c.vocab_size = rc.vocab;
+    c.max_seq_len = rc.max_seq;
+    c.rope_theta = rc.rope_theta;
+    c.qk_norm = rc.qk_norm;
+    c.norm_eps = 1e-5f;
+    if (c.n_layer < 1) usage_error(nullptr, "--layers must be >= 1, got %d", c.n_layer);
+    if (c.n_head < 1) usage_error(nullptr, "--heads must be >= 1, got %d", c.n_head);
+    if (c.n_embd < 1 || c.n_embd % c.n_head) usage_error(nullptr, "--dim %d must be a positive multiple of --heads %d", c.n_embd, c.n_head);
+    if (c.n_head % c.n_kv_head) usage_error(nullptr, "--heads %d must be a multiple of --kv-heads %d", c.n_head, c.n_kv_head);
+    if (c.vocab_size < 2) usage_error(nullptr, "--vocab must be >= 2, got %d", c.vocab_size);
+    if (c.max_seq_len < 1) usage_error(nullptr, "--max-seq must be >= 1, got %d", c.max_seq_len);
+    if (rc.qk_norm != 0 && rc.qk_norm != 1) usage_error(nullptr, "--qk-norm must be 0 or 1, got %d", rc.qk_norm);
+    c.head_dim = c.n_embd / c.n_head;
+    if (c.arch == ARCH_GPT2) {
+        if (c.n_kv_head != c.n_head) usage_error("use --arch llama for grouped-query attention", "gpt2 has no GQA: --kv-heads must equal --heads");
+        if (rc.qk_norm) usage_error("use --arch llama for QK-norm", "--qk-norm is a llama-family option");
+        if (rc.was_given("--rope-theta")) usage_error("use --arch llama for RoPE", "--rope-theta is a llama-family option (gpt2 learns its positions)");
+        c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : 4 * c.n_embd;
+    } else {
+        if (c.head_dim % 2) usage_error(nullptr, "RoPE needs an even head dim; --dim/--heads = %d", c.head_dim);
+        if (!(c.rope_theta > 0)) usage_error(nullptr, "--rope-theta must be > 0");
+        c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : CEIL_DIV(8 * c.n_embd / 3, 64) * 64;
+    }
+    c.padded_vocab_size = CEIL_DIV(c.vocab_size, 128) * 128;
+    c.vp = value_path_config_from_flags(rc.vp_flags, c.n_layer, c.n_head, c.n_kv_head);
+    return c;
+}
+
+// Shape flags the user gave that disagree with a model config loaded from a checkpoint.
+inline void check_shape_flags_match(const RunConfig& rc, const ModelConfig& c, const char* source) {
+    struct { const char* flag; long asked, have; } rows[] = {
+        {"--layers", rc.layers, c.n_layer},   {"--heads", rc.heads, c.n_head},
+        {"--kv-heads", rc.kv_heads, c.n_kv_head}, {"--dim", rc.dim, c.n_embd},
+        {"--ffn-dim", rc.ffn_dim, c.ffn_dim}, {"--vocab", rc.vocab, c.vocab_size},
+        {"--max-seq", rc.max_seq, c.max_seq_len}, {"--qk-norm", rc.qk_norm, c.qk_norm},
+    };
+    for (auto& r : rows)
+        if (rc.was_given(r.flag) && r.asked != r.have)
+            runtime_error("drop the shape flags (the checkpoint fixes the shape) or use a matching checkpoint",
+                          "%s %ld does not match %s, which has %ld", r.flag, r.asked, source, r.have);
+    if (rc.was_given("--arch") && rc.arch != arch_name(c.arch))
+        runtime_error("drop --arch or use a matching checkpoint", "--arch %s does not match %s, which is %s", rc.arch.c_str(), source, arch_name(c.arch));
+    if (rc.was_given("--rope-theta") && rc.rope_theta != c.rope_theta)
+        runtime_error("drop --rope-theta or use a matching checkpoint", "--rope-theta %g does not match %s (%g)", rc.rope_theta, source, c.rope_theta);
+}
+
+// Checks on the run (not the model) that are usage errors.
+inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
+    if (rc.batch_size < 1) usage_error(nullptr, "--batch-size must be >= 1");
+    if (rc.seq_len < 1) usage_error(nullptr, "--seq-len must be >= 1");
+    if (rc.seq_len > c.max_seq_len) usage_error("raise --max-seq (for a new model) or lower --seq-len", "--seq-len %d exceeds the model's max sequence length %d", rc.seq_len, c.max_seq_len);
+    long bt = (long)rc.batch_size * rc.seq_len;
+    if (rc.total_batch_tokens < 0 || (rc.total_batch_tokens && rc.total_batch_tokens % bt))
+        usage_error(nullptr, "--total-batch-tokens %ld must be a multiple of --batch-size x --seq-len = %ld", rc.total_batch_tokens, bt);
+    if (rc.max_steps < 0) usage_error(nullptr, "--max-steps must be >= 0");
+    if (rc.warmup_steps < 0) usage_error(nullptr, "--warmup-steps must be >= 0");
+    if (!(rc.lr >= 0)) usage_error(nullptr, "--lr must be >= 0");
+    if (!(rc.beta1 >= 0 && rc.beta1 < 1) || !(rc.beta2 >= 0 && rc.beta2 < 1)) usage_error(nullptr, "--beta1 and --beta2 must be in [0, 1)");
+    if (!(rc.eps > 0)) usage_error(nullptr, "--eps must be > 0");
+    if (!(rc.weight_decay >= 0)) usage_error(nullptr, "--weight-decay must be >= 0");
+    if (!(rc.min_lr_frac >= 0 && rc.min_lr_frac <= 1)) usage_error(nullptr, "--min-lr-frac must be in [0, 1]");
+    if (!(rc.grad_clip >= 0)) usage_error(nullptr, "--grad-clip must be >= 0 (0 = off)");
+    if (rc.train_data.empty() && rc.max_steps > 0) usage_error("prepare data with: python scripts/prepare_tinyshakespeare.py", "--train-data is required to train");
+    if (rc.eval_every < 0 || rc.eval_batches < 1) usage_error(nullptr, "--eval-every must be >= 0 and --eval-batches >= 1");
+    if (rc.sample_every < 0 || rc.sample_tokens < 1) usage_error(nullptr, "--sample-every must be >= 0 and --sample-tokens >= 1");
+    if (!(rc.sample_temperature >= 0)) usage_error(nullptr, "--sample-temperature must be >= 0");
+    if (rc.checkpoint_every < 0 || rc.keep_checkpoints < 0) usage_error(nullptr, "--checkpoint-every and --keep-checkpoints must be >= 0");
+    if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
+    if (rc.resume && rc.out_dir.empty()) usage_error(nullptr, "--resume 1 needs --out-dir (where the checkpoints are)");
+    if (rc.resume && !rc.init_from.empty()) usage_error(nullptr, "--resume and --init-from cannot be combined (resume continues a run; init-from starts a new one)");
+    if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");
+}
+
+// One "key=value" line per flag as resolved, stored in checkpoints so that a resumed run can
+// tell the user which training flags differ from the run it continues.
+inline std::string run_config_to_text(const RunConfig& rc_in) {
+    std::string s;
+    char buf[512];
+    RunConfig rc = rc_in;
+    for (const FlagSpec& f : flag_table(&rc)) {
+        const char* base = reinterpret_cast<const char*>(f.dst);
+        switch (f.type) {
+            case FLAG_INT: snprintf(buf, sizeof(buf), "%d", *reinterpret_cast<const int*>(base)); break;
+            case FLAG_LONG: snprintf(buf, sizeof(buf), "%ld", *reinterpret_cast<const long*>(base)); break;
+            case FLAG_U64: snprintf(buf, sizeof(buf), "%llu", (unsigned long long)*reinterpret_cast<const uint64_t*>(base)); break;
+            case FLAG_FLOAT: snprintf(buf, sizeof(buf), "%.9g", *reinterpret_cast<const float*>(base)); break;
+            case FLAG_STRING: snprintf(buf, sizeof(buf), "%s", reinterpret_cast<const std::string*>(base)->c_str()); break;
+            case FLAG_VALSETS: {
+                buf[0] = 0;
+                for (const NamedGlob& ng : rc.val_data) {
+                    std::string one = ng.name.empty() ? ng.glob : ng.name + "=" + ng.glob;
+                    strncat(buf, one.c_str(), sizeof(buf) - strlen(buf) - 2);
+                    strncat(buf, ";", sizeof(buf) - strlen(buf) - 1);
+                }
+                break;
+            }
+        }
+        s += f.name;
+        s += "=";
+        s += buf;
+        s += "\n";
+    }
+    s += value_path_flags_to_text(rc.vp_flags);
+    return s;
+}

@@ -1,0 +1,80 @@
+// host/logger.h: the per-step console line and DIR/log.jsonl.
+//
+// log.jsonl is one JSON object per line, flushed as it is written (a crashed run keeps its log):
+//   {"event":"config", ...model and run settings..., "num_params":N, "value_path":"..."}
+//   {"step":S,"train_loss":..,"lr":..,"grad_norm":..,"ms":..,"tok_per_s":..}     every step
+//   {"step":S,"val_loss":..,"val_loss_NAME":..}                                   every eval
+// A resumed run appends to the same file, starting with a config line that has "resumed_from".
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "host/utils.h"
+
+struct Logger {
+    FILE* jsonl = nullptr;  // NULL when no --out-dir is given: console only
+};
+
+inline void logger_open(Logger* lg, const std::string& out_dir, bool append) {
+    lg->jsonl = nullptr;
+    if (out_dir.empty()) return;
+    std::string path = out_dir + "/log.jsonl";
+    lg->jsonl = fopen(path.c_str(), append ? "a" : "w");
+    if (!lg->jsonl) runtime_error("check that --out-dir is writable", "cannot open '%s': %s", path.c_str(), strerror(errno));
+}
+
+inline void logger_close(Logger* lg) {
+    if (lg->jsonl) fclose(lg->jsonl);
+    lg->jsonl = nullptr;
+}
+
+inline void logger_write_line(Logger* lg, const std::string& json) {
+    if (!lg->jsonl) return;
+    fputs(json.c_str(), lg->jsonl);
+    fputc('\n', lg->jsonl);
+    fflush(lg->jsonl);
+}
+
+// JSON string escaping for the few strings we log (paths, globs, names).
+inline std::string json_escape(const std::string& s) {
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') { out += '\\'; out += (char)c; }
+        else if (c < 0x20) { char b[8]; snprintf(b, sizeof(b), "\\u%04x", c); out += b; }
+        else out += (char)c;
+    }
+    return out + "\"";
+}
+
+// %.9g keeps every bit of a float, so losses in the log can be compared exactly between runs.
+inline void logger_step(Logger* lg, int step, int max_steps, float loss, float lr, float grad_norm, double ms, double tok_per_s) {
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step, max_steps, loss, lr, grad_norm, ms, tok_per_s);
+    fflush(stdout);
+    char buf[256];
+    snprintf(buf, sizeof(buf), "{\"step\":%d,\"train_loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f}", step, loss, lr,
+             grad_norm, ms, tok_per_s);
+    logger_write_line(lg, buf);
+}
+
+struct NamedLoss {
+    std::string name;  // "" = the unnamed set
+    float loss;
+};
+
+inline void logger_val(Logger* lg, int step, const std::vector<NamedLoss>& losses) {
+    char buf[128];
+    snprintf(buf, sizeof(buf), "{\"step\":%d", step);
+    std::string json = buf;
+    printf("step %5d | val", step);
+    for (const NamedLoss& nl : losses) {
+        std::string key = nl.name.empty() ? "val_loss" : "val_loss_" + nl.name;
+        snprintf(buf, sizeof(buf), ",\"%s\":%.9g", key.c_str(), nl.loss);
+        json += buf;
+        printf(" | %s %.6f", key.c_str(), nl.loss);
+    }
+    printf("\n");
+    fflush(stdout);
+    logger_write_line(lg, json + "}");
+}

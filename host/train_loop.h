@@ -1,0 +1,249 @@
+// host/train_loop.h: the training program, shared by the CPU and GPU trainers.
+//
+// Everything a run does besides the math lives here once: reading the command line, choosing
+// between a new run, --resume and --init-from, the data loaders, the step loop with gradient
+// accumulation, clipping and the LR schedule, evaluation, samples, checkpoints and logs.
+// A trainer includes this after defining its Model type and these functions (the "backend"):
+//
+//   void  model_build(Model*, const ModelConfig&)           allocate parameters and gradients
+//   void  model_init_params(Model*, uint64_t seed)          fill from the seed (host RNG, same in every build)
+//   size_t model_num_params(const Model*)
+//   void  model_load(Model*, const std::string& path, CheckpointMeta*, bool with_optimizer)
+//   void  model_save(Model*, const std::string& dir, CheckpointMeta*)   fills the tensors of meta's checkpoint
+//   float model_forward_loss(Model*, const int* inputs, const int* targets, int B, int T)   mean loss
+//   void  model_zero_grad(Model*)
+//   void  model_backward(Model*, float loss_scale)          accumulate gradients of loss * loss_scale
+//   float model_grad_norm(Model*)                            global L2 norm of the gradients
+//   void  model_update(Model*, const AdamWSettings&, int step)   step is 1-based
+//   std::vector<int> model_generate(Model*, int start_token, int n, int T, float temperature, Rng*)
+//   void  model_free(Model*)
+//   const char* model_build_name()                           e.g. "cpu-fp32"
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "host/checkpoint.h"
+#include "host/config.h"
+#include "host/dataloader.h"
+#include "host/logger.h"
+#include "host/rng.h"
+#include "host/schedule.h"
+#include "host/tokenizer.h"
+#include "host/utils.h"
+
+// Independent random streams derived from --seed (see rng_stream): the init uses the
+// per-tensor streams 1000+, the data loader its own seed, samples this one.
+#define RNG_STREAM_SAMPLES 1
+
+struct ValSet {
+    std::string name;
+    DataLoader loader;
+    int batches = 0;  // micro-batches per evaluation: --eval-batches, fewer if the set is smaller
+};
+
+// Decides where the model comes from and returns its config; fills meta/ckpt_path when a
+// checkpoint is involved.
+inline ModelConfig resolve_model_config(const RunConfig& rc, CheckpointMeta* meta, std::string* ckpt_path) {
+    if (rc.resume) {
+        std::vector<int64_t> steps = checkpoint_list_steps(rc.out_dir);
+        if (steps.empty())
+            runtime_error("run without --resume 1 to start a new run in this directory",
+                          "--resume 1: no checkpoint (ckpt_*.bin) in '%s'", rc.out_dir.c_str());
+        *ckpt_path = checkpoint_path(rc.out_dir, steps.back());
+    } else if (!rc.init_from.empty()) {
+        *ckpt_path = rc.init_from;
+    } else {
+        return model_config_from_flags(rc);
+    }
+    checkpoint_read_meta(*ckpt_path, meta);
+    const ModelConfig& c = meta->model;
+    value_path_check_checkpoint(c.vp, ckpt_path->c_str());
+    check_shape_flags_match(rc, c, ckpt_path->c_str());
+    value_path_check_flags_match(rc.vp_flags, c.vp, c.n_layer, c.n_head, c.n_kv_head, ckpt_path->c_str());
+    return c;
+}
+
+// Training flags that differ from those stored in the checkpoint being resumed: allowed (you may
+// want to extend --max-steps), but the run is then no longer the uninterrupted one, so say so.
+inline void warn_changed_flags(const std::string& before, const std::string& now) {
+    size_t pos = 0;
+    while (pos < now.size()) {
+        size_t end = now.find('\n', pos);
+        std::string line = now.substr(pos, end - pos);
+        if (!line.empty() && before.find(line + "\n") == std::string::npos && line.rfind("--resume=", 0) != 0)
+            printf("note: resumed with a changed flag: %s (the checkpoint's run had otherwise)\n", line.c_str());
+        pos = end == std::string::npos ? now.size() : end + 1;
+    }
+}
+
+template <typename Model>
+float evaluate_loss(Model* model, ValSet* vs, int B, int T) {
+    dataloader_reset(&vs->loader);
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    double sum = 0;
+    for (int i = 0; i < vs->batches; i++) {
+        dataloader_next_batch(&vs->loader, inputs.data(), targets.data());
+        sum += model_forward_loss(model, inputs.data(), targets.data(), B, T);
+    }
+    return (float)(sum / vs->batches);
+}
+
+template <typename Model>
+void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, int T, Rng* rng, int step) {
+    int start = tok ? tokenizer_eot(tok) : -1;
+    if (start < 0 || start >= model->config.vocab_size) start = 0;
+    std::vector<int> ids = model_generate(model, start, rc.sample_tokens, T, rc.sample_temperature, rng);
+    printf("---- sample at step %d ----\n", step);
+    if (tok) tokenizer_print(tok, ids.data(), (int)ids.size(), stdout);
+    else
+        for (size_t i = 0; i < ids.size(); i++) printf("%d%c", ids[i], i + 1 < ids.size() ? ' ' : '\n');
+    printf("\n---------------------------\n");
+    fflush(stdout);
+}
+
+template <typename Model>
+std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_params, int grad_accum, int64_t resumed_from) {
+    char buf[2048];
+    snprintf(buf, sizeof(buf),
+             "{\"event\":\"config\",\"build\":\"%s\",\"arch\":\"%s\",\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"dim\":%d,\"head_dim\":%d,\"ffn_dim\":%d,"
+             "\"vocab\":%d,\"padded_vocab\":%d,\"max_seq\":%d,\"rope_theta\":%g,\"qk_norm\":%d,\"norm_eps\":%g,"
+             "\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"tokens_per_step\":%ld,\"max_steps\":%d,\"lr\":%g,\"min_lr_frac\":%g,\"warmup_steps\":%d,"
+             "\"beta1\":%g,\"beta2\":%g,\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"seed\":%llu,\"train_data\":%s,\"num_params\":%zu,",
+             model_build_name(), arch_name(c.arch), c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.head_dim, c.ffn_dim, c.vocab_size, c.padded_vocab_size,
+             c.max_seq_len, c.rope_theta, c.qk_norm, c.norm_eps, rc.batch_size, rc.seq_len, grad_accum, (long)rc.batch_size * rc.seq_len * grad_accum,
+             rc.max_steps, rc.lr, rc.min_lr_frac, rc.warmup_steps, rc.beta1, rc.beta2, rc.eps, rc.weight_decay, rc.grad_clip, (unsigned long long)rc.seed,
+             json_escape(rc.train_data).c_str(), num_params);
+    std::string s = buf;
+    s += value_path_config_json(c.vp);
+    if (resumed_from >= 0) s += ",\"resumed_from\":" + std::to_string(resumed_from);
+    return s + "}";
+}
+
+template <typename Model>
+void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, int64_t step, const Rng& sample_rng, const DataLoader* train) {
+    CheckpointMeta meta;
+    meta.model = c;
+    meta.step = step;
+    meta.sample_rng = sample_rng;
+    if (train) meta.train_data = dataloader_get_state(train);  // none with --max-steps 0 and no data
+    meta.run_text = run_config_to_text(rc);
+    model_save(model, rc.out_dir, &meta);
+    checkpoint_prune(rc.out_dir, rc.keep_checkpoints);
+    printf("checkpoint: %s\n", checkpoint_path(rc.out_dir, step).c_str());
+}
+
+template <typename Model>
+int train_main(int argc, char** argv) {
+    RunConfig rc;
+    if (!parse_command_line(&rc, argc, argv)) return 0;
+
+    CheckpointMeta meta;
+    std::string ckpt_path;
+    ModelConfig c = resolve_model_config(rc, &meta, &ckpt_path);
+    validate_run_config(rc, c);
+    if (!rc.resume && !rc.out_dir.empty() && !checkpoint_list_steps(rc.out_dir).empty())
+        usage_error("pass --resume 1 to continue that run, or choose another --out-dir",
+                    "--out-dir '%s' already holds checkpoints; a new run there would overwrite them", rc.out_dir.c_str());
+    int B = rc.batch_size, T = rc.seq_len;
+    int grad_accum = rc.total_batch_tokens ? (int)(rc.total_batch_tokens / ((long)B * T)) : 1;
+
+    // data first: a bad shard should fail before minutes of model setup
+    DataLoader train;
+    bool have_train = !rc.train_data.empty();
+    if (have_train) dataloader_init(&train, rc.train_data.c_str(), B, T, c.vocab_size, true, rc.seed, 0, 1);
+    std::vector<ValSet> vals(rc.val_data.size());
+    for (size_t i = 0; i < rc.val_data.size(); i++) {
+        vals[i].name = rc.val_data[i].name;
+        dataloader_init(&vals[i].loader, rc.val_data[i].glob.c_str(), B, T, c.vocab_size, false, 0, 0, 1);
+        size_t seqs = (size_t)vals[i].loader.num_seqs;
+        vals[i].batches = (int)std::min<size_t>((size_t)rc.eval_batches, std::max<size_t>(1, seqs / B));
+    }
+    Tokenizer tok;
+    bool have_tok = !rc.tokenizer.empty();
+    if (have_tok) tokenizer_init(&tok, rc.tokenizer.c_str());
+
+    Model model;
+    model_build(&model, c);
+    int start_step = 0;
+    Rng sample_rng = rng_stream(rc.seed, RNG_STREAM_SAMPLES);
+    if (rc.resume) {
+        model_load(&model, ckpt_path, &meta, true);
+        if (!have_train) usage_error(nullptr, "--resume needs --train-data");
+        dataloader_set_state(&train, &meta.train_data);
+        start_step = (int)meta.step;
+        sample_rng = meta.sample_rng;
+        warn_changed_flags(meta.run_text, run_config_to_text(rc));
+        printf("resuming from %s (step %d)\n", ckpt_path.c_str(), start_step);
+    } else if (!rc.init_from.empty()) {
+        model_load(&model, ckpt_path, &meta, false);
+        printf("initialised from %s\n", ckpt_path.c_str());
+    } else {
+        model_init_params(&model, rc.seed);
+    }
+    if (start_step > rc.max_steps)
+        usage_error("raise --max-steps to continue training", "the checkpoint is at step %d, beyond --max-steps %d", start_step, rc.max_steps);
+
+    Logger lg;
+    if (!rc.out_dir.empty()) make_dirs(rc.out_dir);
+    logger_open(&lg, rc.out_dir, rc.resume != 0);
+    logger_write_line(&lg, config_json<Model>(rc, c, model_num_params(&model), grad_accum, rc.resume ? start_step : -1));
+    printf("valuepath %s | %s L=%d H=%d Hkv=%d C=%d F=%d V=%d | value path %s | %zu parameters\n", model_build_name(), arch_name(c.arch), c.n_layer, c.n_head,
+           c.n_kv_head, c.n_embd, c.ffn_dim, c.vocab_size, value_path_name(c.vp.path), model_num_params(&model));
+    printf("batch %d x %d tokens x %d accumulation = %ld tokens per step, %d steps\n", B, T, grad_accum, (long)B * T * grad_accum, rc.max_steps);
+    if (have_train) printf("train data: %zu tokens in '%s'\n", dataloader_num_tokens(&train), rc.train_data.c_str());
+
+    auto run_evals = [&](int step) {
+        if (vals.empty()) return;
+        std::vector<NamedLoss> losses;
+        for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T)});
+        logger_val(&lg, step, losses);
+    };
+    if (!rc.resume && rc.eval_every > 0) run_evals(0);
+
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    for (int step = start_step; step < rc.max_steps; step++) {
+        auto t0 = std::chrono::steady_clock::now();
+        model_zero_grad(&model);
+        double loss = 0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            dataloader_next_batch(&train, inputs.data(), targets.data());
+            loss += model_forward_loss(&model, inputs.data(), targets.data(), B, T);
+            model_backward(&model, 1.0f / grad_accum);
+        }
+        loss /= grad_accum;
+        float norm = model_grad_norm(&model);
+        if (!std::isfinite(loss) || !std::isfinite(norm))
+            runtime_error("lower --lr or raise --warmup-steps; the last checkpoint is intact", "step %d: the loss (%g) or gradient norm (%g) is not finite", step + 1, loss, norm);
+        AdamWSettings opt;
+        opt.lr = lr_at_step(step, rc.lr, rc.warmup_steps, rc.max_steps, rc.min_lr_frac);
+        opt.beta1 = rc.beta1;
+        opt.beta2 = rc.beta2;
+        opt.eps = rc.eps;
+        opt.weight_decay = rc.weight_decay;
+        opt.grad_scale = (rc.grad_clip > 0 && norm > rc.grad_clip) ? rc.grad_clip / norm : 1.0f;
+        model_update(&model, opt, step + 1);
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        int done = step + 1;
+        logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum / (ms / 1000.0));
+
+        bool last = done == rc.max_steps;
+        if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && !vals.empty())) run_evals(done);
+        if (rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, T, &sample_rng, done);
+        if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last))
+            save_checkpoint(&model, rc, c, done, sample_rng, &train);
+    }
+    if (rc.max_steps == start_step && !rc.out_dir.empty() && !rc.resume) {
+        // --max-steps 0: evaluate (and save the initial weights) without training
+        run_evals(0);
+        save_checkpoint(&model, rc, c, 0, sample_rng, have_train ? &train : nullptr);
+    }
+    logger_close(&lg);
+    model_free(&model);
+    if (have_train) dataloader_free(&train);
+    for (ValSet& vs : vals) dataloader_free(&vs.loader);
+    if (have_tok) tokenizer_free(&tok);
+    return 0;
+}

@@ -1,0 +1,197 @@
+// host/value_path.h: which cross-layer value path a binary is built for, and its run-time settings.
+//
+// The path is chosen at compile time (make VALUE_PATH=vanilla|resformer|svformer|sla|depth sets
+// -DVALUE_PATH_ID=...), so each binary carries exactly one path's code. Its settings are run-time
+// flags that exist only in that binary: a flag of another path is a usage error that says which
+// VALUE_PATH it belongs to. The settings are stored in every checkpoint (ValuePathConfig is part
+// of ModelConfig) and a checkpoint of another path is refused. The math of each path is in
+// docs/value_paths.md; this file is only the configuration.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "host/utils.h"
+
+#define VP_VANILLA 0
+#define VP_RESFORMER 1
+#define VP_SVFORMER 2
+#define VP_SLA 3
+#define VP_DEPTH 4
+
+#ifndef VALUE_PATH_ID
+#define VALUE_PATH_ID VP_VANILLA
+#endif
+#if VALUE_PATH_ID < VP_VANILLA || VALUE_PATH_ID > VP_DEPTH
+#error "VALUE_PATH_ID must be one of VP_VANILLA..VP_DEPTH (use make VALUE_PATH=...)"
+#endif
+
+inline const char* value_path_name(int id) {
+    switch (id) {
+        case VP_VANILLA: return "vanilla";
+        case VP_RESFORMER: return "resformer";
+        case VP_SVFORMER: return "svformer";
+        case VP_SLA: return "sla";
+        case VP_DEPTH: return "depth";
+    }
+    return "unknown";
+}
+
+// Stored in checkpoints: fixed-size fields only; append, never reorder.
+struct ValuePathConfig {
+    int32_t path;               // VP_*: the path the model was built for
+    int32_t resformer_learn;    // ResFormer: 0 = fixed lambda 1/2, 1 = one trainable lambda per layer
+    float resformer_lambda_lr;  // ResFormer learn: peak learning rate of the lambdas (no weight decay)
+    int32_t sla_layers;         // SLA: skip distance n_l (layer l >= n_l reads layer l - n_l)
+    int32_t sla_heads;          // SLA: skip heads n_h, counted in query heads (the last n_h)
+    int32_t sla_chain;          // SLA: 0 = ORIG reading, 1 = CHAIN reading (value_paths.md section 4)
+    int32_t depth_stride;       // Depth-Attention: anchors are layers 0, s, 2s, ...
+    int32_t reserved[9];
+};
+
+// The flags as the user typed them; "" = not given (the default is then derived from the shape).
+struct ValuePathFlags {
+    std::string resformer_lambda, resformer_lambda_lr, sla_layers, sla_heads, sla_chain, depth_stride;
+};
+
+struct ValuePathFlagSpec {
+    const char* name;
+    int path;                           // the VP_* this flag belongs to
+    std::string ValuePathFlags::*field;
+    const char* dflt;                   // as shown in --help
+    const char* help;
+};
+
+static const ValuePathFlagSpec VALUE_PATH_FLAGS[] = {
+    {"--resformer-lambda", VP_RESFORMER, &ValuePathFlags::resformer_lambda, "fixed",
+     "ResFormer mix v^ = (1-lambda) v + lambda v0: 'fixed' (lambda = 1/2, the paper) or 'learn' (one trainable lambda per layer, init 1/2)"},
+    {"--resformer-lambda-lr", VP_RESFORMER, &ValuePathFlags::resformer_lambda_lr, "0.02",
+     "ResFormer learn: peak learning rate of the lambdas (same schedule, no weight decay)"},
+    {"--sla-layers", VP_SLA, &ValuePathFlags::sla_layers, "round(3L/4)", "SLA: skip distance n_l; layer l >= n_l reads layer l-n_l's K/V on its skip heads"},
+    {"--sla-heads", VP_SLA, &ValuePathFlags::sla_heads, "round(3H/4)",
+     "SLA: number of skip heads n_h (the last n_h query heads; with GQA a multiple of H/Hkv)"},
+    {"--sla-chain", VP_SLA, &ValuePathFlags::sla_chain, "0", "SLA: 0 = ORIG (source layer's own K/V), 1 = CHAIN (source layer's effective K/V)"},
+    {"--depth-stride", VP_DEPTH, &ValuePathFlags::depth_stride, "L/2", "Depth-Attention: anchor stride s (anchors are layers 0, s, 2s, ...)"},
+};
+
+inline void value_path_flags_init(ValuePathFlags* f) { *f = ValuePathFlags(); }
+
+inline const ValuePathFlagSpec* value_path_find_flag(const char* name) {
+    for (const ValuePathFlagSpec& s : VALUE_PATH_FLAGS)
+        if (!strcmp(s.name, name)) return &s;
+    return nullptr;
+}
+
+inline bool value_path_is_flag(const char* name) {
+    const ValuePathFlagSpec* s = value_path_find_flag(name);
+    return s && s->path == VALUE_PATH_ID;
+}
+
+inline bool value_path_flag_of_other_path(const char* name) {
+    const ValuePathFlagSpec* s = value_path_find_flag(name);
+    return s && s->path != VALUE_PATH_ID;
+}
+
+inline void value_path_set_flag(ValuePathFlags* flags, const char* name, const char* value) {
+    const ValuePathFlagSpec* s = value_path_find_flag(name);
+    std::string& dst = flags->*(s->field);
+    if (!dst.empty()) usage_error(nullptr, "%s is given twice", name);
+    if (!*value) usage_error(nullptr, "%s needs a non-empty value", name);
+    dst = value;
+}
+
+inline void value_path_print_flags(FILE* out) {
+    for (const ValuePathFlagSpec& s : VALUE_PATH_FLAGS)
+        if (s.path == VALUE_PATH_ID) fprintf(out, "  %-22s %s [%s]\n", s.name, s.help, s.dflt);
+}
+
+inline std::string value_path_flags_to_text(const ValuePathFlags& flags) {
+    std::string s;
+    for (const ValuePathFlagSpec& spec : VALUE_PATH_FLAGS)
+        if (spec.path == VALUE_PATH_ID) s += std::string(spec.name) + "=" + flags.*(spec.field) + "\n";
+    return s;
+}
+
+inline int value_path_int_flag(const std::string& text, const char* name) {
+    char* end = nullptr;
+    long v = strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end || v < 0 || v > 1000000) usage_error(nullptr, "%s expects a non-negative integer, got '%s'", name, text.c_str());
+    return (int)v;
+}
+
+// Resolves the flags against the model shape (L layers, H query heads, Hkv KV heads).
+inline ValuePathConfig value_path_config_from_flags(const ValuePathFlags& f, int L, int H, int Hkv) {
+    ValuePathConfig c;
+    memset(&c, 0, sizeof(c));
+    c.path = VALUE_PATH_ID;
+    int G = H / Hkv;
+#if VALUE_PATH_ID == VP_RESFORMER
+    if (f.resformer_lambda.empty() || f.resformer_lambda == "fixed") c.resformer_learn = 0;
+    else if (f.resformer_lambda == "learn") c.resformer_learn = 1;
+    else usage_error(nullptr, "--resformer-lambda must be 'fixed' or 'learn', got '%s'", f.resformer_lambda.c_str());
+    c.resformer_lambda_lr = 0.02f;
+    if (!f.resformer_lambda_lr.empty()) {
+        char* end = nullptr;
+        double v = strtod(f.resformer_lambda_lr.c_str(), &end);
+        if (*end || !(v >= 0) || !std::isfinite(v)) usage_error(nullptr, "--resformer-lambda-lr expects a number >= 0, got '%s'", f.resformer_lambda_lr.c_str());
+        if (!c.resformer_learn) usage_error(nullptr, "--resformer-lambda-lr only applies with --resformer-lambda learn");
+        c.resformer_lambda_lr = (float)v;
+    }
+#elif VALUE_PATH_ID == VP_SLA
+    c.sla_layers = f.sla_layers.empty() ? (int)lround(0.75 * L) : value_path_int_flag(f.sla_layers, "--sla-layers");
+    // Skip heads are counted on KV heads (value_paths.md section 10), so the default n_h is
+    // round(3*Hkv/4) whole KV groups; with H = Hkv this is round(3H/4).
+    c.sla_heads = f.sla_heads.empty() ? G * (int)lround(0.75 * Hkv) : value_path_int_flag(f.sla_heads, "--sla-heads");
+    c.sla_chain = f.sla_chain.empty() ? 0 : value_path_int_flag(f.sla_chain, "--sla-chain");
+    if (c.sla_layers < 1) usage_error(nullptr, "--sla-layers must be >= 1 (n_l >= L means vanilla)");
+    if (c.sla_heads > H) usage_error(nullptr, "--sla-heads %d exceeds the %d query heads", c.sla_heads, H);
+    if (c.sla_heads % G)
+        usage_error("with GQA, skip heads are whole KV groups", "--sla-heads %d must be a multiple of the GQA group size %d", c.sla_heads, G);
+    if (c.sla_chain > 1) usage_error(nullptr, "--sla-chain must be 0 or 1");
+#elif VALUE_PATH_ID == VP_DEPTH
+    c.depth_stride = f.depth_stride.empty() ? (L / 2 > 1 ? L / 2 : 1) : value_path_int_flag(f.depth_stride, "--depth-stride");
+    if (c.depth_stride < 1) usage_error(nullptr, "--depth-stride must be >= 1");
+#endif
+    (void)f; (void)L; (void)H; (void)G;
+    return c;
+}
+
+// A checkpoint's value path must be this binary's. Flags given explicitly must match its settings.
+inline void value_path_check_checkpoint(const ValuePathConfig& ckpt, const char* source) {
+    if (ckpt.path != VALUE_PATH_ID)
+        runtime_error("build the binary of the checkpoint's path (make train_cpu VALUE_PATH=...) or start a new run",
+                      "%s was written by a VALUE_PATH=%s build, but this binary is VALUE_PATH=%s",
+                      source, value_path_name(ckpt.path), value_path_name(VALUE_PATH_ID));
+}
+
+inline void value_path_check_flags_match(const ValuePathFlags& flags, const ValuePathConfig& ckpt, int L, int H, int Hkv, const char* source) {
+    ValuePathConfig asked = value_path_config_from_flags(flags, L, H, Hkv);
+    for (const ValuePathFlagSpec& spec : VALUE_PATH_FLAGS) {
+        if (spec.path != VALUE_PATH_ID || (flags.*(spec.field)).empty()) continue;
+        if (memcmp(&asked, &ckpt, sizeof(asked)) != 0)
+            runtime_error("drop the value-path flags (the checkpoint fixes them) or start a new run",
+                          "%s %s does not match the settings stored in %s", spec.name, (flags.*(spec.field)).c_str(), source);
+    }
+}
+
+// JSON fragment for the config line of log.jsonl: "value_path":"sla","sla_layers":9,...
+inline std::string value_path_config_json(const ValuePathConfig& c) {
+    char buf[256];
+    snprintf(buf, sizeof(buf), "\"value_path\":\"%s\"", value_path_name(c.path));
+    std::string s = buf;
+    if (c.path == VP_RESFORMER) {
+        snprintf(buf, sizeof(buf), ",\"resformer_lambda\":\"%s\",\"resformer_lambda_lr\":%g", c.resformer_learn ? "learn" : "fixed", c.resformer_lambda_lr);
+        s += buf;
+    } else if (c.path == VP_SLA) {
+        snprintf(buf, sizeof(buf), ",\"sla_layers\":%d,\"sla_heads\":%d,\"sla_chain\":%d", c.sla_layers, c.sla_heads, c.sla_chain);
+        s += buf;
+    } else if (c.path == VP_DEPTH) {
+        snprintf(buf, sizeof(buf), ",\"depth_stride\":%d", c.depth_stride);
+        s += buf;
+    }
+    return s;
+}

@@ -1,0 +1,462 @@
+// tests/test_gpt_cpu.cpp: the CPU reference checked against itself in ways that can fail.
+//
+//   * every layer's backward against central finite differences of its forward, in double;
+//   * the whole model (both families, GQA with group size 2, QK-norm on and off) the same way;
+//   * the float build against the double build on the same weights;
+//   * results independent of the number of threads (what makes resume bit-exact);
+//   * parameter counts against GPT-2 124M's published count and the Llama formula;
+//   * padded vocabulary entries never get probability or gradient;
+//   * a tiny model trained on a learnable token stream: the loss falls.
+//
+// Finite-difference tolerance. Central differences with step h in double have truncation error
+// ~h^2 |f'''| / 6 and round-off ~1e-16 |f| / h. With h = 1e-5 and O(1) inputs both are ~1e-10
+// relative, so we require |analytic - numeric| <= 1e-6 * max|numeric| + 1e-9 per element: four
+// orders of magnitude above the expected error, and far below what any wrong term would give
+// (a missing or mis-scaled term is an O(1) relative error).
+#define TESTING
+#include "train_gpt_cpu.cpp"
+#include "tests/testing.h"
+
+#include <functional>
+
+static const double FD_STEP = 1e-5;
+static const double FD_RTOL = 1e-6;
+static const double FD_ATOL = 1e-9;
+
+static std::vector<double> random_vector(size_t n, uint64_t seed, double scale = 1.0) {
+    Rng r = rng_stream(seed, 7);
+    std::vector<double> v(n);
+    for (double& x : v) x = scale * rng_normal(&r);
+    return v;
+}
+
+// Compares analytic gradient `grad` of `loss()` wrt x[0..n) with central differences. Checks every
+// element when n is small, else `max_checks` elements spread over the tensor.
+static void check_gradient(const char* what, double* x, const double* grad, size_t n, const std::function<double()>& loss, size_t max_checks = 400) {
+    size_t stride = n <= max_checks ? 1 : n / max_checks;
+    std::vector<double> numeric;
+    std::vector<size_t> idx;
+    double max_num = 0;
+    for (size_t i = 0; i < n; i += stride) {
+        double old = x[i];
+        x[i] = old + FD_STEP;
+        double lp = loss();
+        x[i] = old - FD_STEP;
+        double lm = loss();
+        x[i] = old;
+        numeric.push_back((lp - lm) / (2 * FD_STEP));
+        idx.push_back(i);
+        max_num = std::max(max_num, std::fabs(numeric.back()));
+    }
+    int bad = 0;
+    for (size_t k = 0; k < idx.size(); k++) {
+        double err = std::fabs(grad[idx[k]] - numeric[k]);
+        if (err > FD_ATOL + FD_RTOL * max_num) {
+            if (bad < 3) CHECK(false, "%s[%zu]: analytic %.12g numeric %.12g (max |numeric| %.3g)", what, idx[k], grad[idx[k]], numeric[k], max_num);
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "%s: %d of %zu elements off", what, bad, idx.size());
+    CHECK(max_num > 1e-8, "%s: the gradient is all ~zero, so this check would prove nothing", what);
+}
+
+// Weighted sum <R, out>: a scalar loss whose gradient wrt out is R.
+static double dot(const std::vector<double>& a, const double* b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+// layer by layer
+
+TEST(fd_layernorm) {
+    int N = 5, C = 7;
+    auto x = random_vector(N * C, 1), w = random_vector(C, 2), b = random_vector(C, 3), R = random_vector(N * C, 4);
+    std::vector<double> out(N * C), mean(N), rstd(N);
+    auto loss = [&]() { layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5); return dot(R, out.data()); };
+    loss();
+    std::vector<double> dx(N * C, 0), dw(C, 0), db(C, 0);
+    layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    check_gradient("layernorm dx", x.data(), dx.data(), x.size(), loss);
+    check_gradient("layernorm dw", w.data(), dw.data(), w.size(), loss);
+    check_gradient("layernorm db", b.data(), db.data(), b.size(), loss);
+}
+
+TEST(fd_rmsnorm) {
+    int N = 5, C = 6;
+    auto x = random_vector(N * C, 5), w = random_vector(C, 6), R = random_vector(N * C, 7);
+    std::vector<double> out(N * C), rstd(N);
+    auto loss = [&]() { rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5); return dot(R, out.data()); };
+    loss();
+    std::vector<double> dx(N * C, 0), dw(C, 0);
+    rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+    check_gradient("rmsnorm dx", x.data(), dx.data(), x.size(), loss);
+    check_gradient("rmsnorm dw", w.data(), dw.data(), w.size(), loss);
+}
+
+TEST(fd_qknorm_gqa) {
+    // rows hold [q (H heads) | k (Hkv heads) | v (Hkv heads)], as the qkv activation does
+    int BT = 3, H = 4, Hkv = 2, D = 4, W = (H + 2 * Hkv) * D, QK = (H + Hkv) * D;
+    auto x = random_vector(BT * W, 8), qw = random_vector(D, 9), kw = random_vector(D, 10), R = random_vector(BT * QK, 11);
+    std::vector<double> out(BT * QK), rstd(BT * (H + Hkv));
+    auto loss = [&]() { qknorm_forward(out.data(), rstd.data(), x.data(), qw.data(), kw.data(), BT, H, Hkv, D, W, QK, 1e-5); return dot(R, out.data()); };
+    loss();
+    std::vector<double> dx(BT * W, 0), dqw(D, 0), dkw(D, 0);
+    qknorm_backward(dx.data(), dqw.data(), dkw.data(), R.data(), x.data(), qw.data(), kw.data(), rstd.data(), BT, H, Hkv, D, W, QK);
+    check_gradient("qknorm dx", x.data(), dx.data(), x.size(), loss);
+    check_gradient("qknorm dq_w", qw.data(), dqw.data(), D, loss);
+    check_gradient("qknorm dk_w", kw.data(), dkw.data(), D, loss);
+    for (int i = 0; i < BT; i++)
+        for (int j = QK; j < W; j++) CHECK(dx[i * W + j] == 0, "qknorm touched the v columns");
+}
+
+TEST(fd_rope) {
+    int B = 2, T = 5, NH = 3, D = 6, half = D / 2, rs = NH * D + 2;  // rs > NH*D: strided rows
+    std::vector<double> cs(T * half), sn(T * half);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double f = std::pow(10000.0, -2.0 * i / D);
+            cs[t * half + i] = std::cos(t * f);
+            sn[t * half + i] = std::sin(t * f);
+        }
+    auto x = random_vector(B * T * rs, 12), R = random_vector(B * T * rs, 13);
+    std::vector<double> y(x.size());
+    auto loss = [&]() { y = x; rope_forward(y.data(), cs.data(), sn.data(), B, T, NH, D, rs); return dot(R, y.data()); };
+    std::vector<double> dx = R;
+    rope_backward(dx.data(), cs.data(), sn.data(), B, T, NH, D, rs);
+    check_gradient("rope dx", x.data(), dx.data(), x.size(), loss);
+    // position 0 is the identity
+    loss();
+    for (int j = 0; j < NH * D; j++) CHECK(y[j] == x[j], "rope at t=0 must not rotate");
+}
+
+TEST(fd_matmul_strided) {
+    int N = 4, C = 5, OC = 3, rs = 7;  // output rows strided, as the qkv projections write them
+    auto x = random_vector(N * C, 14), w = random_vector(OC * C, 15), b = random_vector(OC, 16), R = random_vector(N * rs, 17);
+    for (int i = 0; i < N; i++)
+        for (int o = OC; o < rs; o++) R[i * rs + o] = 0;  // columns the matmul does not own
+    std::vector<double> out(N * rs, 0);
+    auto loss = [&]() { matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC, rs); return dot(R, out.data()); };
+    loss();
+    std::vector<double> dx(N * C, 0), dw(OC * C, 0), db(OC, 0);
+    matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, C, OC, rs);
+    check_gradient("matmul dx", x.data(), dx.data(), x.size(), loss);
+    check_gradient("matmul dw", w.data(), dw.data(), w.size(), loss);
+    check_gradient("matmul db", b.data(), db.data(), b.size(), loss);
+}
+
+static void attention_fd(int H, int Hkv) {
+    int B = 2, T = 5, D = 3, W = (H + 2 * Hkv) * D;
+    auto qkv = random_vector(B * T * W, 18 + H), R = random_vector(B * T * H * D, 19 + H);
+    std::vector<double> out(B * T * H * D), lse(B * H * T);
+    const double* q = qkv.data();
+    auto loss = [&]() {
+        attention_forward(out.data(), lse.data(), q, qkv.data() + H * D, qkv.data() + (H + Hkv) * D, B, T, H, Hkv, D, W, W, W);
+        return dot(R, out.data());
+    };
+    loss();
+    std::vector<double> dqkv(qkv.size(), 0);
+    attention_backward(dqkv.data(), dqkv.data() + H * D, dqkv.data() + (H + Hkv) * D, R.data(), q, qkv.data() + H * D, qkv.data() + (H + Hkv) * D, out.data(),
+                       lse.data(), B, T, H, Hkv, D, W, W, W);
+    check_gradient(H == Hkv ? "attention dqkv (MHA)" : "attention dqkv (GQA)", qkv.data(), dqkv.data(), qkv.size(), loss);
+    // causality: the output at t=0 depends only on position 0
+    std::vector<double> before = out;
+    qkv[(1 * T + 0) * W] += 0;  // no-op to keep indices readable
+    qkv[(0 * T + 3) * W + H * D] += 1.0;  // perturb the key at t=3 of batch 0
+    loss();
+    for (int h = 0; h < H; h++)
+        for (int d = 0; d < D; d++) CHECK(out[h * D + d] == before[h * D + d], "a later key changed the output at t=0");
+}
+
+TEST(fd_attention_mha) { attention_fd(2, 2); }
+TEST(fd_attention_gqa) { attention_fd(4, 2); }
+
+TEST(fd_gelu_swiglu) {
+    size_t N = 20;
+    auto x = random_vector(N, 20, 2.0), R = random_vector(N, 21);
+    std::vector<double> y(N);
+    auto loss = [&]() { gelu_forward(y.data(), x.data(), N); return dot(R, y.data()); };
+    std::vector<double> dx(N, 0);
+    gelu_backward(dx.data(), x.data(), R.data(), N);
+    check_gradient("gelu dx", x.data(), dx.data(), N, loss);
+
+    int rows = 3, F = 4;
+    auto z = random_vector(rows * 2 * F, 22, 2.0), R2 = random_vector(rows * F, 23);
+    std::vector<double> s(rows * F);
+    auto loss2 = [&]() { swiglu_forward(s.data(), z.data(), rows, F); return dot(R2, s.data()); };
+    std::vector<double> dz(z.size(), 0);
+    swiglu_backward(dz.data(), z.data(), R2.data(), rows, F);
+    check_gradient("swiglu dinp", z.data(), dz.data(), z.size(), loss2);
+}
+
+TEST(fd_crossentropy_padded) {
+    int N = 4, V = 5, Vp = 8;
+    auto logits = random_vector(N * Vp, 24, 2.0);
+    std::vector<int> targets = {0, 4, 2, 1};
+    std::vector<double> work(N * Vp), losses(N);
+    auto loss = [&]() {
+        work = logits;
+        crossentropy_softmax_forward(losses.data(), work.data(), targets.data(), N, V, Vp);
+        double s = 0;
+        for (double l : losses) s += l;
+        return s / N;
+    };
+    loss();
+    for (int i = 0; i < N; i++) {
+        double sum = 0;
+        for (int j = 0; j < V; j++) sum += work[i * Vp + j];
+        CHECK(std::fabs(sum - 1) < 1e-12, "probs of row %d sum to %.15g", i, sum);
+        for (int j = V; j < Vp; j++) CHECK(work[i * Vp + j] == 0, "padded logit %d got probability", j);
+    }
+    std::vector<double> d = work;
+    crossentropy_softmax_backward(d.data(), targets.data(), 1.0 / N, N, Vp);
+    check_gradient("crossentropy dlogits", logits.data(), d.data(), logits.size(), loss);
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) CHECK(d[i * Vp + j] == 0, "padded logit got a gradient");
+}
+
+TEST(fd_encoder) {
+    int B = 2, T = 3, C = 4, V = 5;
+    std::vector<int> inp = {1, 3, 1, 4, 1, 0};  // repeated ids: rows of dwte get several adds
+    auto wte = random_vector(V * C, 25), wpe = random_vector(T * C, 26), R = random_vector(B * T * C, 27);
+    std::vector<double> out(B * T * C);
+    auto loss = [&]() { encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C); return dot(R, out.data()); };
+    std::vector<double> dwte(V * C, 0), dwpe(T * C, 0);
+    encoder_backward(dwte.data(), dwpe.data(), R.data(), inp.data(), B, T, C);
+    check_gradient("encoder dwte", wte.data(), dwte.data(), wte.size(), loss);
+    check_gradient("encoder dwpe", wpe.data(), dwpe.data(), wpe.size(), loss);
+}
+
+// ----------------------------------------------------------------------------
+// whole model
+
+static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm) {
+    RunConfig rc;
+    const char* argv[] = {"test"};
+    parse_command_line(&rc, 1, (char**)argv);
+    rc.arch = arch == ARCH_GPT2 ? "gpt2" : "llama";
+    rc.layers = 2;
+    rc.heads = H;
+    rc.kv_heads = Hkv;
+    rc.dim = 4 * H;  // D = 4
+    rc.ffn_dim = arch == ARCH_GPT2 ? 0 : 12;
+    rc.vocab = 11;   // padded to 128
+    rc.max_seq = 8;
+    rc.qk_norm = qk_norm;
+    return model_config_from_flags(rc);
+}
+
+// Weights with O(1) spread so every nonlinearity is exercised (the 0.02 init is nearly linear).
+template <typename real>
+static void spread_params(GPT<real>* m, uint64_t seed) {
+    Rng r = rng_stream(seed, 99);
+    for (size_t i = 0; i < m->num_params; i++) m->params_memory[i] += (real)(0.3 * rng_normal(&r));
+}
+
+static void tiny_batch(std::vector<int>& inp, std::vector<int>& tgt, int B, int T, int V, uint64_t seed) {
+    Rng r = rng_stream(seed, 5);
+    inp.resize(B * T);
+    tgt.resize(B * T);
+    for (int i = 0; i < B * T; i++) {
+        inp[i] = (int)(rng_next_u64(&r) % V);
+        tgt[i] = (int)(rng_next_u64(&r) % V);
+    }
+}
+
+static void model_fd(int arch, int H, int Hkv, int qk_norm) {
+    ModelConfig c = tiny_config(arch, H, Hkv, qk_norm);
+    GPT<double> m;
+    gpt_build(&m, c);
+    gpt_init_params(&m, 42);
+    spread_params(&m, 43);
+    int B = 2, T = 5;
+    std::vector<int> inp, tgt;
+    tiny_batch(inp, tgt, B, T, c.vocab_size, 44);
+    auto loss = [&]() { gpt_forward(&m, inp.data(), tgt.data(), B, T); return (double)m.mean_loss; };
+    // mean_loss is a float for logging; recompute the loss in double from the losses
+    auto loss_d = [&]() {
+        gpt_forward(&m, inp.data(), tgt.data(), B, T);
+        double s = 0;
+        for (int i = 0; i < B * T; i++) s += m.acts.losses[i];
+        return s / (B * T);
+    };
+    (void)loss;
+    loss_d();
+    gpt_zero_grad(&m);
+    gpt_backward(&m, 1.0);
+    std::vector<double> grads(m.grads_memory, m.grads_memory + m.num_params);
+    size_t off = 0;
+    int checked = 0;
+    for (const ParamSpec& s : m.specs) {
+        if (s.count) {
+            char what[96];
+            snprintf(what, sizeof(what), "%s %s d%s", arch_name(c.arch), qk_norm ? "qknorm" : "", s.name);
+            bool vocab_rows = !strcmp(s.name, "wte") || !strcmp(s.name, "lm_head");
+            size_t n = vocab_rows ? (size_t)c.vocab_size * c.n_embd : s.count;  // padded rows: checked below
+            check_gradient(what, m.params_memory + off, grads.data() + off, n, loss_d, 300);
+            if (vocab_rows)
+                for (size_t i = n; i < s.count; i++) CHECK(grads[off + i] == 0, "padded vocab row of %s got a gradient", s.name);
+            checked++;
+        }
+        off += s.count;
+    }
+    CHECK(checked >= (arch == ARCH_GPT2 ? 16 : (qk_norm ? 12 : 10)), "only %d tensors checked", checked);
+    gpt_free(&m);
+}
+
+TEST(fd_model_gpt2) { model_fd(ARCH_GPT2, 2, 2, 0); }
+TEST(fd_model_llama_gqa) { model_fd(ARCH_LLAMA, 4, 2, 0); }
+TEST(fd_model_llama_gqa_qknorm) { model_fd(ARCH_LLAMA, 4, 2, 1); }
+TEST(fd_model_llama_mha_qknorm) { model_fd(ARCH_LLAMA, 2, 2, 1); }
+
+// The float instantiation is the one that trains; the double one is what finite differences
+// checked. Same weights, same batch: the loss must agree to fp32 accuracy (~1e-6 relative after
+// a few hundred accumulations) and the gradients to ~1e-4 of their scale.
+TEST(float_matches_double) {
+    for (int arch : {ARCH_GPT2, ARCH_LLAMA}) {
+        ModelConfig c = tiny_config(arch, 4, arch == ARCH_GPT2 ? 4 : 2, arch == ARCH_LLAMA);
+        GPT<double> md;
+        GPT<float> mf;
+        gpt_build(&md, c);
+        gpt_build(&mf, c);
+        gpt_init_params(&md, 7);
+        spread_params(&md, 8);
+        for (size_t i = 0; i < md.num_params; i++) mf.params_memory[i] = (float)md.params_memory[i];
+        for (size_t i = 0; i < md.num_params; i++) md.params_memory[i] = (double)mf.params_memory[i];  // identical weights
+        std::vector<int> inp, tgt;
+        tiny_batch(inp, tgt, 2, 6, c.vocab_size, 9);
+        gpt_forward(&md, inp.data(), tgt.data(), 2, 6);
+        gpt_forward(&mf, inp.data(), tgt.data(), 2, 6);
+        CHECK(close_enough(mf.mean_loss, md.mean_loss, 0, 2e-6), "%s loss float %.9g double %.9g", arch_name(arch), mf.mean_loss, md.mean_loss);
+        gpt_zero_grad(&md);
+        gpt_zero_grad(&mf);
+        gpt_backward(&md, 1.0);
+        gpt_backward(&mf, 1.0f);
+        double gmax = 0, err = 0;
+        for (size_t i = 0; i < md.num_params; i++) {
+            gmax = std::max(gmax, std::fabs(md.grads_memory[i]));
+            err = std::max(err, std::fabs(md.grads_memory[i] - mf.grads_memory[i]));
+        }
+        CHECK(err <= 1e-4 * gmax, "%s max grad diff %.3g vs scale %.3g", arch_name(arch), err, gmax);
+        gpt_free(&md);
+        gpt_free(&mf);
+    }
+}
+
+// Bit-identical gradients with 1 and 2 threads: every reduction has a fixed order.
+TEST(deterministic_across_threads) {
+    ModelConfig c = tiny_config(ARCH_LLAMA, 4, 2, 1);
+    c.n_embd = 64;
+    c.head_dim = 16;
+    c.ffn_dim = 96;
+    std::vector<float> g1, g2;
+    for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        GPT<float> m;
+        gpt_build(&m, c);
+        gpt_init_params(&m, 3);
+        std::vector<int> inp, tgt;
+        tiny_batch(inp, tgt, 3, 8, c.vocab_size, 4);
+        gpt_forward(&m, inp.data(), tgt.data(), 3, 8);
+        gpt_zero_grad(&m);
+        gpt_backward(&m, 1.0f);
+        (threads == 1 ? g1 : g2).assign(m.grads_memory, m.grads_memory + m.num_params);
+        gpt_free(&m);
+    }
+    omp_set_num_threads(omp_get_num_procs());
+    CHECK(memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)) == 0, "gradients differ between 1 and 2 threads");
+}
+
+TEST(param_counts) {
+    RunConfig rc;
+    const char* argv[] = {"test"};
+    parse_command_line(&rc, 1, (char**)argv);
+    // the defaults are GPT-2 124M; llm.c's train_gpt2 reports 124,475,904 parameters for it (with
+    // the vocabulary padded to 50304)
+    ModelConfig g = model_config_from_flags(rc);
+    CHECK(g.padded_vocab_size == 50304, "Vp %d", g.padded_vocab_size);
+    CHECK(count_params(param_specs(g)) == 124475904ull, "GPT-2 124M has %zu parameters", count_params(param_specs(g)));
+    // Llama: untied head, no biases, GQA, SwiGLU, QK-norm gains
+    rc.arch = "llama";
+    rc.layers = 3;
+    rc.heads = 8;
+    rc.kv_heads = 2;
+    rc.dim = 256;
+    rc.ffn_dim = 640;
+    rc.vocab = 1000;
+    rc.qk_norm = 1;
+    ModelConfig l = model_config_from_flags(rc);
+    size_t C = 256, D = 32, Hkv = 2, F = 640, Vp = 1024, L = 3;
+    size_t expect = 2 * Vp * C + C + L * (2 * C + C * (8 * D + 2 * Hkv * D) + C * C + 3 * C * F + 2 * D);
+    CHECK(count_params(param_specs(l)) == expect, "llama has %zu, formula %zu", count_params(param_specs(l)), expect);
+}
+
+// A tiny model on a stream where each token determines the next: the loss must fall well below
+// the uniform-guess loss ln(V).
+TEST(training_loss_falls) {
+    for (int arch : {ARCH_GPT2, ARCH_LLAMA}) {
+        ModelConfig c = tiny_config(arch, 2, arch == ARCH_GPT2 ? 2 : 1, 0);
+        GPT<float> m;
+        gpt_build(&m, c);
+        gpt_init_params(&m, 11);
+        int B = 4, T = 8;
+        std::vector<int> inp(B * T), tgt(B * T);
+        float first = 0, last = 0;
+        for (int step = 1; step <= 60; step++) {
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) {
+                    int x = (b * 3 + t * 5 + step) % c.vocab_size;
+                    inp[b * T + t] = x;
+                    tgt[b * T + t] = (x * 4 + 1) % c.vocab_size;  // a fixed permutation of x
+                }
+            gpt_forward(&m, inp.data(), tgt.data(), B, T);
+            if (step == 1) first = m.mean_loss;
+            last = m.mean_loss;
+            gpt_zero_grad(&m);
+            gpt_backward(&m, 1.0f);
+            AdamWSettings s = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
+            gpt_update(&m, s, step);
+        }
+        CHECK(std::fabs(first - std::log((float)c.vocab_size)) < 0.1, "%s: initial loss %.4f, expected about ln(V) = %.4f", arch_name(arch), first,
+              std::log((float)c.vocab_size));
+        CHECK(last < 0.5f, "%s: loss went from %.4f to only %.4f", arch_name(arch), first, last);
+        gpt_free(&m);
+    }
+}
+
+TEST(lr_schedule) {
+    CHECK(lr_at_step(0, 1.0f, 10, 100, 0.1f) == 0.1f, "first warmup step");
+    CHECK(lr_at_step(9, 1.0f, 10, 100, 0.1f) == 1.0f, "end of warmup");
+    CHECK(close_enough(lr_at_step(55, 1.0f, 10, 100, 0.1f), 0.55, 1e-6, 0), "cosine midpoint %g", lr_at_step(55, 1.0f, 10, 100, 0.1f));
+    CHECK(close_enough(lr_at_step(100, 1.0f, 10, 100, 0.1f), 0.1, 1e-7, 0), "end of decay");
+}
+
+TEST(bad_flags_are_usage_errors) {
+    auto code_of = [](std::vector<const char*> args) {
+        args.insert(args.begin(), "train");
+        try {
+            RunConfig rc;
+            parse_command_line(&rc, (int)args.size(), (char**)args.data());
+            ModelConfig c = model_config_from_flags(rc);
+            validate_run_config(rc, c);
+        } catch (const VpError& e) {
+            return e.code;
+        }
+        return 0;
+    };
+    CHECK(code_of({"--bogus", "1"}) == 2, "unknown flag");
+    CHECK(code_of({"--layers", "x"}) == 2, "non-integer");
+    CHECK(code_of({"--heads", "5", "--dim", "768"}) == 2, "dim not a multiple of heads");
+    CHECK(code_of({"--arch", "gpt2", "--kv-heads", "4"}) == 2, "gqa on gpt2");
+    CHECK(code_of({"--arch", "llama", "--heads", "12", "--kv-heads", "5"}) == 2, "heads not a multiple of kv heads");
+    CHECK(code_of({"--seq-len", "2048", "--train-data", "x"}) == 2, "seq-len above max-seq");
+    CHECK(code_of({"--total-batch-tokens", "1000", "--train-data", "x"}) == 2, "total batch not a multiple");
+    CHECK(code_of({"--lr", "1", "--lr", "2"}) == 2, "flag given twice");
+#if VALUE_PATH_ID != VP_SLA
+    CHECK(code_of({"--sla-layers", "3"}) == 2, "a flag of another value path");
+#endif
+    CHECK(code_of({"--train-data", "x"}) == 0, "a valid command line");
+}
+
+TEST_MAIN()

@@ -1,0 +1,685 @@
+// tests/test_host.cpp: the host-side data path: token shards (host/dataloader.h) and the
+// tokenizer used for printing samples (host/tokenizer.h).
+// Build (errors throw VpError so bad inputs can be checked):
+//   g++ -O2 -std=c++17 -DVP_ERRORS_THROW -I. tests/test_host.cpp -o /tmp/test_host && /tmp/test_host
+// The fixture shards and tokenizer files are written into a fresh mkdtemp directory. The GPT-2
+// encoder.json test reads the shared data copy (VP_DATA_DIR, else shared/data or /work/shared/data).
+#include "host/dataloader.h"
+#include "host/tokenizer.h"
+#include "tests/testing.h"
+
+#include <set>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// fixtures
+
+static std::vector<std::string>& created_files() {
+    static std::vector<std::string> files;
+    return files;
+}
+
+static void cleanup_tmp();
+
+// The per-run temp dir, created on first use and removed at exit.
+static const std::string& tmp_dir() {
+    static std::string dir;
+    if (dir.empty()) {
+        char templ[] = "/tmp/vp_test_host_XXXXXX";
+        char* d = mkdtemp(templ);
+        if (!d) { perror("mkdtemp"); exit(1); }
+        dir = d;
+        created_files();  // construct it before registering, so it is destroyed after cleanup_tmp runs
+        atexit(cleanup_tmp);
+    }
+    return dir;
+}
+
+static void cleanup_tmp() {
+    for (const std::string& f : created_files()) remove(f.c_str());
+    rmdir(tmp_dir().c_str());
+}
+
+static std::string tmp_path(const std::string& name) {
+    std::string p = tmp_dir() + "/" + name;
+    created_files().push_back(p);
+    return p;
+}
+
+static void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+    FILE* f = fopen(path.c_str(), "wb");
+    if (!f) { perror(path.c_str()); exit(1); }
+    if (!bytes.empty()) fwrite(bytes.data(), 1, bytes.size(), f);
+    fclose(f);
+}
+
+static void put_le32(std::vector<unsigned char>& b, uint32_t v) {
+    for (int k = 0; k < 4; k++) b.push_back((unsigned char)(v >> (8 * k)));
+}
+
+// The bytes of a shard: header (magic, version, header_n) then tokens at the version's width
+// (v1: uint16, anything else: uint32). header_n = -1 means tokens.size().
+static std::vector<unsigned char> shard_bytes(const std::vector<uint32_t>& tokens, int version, int32_t magic = SHARD_MAGIC, int64_t header_n = -1) {
+    std::vector<unsigned char> b;
+    put_le32(b, (uint32_t)magic);
+    put_le32(b, (uint32_t)version);
+    put_le32(b, (uint32_t)(header_n < 0 ? (int64_t)tokens.size() : header_n));
+    while (b.size() < SHARD_HEADER_BYTES) b.push_back(0);
+    for (uint32_t t : tokens) {
+        b.push_back((unsigned char)t);
+        b.push_back((unsigned char)(t >> 8));
+        if (version != 1) {
+            b.push_back((unsigned char)(t >> 16));
+            b.push_back((unsigned char)(t >> 24));
+        }
+    }
+    return b;
+}
+
+static std::string write_shard(const std::string& name, const std::vector<uint32_t>& tokens, int version) {
+    std::string p = tmp_path(name);
+    write_bytes(p, shard_bytes(tokens, version));
+    return p;
+}
+
+// tokens base, base+1, ..., base+n-1: every token is unique, so a sequence is identified by its first.
+static std::vector<uint32_t> iota_tokens(uint32_t base, int n) {
+    std::vector<uint32_t> t(n);
+    for (int i = 0; i < n; i++) t[i] = base + (uint32_t)i;
+    return t;
+}
+
+struct ErrInfo {
+    int code;  // 0: no error
+    std::string msg;
+};
+
+// Runs f and returns the VpError it threw (code 0 if none).
+template <typename F>
+static ErrInfo catch_error(F f) {
+    try {
+        f();
+    } catch (const VpError& e) {
+        return {e.code, e.what()};
+    }
+    return {0, ""};
+}
+
+static bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Reads `nbatches` batches, returning the concatenated inputs and targets.
+static void read_batches(DataLoader* dl, int nbatches, std::vector<int>& in, std::vector<int>& tg) {
+    size_t bt = (size_t)dl->B * dl->T;
+    in.assign(bt * nbatches, -1);
+    tg.assign(bt * nbatches, -1);
+    for (int i = 0; i < nbatches; i++) dataloader_next_batch(dl, in.data() + i * bt, tg.data() + i * bt);
+}
+
+// ----------------------------------------------------------------------------
+// data loader: stream contents
+
+TEST(shard_v1_round_trip) {
+    // 5 full sequences of T=4 (21 tokens needed) plus 3 tokens that make no full sequence
+    const int T = 4, B = 2;
+    std::vector<uint32_t> toks;
+    for (int i = 0; i < 24; i++) toks.push_back((uint32_t)((i * 7919) % 65536));  // spans the uint16 range
+    toks[3] = 65535;
+    std::string p = write_shard("v1_00.bin", toks, 1);
+    DataLoader dl;
+    dataloader_init(&dl, p.c_str(), B, T, 65536, false, 0, 0, 1);
+    CHECK(dataloader_num_tokens(&dl) == 24, "num_tokens %zu", dataloader_num_tokens(&dl));
+    std::vector<int> in, tg;
+    read_batches(&dl, 5, in, tg);  // 10 sequences = 2 epochs of 5
+    for (int s = 0; s < 10; s++) {
+        int seq = s % 5;
+        for (int t = 0; t < T; t++) {
+            CHECK(in[s * T + t] == (int)toks[seq * T + t], "input seq %d t %d: %d vs %u", s, t, in[s * T + t], toks[seq * T + t]);
+            CHECK(tg[s * T + t] == (int)toks[seq * T + t + 1], "target seq %d t %d", s, t);
+        }
+    }
+    dataloader_free(&dl);
+}
+
+TEST(shard_v2_round_trip) {
+    const int T = 8, B = 3;
+    std::vector<uint32_t> toks;
+    for (int i = 0; i < 8 * 6 + 1; i++) toks.push_back(65530u + (uint32_t)i * 1000u);  // beyond uint16
+    std::string p = write_shard("v2_00.bin", toks, 2);
+    DataLoader dl;
+    dataloader_init(&dl, p.c_str(), B, T, 200000, false, 0, 0, 1);
+    std::vector<int> in, tg;
+    read_batches(&dl, 2, in, tg);
+    for (int s = 0; s < 6; s++)
+        for (int t = 0; t < T; t++) {
+            CHECK(in[s * T + t] == (int)toks[s * T + t], "input seq %d t %d", s, t);
+            CHECK(tg[s * T + t] == (int)toks[s * T + t + 1], "target seq %d t %d", s, t);
+        }
+    dataloader_free(&dl);
+}
+
+// Three shards of 3, 2 and 4 sequences (T=4), mixed versions; returns the glob.
+static std::string three_shards(const std::string& prefix) {
+    write_shard(prefix + "_000.bin", iota_tokens(1000, 4 * 3 + 2), 1);
+    write_shard(prefix + "_001.bin", iota_tokens(2000, 4 * 2 + 1), 2);
+    write_shard(prefix + "_002.bin", iota_tokens(3000, 4 * 4 + 4), 1);
+    return tmp_dir() + "/" + prefix + "_*.bin";
+}
+
+TEST(batches_cross_shard_boundaries) {
+    std::string g = three_shards("cross");
+    // the expected stream: first tokens of every sequence, shards in order, wrapping forever
+    std::vector<int> firsts;
+    for (int s = 0; s < 3; s++) firsts.push_back(1000 + 4 * s);
+    for (int s = 0; s < 2; s++) firsts.push_back(2000 + 4 * s);
+    for (int s = 0; s < 4; s++) firsts.push_back(3000 + 4 * s);
+    DataLoader dl;
+    dataloader_init(&dl, g.c_str(), 4, 4, 5000, false, 0, 0, 1);
+    CHECK(dataloader_num_tokens(&dl) == 14 + 9 + 20, "num_tokens %zu", dataloader_num_tokens(&dl));
+    std::vector<int> in, tg;
+    read_batches(&dl, 7, in, tg);  // 28 sequences: 3 epochs and a bit, batches straddle shards and epochs
+    for (int s = 0; s < 28; s++)
+        for (int t = 0; t < 4; t++) {
+            int want = firsts[s % 9] + t;
+            CHECK(in[s * 4 + t] == want, "seq %d t %d: %d vs %d", s, t, in[s * 4 + t], want);
+            CHECK(tg[s * 4 + t] == want + 1, "target seq %d t %d", s, t);
+        }
+    // reset goes back to the very start
+    dataloader_reset(&dl);
+    std::vector<int> in2, tg2;
+    read_batches(&dl, 7, in2, tg2);
+    CHECK(in2 == in && tg2 == tg, "reset must replay the same stream");
+    dataloader_free(&dl);
+}
+
+// The first token of each of `nseq` sequences read one by one (B=1), with targets checked.
+static std::vector<int> read_firsts(DataLoader* dl, int nseq, bool* consistent) {
+    std::vector<int> firsts;
+    std::vector<int> in(dl->B * dl->T), tg(dl->B * dl->T);
+    *consistent = true;
+    while ((int)firsts.size() < nseq) {
+        dataloader_next_batch(dl, in.data(), tg.data());
+        for (int b = 0; b < dl->B; b++) {
+            firsts.push_back(in[b * dl->T]);
+            for (int t = 0; t < dl->T; t++) {
+                if (in[b * dl->T + t] != firsts.back() + t || tg[b * dl->T + t] != firsts.back() + t + 1) *consistent = false;
+            }
+        }
+    }
+    return firsts;
+}
+
+TEST(shuffle_permutes_each_epoch) {
+    // more sequences, so that two different permutations coincide with negligible probability
+    write_shard("shuf_000.bin", iota_tokens(10000, 4 * 40 + 1), 1);
+    write_shard("shuf_001.bin", iota_tokens(20000, 4 * 25 + 3), 2);
+    write_shard("shuf_002.bin", iota_tokens(30000, 4 * 33 + 1), 1);
+    std::string g = tmp_dir() + "/shuf_*.bin";
+    const int S = 40 + 25 + 33;
+    std::set<int> all;
+    for (int s = 0; s < 40; s++) all.insert(10000 + 4 * s);
+    for (int s = 0; s < 25; s++) all.insert(20000 + 4 * s);
+    for (int s = 0; s < 33; s++) all.insert(30000 + 4 * s);
+
+    DataLoader a, b, c;
+    dataloader_init(&a, g.c_str(), 2, 4, 40000, true, 1337, 0, 1);
+    dataloader_init(&b, g.c_str(), 2, 4, 40000, true, 1337, 0, 1);
+    dataloader_init(&c, g.c_str(), 2, 4, 40000, true, 42, 0, 1);
+    bool ok_a, ok_b, ok_c;
+    std::vector<int> fa = read_firsts(&a, 3 * S, &ok_a);  // S is even: B=2 batches end exactly at each epoch
+    std::vector<int> fb = read_firsts(&b, 3 * S, &ok_b);
+    std::vector<int> fc = read_firsts(&c, 3 * S, &ok_c);
+    CHECK(ok_a && ok_b && ok_c, "shuffled sequences must still be contiguous, with targets shifted by one");
+    for (int e = 0; e < 3; e++) {
+        std::vector<int> ep(fa.begin() + e * S, fa.begin() + (e + 1) * S);
+        std::set<int> seen(ep.begin(), ep.end());
+        CHECK(seen.size() == (size_t)S && seen == all, "epoch %d: every sequence exactly once (%zu distinct of %d)", e, seen.size(), S);
+        std::vector<int> epc(fc.begin() + e * S, fc.begin() + (e + 1) * S);
+        CHECK(std::set<int>(epc.begin(), epc.end()) == all, "seed 42 epoch %d: every sequence exactly once", e);
+    }
+    CHECK(fa == fb, "same seed must give the identical order");
+    CHECK(fa != fc, "different seeds must give different orders");
+    CHECK(!std::equal(fa.begin(), fa.begin() + S, fa.begin() + S), "epoch 0 and epoch 1 must differ");
+    CHECK(!std::equal(fa.begin() + S, fa.begin() + 2 * S, fa.begin() + 2 * S), "epoch 1 and epoch 2 must differ");
+    // it is really shuffled, not the sorted order
+    std::vector<int> sorted(all.begin(), all.end());
+    CHECK(!std::equal(fa.begin(), fa.begin() + S, sorted.begin()), "shuffle=true must not give the sorted order");
+    // the permutation is fixed by our own splitmix64, not the platform: pin the first few ids of seed 1337
+    CHECK(fa[0] == 30080 && fa[1] == 30100 && fa[2] == 30072 && fa[3] == 30076, "pinned start of seed 1337: %d %d %d %d", fa[0], fa[1], fa[2], fa[3]);
+    dataloader_free(&a);
+    dataloader_free(&b);
+    dataloader_free(&c);
+}
+
+TEST(permutation_is_pinned) {
+    // splitmix64 + Fisher-Yates are fully specified: these numbers must never change, else resuming
+    // a checkpoint from an older build would read other batches.
+    uint64_t s = 0;
+    CHECK(splitmix64_next(&s) == 0xE220A8397B1DCDAFULL, "splitmix64 reference value for state 0");
+    std::vector<uint32_t> p;
+    dl_permutation(p, 10, dl_perm_seed(1337, 0, 0));
+    std::vector<uint32_t> sorted = p;
+    std::sort(sorted.begin(), sorted.end());
+    for (uint32_t i = 0; i < 10; i++) CHECK(sorted[i] == i, "a permutation of 0..9");
+    // (scripts can reproduce this in Python: see docs/formats.md)
+    const uint32_t want[10] = {8, 0, 6, 2, 7, 3, 5, 4, 1, 9};
+    for (int i = 0; i < 10; i++) CHECK(p[i] == want[i], "perm(1337,0,0)[%d] = %u, pinned %u", i, p[i], want[i]);
+}
+
+TEST(state_resume_is_bit_exact) {
+    std::string g = three_shards("state");
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        DataLoader a;
+        dataloader_init(&a, g.c_str(), 3, 4, 5000, shuffle != 0, 7, 0, 1);
+        std::vector<int> in, tg;
+        read_batches(&a, 4, in, tg);  // 12 sequences: mid epoch 1, mid shard
+        DataLoaderState st = dataloader_get_state(&a);
+        CHECK(st.epoch == 1, "after 12 of 9-per-epoch sequences, epoch %llu", (unsigned long long)st.epoch);
+        std::vector<int> want_in, want_tg;
+        read_batches(&a, 9, want_in, want_tg);
+
+        // a fresh loader (as after a restart), and one that had read elsewhere
+        DataLoader b, c;
+        dataloader_init(&b, g.c_str(), 3, 4, 5000, shuffle != 0, 7, 0, 1);
+        dataloader_init(&c, g.c_str(), 3, 4, 5000, shuffle != 0, 7, 0, 1);
+        read_batches(&c, 5, in, tg);
+        DataLoaderState copy;
+        memcpy(&copy, &st, sizeof(st));  // as if written to and read from a checkpoint
+        dataloader_set_state(&b, &copy);
+        dataloader_set_state(&c, &copy);
+        std::vector<int> got_in, got_tg;
+        read_batches(&b, 9, got_in, got_tg);
+        CHECK(got_in == want_in && got_tg == want_tg, "shuffle=%d: resumed batches differ from the uninterrupted run", shuffle);
+        read_batches(&c, 9, got_in, got_tg);
+        CHECK(got_in == want_in && got_tg == want_tg, "shuffle=%d: set_state on a used loader differs", shuffle);
+        dataloader_free(&a);
+        dataloader_free(&b);
+        dataloader_free(&c);
+    }
+}
+
+TEST(state_refused_when_it_does_not_fit) {
+    std::string g = three_shards("stbad");
+    DataLoader a;
+    dataloader_init(&a, g.c_str(), 2, 4, 5000, true, 7, 0, 1);
+    DataLoaderState st = dataloader_get_state(&a);
+
+    DataLoader other_seed, other_T, other_data;
+    dataloader_init(&other_seed, g.c_str(), 2, 4, 5000, true, 8, 0, 1);
+    dataloader_init(&other_T, g.c_str(), 2, 3, 5000, true, 7, 0, 1);
+    std::string p = write_shard("stother_000.bin", iota_tokens(0, 100), 1);
+    dataloader_init(&other_data, p.c_str(), 2, 4, 5000, true, 7, 0, 1);
+    ErrInfo e1 = catch_error([&] { dataloader_set_state(&other_seed, &st); });
+    ErrInfo e2 = catch_error([&] { dataloader_set_state(&other_T, &st); });
+    ErrInfo e3 = catch_error([&] { dataloader_set_state(&other_data, &st); });
+    CHECK(e1.code == 1 && contains(e1.msg, "seed"), "other seed: code %d msg '%s'", e1.code, e1.msg.c_str());
+    CHECK(e2.code == 1 && contains(e2.msg, "seq_len"), "other T: code %d msg '%s'", e2.code, e2.msg.c_str());
+    CHECK(e3.code == 1 && contains(e3.msg, "stother_000.bin"), "other data: code %d msg '%s'", e3.code, e3.msg.c_str());
+    DataLoaderState bad = st;
+    bad.seq_cursor = 1000;
+    ErrInfo e4 = catch_error([&] { dataloader_set_state(&a, &bad); });
+    CHECK(e4.code == 1 && contains(e4.msg, "stbad_00"), "cursor past the shard: code %d msg '%s'", e4.code, e4.msg.c_str());
+    bad = st;
+    bad.magic = 0;
+    ErrInfo e5 = catch_error([&] { dataloader_set_state(&a, &bad); });
+    CHECK(e5.code == 1, "bad magic: code %d", e5.code);
+    dataloader_free(&a);
+    dataloader_free(&other_seed);
+    dataloader_free(&other_T);
+    dataloader_free(&other_data);
+}
+
+TEST(rank_world_split_the_stream) {
+    std::string g = three_shards("rank");
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        const int B = 2, T = 4, steps = 10;
+        DataLoader whole, r0, r1;
+        dataloader_init(&whole, g.c_str(), 2 * B, T, 5000, shuffle != 0, 3, 0, 1);
+        dataloader_init(&r0, g.c_str(), B, T, 5000, shuffle != 0, 3, 0, 2);
+        dataloader_init(&r1, g.c_str(), B, T, 5000, shuffle != 0, 3, 1, 2);
+        std::vector<int> w_in, w_tg, in0, tg0, in1, tg1;
+        read_batches(&whole, steps, w_in, w_tg);
+        read_batches(&r0, steps, in0, tg0);
+        read_batches(&r1, steps, in1, tg1);
+        // global sequence g goes to rank g % 2, in order
+        bool ok = true;
+        for (int s = 0; s < steps * 2 * B; s++) {
+            const std::vector<int>& in = (s % 2 == 0) ? in0 : in1;
+            const std::vector<int>& tg = (s % 2 == 0) ? tg0 : tg1;
+            int local = s / 2;
+            for (int t = 0; t < T; t++) {
+                if (in[local * T + t] != w_in[s * T + t] || tg[local * T + t] != w_tg[s * T + t]) ok = false;
+            }
+        }
+        CHECK(ok, "shuffle=%d: ranks 0/1 must read the even/odd sequences of the global stream", shuffle);
+        // within one epoch (9 sequences) the two ranks' sequences are disjoint
+        std::set<int> s0, s1;
+        for (int k = 0; k < 4; k++) { s0.insert(in0[k * T]); s1.insert(in1[k * T]); }
+        bool disjoint = true;
+        for (int x : s0) if (s1.count(x)) disjoint = false;
+        CHECK(disjoint && s0.size() == 4 && s1.size() == 4, "shuffle=%d: ranks overlap within an epoch", shuffle);
+        // a state saved on rank 0 restores rank 1 (the state is rank-independent)
+        DataLoaderState st = dataloader_get_state(&r0);
+        std::vector<int> want_in, want_tg, got_in, got_tg;
+        read_batches(&r1, 3, want_in, want_tg);
+        DataLoader r1b;
+        dataloader_init(&r1b, g.c_str(), B, T, 5000, shuffle != 0, 3, 1, 2);
+        dataloader_set_state(&r1b, &st);
+        read_batches(&r1b, 3, got_in, got_tg);
+        CHECK(got_in == want_in && got_tg == want_tg, "shuffle=%d: rank 0's state must restore rank 1", shuffle);
+        dataloader_free(&whole);
+        dataloader_free(&r0);
+        dataloader_free(&r1);
+        dataloader_free(&r1b);
+    }
+}
+
+TEST(tiny_dataset_wraps) {
+    // B*T*world larger than the whole dataset is fine: it wraps into the next epochs
+    std::string p = write_shard("tiny_000.bin", iota_tokens(0, 9), 1);  // 2 sequences of T=4
+    DataLoader dl;
+    dataloader_init(&dl, p.c_str(), 5, 4, 100, false, 0, 1, 3);
+    std::vector<int> in, tg;
+    read_batches(&dl, 2, in, tg);
+    // rank 1 of 3 reads global sequences 1, 4, 7, 10, ... = local sequence g % 2
+    for (int b = 0; b < 10; b++) {
+        int gidx = 1 + 3 * b;
+        int want = 4 * (gidx & 1);
+        CHECK(in[b * 4] == want, "row %d: %d vs %d", b, in[b * 4], want);
+    }
+    dataloader_free(&dl);
+}
+
+// ----------------------------------------------------------------------------
+// data loader: bad inputs
+
+static ErrInfo init_error(const std::string& pattern, int T = 4, int vocab = 70000) {
+    DataLoader dl;  // freed even when init or a batch throws, so the sanitizers see no leak
+    ErrInfo e = catch_error([&] {
+        dataloader_init(&dl, pattern.c_str(), 2, T, vocab, false, 0, 0, 1);
+        std::vector<int> in(2 * T), tg(2 * T);
+        for (int i = 0; i < 4; i++) dataloader_next_batch(&dl, in.data(), tg.data());
+    });
+    dataloader_free(&dl);
+    return e;
+}
+
+TEST(shard_errors_name_the_file) {
+    std::vector<uint32_t> toks = iota_tokens(0, 41);
+    struct Case {
+        const char* name;
+        std::vector<unsigned char> bytes;
+        const char* must_say;  // besides the file name
+    };
+    std::vector<unsigned char> ok1 = shard_bytes(toks, 1);
+    std::vector<unsigned char> truncated(ok1.begin(), ok1.end() - 3);
+    std::vector<unsigned char> trailing = ok1;
+    trailing.push_back(0);
+    trailing.push_back(0);
+    std::vector<unsigned char> short_header(ok1.begin(), ok1.begin() + 100);
+    std::string text = "First Citizen:\nBefore we proceed any further, hear me speak.\n";
+    std::vector<unsigned char> text_bytes(text.begin(), text.end());
+    while (text_bytes.size() < 2000) text_bytes.push_back('x');
+    std::vector<uint32_t> big = toks;
+    big[17] = 70000;  // >= vocab 70000
+    std::vector<Case> cases = {
+        {"err_truncated.bin", truncated, "truncated"},
+        {"err_trailing.bin", trailing, "trailing garbage"},
+        {"err_short_header.bin", short_header, "header"},
+        {"err_magic.bin", shard_bytes(toks, 1, 12345), "12345"},
+        {"err_llmc_model.bin", shard_bytes(toks, 1, 20240326), "checkpoint"},
+        {"err_text.bin", text_bytes, "text"},
+        {"err_version.bin", shard_bytes(toks, 3), "version 3"},
+        {"err_empty.bin", {}, "0 bytes"},
+        {"err_vocab.bin", shard_bytes(big, 2), "token id 70000 at position 17"},
+        {"err_too_short.bin", shard_bytes(iota_tokens(0, 4), 1), "T=4"},
+    };
+    for (const Case& c : cases) {
+        std::string p = tmp_path(c.name);
+        write_bytes(p, c.bytes);
+        ErrInfo e = init_error(p);
+        CHECK(e.code == 1, "%s: exit code %d (want 1), msg '%s'", c.name, e.code, e.msg.c_str());
+        CHECK(contains(e.msg, c.name), "%s: message does not name the file: '%s'", c.name, e.msg.c_str());
+        CHECK(contains(e.msg, c.must_say), "%s: message lacks '%s': '%s'", c.name, c.must_say, e.msg.c_str());
+    }
+    // the vocab message also gives the vocab size
+    ErrInfo e = init_error(tmp_dir() + "/err_vocab.bin");
+    CHECK(contains(e.msg, "70000") && contains(e.msg, "vocab size 70000"), "vocab message: '%s'", e.msg.c_str());
+    // the size message gives both sizes
+    e = init_error(tmp_dir() + "/err_trailing.bin");
+    char sizes[64];
+    snprintf(sizes, sizeof(sizes), "%zu bytes", trailing.size());
+    CHECK(contains(e.msg, sizes) && contains(e.msg, "1106 bytes"), "size message: '%s'", e.msg.c_str());
+    // a bad shard among good ones fails at init, before any batch
+    write_shard("mixed_000.bin", toks, 1);
+    std::string bad = tmp_path("mixed_001.bin");
+    write_bytes(bad, truncated);
+    ErrInfo em = catch_error([&] {
+        DataLoader dl;
+        dataloader_init(&dl, (tmp_dir() + "/mixed_*.bin").c_str(), 2, 4, 70000, false, 0, 0, 1);
+    });
+    CHECK(em.code == 1 && contains(em.msg, "mixed_001.bin"), "bad shard among good: code %d '%s'", em.code, em.msg.c_str());
+}
+
+TEST(glob_without_match) {
+    std::string pattern = tmp_dir() + "/nothing_here_*.bin";
+    ErrInfo e = init_error(pattern);
+    CHECK(e.code == 1, "code %d", e.code);
+    CHECK(contains(e.msg, pattern), "message must say the glob: '%s'", e.msg.c_str());
+}
+
+TEST(bad_arguments_are_usage_errors) {
+    std::string p = write_shard("args_000.bin", iota_tokens(0, 50), 1);
+    DataLoader dl;
+    ErrInfo e1 = catch_error([&] { dataloader_init(&dl, p.c_str(), 0, 4, 100, false, 0, 0, 1); });
+    ErrInfo e2 = catch_error([&] { dataloader_init(&dl, p.c_str(), 1, 4, 100, false, 0, 2, 2); });
+    CHECK(e1.code == 2 && e2.code == 2, "codes %d %d", e1.code, e2.code);
+}
+
+// ----------------------------------------------------------------------------
+// tokenizer
+
+static std::string find_encoder_json() {
+    std::vector<std::string> dirs;
+    if (getenv("VP_DATA_DIR")) dirs.push_back(getenv("VP_DATA_DIR"));
+    dirs.push_back("shared/data");
+    dirs.push_back("../shared/data");
+    dirs.push_back("/work/shared/data");
+    for (const std::string& d : dirs) {
+        std::string p = d + "/tokenizers/gpt2/encoder.json";
+        FILE* f = fopen(p.c_str(), "rb");
+        if (f) { fclose(f); return p; }
+    }
+    return "";
+}
+
+// What tokenizer_print writes for ids, as a string of raw bytes.
+static std::string printed(const Tokenizer* tok, const std::vector<int>& ids) {
+    std::string p = tmp_path("printed.txt");
+    FILE* f = fopen(p.c_str(), "wb+");
+    tokenizer_print(tok, ids.data(), (int)ids.size(), f);
+    rewind(f);
+    std::string out;
+    int c;
+    while ((c = fgetc(f)) != EOF) out.push_back((char)c);
+    fclose(f);
+    return out;
+}
+
+TEST(gpt2_encoder_json) {
+    std::string path = find_encoder_json();
+    REQUIRE(!path.empty(), "GPT-2 encoder.json not found; set VP_DATA_DIR to the shared data folder");
+    Tokenizer tok;
+    tokenizer_init(&tok, path.c_str());
+    CHECK(tokenizer_vocab_size(&tok) == 50257, "vocab %d", tokenizer_vocab_size(&tok));
+    CHECK(tokenizer_eot(&tok) == 50256, "eot %d", tokenizer_eot(&tok));
+    struct { int id; const char* s; } known[] = {
+        {50256, "<|endoftext|>"}, {198, "\n"}, {220, " "}, {464, "The"}, {15496, "Hello"}, {11, ","},
+        {0, "!"}, {256, " t"}, {1, "\""}, {59, "\\"},
+    };
+    for (auto& k : known) CHECK(strcmp(tokenizer_decode(&tok, k.id), k.s) == 0, "id %d decodes to '%s'", k.id, tokenizer_decode(&tok, k.id));
+    CHECK(strcmp(tokenizer_decode(&tok, 255), "\xad") == 0, "id 255 is byte 0xAD");
+    // a token that ends inside a UTF-8 character (the first 3 bytes of U+1F600-ish emoji)
+    CHECK(strcmp(tokenizer_decode(&tok, 30325), " \xf0\x9f\x98") == 0, "id 30325 is a partial UTF-8 sequence");
+    CHECK(strcmp(tokenizer_decode(&tok, 50257), "<|id:50257|>") == 0, "out of range: '%s'", tokenizer_decode(&tok, 50257));
+    CHECK(strcmp(tokenizer_decode(&tok, -1), "<|id:-1|>") == 0, "negative id");
+    std::string s = printed(&tok, {15496, 11, 220, 464, 198, 50256, 99999});
+    CHECK(s == "Hello, The\n<|endoftext|><|id:99999|>", "printed '%s'", s.c_str());
+    tokenizer_free(&tok);
+}
+
+// A vptok file from token byte strings (with optional damage), as the Python exporter writes it.
+static std::vector<unsigned char> vptok_bytes(const std::vector<std::string>& toks, int eot, int version = 1, int32_t n_override = -2) {
+    std::vector<unsigned char> b;
+    put_le32(b, VPTOK_MAGIC);
+    put_le32(b, (uint32_t)version);
+    put_le32(b, (uint32_t)(n_override == -2 ? (int32_t)toks.size() : n_override));
+    put_le32(b, (uint32_t)eot);
+    while (b.size() < VPTOK_HEADER_BYTES) b.push_back(0);
+    for (const std::string& t : toks) {
+        put_le32(b, (uint32_t)t.size());
+        b.insert(b.end(), t.begin(), t.end());
+    }
+    return b;
+}
+
+static std::vector<std::string> test_vocab() {
+    std::vector<std::string> toks;
+    for (int b = 0; b < 256; b++) toks.push_back(std::string(1, (char)b));  // every byte, 0x00 included
+    toks.push_back("h\xc3\xa9llo");         // héllo
+    toks.push_back("\xe6\x97\xa5\xe6\x9c\xac");  // 日本
+    toks.push_back("\xf0\x9f\x99\x82");     // 🙂
+    toks.push_back("\xf0\x9f");             // a partial UTF-8 sequence
+    toks.push_back("");                      // an empty token
+    toks.push_back(std::string("a\0b", 3));  // a NUL inside
+    toks.push_back("<|endoftext|>");
+    return toks;
+}
+
+TEST(vptok_round_trip) {
+    std::vector<std::string> toks = test_vocab();
+    int eot = (int)toks.size() - 1;
+    std::string p = tmp_path("tok.vptok");
+    write_bytes(p, vptok_bytes(toks, eot));
+    Tokenizer tok;
+    tokenizer_init(&tok, p.c_str());
+    CHECK(tokenizer_vocab_size(&tok) == (int)toks.size(), "vocab %d", tokenizer_vocab_size(&tok));
+    CHECK(tokenizer_eot(&tok) == eot, "eot %d", tokenizer_eot(&tok));
+    for (size_t i = 0; i < toks.size(); i++) {
+        // decode gives the bytes up to the first NUL
+        CHECK(strcmp(tokenizer_decode(&tok, (int)i), toks[i].c_str()) == 0, "id %zu", i);
+        std::string s = printed(&tok, {(int)i});
+        CHECK(s == toks[i], "printed id %zu: %zu bytes, want %zu", i, s.size(), toks[i].size());
+    }
+    // a character split over two tokens prints whole
+    std::string s = printed(&tok, {258, 0xF0, 0x9F, 0x99, 0x82, 259});
+    CHECK(s == std::string("\xf0\x9f\x99\x82") + "\xf0\x9f\x99\x82" + "\xf0\x9f", "joined bytes");
+    tokenizer_free(&tok);
+
+    // no end-of-text token
+    std::string p2 = tmp_path("tok_noeot.vptok");
+    write_bytes(p2, vptok_bytes({"a", "b"}, -1));
+    tokenizer_init(&tok, p2.c_str());
+    CHECK(tokenizer_eot(&tok) == -1 && tokenizer_vocab_size(&tok) == 2, "no eot");
+    tokenizer_free(&tok);
+}
+
+TEST(llmc_tokenizer_file) {
+    // llm.c's gpt2_tokenizer.bin layout: uint32 header, then uint8 length + bytes per token
+    std::vector<unsigned char> b;
+    put_le32(b, LLMC_TOKENIZER_MAGIC);
+    put_le32(b, 2);
+    put_le32(b, 3);
+    put_le32(b, 2);
+    while (b.size() < 1024) b.push_back(0);
+    const char* toks[] = {"ab", " c", "<|endoftext|>"};
+    for (const char* t : toks) {
+        b.push_back((unsigned char)strlen(t));
+        b.insert(b.end(), t, t + strlen(t));
+    }
+    std::string p = tmp_path("llmc_tokenizer.bin");
+    write_bytes(p, b);
+    Tokenizer tok;
+    tokenizer_init(&tok, p.c_str());
+    CHECK(tokenizer_vocab_size(&tok) == 3 && tokenizer_eot(&tok) == 2, "vocab %d eot %d", tokenizer_vocab_size(&tok), tokenizer_eot(&tok));
+    CHECK(strcmp(tokenizer_decode(&tok, 1), " c") == 0, "id 1");
+    tokenizer_free(&tok);
+}
+
+TEST(small_json_with_escapes) {
+    // pretty-printed, every escape GPT-2's alphabet can hold, raw UTF-8 and \u escapes of the same chars
+    const char* json =
+        "\xef\xbb\xbf{\n"
+        "  \"\\\"\" : 0,\n"
+        "\t\"\\\\\":1 , \"\\/\": 2,\r\n"
+        "  \"\\u0120the\": 3,\n"
+        "  \"\xc4\xa0" "and\": 4,\n"           // raw UTF-8 of U+0120
+        "  \"\\u010a\\u010A\": 5,\n"        // two newlines
+        "  \"<|endoftext|>\": 6,\n"
+        "  \"\\u00e9\\u00C3\\u00a9\": 7\n"  // bytes 0xE9 0xC3 0xA9
+        "}\n";
+    std::string p = tmp_path("small.json");
+    write_bytes(p, std::vector<unsigned char>(json, json + strlen(json)));
+    Tokenizer tok;
+    tokenizer_init(&tok, p.c_str());
+    CHECK(tokenizer_vocab_size(&tok) == 8 && tokenizer_eot(&tok) == 6, "vocab %d eot %d", tokenizer_vocab_size(&tok), tokenizer_eot(&tok));
+    const char* want[] = {"\"", "\\", "/", " the", " and", "\n\n", "<|endoftext|>", "\xe9\xc3\xa9"};
+    for (int i = 0; i < 8; i++) CHECK(strcmp(tokenizer_decode(&tok, i), want[i]) == 0, "id %d: '%s'", i, tokenizer_decode(&tok, i));
+    tokenizer_free(&tok);
+}
+
+TEST(tokenizer_errors_name_the_file) {
+    std::vector<std::string> toks = test_vocab();
+    std::vector<unsigned char> good = vptok_bytes(toks, 3);
+    std::vector<unsigned char> truncated(good.begin(), good.end() - 2);
+    std::vector<unsigned char> trailing = good;
+    trailing.push_back('x');
+    std::string text = "hello world, this is not a tokenizer\n";
+    struct Case {
+        const char* name;
+        std::vector<unsigned char> bytes;
+        const char* must_say;
+    };
+    auto str = [](const char* s) { return std::vector<unsigned char>(s, s + strlen(s)); };
+    std::vector<Case> cases = {
+        {"bad_truncated.vptok", truncated, "truncated"},
+        {"bad_header.vptok", std::vector<unsigned char>(good.begin(), good.begin() + 500), "truncated"},
+        {"bad_trailing.vptok", trailing, "trailing"},
+        {"bad_version.vptok", vptok_bytes(toks, 3, 9), "version 9"},
+        {"bad_eot.vptok", vptok_bytes(toks, 100000), "100000"},
+        {"bad_count.vptok", vptok_bytes(toks, 3, 1, 1 << 30), "truncated"},
+        {"bad_text.txt", str(text.c_str()), "not a tokenizer file"},
+        {"bad_empty.json", {}, "empty"},
+        {"bad_hf.json", str("{\n  \"version\": \"1.0\",\n  \"model\": {}\n}\n"), "line 2"},
+        {"bad_cut.json", str("{\"a\": 0, \"b\": 1, \"c"), "unterminated"},
+        {"bad_array.json", str("[\"a\", \"b\"]"), "not a tokenizer file"},
+        {"bad_dup.json", str("{\"a\": 0, \"b\": 0}"), "used twice"},
+        {"bad_gap.json", str("{\"a\": 0, \"b\": 2}"), "out of range"},
+        {"bad_surrogate.json", str("{\"a\": 0, \"\\ud83d\\ude42\": 1}"), "U+1F642"},
+        {"bad_lone_surrogate.json", str("{\"a\": 0, \"\\ud83d\": 1}"), "surrogate"},
+        {"bad_raw_newline.json", str("{\"a\n\": 0}"), "control character"},
+        {"bad_escape_n.json", str("{\"\\n\": 0}"), "U+000A"},
+        {"bad_float.json", str("{\"a\": 0.5}"), "not an integer"},
+        {"bad_negative.json", str("{\"a\": -1}"), "non-negative"},
+        {"bad_after.json", str("{\"a\": 0} x"), "after the JSON object"},
+    };
+    for (const Case& c : cases) {
+        std::string p = tmp_path(c.name);
+        write_bytes(p, c.bytes);
+        ErrInfo e = catch_error([&] {
+            Tokenizer tok;
+            tokenizer_init(&tok, p.c_str());
+        });
+        CHECK(e.code == 1, "%s: exit code %d (want 1), msg '%s'", c.name, e.code, e.msg.c_str());
+        CHECK(contains(e.msg, c.name), "%s: message does not name the file: '%s'", c.name, e.msg.c_str());
+        CHECK(contains(e.msg, c.must_say), "%s: message lacks '%s': '%s'", c.name, c.must_say, e.msg.c_str());
+    }
+    ErrInfo e = catch_error([&] {
+        Tokenizer tok;
+        tokenizer_init(&tok, (tmp_dir() + "/no_such_tokenizer.json").c_str());
+    });
+    CHECK(e.code == 1 && contains(e.msg, "no_such_tokenizer.json"), "missing file: code %d '%s'", e.code, e.msg.c_str());
+}
+
+TEST_MAIN()

@@ -1,0 +1,1084 @@
+/*
+valuepath CPU reference trainer: GPT-2 and Llama-family models in plain C++ with OpenMP.
+
+This file is the spec that everything else in valuepath is checked against: the GPU trainer
+(train_gpt.cu) is diffed against it by test_gpt.cu, and it is itself checked by finite
+differences (tests/test_gpt_cpu.cpp) and against an independent PyTorch model.
+
+Readable first, and not slow: plain loops that the compiler vectorises, OpenMP over rows, and
+one cache-blocked packed GEMM (cpu/gemm.h) for every matmul. Every op is templated on the float
+type `real`: training runs in float (fp32), the gradient checks run the very same code in double.
+Results never depend on the number of threads: every reduction runs in a fixed order (parameter
+gradients are reduced over rows by the thread that owns the column), which is what makes
+--resume bit-exact.
+
+The file runs top to bottom: layers (each forward next to its backward), the model (parameters,
+activations, forward, backward, AdamW), sampling, then the training program, which sits inside
+#ifndef TESTING so the tests can include this file whole.
+*/
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// host code shared with the GPU trainer
+#include "host/utils.h"        // defines: usage_error, runtime_error, fopen_check, fread_check, malloc_check
+#include "host/value_path.h"   // defines: ValuePathConfig, VALUE_PATH_ID, value path flags
+#include "host/config.h"       // defines: ModelConfig, RunConfig, parse_command_line, model_config_from_flags
+#include "host/rng.h"          // defines: Rng, rng_stream, rng_normal, rng_uniform
+#include "host/schedule.h"     // defines: lr_at_step
+#include "host/dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch, DataLoaderState
+#include "host/checkpoint.h"   // defines: checkpoint_write, checkpoint_read, checkpoint_list_steps
+#include "host/logger.h"       // defines: Logger, logger_step, logger_val
+#include "host/tokenizer.h"    // defines: Tokenizer, tokenizer_init, tokenizer_print
+// CPU kernels
+#include "cpu/gemm.h"          // defines: gemm (packed, cache-blocked, deterministic)
+
+// ----------------------------------------------------------------------------
+// Layers. Legend: B = batch, T = sequence length, C = channels, OC = output channels,
+// H = query heads, Hkv = key/value heads, G = H/Hkv, D = head dim, F = MLP hidden size,
+// V = vocab, Vp = padded vocab, BT = B*T rows.
+// Conventions (as llm.c): outputs first, then caches for backward, then inputs, weights, sizes.
+// Backward functions ACCUMULATE (+=) into every gradient they produce, so residual fan-in and
+// gradient accumulation need no special cases; callers zero scratch gradients first.
+
+// Token (+ learned position) embedding. PyTorch: wte(idx) + wpe(arange(T)).
+template <typename real>
+void encoder_forward(real* out, const int* inp, const real* wte, const real* wpe, int B, int T, int C) {
+    // out (B,T,C), inp (B,T), wte (Vp,C), wpe (maxT,C) or NULL (Llama: positions come from RoPE)
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            real* out_bt = out + ((size_t)b * T + t) * C;
+            const real* wte_ix = wte + (size_t)inp[b * T + t] * C;
+            for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c] + (wpe ? wpe[(size_t)t * C + c] : (real)0);
+        }
+    }
+}
+
+template <typename real>
+void encoder_backward(real* dwte, real* dwpe, const real* dout, const int* inp, int B, int T, int C) {
+    // Several positions may hold the same token, so rows of dwte receive several adds: each thread
+    // owns a slice of channels and walks all positions in order (deterministic, no atomics).
+#pragma omp parallel for
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = std::min(C, c0 + 64);
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                const real* dout_bt = dout + ((size_t)b * T + t) * C;
+                real* dwte_ix = dwte + (size_t)inp[b * T + t] * C;
+                for (int c = c0; c < c1; c++) dwte_ix[c] += dout_bt[c];
+                if (dwpe)
+                    for (int c = c0; c < c1; c++) dwpe[(size_t)t * C + c] += dout_bt[c];
+            }
+        }
+    }
+}
+
+// LayerNorm over the last dim, with gain and bias. PyTorch: F.layer_norm(x, (C,), w, b, eps).
+template <typename real>
+void layernorm_forward(real* out, real* mean, real* rstd, const real* inp, const real* weight, const real* bias, int N, int C, real eps) {
+    // out, inp (N,C); mean, rstd (N): cached for backward
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const real* x = inp + (size_t)i * C;
+        real m = 0;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        real var = 0;
+        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+        var /= C;
+        real s = (real)1 / std::sqrt(var + eps);
+        real* o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+template <typename real>
+void layernorm_backward(real* dinp, real* dweight, real* dbias, const real* dout, const real* inp, const real* weight, const real* mean, const real* rstd, int N, int C) {
+    // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), with norm = (x - mean) * rstd, dnorm = w * dout
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const real* dy = dout + (size_t)i * C;
+        const real* x = inp + (size_t)i * C;
+        real m = mean[i], s = rstd[i];
+        real dnorm_mean = 0, dnorm_norm_mean = 0;
+        for (int c = 0; c < C; c++) {
+            real norm = (x[c] - m) * s, dnorm = weight[c] * dy[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        real* dx = dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            real norm = (x[c] - m) * s, dnorm = weight[c] * dy[c];
+            dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    // parameter gradients: reduced over rows by the thread that owns each channel
+#pragma omp parallel for
+    for (int c = 0; c < C; c++) {
+        real dw = 0, db = 0;
+        for (int i = 0; i < N; i++) {
+            real dy = dout[(size_t)i * C + c];
+            dw += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * dy;
+            db += dy;
+        }
+        dweight[c] += dw;
+        dbias[c] += db;
+    }
+}
+
+// RMSNorm of one vector of n values. PyTorch: x * rsqrt(x.pow(2).mean(-1) + eps) * w.
+template <typename real>
+inline real rmsnorm_vector_forward(real* out, const real* x, const real* w, int n, real eps) {
+    real ss = 0;
+    for (int c = 0; c < n; c++) ss += x[c] * x[c];
+    real s = (real)1 / std::sqrt(ss / n + eps);
+    for (int c = 0; c < n; c++) out[c] = x[c] * s * w[c];
+    return s;
+}
+
+// dx += s * (w*dy) - x * s^3 * <w*dy, x> / n
+template <typename real>
+inline void rmsnorm_vector_backward(real* dx, const real* dy, const real* x, const real* w, real s, int n) {
+    real dot = 0;
+    for (int c = 0; c < n; c++) dot += w[c] * dy[c] * x[c];
+    real k = s * s * s * dot / n;
+    for (int c = 0; c < n; c++) dx[c] += s * w[c] * dy[c] - k * x[c];
+}
+
+template <typename real>
+void rmsnorm_forward(real* out, real* rstd, const real* inp, const real* weight, int N, int C, real eps) {
+    // out, inp (N,C); rstd (N)
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) rstd[i] = rmsnorm_vector_forward(out + (size_t)i * C, inp + (size_t)i * C, weight, C, eps);
+}
+
+template <typename real>
+void rmsnorm_backward(real* dinp, real* dweight, const real* dout, const real* inp, const real* weight, const real* rstd, int N, int C) {
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) rmsnorm_vector_backward(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, weight, rstd[i], C);
+#pragma omp parallel for
+    for (int c = 0; c < C; c++) {
+        real dw = 0;
+        for (int i = 0; i < N; i++) dw += dout[(size_t)i * C + c] * inp[(size_t)i * C + c] * rstd[i];
+        dweight[c] += dw;
+    }
+}
+
+// QK-norm (Qwen3): RMSNorm over the head dim of every query head (gain q_w, shared by the heads)
+// and every key head (gain k_w), before RoPE. PyTorch: q = q_norm(q.view(B,T,H,D)).
+template <typename real>
+void qknorm_forward(real* out, real* rstd, const real* inp, const real* q_w, const real* k_w, int BT, int H, int Hkv, int D, long in_rs, long out_rs, real eps) {
+    // inp rows of in_rs floats whose first (H+Hkv)*D are [q heads | k heads]; out rows of out_rs;
+    // rstd (BT, H+Hkv)
+    int NH = H + Hkv;
+#pragma omp parallel for
+    for (int i = 0; i < BT; i++)
+        for (int j = 0; j < NH; j++)
+            rstd[(size_t)i * NH + j] = rmsnorm_vector_forward(out + i * out_rs + (size_t)j * D, inp + i * in_rs + (size_t)j * D, j < H ? q_w : k_w, D, eps);
+}
+
+template <typename real>
+void qknorm_backward(real* dinp, real* dq_w, real* dk_w, const real* dout, const real* inp, const real* q_w, const real* k_w, const real* rstd, int BT, int H, int Hkv, int D,
+                     long in_rs, long out_rs) {
+    int NH = H + Hkv;
+#pragma omp parallel for
+    for (int i = 0; i < BT; i++)
+        for (int j = 0; j < NH; j++)
+            rmsnorm_vector_backward(dinp + i * in_rs + (size_t)j * D, dout + i * out_rs + (size_t)j * D, inp + i * in_rs + (size_t)j * D, j < H ? q_w : k_w,
+                                    rstd[(size_t)i * NH + j], D);
+#pragma omp parallel for
+    for (int d = 0; d < D; d++) {
+        real dq = 0, dk = 0;
+        for (int i = 0; i < BT; i++)
+            for (int j = 0; j < NH; j++) {
+                real g = dout[i * out_rs + (size_t)j * D + d] * inp[i * in_rs + (size_t)j * D + d] * rstd[(size_t)i * NH + j];
+                if (j < H) dq += g;
+                else dk += g;
+            }
+        dq_w[d] += dq;
+        dk_w[d] += dk;
+    }
+}
+
+// Rotary position embedding, HF "rotate_half" pairing: element i rotates with element i + D/2
+// by angle t * theta^(-2i/D). PyTorch: q * cos + rotate_half(q) * sin.
+// cos, sin: (maxT, D/2) tables. Applied in place to the first NH heads of each row.
+template <typename real>
+void rope_forward(real* x, const real* cos_tab, const real* sin_tab, int B, int T, int NH, int D, long rs) {
+    int half = D / 2;
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            real* row = x + ((size_t)b * T + t) * rs;
+            const real* cs = cos_tab + (size_t)t * half;
+            const real* sn = sin_tab + (size_t)t * half;
+            for (int j = 0; j < NH; j++) {
+                real* v = row + (size_t)j * D;
+                for (int i = 0; i < half; i++) {
+                    real a = v[i], c = v[i + half];
+                    v[i] = a * cs[i] - c * sn[i];
+                    v[i + half] = c * cs[i] + a * sn[i];
+                }
+            }
+        }
+}
+
+// The rotation is orthogonal, so its backward is the rotation by -angle (in place on the gradient).
+template <typename real>
+void rope_backward(real* dx, const real* cos_tab, const real* sin_tab, int B, int T, int NH, int D, long rs) {
+    int half = D / 2;
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            real* row = dx + ((size_t)b * T + t) * rs;
+            const real* cs = cos_tab + (size_t)t * half;
+            const real* sn = sin_tab + (size_t)t * half;
+            for (int j = 0; j < NH; j++) {
+                real* v = row + (size_t)j * D;
+                for (int i = 0; i < half; i++) {
+                    real da = v[i], dc = v[i + half];
+                    v[i] = da * cs[i] + dc * sn[i];
+                    v[i + half] = dc * cs[i] - da * sn[i];
+                }
+            }
+        }
+}
+
+// Linear layer out = inp @ weight^T + bias. PyTorch: F.linear(inp, weight, bias).
+// Rows of out may be strided (out_rs >= OC) so a projection can write into a slice of a wider
+// buffer (the q|k and v parts of the qkv activation).
+template <typename real>
+void matmul_forward(real* out, const real* inp, const real* weight, const real* bias, int N, int C, int OC, long out_rs) {
+    // out (N, out_rs), inp (N,C), weight (OC,C), bias (OC) or NULL
+    gemm<real>(N, OC, C, inp, C, 1, weight, 1, C, out, out_rs, false);
+    if (bias) {
+#pragma omp parallel for
+        for (int i = 0; i < N; i++)
+            for (int o = 0; o < OC; o++) out[i * out_rs + o] += bias[o];
+    }
+}
+
+template <typename real>
+void matmul_backward(real* dinp, real* dweight, real* dbias, const real* dout, const real* inp, const real* weight, int N, int C, int OC, long dout_rs) {
+    // dinp (N,C) += dout (N,OC) @ weight (OC,C)
+    gemm<real>(N, C, OC, dout, dout_rs, 1, weight, C, 1, dinp, C, true);
+    // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
+    gemm<real>(OC, C, N, dout, 1, dout_rs, inp, C, 1, dweight, C, true);
+    if (dbias) {
+#pragma omp parallel for
+        for (int o = 0; o < OC; o++) {
+            real s = 0;
+            for (int i = 0; i < N; i++) s += dout[i * dout_rs + o];
+            dbias[o] += s;
+        }
+    }
+}
+
+// Causal self-attention core, flash-style: the forward keeps only the log-sum-exp of each row of
+// scores, and the backward recomputes the probabilities from it (memory O(T), not O(T^2)).
+// With GQA, query head h reads KV head h / G (HF repeat_kv). PyTorch:
+//   F.scaled_dot_product_attention(q, k.repeat_interleave(G,1), v.repeat_interleave(G,1), is_causal=True)
+// q: rows of q_rs with H heads of D; k, v: rows of k_rs, v_rs with Hkv heads of D.
+// out (B,T,H*D); lse (B,H,T).
+template <typename real>
+void attention_forward(real* out, real* lse, const real* q, const real* k, const real* v, int B, int T, int H, int Hkv, int D, long q_rs, long k_rs, long v_rs) {
+    int G = H / Hkv;
+    real scale = (real)1 / std::sqrt((real)D);
+#pragma omp parallel
+    {
+        std::vector<real> p(T);
+#pragma omp for collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                int g = h / G;
+                for (int i = 0; i < T; i++) {
+                    const real* qi = q + ((size_t)b * T + i) * q_rs + (size_t)h * D;
+                    real maxs = -INFINITY;
+                    for (int j = 0; j <= i; j++) {
+                        const real* kj = k + ((size_t)b * T + j) * k_rs + (size_t)g * D;
+                        real s = 0;
+                        for (int d = 0; d < D; d++) s += qi[d] * kj[d];
+                        p[j] = s * scale;
+                        maxs = std::max(maxs, p[j]);
+                    }
+                    real sum = 0;
+                    for (int j = 0; j <= i; j++) {
+                        p[j] = std::exp(p[j] - maxs);
+                        sum += p[j];
+                    }
+                    real inv = (real)1 / sum;
+                    real* oi = out + ((size_t)b * T + i) * H * D + (size_t)h * D;
+                    for (int d = 0; d < D; d++) oi[d] = 0;
+                    for (int j = 0; j <= i; j++) {
+                        const real* vj = v + ((size_t)b * T + j) * v_rs + (size_t)g * D;
+                        real pj = p[j] * inv;
+                        for (int d = 0; d < D; d++) oi[d] += pj * vj[d];
+                    }
+                    lse[((size_t)b * H + h) * T + i] = maxs + std::log(sum);
+                }
+            }
+    }
+}
+
+// Core VJP (value_paths.md section 0): delta_i = dO_i . o_i, P_ij = exp(S_ij - lse_i),
+// dS_ij = P_ij (dO_i . V_j - delta_i), dq_i += dS_ij K_j / sqrt(D), dK_j += dS_ij q_i / sqrt(D),
+// dV_j += P_ij dO_i. One task per (b, KV head) so the G query heads that share a KV head add into
+// its dK, dV in a fixed order without atomics.
+template <typename real>
+void attention_backward(real* dq, real* dk, real* dv, const real* dout, const real* q, const real* k, const real* v, const real* out, const real* lse, int B, int T, int H,
+                        int Hkv, int D, long q_rs, long k_rs, long v_rs) {
+    int G = H / Hkv;
+    real scale = (real)1 / std::sqrt((real)D);
+#pragma omp parallel
+    {
+        std::vector<real> p(T), dp(T);
+#pragma omp for collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < Hkv; g++)
+                for (int h = g * G; h < (g + 1) * G; h++)
+                    for (int i = 0; i < T; i++) {
+                        size_t row_i = (size_t)b * T + i;
+                        const real* qi = q + row_i * q_rs + (size_t)h * D;
+                        const real* doi = dout + row_i * H * D + (size_t)h * D;
+                        const real* oi = out + row_i * H * D + (size_t)h * D;
+                        real l = lse[((size_t)b * H + h) * T + i];
+                        real delta = 0;
+                        for (int d = 0; d < D; d++) delta += doi[d] * oi[d];
+                        real* dqi = dq + row_i * q_rs + (size_t)h * D;
+                        for (int j = 0; j <= i; j++) {
+                            size_t row_j = (size_t)b * T + j;
+                            const real* kj = k + row_j * k_rs + (size_t)g * D;
+                            const real* vj = v + row_j * v_rs + (size_t)g * D;
+                            real s = 0, dpj = 0;
+                            for (int d = 0; d < D; d++) {
+                                s += qi[d] * kj[d];
+                                dpj += doi[d] * vj[d];
+                            }
+                            real pj = std::exp(s * scale - l);
+                            real ds = pj * (dpj - delta) * scale;
+                            real* dkj = dk + row_j * k_rs + (size_t)g * D;
+                            real* dvj = dv + row_j * v_rs + (size_t)g * D;
+                            for (int d = 0; d < D; d++) {
+                                dqi[d] += ds * kj[d];
+                                dkj[d] += ds * qi[d];
+                                dvj[d] += pj * doi[d];
+                            }
+                        }
+                    }
+    }
+}
+
+// GELU, tanh approximation (GPT-2). PyTorch: F.gelu(x, approximate="tanh").
+#define GELU_SCALE 0.7978845608028654  // sqrt(2/pi)
+template <typename real>
+void gelu_forward(real* out, const real* inp, size_t N) {
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        real x = inp[i];
+        out[i] = (real)0.5 * x * ((real)1 + std::tanh((real)GELU_SCALE * (x + (real)0.044715 * x * x * x)));
+    }
+}
+
+template <typename real>
+void gelu_backward(real* dinp, const real* inp, const real* dout, size_t N) {
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        real x = inp[i];
+        real u = (real)GELU_SCALE * (x + (real)0.044715 * x * x * x);
+        real th = std::tanh(u);
+        real sech2 = (real)1 - th * th;
+        real grad = (real)0.5 * ((real)1 + th) + (real)0.5 * x * sech2 * (real)GELU_SCALE * ((real)1 + (real)3 * (real)0.044715 * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+// SwiGLU (Llama): out = silu(gate) * up, where each row of inp is [gate (F) | up (F)].
+// PyTorch: F.silu(x @ w1.T) * (x @ w3.T).
+template <typename real>
+void swiglu_forward(real* out, const real* inp, int N, int F) {
+    // out (N,F), inp (N,2F)
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const real* gate = inp + (size_t)i * 2 * F;
+        const real* up = gate + F;
+        for (int f = 0; f < F; f++) {
+            real sig = (real)1 / ((real)1 + std::exp(-gate[f]));
+            out[(size_t)i * F + f] = gate[f] * sig * up[f];
+        }
+    }
+}
+
+template <typename real>
+void swiglu_backward(real* dinp, const real* inp, const real* dout, int N, int F) {
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const real* gate = inp + (size_t)i * 2 * F;
+        const real* up = gate + F;
+        real* dgate = dinp + (size_t)i * 2 * F;
+        real* dup = dgate + F;
+        for (int f = 0; f < F; f++) {
+            real x = gate[f], sig = (real)1 / ((real)1 + std::exp(-x));
+            real dy = dout[(size_t)i * F + f];
+            dgate[f] += dy * up[f] * sig * ((real)1 + x * ((real)1 - sig));
+            dup[f] += dy * x * sig;
+        }
+    }
+}
+
+template <typename real>
+void residual_forward(real* out, const real* a, const real* b, size_t N) {
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
+}
+
+// Fused classifier: softmax over the V real tokens (the Vp - V padded logits get probability 0
+// and gradient 0), the cross-entropy loss per position, and in backward dlogits in place.
+// PyTorch: F.cross_entropy(logits[..., :V], targets, reduction="none").
+template <typename real>
+void crossentropy_softmax_forward(real* losses, real* logits_to_probs, const int* targets, int N, int V, int Vp) {
+    // losses (N); logits (N,Vp) overwritten by probs; the row sum in double, so that the float
+    // build's loss is accurate even for a 50k vocabulary
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        real* row = logits_to_probs + (size_t)i * Vp;
+        real maxv = -INFINITY;
+        for (int j = 0; j < V; j++) maxv = std::max(maxv, row[j]);
+        double sum = 0;
+        for (int j = 0; j < V; j++) {
+            row[j] = std::exp(row[j] - maxv);
+            sum += row[j];
+        }
+        real inv = (real)(1.0 / sum);
+        for (int j = 0; j < V; j++) row[j] *= inv;
+        for (int j = V; j < Vp; j++) row[j] = 0;
+        if (losses) losses[i] = -(real)std::log((double)std::max(row[targets[i]], (real)1e-30));
+    }
+}
+
+template <typename real>
+void crossentropy_softmax_backward(real* probs_to_dlogits, const int* targets, real dloss, int N, int Vp) {
+    // dlogits = (probs - onehot(target)) * dloss, where dloss = 1/(number of positions averaged)
+#pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        real* row = probs_to_dlogits + (size_t)i * Vp;
+        for (int j = 0; j < Vp; j++) row[j] *= dloss;
+        row[targets[i]] -= dloss;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// The model
+
+// Parameter tensors. Per-layer tensors are stacked along L. A tensor a config does not use has
+// size 0 and a NULL pointer (GPT-2 has no lm_head, Llama has no biases or wpe).
+template <typename real>
+struct ParamTensors {
+    real* wte;        // (Vp, C) token embedding; GPT-2: also the output head (tied)
+    real* wpe;        // (maxT, C) GPT-2 learned positions
+    real* ln1_w;      // (L, C)
+    real* ln1_b;      // (L, C) GPT-2
+    real* qk_w;       // (L, (H+Hkv)*D, C) query and key projections, rows [q heads | k heads]
+    real* qk_b;       // (L, (H+Hkv)*D) GPT-2
+    real* v_w;        // (L, Hkv*D, C) value projection
+    real* v_b;        // (L, Hkv*D) GPT-2
+    real* q_norm_w;   // (L, D) QK-norm gain for queries (Llama --qk-norm 1)
+    real* k_norm_w;   // (L, D) QK-norm gain for keys
+    real* attproj_w;  // (L, C, H*D)
+    real* attproj_b;  // (L, C) GPT-2
+    real* ln2_w;      // (L, C)
+    real* ln2_b;      // (L, C) GPT-2
+    real* fc_w;       // (L, FW, C): GPT-2 FW = F; Llama FW = 2F, rows [gate (w1) | up (w3)]
+    real* fc_b;       // (L, FW) GPT-2
+    real* fcproj_w;   // (L, C, F)
+    real* fcproj_b;   // (L, C) GPT-2
+    real* lnf_w;      // (C)
+    real* lnf_b;      // (C) GPT-2
+    real* lm_head;    // (Vp, C) Llama untied output head
+};
+#define NUM_PARAM_TENSORS 21
+static_assert(sizeof(ParamTensors<float>) == NUM_PARAM_TENSORS * sizeof(float*), "ParamTensors must be exactly its pointers");
+
+struct ParamSpec {
+    const char* name;
+    size_t count;      // elements in all layers
+    int decay;         // 1 = AdamW weight decay applies (matrices), 0 = biases and gains
+    double init_std;   // normal(0, std) init; 0 = constant init_value
+    float init_value;  // for gains (1) and biases (0)
+};
+
+// The size table, in the struct's order: one place that says how big every tensor is.
+inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
+    size_t L = c.n_layer, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim, Vp = c.padded_vocab_size;
+    bool gpt2 = c.arch == ARCH_GPT2, qkn = c.arch == ARCH_LLAMA && c.qk_norm;
+    size_t FW = gpt2 ? F : 2 * F;
+    // GPT-2 init (as GPT-2 / llm.c): normal(0, 0.02), and the projections that write into the
+    // residual stream scaled by 1/sqrt(2L) so the stream's variance does not grow with depth.
+    double std_ = 0.02, std_res = 0.02 / std::sqrt(2.0 * L);
+    return {
+        {"wte", Vp * C, 1, std_, 0},
+        {"wpe", gpt2 ? (size_t)c.max_seq_len * C : 0, 1, std_, 0},
+        {"ln1_w", L * C, 0, 0, 1},
+        {"ln1_b", gpt2 ? L * C : 0, 0, 0, 0},
+        {"qk_w", L * (H + Hkv) * D * C, 1, std_, 0},
+        {"qk_b", gpt2 ? L * (H + Hkv) * D : 0, 0, 0, 0},
+        {"v_w", L * Hkv * D * C, 1, std_, 0},
+        {"v_b", gpt2 ? L * Hkv * D : 0, 0, 0, 0},
+        {"q_norm_w", qkn ? L * D : 0, 0, 0, 1},
+        {"k_norm_w", qkn ? L * D : 0, 0, 0, 1},
+        {"attproj_w", L * C * H * D, 1, std_res, 0},
+        {"attproj_b", gpt2 ? L * C : 0, 0, 0, 0},
+        {"ln2_w", L * C, 0, 0, 1},
+        {"ln2_b", gpt2 ? L * C : 0, 0, 0, 0},
+        {"fc_w", L * FW * C, 1, std_, 0},
+        {"fc_b", gpt2 ? L * FW : 0, 0, 0, 0},
+        {"fcproj_w", L * C * F, 1, std_res, 0},
+        {"fcproj_b", gpt2 ? L * C : 0, 0, 0, 0},
+        {"lnf_w", C, 0, 0, 1},
+        {"lnf_b", gpt2 ? C : 0, 0, 0, 0},
+        {"lm_head", gpt2 ? 0 : Vp * C, 1, std_, 0},
+    };
+}
+
+inline size_t count_params(const std::vector<ParamSpec>& specs) {
+    size_t n = 0;
+    for (const ParamSpec& s : specs) n += s.count;
+    return n;
+}
+
+// Points the struct's fields into one flat buffer, in spec order.
+template <typename real>
+void point_param_tensors(ParamTensors<real>* t, real* memory, const std::vector<ParamSpec>& specs) {
+    real** ptrs = reinterpret_cast<real**>(t);
+    size_t off = 0;
+    for (size_t i = 0; i < specs.size(); i++) {
+        ptrs[i] = specs[i].count ? memory + off : nullptr;
+        off += specs[i].count;
+    }
+}
+
+// One layer's slice of every per-layer tensor.
+template <typename real>
+struct LayerParams {
+    real *ln1_w, *ln1_b, *qk_w, *qk_b, *v_w, *v_b, *q_norm_w, *k_norm_w, *attproj_w, *attproj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+};
+
+template <typename real>
+LayerParams<real> layer_params(const ParamTensors<real>& p, const ModelConfig& c, int l) {
+    size_t C = c.n_embd, D = c.head_dim, QK = (size_t)(c.n_head + c.n_kv_head) * D, KV = (size_t)c.n_kv_head * D, F = c.ffn_dim;
+    size_t FW = c.arch == ARCH_GPT2 ? F : 2 * F;
+    auto at = [l](real* base, size_t per_layer) { return base ? base + (size_t)l * per_layer : nullptr; };
+    LayerParams<real> lp;
+    lp.ln1_w = at(p.ln1_w, C);
+    lp.ln1_b = at(p.ln1_b, C);
+    lp.qk_w = at(p.qk_w, QK * C);
+    lp.qk_b = at(p.qk_b, QK);
+    lp.v_w = at(p.v_w, KV * C);
+    lp.v_b = at(p.v_b, KV);
+    lp.q_norm_w = at(p.q_norm_w, D);
+    lp.k_norm_w = at(p.k_norm_w, D);
+    lp.attproj_w = at(p.attproj_w, C * c.n_head * D);
+    lp.attproj_b = at(p.attproj_b, C);
+    lp.ln2_w = at(p.ln2_w, C);
+    lp.ln2_b = at(p.ln2_b, C);
+    lp.fc_w = at(p.fc_w, FW * C);
+    lp.fc_b = at(p.fc_b, FW);
+    lp.fcproj_w = at(p.fcproj_w, C * F);
+    lp.fcproj_b = at(p.fcproj_b, C);
+    return lp;
+}
+
+// Activations kept for backward, for one (B, T). Per-layer ones are stacked along L.
+template <typename real>
+struct Activations {
+    real* encoded;   // (B,T,C) embedding output = input of layer 0
+    real* ln1;       // (L,B,T,C)
+    real* ln1_mean;  // (L,B,T) GPT-2
+    real* ln1_rstd;  // (L,B,T)
+    real* qkv;       // (L,B,T,W) raw projections [q | k | v], W = (H+2Hkv)D
+    real* qk_rot;    // (L,B,T,(H+Hkv)D) Llama: q, k after QK-norm and RoPE (what attention reads)
+    real* qk_rstd;   // (L,B,T,H+Hkv) Llama QK-norm
+    real* atty;      // (L,B,T,H*D) attention output, before the output projection
+    real* att_lse;   // (L,B,H,T) log-sum-exp of each score row
+    real* res_att;   // (L,B,T,C) residual stream after the attention block
+    real* ln2;       // (L,B,T,C)
+    real* ln2_mean;  // (L,B,T) GPT-2
+    real* ln2_rstd;  // (L,B,T)
+    real* fch;       // (L,B,T,FW) MLP pre-activation
+    real* fch_act;   // (L,B,T,F) GELU / SwiGLU output
+    real* res_mlp;   // (L,B,T,C) residual stream after the block = input of layer l+1
+    real* lnf;       // (B,T,C)
+    real* lnf_mean;  // (B,T) GPT-2
+    real* lnf_rstd;  // (B,T)
+    real* logits;    // (B,T,Vp) logits, then probs, then dlogits (in place)
+    real* losses;    // (B,T)
+};
+#define NUM_ACTIVATION_TENSORS 21
+static_assert(sizeof(Activations<float>) == NUM_ACTIVATION_TENSORS * sizeof(float*), "Activations must be exactly its pointers");
+
+inline std::vector<size_t> activation_sizes(const ModelConfig& c, int B, int T) {
+    size_t L = c.n_layer, BT = (size_t)B * T, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    size_t W = (H + 2 * Hkv) * D, FW = gpt2 ? F : 2 * F;
+    return {BT * C,
+            L * BT * C, gpt2 ? L * BT : 0, L * BT,
+            L * BT * W, gpt2 ? 0 : L * BT * (H + Hkv) * D, (!gpt2 && c.qk_norm) ? L * BT * (H + Hkv) : 0,
+            L * BT * H * D, L * B * H * T,
+            L * BT * C,
+            L * BT * C, gpt2 ? L * BT : 0, L * BT,
+            L * BT * FW, L * BT * F,
+            L * BT * C,
+            BT * C, gpt2 ? BT : 0, BT,
+            BT * c.padded_vocab_size, BT};
+}
+
+// Gradients of activations during backward: scratch reused by every layer (the reverse layer
+// loop consumes each before the next layer overwrites it). Value paths add their cross-layer
+// accumulators here.
+template <typename real>
+struct BackwardScratch {
+    real* dresidual;  // (B,T,C) gradient of the residual stream, carried down through the layers
+    real* dln;        // (B,T,C) gradient of a norm's output (ln1, ln2 or lnf)
+    real* datty;      // (B,T,H*D)
+    real* dqkv;       // (B,T,W)
+    real* dqk_rot;    // (B,T,(H+Hkv)D) Llama: gradient wrt q, k after RoPE
+    real* dfch;       // (B,T,FW)
+    real* dfch_act;   // (B,T,F)
+};
+#define NUM_SCRATCH_TENSORS 7
+
+inline std::vector<size_t> scratch_sizes(const ModelConfig& c, int B, int T) {
+    size_t BT = (size_t)B * T, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    return {BT * C, BT * C, BT * H * D, BT * (H + 2 * Hkv) * D, gpt2 ? 0 : BT * (H + Hkv) * D, BT * (gpt2 ? F : 2 * F), BT * F};
+}
+
+// Carves one allocation into the fields of a struct made only of real* pointers.
+template <typename real, typename Struct>
+real* alloc_and_point(Struct* s, const std::vector<size_t>& sizes, const char* what) {
+    size_t total = 0;
+    for (size_t n : sizes) total += n;
+    real* mem = (real*)calloc_check(total, sizeof(real), what);
+    real** ptrs = reinterpret_cast<real**>(s);
+    size_t off = 0;
+    for (size_t i = 0; i < sizes.size(); i++) {
+        ptrs[i] = sizes[i] ? mem + off : nullptr;
+        off += sizes[i];
+    }
+    return mem;
+}
+
+template <typename real>
+struct GPT {
+    ModelConfig config;
+    std::vector<ParamSpec> specs;
+    size_t num_params = 0;
+    ParamTensors<real> params, grads;  // same layout over two buffers
+    real* params_memory = nullptr;
+    real* grads_memory = nullptr;
+    real* m_memory = nullptr;  // AdamW first moment (allocated on the first update)
+    real* v_memory = nullptr;  // AdamW second moment
+    // activations, allocated for the (B, T) of the first forward; smaller B, T reuse them
+    int alloc_B = 0, alloc_T = 0;
+    Activations<real> acts;
+    real* acts_memory = nullptr;
+    BackwardScratch<real> scratch;
+    real* scratch_memory = nullptr;
+    real* rope_cos = nullptr;  // (maxT, D/2) Llama
+    real* rope_sin = nullptr;
+    // the batch of the last forward, which backward uses
+    int B = 0, T = 0;
+    std::vector<int> inputs, targets;
+    float mean_loss = -1.0f;  // of the last forward with targets
+};
+
+template <typename real>
+void gpt_build(GPT<real>* m, const ModelConfig& c) {
+    m->config = c;
+    m->specs = param_specs(c);
+    m->num_params = count_params(m->specs);
+    m->params_memory = (real*)calloc_check(m->num_params, sizeof(real), "parameters");
+    m->grads_memory = (real*)calloc_check(m->num_params, sizeof(real), "gradients");
+    point_param_tensors(&m->params, m->params_memory, m->specs);
+    point_param_tensors(&m->grads, m->grads_memory, m->specs);
+    if (c.arch == ARCH_LLAMA) {
+        int half = c.head_dim / 2;
+        m->rope_cos = (real*)malloc_check(sizeof(real) * c.max_seq_len * half, "rope table");
+        m->rope_sin = (real*)malloc_check(sizeof(real) * c.max_seq_len * half, "rope table");
+        for (int t = 0; t < c.max_seq_len; t++)
+            for (int i = 0; i < half; i++) {
+                double freq = std::pow((double)c.rope_theta, -2.0 * i / c.head_dim);
+                m->rope_cos[t * half + i] = (real)std::cos(t * freq);
+                m->rope_sin[t * half + i] = (real)std::sin(t * freq);
+            }
+    }
+}
+
+// Fills the parameters from the seed: every tensor draws from its own RNG stream (stream = its
+// index), so adding a tensor to one family never changes the init of the others. The padded
+// vocabulary rows (V..Vp) start at zero: they are never looked up and never get a gradient.
+template <typename real>
+void gpt_init_params(GPT<real>* m, uint64_t seed) {
+    const ModelConfig& c = m->config;
+    real* p = m->params_memory;
+    for (size_t i = 0; i < m->specs.size(); i++) {
+        const ParamSpec& s = m->specs[i];
+        Rng rng = rng_stream(seed, 1000 + i);
+        bool vocab_rows = !strcmp(s.name, "wte") || !strcmp(s.name, "lm_head");
+        for (size_t j = 0; j < s.count; j++) {
+            if (vocab_rows && j >= (size_t)c.vocab_size * c.n_embd) p[j] = 0;
+            else p[j] = s.init_std > 0 ? (real)(s.init_std * rng_normal(&rng)) : (real)s.init_value;
+        }
+        p += s.count;
+    }
+}
+
+template <typename real>
+void gpt_free(GPT<real>* m) {
+    free(m->params_memory);
+    free(m->grads_memory);
+    free(m->m_memory);
+    free(m->v_memory);
+    free(m->acts_memory);
+    free(m->scratch_memory);
+    free(m->rope_cos);
+    free(m->rope_sin);
+    *m = GPT<real>();
+}
+
+template <typename real>
+void gpt_ensure_activations(GPT<real>* m, int B, int T) {
+    if (m->acts_memory) {
+        if ((size_t)B * T > (size_t)m->alloc_B * m->alloc_T || T > m->alloc_T)
+            runtime_error(nullptr, "internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m->alloc_B, m->alloc_T);
+        return;
+    }
+    if (T > m->config.max_seq_len) runtime_error("lower --seq-len", "T=%d exceeds the model's max sequence length %d", T, m->config.max_seq_len);
+    m->alloc_B = B;
+    m->alloc_T = T;
+    m->acts_memory = alloc_and_point<real>(&m->acts, activation_sizes(m->config, B, T), "activations");
+    m->scratch_memory = alloc_and_point<real>(&m->scratch, scratch_sizes(m->config, B, T), "backward scratch");
+}
+
+// Forward pass. inputs, targets (B,T). With targets, computes the mean loss and leaves probs in
+// acts.logits for backward. With targets == NULL (sampling), only the logits of the last position
+// of each sequence are computed (rows b*T + T-1 of acts.logits).
+template <typename real>
+void gpt_forward(GPT<real>* m, const int* inputs, const int* targets, int B, int T) {
+    const ModelConfig& c = m->config;
+    gpt_ensure_activations(m, B, T);
+    int L = c.n_layer, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, F = c.ffn_dim, V = c.vocab_size, Vp = c.padded_vocab_size;
+    int BT = B * T;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    int QK = (H + Hkv) * D, W = (H + 2 * Hkv) * D, FW = gpt2 ? F : 2 * F;
+    real eps = (real)c.norm_eps;
+    for (int i = 0; i < BT; i++)
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+            runtime_error("the data does not match --vocab; re-tokenize or fix --vocab", "token id %d at position %d is outside the vocabulary [0, %d)",
+                          inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
+    m->B = B;
+    m->T = T;
+    m->inputs.assign(inputs, inputs + BT);
+    if (targets) m->targets.assign(targets, targets + BT);
+
+    Activations<real>& a = m->acts;
+    ParamTensors<real>& p = m->params;
+    encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        LayerParams<real> lp = layer_params(p, c, l);
+        size_t lBT = (size_t)l * BT;
+        const real* x = l == 0 ? a.encoded : a.res_mlp + (lBT - BT) * C;  // the block's input
+        real* ln1 = a.ln1 + lBT * C;
+        real* ln1_rstd = a.ln1_rstd + lBT;
+        real* qkv = a.qkv + lBT * W;
+        real* atty = a.atty + lBT * H * D;
+        real* lse = a.att_lse + lBT * H;
+        real* res_att = a.res_att + lBT * C;
+        real* ln2 = a.ln2 + lBT * C;
+        real* ln2_rstd = a.ln2_rstd + lBT;
+        real* fch = a.fch + lBT * FW;
+        real* fch_act = a.fch_act + lBT * F;
+        real* res_mlp = a.res_mlp + lBT * C;
+
+        // attention block: x + attproj(attention(norm1(x)))
+        if (gpt2) layernorm_forward(ln1, a.ln1_mean + lBT, ln1_rstd, x, lp.ln1_w, lp.ln1_b, BT, C, eps);
+        else rmsnorm_forward(ln1, ln1_rstd, x, lp.ln1_w, BT, C, eps);
+        matmul_forward(qkv, ln1, lp.qk_w, lp.qk_b, BT, C, QK, W);            // q|k into columns [0, QK)
+        matmul_forward(qkv + QK, ln1, lp.v_w, lp.v_b, BT, C, Hkv * D, W);    // v into columns [QK, W)
+        const real* q = qkv;
+        const real* k = qkv + H * D;
+        long qk_rs = W;
+        if (!gpt2) {
+            // Llama: optional QK-norm, then RoPE, into qk_rot; values stay raw in qkv
+            real* qk_rot = a.qk_rot + lBT * QK;
+            if (c.qk_norm) qknorm_forward(qk_rot, a.qk_rstd + lBT * (H + Hkv), qkv, lp.q_norm_w, lp.k_norm_w, BT, H, Hkv, D, W, QK, eps);
+            else
+                for (int i = 0; i < BT; i++) memcpy(qk_rot + (size_t)i * QK, qkv + (size_t)i * W, sizeof(real) * QK);
+            rope_forward(qk_rot, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, QK);
+            q = qk_rot;
+            k = qk_rot + H * D;
+            qk_rs = QK;
+        }
+        attention_forward(atty, lse, q, k, qkv + QK, B, T, H, Hkv, D, qk_rs, qk_rs, W);
+        matmul_forward(res_att, atty, lp.attproj_w, lp.attproj_b, BT, H * D, C, C);
+        residual_forward(res_att, res_att, x, (size_t)BT * C);
+
+        // MLP block: res_att + fcproj(act(fc(norm2(res_att))))
+        if (gpt2) layernorm_forward(ln2, a.ln2_mean + lBT, ln2_rstd, res_att, lp.ln2_w, lp.ln2_b, BT, C, eps);
+        else rmsnorm_forward(ln2, ln2_rstd, res_att, lp.ln2_w, BT, C, eps);
+        matmul_forward(fch, ln2, lp.fc_w, lp.fc_b, BT, C, FW, FW);
+        if (gpt2) gelu_forward(fch_act, fch, (size_t)BT * F);
+        else swiglu_forward(fch_act, fch, BT, F);
+        matmul_forward(res_mlp, fch_act, lp.fcproj_w, lp.fcproj_b, BT, F, C, C);
+        residual_forward(res_mlp, res_mlp, res_att, (size_t)BT * C);
+    }
+    const real* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
+    if (gpt2) layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x_final, p.lnf_w, p.lnf_b, BT, C, eps);
+    else rmsnorm_forward(a.lnf, a.lnf_rstd, x_final, p.lnf_w, BT, C, eps);
+    const real* head = gpt2 ? p.wte : p.lm_head;  // (Vp, C)
+
+    if (!targets) {
+        // sampling: only the last position of each row is needed
+        for (int b = 0; b < B; b++)
+            matmul_forward(a.logits + ((size_t)b * T + T - 1) * Vp, a.lnf + ((size_t)b * T + T - 1) * C, head, (const real*)nullptr, 1, C, Vp, Vp);
+        m->mean_loss = -1.0f;
+        return;
+    }
+    matmul_forward(a.logits, a.lnf, head, (const real*)nullptr, BT, C, Vp, Vp);
+    crossentropy_softmax_forward(a.losses, a.logits, targets, BT, V, Vp);
+    double loss = 0;
+    for (int i = 0; i < BT; i++) loss += a.losses[i];
+    m->mean_loss = (float)(loss / BT);
+}
+
+template <typename real>
+void gpt_zero_grad(GPT<real>* m) {
+    memset(m->grads_memory, 0, sizeof(real) * m->num_params);
+}
+
+// Backward of the last forward. loss_scale multiplies d(mean loss): 1/grad_accum_steps, so the
+// gradients accumulated over micro-batches are those of the mean over the whole step.
+template <typename real>
+void gpt_backward(GPT<real>* m, real loss_scale) {
+    if (m->mean_loss < 0) runtime_error(nullptr, "internal: backward without a forward with targets");
+    const ModelConfig& c = m->config;
+    int B = m->B, T = m->T;
+    int L = c.n_layer, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, F = c.ffn_dim, Vp = c.padded_vocab_size;
+    int BT = B * T;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    int QK = (H + Hkv) * D, W = (H + 2 * Hkv) * D, FW = gpt2 ? F : 2 * F;
+    Activations<real>& a = m->acts;
+    ParamTensors<real>& p = m->params;
+    ParamTensors<real>& g = m->grads;
+    BackwardScratch<real>& s = m->scratch;
+
+    // the loss is the mean over BT positions: dloss = 1/BT per position (a small inline backward of the mean)
+    crossentropy_softmax_backward(a.logits, m->targets.data(), loss_scale / (real)BT, BT, Vp);
+    memset(s.dln, 0, sizeof(real) * BT * C);
+    matmul_backward(s.dln, gpt2 ? g.wte : g.lm_head, (real*)nullptr, a.logits, a.lnf, gpt2 ? p.wte : p.lm_head, BT, C, Vp, Vp);
+    memset(s.dresidual, 0, sizeof(real) * BT * C);
+    const real* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
+    if (gpt2) layernorm_backward(s.dresidual, g.lnf_w, g.lnf_b, s.dln, x_final, p.lnf_w, a.lnf_mean, a.lnf_rstd, BT, C);
+    else rmsnorm_backward(s.dresidual, g.lnf_w, s.dln, x_final, p.lnf_w, a.lnf_rstd, BT, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        LayerParams<real> lp = layer_params(p, c, l);
+        LayerParams<real> lg = layer_params(g, c, l);
+        size_t lBT = (size_t)l * BT;
+        const real* x = l == 0 ? a.encoded : a.res_mlp + (lBT - BT) * C;
+        const real* ln1 = a.ln1 + lBT * C;
+        const real* qkv = a.qkv + lBT * W;
+        const real* atty = a.atty + lBT * H * D;
+        const real* res_att = a.res_att + lBT * C;
+        const real* ln2 = a.ln2 + lBT * C;
+        const real* fch = a.fch + lBT * FW;
+        const real* fch_act = a.fch_act + lBT * F;
+        // s.dresidual holds dL/d(res_mlp of layer l): the block output
+
+        // MLP block backward
+        memset(s.dfch_act, 0, sizeof(real) * BT * F);
+        matmul_backward(s.dfch_act, lg.fcproj_w, lg.fcproj_b, s.dresidual, fch_act, lp.fcproj_w, BT, F, C, C);
+        memset(s.dfch, 0, sizeof(real) * BT * FW);
+        if (gpt2) gelu_backward(s.dfch, fch, s.dfch_act, (size_t)BT * F);
+        else swiglu_backward(s.dfch, fch, s.dfch_act, BT, F);
+        memset(s.dln, 0, sizeof(real) * BT * C);
+        matmul_backward(s.dln, lg.fc_w, lg.fc_b, s.dfch, ln2, lp.fc_w, BT, C, FW, FW);
+        // the residual branch passes dresidual through unchanged; the norm adds its part
+        if (gpt2) layernorm_backward(s.dresidual, lg.ln2_w, lg.ln2_b, s.dln, res_att, lp.ln2_w, a.ln2_mean + lBT, a.ln2_rstd + lBT, BT, C);
+        else rmsnorm_backward(s.dresidual, lg.ln2_w, s.dln, res_att, lp.ln2_w, a.ln2_rstd + lBT, BT, C);
+        // s.dresidual now holds dL/d(res_att)
+
+        // attention block backward
+        memset(s.datty, 0, sizeof(real) * BT * H * D);
+        matmul_backward(s.datty, lg.attproj_w, lg.attproj_b, s.dresidual, atty, lp.attproj_w, BT, H * D, C, C);
+        memset(s.dqkv, 0, sizeof(real) * BT * W);
+        if (gpt2) {
+            attention_backward(s.dqkv, s.dqkv + H * D, s.dqkv + QK, s.datty, qkv, qkv + H * D, qkv + QK, atty, a.att_lse + lBT * H, B, T, H, Hkv, D, (long)W, (long)W,
+                               (long)W);
+        } else {
+            const real* qk_rot = a.qk_rot + lBT * QK;
+            memset(s.dqk_rot, 0, sizeof(real) * BT * QK);
+            attention_backward(s.dqk_rot, s.dqk_rot + H * D, s.dqkv + QK, s.datty, qk_rot, qk_rot + H * D, qkv + QK, atty, a.att_lse + lBT * H, B, T, H, Hkv, D,
+                               (long)QK, (long)QK, (long)W);
+            rope_backward(s.dqk_rot, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, QK);
+            if (c.qk_norm)
+                qknorm_backward(s.dqkv, lg.q_norm_w, lg.k_norm_w, s.dqk_rot, qkv, lp.q_norm_w, lp.k_norm_w, a.qk_rstd + lBT * (H + Hkv), BT, H, Hkv, D, W, QK);
+            else
+                for (int i = 0; i < BT; i++)
+                    for (int j = 0; j < QK; j++) s.dqkv[(size_t)i * W + j] += s.dqk_rot[(size_t)i * QK + j];
+        }
+        memset(s.dln, 0, sizeof(real) * BT * C);
+        matmul_backward(s.dln, lg.qk_w, lg.qk_b, s.dqkv, ln1, lp.qk_w, BT, C, QK, W);
+        matmul_backward(s.dln, lg.v_w, lg.v_b, s.dqkv + QK, ln1, lp.v_w, BT, C, Hkv * D, W);
+        if (gpt2) layernorm_backward(s.dresidual, lg.ln1_w, lg.ln1_b, s.dln, x, lp.ln1_w, a.ln1_mean + lBT, a.ln1_rstd + lBT, BT, C);
+        else rmsnorm_backward(s.dresidual, lg.ln1_w, s.dln, x, lp.ln1_w, a.ln1_rstd + lBT, BT, C);
+        // s.dresidual now holds dL/d(x): the gradient of the block's input
+    }
+    encoder_backward(g.wte, g.wpe, s.dresidual, m->inputs.data(), B, T, C);
+}
+
+// Global L2 norm of all gradients. Summed in double over fixed chunks, then the chunks in order,
+// so the result does not depend on the thread count.
+template <typename real>
+double gpt_grad_norm(const GPT<real>* m) {
+    const size_t chunk = 1 << 16;
+    size_t n = m->num_params, nchunks = CEIL_DIV(n, chunk);
+    std::vector<double> partial(nchunks);
+#pragma omp parallel for
+    for (size_t ci = 0; ci < nchunks; ci++) {
+        double s = 0;
+        for (size_t i = ci * chunk; i < std::min(n, (ci + 1) * chunk); i++) s += (double)m->grads_memory[i] * m->grads_memory[i];
+        partial[ci] = s;
+    }
+    double total = 0;
+    for (double s : partial) total += s;
+    return std::sqrt(total);
+}
+
+struct AdamWSettings {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_scale;  // multiplies every gradient first (global-norm clipping)
+};
+
+// AdamW (Loshchilov & Hutter), decoupled weight decay on tensors with spec.decay = 1.
+// PyTorch: torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay). step is 1-based.
+template <typename real>
+void gpt_update(GPT<real>* m, const AdamWSettings& s, int step) {
+    if (!m->m_memory) {
+        m->m_memory = (real*)calloc_check(m->num_params, sizeof(real), "AdamW m");
+        m->v_memory = (real*)calloc_check(m->num_params, sizeof(real), "AdamW v");
+    }
+    real b1c = (real)(1.0 - std::pow((double)s.beta1, step)), b2c = (real)(1.0 - std::pow((double)s.beta2, step));
+    size_t off = 0;
+    for (const ParamSpec& spec : m->specs) {
+        real wd = spec.decay ? (real)s.weight_decay : (real)0;
+        real* p = m->params_memory + off;
+        real* g = m->grads_memory + off;
+        real* mm = m->m_memory + off;
+        real* vv = m->v_memory + off;
+#pragma omp parallel for
+        for (size_t i = 0; i < spec.count; i++) {
+            real grad = g[i] * (real)s.grad_scale;
+            mm[i] = (real)s.beta1 * mm[i] + (real)(1 - s.beta1) * grad;
+            vv[i] = (real)s.beta2 * vv[i] + (real)(1 - s.beta2) * grad * grad;
+            real mhat = mm[i] / b1c, vhat = vv[i] / b2c;
+            p[i] -= (real)s.lr * (mhat / (std::sqrt(vhat) + (real)s.eps) + wd * p[i]);
+        }
+        off += spec.count;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Sampling
+
+// Draws a token from the logits row (length V) at the given temperature (0 = argmax).
+template <typename real>
+int sample_token(const real* logits, int V, float temperature, Rng* rng) {
+    int best = 0;
+    for (int j = 1; j < V; j++)
+        if (logits[j] > logits[best]) best = j;
+    if (temperature <= 0) return best;
+    std::vector<double> w(V);
+    double sum = 0;
+    for (int j = 0; j < V; j++) sum += (w[j] = std::exp(((double)logits[j] - logits[best]) / temperature));
+    double r = rng_uniform(rng) * sum, acc = 0;
+    for (int j = 0; j < V; j++) {
+        acc += w[j];
+        if (r < acc) return j;
+    }
+    return V - 1;
+}
+
+// Generates n tokens after the start token (end-of-text when the tokenizer knows it, else 0),
+// feeding back at most T tokens of context (the allocated sequence length).
+template <typename real>
+std::vector<int> gpt_generate(GPT<real>* m, int start_token, int n, int T, float temperature, Rng* rng) {
+    std::vector<int> seq = {start_token};
+    for (int i = 0; i < n; i++) {
+        int ctx = std::min((int)seq.size(), T);
+        const int* window = seq.data() + seq.size() - ctx;
+        gpt_forward(m, window, (const int*)nullptr, 1, ctx);
+        seq.push_back(sample_token(m->acts.logits + (size_t)(ctx - 1) * m->config.padded_vocab_size, m->config.vocab_size, temperature, rng));
+    }
+    return std::vector<int>(seq.begin() + 1, seq.end());
+}
+
+// ----------------------------------------------------------------------------
+// The backend of the shared training program (host/train_loop.h lists what it needs)
+
+typedef GPT<float> Model;
+
+inline const char* model_build_name() { return "cpu-fp32"; }
+inline void model_build(Model* m, const ModelConfig& c) { gpt_build(m, c); }
+inline void model_init_params(Model* m, uint64_t seed) { gpt_init_params(m, seed); }
+inline size_t model_num_params(const Model* m) { return m->num_params; }
+inline void model_zero_grad(Model* m) { gpt_zero_grad(m); }
+inline void model_backward(Model* m, float loss_scale) { gpt_backward(m, loss_scale); }
+inline float model_grad_norm(Model* m) { return (float)gpt_grad_norm(m); }
+inline void model_update(Model* m, const AdamWSettings& s, int step) { gpt_update(m, s, step); }
+inline void model_free(Model* m) { gpt_free(m); }
+inline std::vector<int> model_generate(Model* m, int start, int n, int T, float temperature, Rng* rng) { return gpt_generate(m, start, n, T, temperature, rng); }
+
+inline float model_forward_loss(Model* m, const int* inputs, const int* targets, int B, int T) {
+    gpt_forward(m, inputs, targets, B, T);
+    return m->mean_loss;
+}
+
+inline void model_load(Model* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
+    CheckpointMeta check;
+    checkpoint_read_meta(path, &check);
+    if ((size_t)check.num_params != m->num_params)
+        runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
+                      (long long)check.num_params, m->num_params);
+    if (with_optimizer) {
+        m->m_memory = (float*)calloc_check(m->num_params, sizeof(float), "AdamW m");
+        m->v_memory = (float*)calloc_check(m->num_params, sizeof(float), "AdamW v");
+    }
+    checkpoint_read(path, meta, m->params_memory, with_optimizer ? m->m_memory : nullptr, with_optimizer ? m->v_memory : nullptr);
+}
+
+inline void model_save(Model* m, const std::string& dir, CheckpointMeta* meta) {
+    meta->num_params = (int64_t)m->num_params;
+    meta->has_optimizer = m->m_memory != nullptr;
+    checkpoint_write(dir, *meta, m->params_memory, m->m_memory, m->v_memory);
+}
+
+#include "host/train_loop.h"   // defines: train_main, the training program shared with the GPU build
+
+#ifndef TESTING
+int main(int argc, char** argv) { return train_main<Model>(argc, argv); }
+#endif
