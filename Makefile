@@ -104,8 +104,8 @@ QUICKSTART_FLAGS := --arch gpt2 --layers 4 --heads 4 --dim 128 --max-seq 128 --s
 quickstart: venv train_cpu
 	$(VENV_PY) scripts/prepare_tinyshakespeare.py
 	rm -rf runs/quickstart
-	./train_cpu --train-data 'data/tinyshakespeare/tiny_shakespeare_train.bin' \
-		--val-data 'data/tinyshakespeare/tiny_shakespeare_val.bin' \
+	./train_cpu --train-data 'data/tinyshakespeare/tinyshakespeare_train_*.bin' \
+		--val-data 'data/tinyshakespeare/tinyshakespeare_val_*.bin' \
 		--tokenizer data/tinyshakespeare/gpt2.vptok --out-dir runs/quickstart $(QUICKSTART_FLAGS)
 
 clean:

@@ -1,0 +1,350 @@
+// cpu/gemm.h: the one matrix multiply of the CPU trainer. Header-only, float and double.
+//
+//   C[i*ldc + j] (+)= sum_k A(i,k) * B(k,j)      i < M, j < N, k < K
+//   A(i,k) = A[i*a_rs + k*a_cs]     B(k,j) = B[k*b_rs + j*b_cs]
+//
+// Every operand is given by a row stride and a column stride, so any transpose is just a choice
+// of strides and nothing is ever transposed in memory up front. accumulate=false overwrites C,
+// accumulate=true adds the product to what C holds. C must not overlap A or B.
+//
+// How it is fast (the classic Goto/BLIS scheme, in plain C++):
+//
+//   for each NC-wide column block of C                      (B panel, KC x NC, lives in L2/L3)
+//     for each KC-deep slice of K                           (pack B panel once)
+//       for each MC-tall row block of C                     (A block, MC x KC, lives in L2)
+//         pack the A block
+//         for each NR-wide micro-panel of the B panel       (KC x NR, stays in L1)
+//           for each MR-tall micro-panel of the A block
+//             micro-kernel: an MR x NR tile of C held in registers, KC rank-1 updates
+//
+// * Packing. Whatever the strides, A and B are first copied into small contiguous buffers laid
+//   out exactly in the order the micro-kernel reads them: an A micro-panel is KC groups of MR
+//   values (a[p*MR + i] = A(i, p)), a B micro-panel is KC groups of NR values
+//   (b[p*NR + j] = B(p, j)). The kernel then walks both with unit stride, the hardware
+//   prefetchers see two simple streams, and ragged edges are padded with zeros so the kernel
+//   never needs a bounds check. The copy costs O(MK + KN) next to the O(MNK) multiply.
+//
+// * The micro-kernel is MR x NR = 6 x 32. For float that is 6 rows x two 16-wide AVX-512
+//   registers = 12 accumulators; each k step loads 2 vectors of B, broadcasts 6 scalars of A and
+//   issues 12 FMAs, so the FMA pipes, not the loads, are the limit. Measured on the Zen4 box
+//   (one core, operands in L1): 6x32 114 GFLOP/s, 8x32 111, 12x32 106, 6x64 113, 16x16 12(!).
+//   For double, 6 x 32 is 6 rows x four 8-wide registers = 24 accumulators (57 GFLOP/s, the
+//   double peak).
+//
+// * Why plain loops and not intrinsics or vector extensions: GCC 12 -O3 -march=native turns the
+//   kernel below (a local acc[MR][NR] array, a k loop around an i loop around a j loop of
+//   constant trip count NR = 32) into exactly the hand-written code: the accumulators stay in
+//   zmm registers, one vbroadcastss + 2 vfmadd231ps per row per k, nothing spilled. We checked
+//   the assembly. It is fragile in one known way: with NR = 16 GCC fully unrolls the j loop
+//   before vectorising it and the result is scalar code (10x slower), which is why NR is 32 for
+//   both types. If a future compiler regresses, look at `objdump -d` of gemm_micro_kernel first.
+//   The FMA is spelled std::fma so that the result does not depend on -ffp-contract (GCC
+//   vectorises std::fma to vfmadd when FMA is enabled, e.g. by -march=native). Without FMA
+//   hardware enabled at compile time we fall back to a*b+c, which is correct but slower.
+//
+// * Blocking sizes (float; 32 KiB L1d and 1 MiB L2 per Zen4 core, 32 MiB shared L3):
+//   KC = 256: the B micro-panel (KC x NR floats = 32 KiB) is reused by every MR-row strip of the
+//     A block; the K-dimension is also the one we add into C once per KC slice, so deeper slices
+//     mean fewer passes over C (dweight of the LM head writes a 154 MB C: with K = B*T = 256 it
+//     is exactly one pass). See dev/bench_gemm.cpp for the sweep that picked it.
+//   MC = 264: an A block of MC x KC floats = 264 KiB sits comfortably in the 1 MiB L2, and
+//     264 = 44 * 6 covers the trainer's M = B*T = 256 rows in a single block.
+//   NC = 3072: the B panel KC x NC = 3 MiB per thread streams through L2/L3; a wide NC means the
+//     A block is repacked only N/NC times.
+//
+// * Determinism. The trainer's checkpoint resume must be bit-exact, so the result may not depend
+//   on the number of threads. It does not, by construction: every element C(i,j) is computed by
+//   the same sequence of floating point operations no matter how the work is split:
+//     for each KC slice s (in order):  t = 0; for k in slice s (in order): t = fma(A(i,k), B(k,j), t)
+//                                      C(i,j) = (first slice && !accumulate) ? t : C(i,j) + t
+//   The slices depend only on K and KC (a compile-time constant), never on the thread count, and
+//   one output element is owned by exactly one thread (threads split C into disjoint blocks). An
+//   element that lands in a ragged edge tile runs the very same kernel (the zero padding only
+//   fills the unused lanes), so even where the tile boundaries fall does not matter.
+//
+// * Threads. gemm() opens its own `#pragma omp parallel` (call it from serial code). C is cut into
+//   as many contiguous strips as there are threads, along N when N is the larger side, else
+//   along M, each strip a whole number of micro-tiles; each thread packs its own operands into
+//   its own 64-byte aligned, thread_local buffers (kept between calls, so no malloc per call).
+//   Without -fopenmp everything runs on the calling thread.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// Block sizes per element type. MR/NR: register tile; KC: depth of a K slice; MC/NC: the A block
+// height and B panel width (multiples of MR and NR).
+template <typename T> struct gemm_blocking;
+template <> struct gemm_blocking<float> {
+    static constexpr int MR = 6, NR = 32;
+    static constexpr int KC = 256, MC = 264, NC = 3072;
+};
+template <> struct gemm_blocking<double> {
+    static constexpr int MR = 6, NR = 32;
+    static constexpr int KC = 128, MC = 132, NC = 1536;  // same bytes per block as float
+};
+
+// a*b + c with one rounding where the hardware has FMA (GCC defines __FMA__ under -march=native
+// on any recent x86). It must be the same in every kernel call, which it is: one definition.
+template <typename T>
+static inline T gemm_madd(T a, T b, T c) {
+#ifdef __FMA__
+    return std::fma(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
+// The micro-kernel: tile[MR][NR] = sum_{p<kc} a_panel[p*MR + i] * b_panel[p*NR + j].
+// a_panel: MR x kc packed (MR values per k), b_panel: kc x NR packed (NR values per k). The
+// product goes to a small aligned scratch tile rather than straight into C: with a fixed,
+// contiguous destination GCC keeps acc[][] in registers for every kc (with the runtime ldc of C
+// in the loop it did not), and copying 6x32 values out costs nothing next to kc*12 FMAs.
+// noinline keeps the code generation of this loop independent of whoever calls it.
+template <typename T, int MR, int NR>
+__attribute__((noinline)) void gemm_micro_kernel(int kc, const T* __restrict a_panel,
+                                                 const T* __restrict b_panel, T* __restrict tile) {
+    T acc[MR][NR] = {};
+    for (int p = 0; p < kc; p++) {
+        const T* a = a_panel + (long)p * MR;
+        const T* b = b_panel + (long)p * NR;
+        for (int i = 0; i < MR; i++) {
+            const T a_ip = a[i];
+            for (int j = 0; j < NR; j++) acc[i][j] = gemm_madd(a_ip, b[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) tile[i * NR + j] = acc[i][j];
+}
+
+// Transpose a chunk of R strided rows into interleaved order:
+//   dst[q*dst_stride + r] = src[r*src_stride + q]      r < R, q < CHUNK
+// This is the packing step whenever the operand is contiguous along k but the kernel wants the
+// values of one k side by side (A = inp or dout in forward/dinp, B = W^T in forward). The naive
+// loop (for p: for r: ...) keeps R read streams open at once; with W's rows 3072 floats = 12 KiB
+// apart all of them land in the same L1 set and it ran at 1.7 ns per element. Here each row
+// gives a 16-value chunk (a cache line) in one go into a small tile on the stack, and the tile
+// is written out transposed: about 0.3 ns per element whatever the stride (R = 4 and 6).
+// (Reading a row's chunk with memcpy or with a loop makes no difference to the result and, in
+// GCC 12, a 1.6x difference in speed, in opposite directions for A and B: hence the flag.)
+constexpr int GEMM_TRANSPOSE_CHUNK = 16;
+template <typename T, int R, bool READ_WITH_MEMCPY>
+static inline void gemm_transpose_chunk(const T* src, long src_stride, T* dst, int dst_stride) {
+    constexpr int CHUNK = GEMM_TRANSPOSE_CHUNK;
+    T chunk[R][CHUNK];
+    for (int r = 0; r < R; r++) {
+        if (READ_WITH_MEMCPY)
+            memcpy(chunk[r], src + r * src_stride, sizeof(chunk[r]));
+        else
+            for (int q = 0; q < CHUNK; q++) chunk[r][q] = src[r * src_stride + q];
+    }
+    for (int q = 0; q < CHUNK; q++)
+        for (int r = 0; r < R; r++) dst[q * dst_stride + r] = chunk[r][q];
+}
+
+// Pack the mc x kc block A(i, p) = A[i*a_rs + p*a_cs] into ceil(mc/MR) micro-panels, each
+// kc x MR with the MR values of one k adjacent; rows past mc are zero.
+//   packed[(i/MR)*MR*kc + p*MR + i%MR] = A(i, p)
+// noinline (like the kernel): inlined into the loop nest, GCC ran out of registers and spilled.
+template <typename T, int MR>
+__attribute__((noinline)) void gemm_pack_a(int mc, int kc, const T* A, long a_rs, long a_cs, T* packed) {
+    for (int i0 = 0; i0 < mc; i0 += MR) {
+        const int rows = std::min(MR, mc - i0);
+        T* dst = packed + (long)i0 * kc;
+        const T* src = A + (long)i0 * a_rs;
+        if (rows == MR && a_rs == 1) {
+            // dweight: A = dout^T, the MR values of one k are adjacent already: a plain copy.
+            for (int p = 0; p < kc; p++)
+                for (int i = 0; i < MR; i++) dst[(long)p * MR + i] = src[(long)p * a_cs + i];
+        } else if (rows == MR && a_cs == 1) {
+            // forward, dinp: A = inp or dout, row-major, contiguous along k.
+            int p = 0;
+            for (; p + GEMM_TRANSPOSE_CHUNK <= kc; p += GEMM_TRANSPOSE_CHUNK)
+                gemm_transpose_chunk<T, MR, false>(src + p, a_rs, dst + (long)p * MR, MR);
+            for (; p < kc; p++)
+                for (int i = 0; i < MR; i++) dst[(long)p * MR + i] = src[i * a_rs + p];
+        } else {
+            // Any other strides, and the last, partial micro-panel (zero-padded).
+            for (int p = 0; p < kc; p++)
+                for (int i = 0; i < MR; i++)
+                    dst[(long)p * MR + i] = i < rows ? src[i * a_rs + (long)p * a_cs] : T(0);
+        }
+    }
+}
+
+// Pack the kc x nc panel B(p, j) = B[p*b_rs + j*b_cs] into ceil(nc/NR) micro-panels, each
+// kc x NR with the NR values of one k adjacent; columns past nc are zero.
+//   packed[(j/NR)*NR*kc + p*NR + j%NR] = B(p, j)
+template <typename T, int NR>
+__attribute__((noinline)) void gemm_pack_b(int kc, int nc, const T* B, long b_rs, long b_cs, T* packed) {
+    constexpr int ROWS_AT_ONCE = 4;  // transpose 4 of W's rows at a time (8 and 16 were slower)
+    static_assert(NR % ROWS_AT_ONCE == 0, "NR must be a multiple of ROWS_AT_ONCE");
+    for (int j0 = 0; j0 < nc; j0 += NR) {
+        const int cols = std::min(NR, nc - j0);
+        T* dst = packed + (long)j0 * kc;
+        const T* src = B + (long)j0 * b_cs;
+        if (cols == NR && b_cs == 1) {
+            // dinp: B = W, dweight: B = inp, row-major: each k is a contiguous copy of NR values.
+            for (int p = 0; p < kc; p++)
+                for (int j = 0; j < NR; j++) dst[(long)p * NR + j] = src[(long)p * b_rs + j];
+        } else if (cols == NR && b_rs == 1) {
+            // forward: B = W^T, i.e. NR rows of W, each contiguous along k. Chunk by chunk of k,
+            // so that the writes fill whole lines of the panel (rows first was 30% slower).
+            int p = 0;
+            for (; p + GEMM_TRANSPOSE_CHUNK <= kc; p += GEMM_TRANSPOSE_CHUNK)
+#pragma GCC unroll 1  // unrolled, GCC kept 32 row pointers live and spilled them
+                for (int j = 0; j < NR; j += ROWS_AT_ONCE)
+                    gemm_transpose_chunk<T, ROWS_AT_ONCE, true>(src + j * b_cs + p, b_cs, dst + (long)p * NR + j, NR);
+            for (; p < kc; p++)
+                for (int j = 0; j < NR; j++) dst[(long)p * NR + j] = src[j * b_cs + p];
+        } else {
+            // Any other strides, and the last, partial micro-panel (zero-padded).
+            for (int p = 0; p < kc; p++)
+                for (int j = 0; j < NR; j++)
+                    dst[(long)p * NR + j] = j < cols ? src[(long)p * b_rs + j * b_cs] : T(0);
+        }
+    }
+}
+
+// Add (or, for the first K slice without accumulate, store) one mr x nr kernel tile into C.
+// A plain add: C = C + tile, the same single rounding for full and ragged tiles.
+template <typename T, int MR, int NR>
+static inline void gemm_store_tile(const T* __restrict tile, int mr, int nr, T* __restrict c, long ldc,
+                                   bool overwrite) {
+    if (mr == MR && nr == NR) {
+        for (int i = 0; i < MR; i++) {
+            T* c_row = c + i * ldc;
+            const T* t_row = tile + i * NR;
+            if (overwrite)
+                for (int j = 0; j < NR; j++) c_row[j] = t_row[j];
+            else
+                for (int j = 0; j < NR; j++) c_row[j] = c_row[j] + t_row[j];
+        }
+    } else {
+        for (int i = 0; i < mr; i++) {
+            T* c_row = c + i * ldc;
+            const T* t_row = tile + i * NR;
+            for (int j = 0; j < nr; j++) c_row[j] = overwrite ? t_row[j] : c_row[j] + t_row[j];
+        }
+    }
+}
+
+// One thread's share: the m x n block of C at C (row stride ldc), A and B already offset to
+// its first row / column. Runs the BLIS loop nest described at the top with this thread's
+// packing buffers.
+template <typename T>
+static void gemm_block(int m, int n, int K, const T* A, long a_rs, long a_cs, const T* B, long b_rs,
+                       long b_cs, T* C, long ldc, bool accumulate, T* a_packed, T* b_packed) {
+    constexpr int MR = gemm_blocking<T>::MR, NR = gemm_blocking<T>::NR;
+    constexpr int KC = gemm_blocking<T>::KC, MC = gemm_blocking<T>::MC, NC = gemm_blocking<T>::NC;
+    alignas(64) T tile[MR * NR];
+    for (int jc = 0; jc < n; jc += NC) {
+        const int nc = std::min(NC, n - jc);
+        for (int pc = 0; pc < K; pc += KC) {
+            const int kc = std::min(KC, K - pc);
+            const bool overwrite = (pc == 0) && !accumulate;
+            gemm_pack_b<T, NR>(kc, nc, B + pc * b_rs + jc * b_cs, b_rs, b_cs, b_packed);
+            for (int ic = 0; ic < m; ic += MC) {
+                const int mc = std::min(MC, m - ic);
+                gemm_pack_a<T, MR>(mc, kc, A + ic * a_rs + pc * a_cs, a_rs, a_cs, a_packed);
+                for (int jr = 0; jr < nc; jr += NR) {
+                    const int nr = std::min(NR, nc - jr);
+                    const T* b_panel = b_packed + (long)jr * kc;
+                    for (int ir = 0; ir < mc; ir += MR) {
+                        const int mr = std::min(MR, mc - ir);
+                        gemm_micro_kernel<T, MR, NR>(kc, a_packed + (long)ir * kc, b_panel, tile);
+                        gemm_store_tile<T, MR, NR>(tile, mr, nr, C + (ic + ir) * ldc + jc + jr, ldc, overwrite);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// This thread's packing buffers: room for one A block (MC x KC) and one B panel (KC x NC),
+// 64-byte aligned, allocated on first use and kept for the life of the thread (OpenMP keeps its
+// worker threads alive between parallel regions, so steady-state calls never allocate).
+template <typename T>
+static T* gemm_thread_buffers() {
+    constexpr size_t count = (size_t)gemm_blocking<T>::MC * gemm_blocking<T>::KC +
+                             (size_t)gemm_blocking<T>::KC * gemm_blocking<T>::NC;
+    struct Buffer {
+        T* ptr = nullptr;
+        ~Buffer() { free(ptr); }
+    };
+    static thread_local Buffer buffer;
+    if (!buffer.ptr) {
+        buffer.ptr = static_cast<T*>(aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64));
+        if (!buffer.ptr) {
+            fprintf(stderr, "error: gemm: out of memory allocating %zu bytes of packing buffer\n",
+                    count * sizeof(T));
+            exit(1);
+        }
+    }
+    return buffer.ptr;
+}
+
+template <typename T>
+void gemm(int M, int N, int K, const T* A, long a_rs, long a_cs, const T* B, long b_rs, long b_cs, T* C,
+          long ldc, bool accumulate) {
+    constexpr int MR = gemm_blocking<T>::MR, NR = gemm_blocking<T>::NR, MC = gemm_blocking<T>::MC;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {  // an empty sum: C = 0, or C unchanged
+        if (!accumulate)
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) C[(long)i * ldc + j] = T(0);
+        return;
+    }
+
+    // How many threads: all of them, unless the multiply is too small to pay for waking them
+    // (below ~2 MFLOP the fork/join costs more than it saves). This changes nothing in the
+    // result (see "Determinism" above), only the speed.
+    int threads = 1;
+#ifdef _OPENMP
+    if ((double)M * N * K >= 1e6 && !omp_in_parallel()) threads = omp_get_max_threads();
+#endif
+    // Split C into `threads` strips along the side that has more micro-tiles: along N (each
+    // thread packs its own part of B and all of A) or along M (its own part of A, all of B).
+    // For M = B*T = 256 rows and N = OC the split is along N; for dweight (M = OC) along M.
+    // When M fits in one A block, split N even if it has fewer tiles: each thread then packs
+    // a disjoint part of B and only re-reads the small A.
+    const long m_tiles = (M + MR - 1) / MR, n_tiles = (N + NR - 1) / NR;
+    const bool split_n = (n_tiles * NR >= m_tiles * MR) || (M <= MC && n_tiles >= threads);
+    const long tiles = split_n ? n_tiles : m_tiles;
+    if (threads > tiles) threads = (int)std::max(1L, tiles);
+
+    auto run_strip = [&](int t) {
+        const long first = tiles * t / threads, last = tiles * (t + 1) / threads;
+        if (first >= last) return;
+        T* a_packed = gemm_thread_buffers<T>();
+        T* b_packed = a_packed + (size_t)gemm_blocking<T>::MC * gemm_blocking<T>::KC;
+        if (split_n) {
+            const long j0 = first * NR, j1 = std::min<long>(N, last * NR);
+            gemm_block<T>(M, (int)(j1 - j0), K, A, a_rs, a_cs, B + j0 * b_cs, b_rs, b_cs, C + j0, ldc,
+                          accumulate, a_packed, b_packed);
+        } else {
+            const long i0 = first * MR, i1 = std::min<long>(M, last * MR);
+            gemm_block<T>((int)(i1 - i0), N, K, A + i0 * a_rs, a_rs, a_cs, B, b_rs, b_cs, C + i0 * ldc, ldc,
+                          accumulate, a_packed, b_packed);
+        }
+    };
+    if (threads == 1) {
+        run_strip(0);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+    {
+        // The runtime may hand us fewer threads than asked for (OMP_DYNAMIC): then some
+        // threads run more than one strip, still each strip exactly once.
+        for (int t = omp_get_thread_num(); t < threads; t += omp_get_num_threads()) run_strip(t);
+    }
+#endif
+}

@@ -1,0 +1,113 @@
+"""Command-line pieces shared by every prepare_* script."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import sys
+
+from . import DataError
+
+
+def positive_int(s: str) -> int:
+    try:
+        v = int(float(s))  # accept 1e8 / 20e9
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {s!r}")
+    return v
+
+
+def nonneg_int(s: str) -> int:
+    try:
+        v = int(float(s))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s!r}")
+    return v
+
+
+def fraction(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction, got {s!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected 0 <= fraction < 1, got {s!r}")
+    return v
+
+
+def add_common_args(ap: argparse.ArgumentParser, *, out_dir: str, tokenizer: str, shard_size: int) -> None:
+    """`out_dir` is the default shown in --help; "data/<name>" means "derived from --name"."""
+    g = ap.add_argument_group("output and running")
+    g.add_argument("--out-dir", default=None if "<" in out_dir else out_dir,
+                   help=f"where shards, the manifest and the .vptok file go (default {out_dir})")
+    g.add_argument("--tokenizer", default=tokenizer, help=f"gpt2 | neox | llama2 (default {tokenizer})")
+    g.add_argument("--tokenizer-path", help="tokenizer file (tokenizer.json / tokenizer.model) or, for gpt2, the "
+                   "directory with encoder.json + vocab.bpe; default: the cache ($VALUEPATH_CACHE/tokenizers/...)")
+    g.add_argument("--shard-size", type=positive_int, default=shard_size,
+                   help=f"tokens per shard (default {shard_size:,}; the last shard of a split is smaller)")
+    g.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="tokenizer processes (default: number of CPUs; 1 = no pool); the output does not depend on it")
+    g.add_argument("--skip-bad-records", action="store_true",
+                   help="skip (and count) invalid JSON lines, records without the text field, bad UTF-8 and "
+                   "corrupt compressed streams instead of stopping at the first one")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace existing shards of this name made with different inputs/flags (default: refuse)")
+    g.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    g.add_argument("--stop-after-shards", type=positive_int, metavar="N",
+                   help="stop (exit code 3) after writing N new shards, as if interrupted; for testing resume")
+
+
+def job_kwargs(args) -> dict:
+    return dict(
+        shard_size=args.shard_size,
+        workers=args.workers,
+        progress=not args.no_progress,
+        skip_bad_records=args.skip_bad_records,
+        overwrite=args.overwrite,
+        stop_after_shards=args.stop_after_shards,
+    )
+
+
+def file_identity(path: str, root: str | None = None) -> dict:
+    """What the resume check compares for an input file: its name (relative to `root`, so
+    moving the whole input tree or the cache is fine) and its size (not the mtime, which a
+    copy changes)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise DataError(f"cannot stat input {path}: {e}") from None
+    name = os.path.relpath(path, root) if root else os.path.basename(path)
+    return {"name": name, "size": size}
+
+
+def files_identity(paths: list) -> list:
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else None
+    return [file_identity(os.path.abspath(p), root) for p in paths]
+
+
+def hash01(text: str, seed: int) -> float:
+    """A document's place in [0, 1) from its content: the val/train split of a document
+    never depends on its position, worker timing or the Python hash seed, and exact
+    duplicates always land on the same side."""
+    h = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, key=str(seed).encode())
+    return int.from_bytes(h.digest(), "little") / 2**64
+
+
+def slug(s: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")
+    return s or "data"
+
+
+def run(main, argv=None) -> int:
+    """Run a script's main(argv), turning DataError into a one-line message and exit 1."""
+    try:
+        return main(argv)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1

@@ -1,0 +1,616 @@
+"""The driver every prepare_* script uses: read documents, tokenize them in parallel,
+append them to shard streams, write shards atomically, and resume after interruption.
+
+Vocabulary
+  source   an ordered document iterator (one input split: "the train chunks", "the Gutenberg
+           file", ...). Sources run one after the other.
+  stream   one output sequence of shards: "main" (val head + train), "train", "val_arxiv",
+           ... A router function sends each document to a stream (or drops it) before it
+           is tokenized, so routing never depends on worker timing.
+  position (source number, document number): a document's place in the input, which is
+           the same on every run over the same inputs.
+
+Determinism. Documents are batched in input order, batches are tokenized by a pool and the
+results are consumed strictly in submission order (a window of AsyncResults), so the
+output is identical for any --workers value. Tokenizing one document does not depend on
+any other, so the batching cannot change the tokens either.
+
+Resuming. After every finished shard the manifest (`<prefix>.manifest.json`) records, per
+stream, its shards and the position + token offset where the next shard starts (plus the
+per-domain token counts used for budgets). A re-run with the same inputs and flags
+checks the finished shards, skips every document before each stream's resume position
+without tokenizing it, and drops the first `offset` tokens of the document at it. The
+result is byte-identical to an uninterrupted run. Shards are written to `<name>.tmp` and
+renamed, so an interrupted write never leaves a complete-looking shard.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from . import DataError
+from .readers import BadRecords, Doc, normalize_newlines, strip_gutenberg
+from .shards import HEADER_BYTES, make_header, read_header, version_for_vocab, write_atomic
+from .tokenizer import TokenizerSpec, build, export_vptok
+
+MANIFEST_FORMAT = "valuepath-shards-manifest"
+MANIFEST_VERSION = 1
+DEFAULT_SHARD_SIZE = 100_000_000  # tokens per shard, as llm.c's fineweb.py
+BATCH_DOCS = 256  # documents per task sent to a worker
+BATCH_CHARS = 4_000_000  # ... or this many characters, whichever comes first
+
+
+class StopRequested(Exception):
+    """--stop-after-shards reached (used by tests to simulate an interrupted run)."""
+
+
+# ---------------------------------------------------------------- streams
+
+@dataclass
+class StreamSpec:
+    name: str  # stream id used in the manifest: "main", "train", "val_arxiv", ...
+    split: str  # the split part of regular shard file names: "train", "val_arxiv", ...
+    head_tokens: int = 0  # >0: the first shard holds exactly this many tokens (llm.c: val first)
+    head_split: str = "val"
+    quota: dict | None = None  # key -> max tokens ("*" = any key); None = unlimited
+
+
+class Stream:
+    def __init__(self, spec: StreamSpec, job: "Job"):
+        self.spec = spec
+        self.job = job
+        self.shards: list[dict] = []
+        self.finished = False
+        self.resume_pos: tuple | None = None  # skip documents before this position
+        self.resume_off = 0  # ... and this many tokens of the document at it
+        self.counts: dict[str, int] = {}  # tokens accepted per quota key
+        self.docs = 0  # documents accepted (the one a shard ends in included)
+        self.parts: list[np.ndarray] = []
+        self.fill = 0
+
+    # -- naming / sizes
+    def _index(self) -> int:
+        return len(self.shards)
+
+    def capacity(self) -> int:
+        if self.spec.head_tokens and self._index() == 0:
+            return self.spec.head_tokens
+        return self.job.shard_size
+
+    def split_name(self, i: int) -> str:
+        if self.spec.head_tokens and i == 0:
+            return self.spec.head_split
+        return self.spec.split
+
+    def filename(self, i: int) -> str:
+        return f"{self.job.prefix}_{self.split_name(i)}_{i:06d}.bin"
+
+    # -- quotas
+    def _qkey(self, key):
+        q = self.spec.quota
+        return "*" if "*" in q else key
+
+    def key_full(self, key) -> bool:
+        q = self.spec.quota
+        if q is None:
+            return False
+        k = self._qkey(key)
+        return k not in q or self.counts.get(k, 0) >= q[k]
+
+    def full(self) -> bool:
+        if self.finished:
+            return True
+        if self.resume_pos is not None:
+            # Resuming: the document the last shard ended in still has tokens to append,
+            # even if the budget was already reached when it was accepted.
+            return False
+        q = self.spec.quota
+        return q is not None and all(self.counts.get(k, 0) >= v for k, v in q.items())
+
+    def accept(self, key, ntok: int) -> bool:
+        """Take the whole document if its quota key still has room (a budget may be
+        overshot by at most one document per key)."""
+        if self.spec.quota is not None:
+            if self.key_full(key):
+                return False
+            k = self._qkey(key)
+            self.counts[k] = self.counts.get(k, 0) + ntok
+        self.docs += 1
+        return True
+
+    # -- writing
+    def append(self, toks: np.ndarray, pos: tuple, start_off: int) -> None:
+        i, n = 0, len(toks)
+        while i < n:
+            take = min(self.capacity() - self.fill, n - i)
+            self.parts.append(toks[i : i + take])
+            self.fill += take
+            i += take
+            if self.fill == self.capacity():
+                self._flush([pos[0], pos[1], start_off + i])
+
+    def _flush(self, resume) -> None:
+        i = self._index()
+        path = os.path.join(self.job.out_dir, self.filename(i))
+        version = self.job.shard_version
+        dtype = self.job.dtype
+        header = make_header(self.fill, version)
+        chunks = [header] + [np.ascontiguousarray(p, dtype=dtype).tobytes() for p in self.parts]
+        h = hashlib.sha256()
+        for c in chunks:
+            h.update(c)
+        write_atomic(path, chunks, HEADER_BYTES + self.fill * dtype.itemsize)
+        self.shards.append(
+            {
+                "file": os.path.basename(path),
+                "split": self.split_name(i),
+                "tokens": self.fill,
+                "sha256": h.hexdigest(),
+                "resume": resume,  # None: the stream's last shard
+                "docs": self.docs,
+                "counts": dict(self.counts),
+            }
+        )
+        self.parts = []
+        self.fill = 0
+        self.job.on_shard_written(self)
+
+    def finish(self) -> None:
+        if self.finished:
+            return
+        if self.fill:
+            self._flush(None)
+        self.finished = True
+        self.job.save_manifest()
+
+    # -- manifest
+    def to_json(self) -> dict:
+        return {"split": self.spec.split, "shards": self.shards, "finished": self.finished}
+
+    def restore(self, st: dict, out_dir: str) -> int:
+        """Keep the longest prefix of intact shards; returns how many were kept."""
+        kept = []
+        for e in st.get("shards", []):
+            path = os.path.join(out_dir, e["file"])
+            try:
+                info = read_header(path)
+            except DataError:
+                break
+            if info.num_tokens != e["tokens"] or info.version != self.job.shard_version:
+                break
+            kept.append(e)
+            if e["resume"] is None:
+                break
+        self.shards = kept
+        self.finished = bool(st.get("finished")) and len(kept) == len(st.get("shards", []))
+        if kept:
+            last = kept[-1]
+            self.docs = last["docs"]
+            self.counts = dict(last["counts"])
+            if last["resume"] is None:
+                self.finished = True
+            else:
+                self.resume_pos = (last["resume"][0], last["resume"][1])
+                self.resume_off = last["resume"][2]
+        return len(kept)
+
+
+# ---------------------------------------------------------------- sources
+
+@dataclass
+class Source:
+    name: str
+    open: Callable[[BadRecords], Iterator[Doc]]  # called lazily: a skipped source costs nothing
+    route: Callable[[Doc], str | None]  # stream name, or None to drop the document
+    targets: list | None = None  # streams it feeds; once all are full the source stops early
+
+
+# ---------------------------------------------------------------- workers
+
+_WORKER: dict = {}
+
+
+def transform_text(text: str, tf: tuple) -> str:
+    strip_pg, norm_nl = tf
+    if norm_nl:
+        text = normalize_newlines(text)
+    if strip_pg:
+        text = strip_gutenberg(text)
+    return text
+
+
+def _init_worker(spec: TokenizerSpec, tf: tuple) -> None:
+    # The parent handles Ctrl-C and terminates the pool; workers must not die mid-task
+    # with a KeyboardInterrupt traceback each.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
+    if _WORKER.get("spec") != spec:  # with fork the parent's tokenizer is inherited
+        _WORKER["tok"] = build(spec)
+        _WORKER["spec"] = spec
+    _WORKER["tf"] = tf
+
+
+def _encode_batch(texts: list) -> list:
+    tok, tf = _WORKER["tok"], _WORKER["tf"]
+    out = []
+    for t in texts:
+        t = transform_text(t, tf)
+        out.append(tok.encode_doc(t) if t else None)
+    return out
+
+
+class _Done:
+    """Stands in for an AsyncResult when tokenizing in-process (--workers 1)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def ready(self):
+        return True
+
+    def get(self):
+        return self.value
+
+
+# ---------------------------------------------------------------- the job
+
+@dataclass
+class Stats:
+    read: int = 0
+    dropped: int = 0
+    empty: int = 0
+    rejected: int = 0
+    tokens_this_run: int = 0
+    shards_this_run: int = 0
+
+
+class Job:
+    def __init__(
+        self,
+        *,
+        out_dir: str,
+        prefix: str,
+        tokenizer: TokenizerSpec,
+        config: dict,
+        stream_factory: Callable[[str], StreamSpec],
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        workers: int = 1,
+        progress: bool = True,
+        skip_bad_records: bool = False,
+        overwrite: bool = False,
+        stop_after_shards: int | None = None,
+        strip_gutenberg: bool = False,
+        normalize_newlines: bool = False,
+        progress_total: int | None = None,
+    ):
+        if shard_size <= 0:
+            raise DataError("--shard-size must be positive")
+        self.out_dir = out_dir
+        self.prefix = prefix
+        self.spec = tokenizer
+        self.stream_factory = stream_factory
+        self.shard_size = shard_size
+        self.workers = max(1, workers)
+        self.progress = progress
+        self.bad = BadRecords(skip_bad_records)
+        self.overwrite = overwrite
+        self.stop_after_shards = stop_after_shards
+        self.tf = (bool(strip_gutenberg), bool(normalize_newlines))
+        self.progress_total = progress_total
+        self.streams: dict[str, Stream] = {}
+        self.stats = Stats()
+        self.reused = 0
+        self.bar = None
+        self.tok = None
+        # Everything that changes the bytes written; not --workers/--no-progress.
+        self.config = dict(config)
+        self.config["tokenizer"] = tokenizer.fingerprint()
+        self.config["shard_size"] = shard_size
+        self.config["transform"] = {"strip_gutenberg": self.tf[0], "normalize_newlines": self.tf[1]}
+        self.fingerprint = hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()
+        self.manifest_path = os.path.join(out_dir, f"{prefix}.manifest.json")
+        self.complete = False
+        self.vptok_name = f"{tokenizer.name}.vptok"
+        self._closed: list = []
+
+    # -- streams
+    def stream(self, name: str) -> Stream:
+        s = self.streams.get(name)
+        if s is None:
+            spec = self.stream_factory(name)
+            s = self.streams[name] = Stream(spec, self)
+        return s
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    # -- manifest
+    def _own_files(self) -> list:
+        if not os.path.isdir(self.out_dir):
+            return []
+        pre = self.prefix + "_"
+        return sorted(
+            f for f in os.listdir(self.out_dir) if f.startswith(pre) and (f.endswith(".bin") or f.endswith(".bin.tmp"))
+        )
+
+    def _load_manifest(self) -> None:
+        os.makedirs(self.out_dir, exist_ok=True)
+        # Leftovers of an interrupted write; never valid.
+        for f in self._own_files():
+            if f.endswith(".tmp"):
+                os.remove(os.path.join(self.out_dir, f))
+        m = None
+        if os.path.exists(self.manifest_path):
+            try:
+                with open(self.manifest_path) as f:
+                    m = json.load(f)
+                if m.get("format") != MANIFEST_FORMAT:
+                    raise ValueError("not a valuepath manifest")
+            except ValueError as e:
+                raise DataError(f"{self.manifest_path}: unreadable ({e}); delete it or pass --overwrite") from None
+        if m is not None and m.get("fingerprint") != self.fingerprint and not self.overwrite:
+            raise DataError(
+                f"{self.out_dir} already holds '{self.prefix}' shards made from different inputs or flags "
+                f"(see {self.manifest_path}); pass --overwrite to replace them, or use another --out-dir/--name"
+            )
+        if m is None and self._own_files() and not self.overwrite:
+            raise DataError(
+                f"{self.out_dir} holds {self.prefix}_*.bin files but no manifest to resume from; "
+                f"pass --overwrite to replace them"
+            )
+        if self.overwrite and (m is None or m.get("fingerprint") != self.fingerprint):
+            for f in self._own_files():
+                os.remove(os.path.join(self.out_dir, f))
+            if os.path.exists(self.manifest_path):
+                os.remove(self.manifest_path)
+            m = None
+        if m is None:
+            return
+        all_kept = True
+        for name, st in m.get("streams", {}).items():
+            s = self.stream(name)
+            kept = s.restore(st, self.out_dir)
+            self.reused += kept
+            all_kept &= kept == len(st.get("shards", []))
+        self.complete = bool(m.get("complete")) and all_kept
+        if not all_kept:
+            print(f"note: some shards listed in {self.manifest_path} are missing or damaged; redoing them",
+                  file=sys.stderr)
+
+    def save_manifest(self, stats: dict | None = None) -> None:
+        m = {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "fingerprint": self.fingerprint,
+            "complete": self.complete,
+            "prefix": self.prefix,
+            "tokenizer": {
+                "name": self.spec.name,
+                "vocab_size": self.tok.vocab_size if self.tok else None,
+                "delimiter": self.tok.eot if self.tok else None,
+                "shard_version": self.shard_version,
+                "vptok": self.vptok_name,
+            },
+            "config": self.config,
+            "streams": {n: s.to_json() for n, s in sorted(self.streams.items())},
+        }
+        if stats is not None:
+            m["stats"] = stats
+        data = (json.dumps(m, indent=1, sort_keys=True) + "\n").encode()
+        write_atomic(self.manifest_path, [data], len(data))
+
+    def on_shard_written(self, stream: Stream) -> None:
+        self.stats.shards_this_run += 1
+        self.save_manifest()
+        if self.stop_after_shards is not None and self.stats.shards_this_run >= self.stop_after_shards:
+            raise StopRequested()
+
+    # -- totals
+    def totals(self) -> dict:
+        docs = sum(s.docs for s in self.streams.values())
+        tokens = sum(e["tokens"] for s in self.streams.values() for e in s.shards)
+        shards = sum(len(s.shards) for s in self.streams.values())
+        return {"documents": docs, "tokens": tokens, "shards": shards}
+
+    def outputs(self) -> dict:
+        """split name -> (number of shards, tokens), for the summary."""
+        out: dict = {}
+        for s in self.streams.values():
+            for e in s.shards:
+                n, t = out.get(e["split"], (0, 0))
+                out[e["split"]] = (n + 1, t + e["tokens"])
+        return dict(sorted(out.items()))
+
+    # -- running
+    def run(self, sources: list) -> int:
+        t0 = time.time()
+        self.tok = build(self.spec)
+        # uint16 shards whenever the vocabulary fits (all three supported tokenizers do).
+        self.shard_version = version_for_vocab(self.tok.vocab_size)
+        self._dtype = self.tok.dtype
+        self._load_manifest()
+        if self.complete:
+            vptok = os.path.join(self.out_dir, self.vptok_name)
+            if not os.path.exists(vptok):
+                export_vptok(self.tok, vptok)
+            self._summary(t0, note="already complete, nothing to do")
+            return 0
+        _WORKER.update(tok=self.tok, spec=self.spec, tf=self.tf)
+        pool = None
+        if self.workers > 1:
+            # Fork before tqdm starts its monitor thread and before the parent encodes
+            # anything (HF tokenizers starts a thread pool on first use): forking a
+            # process with running threads is unsafe. Loading a tokenizer starts none.
+            method = "fork" if sys.platform.startswith("linux") else "spawn"
+            ctx = multiprocessing.get_context(method)
+            pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.spec, self.tf))
+        ok = False
+        try:
+            export_vptok(self.tok, os.path.join(self.out_dir, self.vptok_name))
+            self._open_bar()
+            for sno, src in enumerate(sources):
+                if src.targets is not None and all(self.stream(t).full() for t in src.targets):
+                    continue
+                self._run_source(sno, src, pool)
+            for s in list(self.streams.values()):
+                s.finish()
+            self.complete = True
+            seconds = time.time() - t0
+            self.save_manifest(stats={**self.totals(), "seconds": round(seconds, 3)})
+            ok = True
+        except StopRequested:
+            self._close(pool, terminate=True)
+            print(f"stopped after {self.stats.shards_this_run} shard(s) as asked (--stop-after-shards); "
+                  f"re-run without it to resume", file=sys.stderr)
+            self._summary(t0)
+            return 3
+        except KeyboardInterrupt:
+            self._close(pool, terminate=True)
+            print(f"\ninterrupted; {self.totals()['shards']} finished shard(s) are kept in {self.out_dir}; "
+                  f"re-run the same command to resume", file=sys.stderr)
+            return 130
+        finally:
+            # On any error (bad record, full disk, ...) stop the workers at once; finished
+            # shards and the manifest on disk stay valid for a re-run.
+            self._close(pool, terminate=not ok)
+        self._summary(t0)
+        return 0
+
+    def _open_bar(self) -> None:
+        if not self.progress:
+            return
+        from tqdm import tqdm
+
+        tty = sys.stderr.isatty()
+        self.bar = tqdm(
+            total=self.progress_total,
+            unit="tok",
+            unit_scale=True,
+            desc=self.prefix,
+            file=sys.stderr,
+            mininterval=0.5 if tty else 15.0,
+            dynamic_ncols=tty,
+        )
+
+    def _close(self, pool, terminate: bool) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if pool is not None and pool not in self._closed:
+            self._closed.append(pool)
+            if terminate:
+                pool.terminate()
+            else:
+                pool.close()
+            pool.join()
+
+    def _batches(self, sno: int, src: Source):
+        meta, texts, chars = [], [], 0
+        targets = [self.stream(t) for t in src.targets] if src.targets is not None else None
+        for dno, doc in enumerate(src.open(self.bad)):
+            self.stats.read += 1
+            name = src.route(doc)
+            if name is None:
+                self.stats.dropped += 1
+                continue
+            s = self.stream(name)
+            pos = (sno, dno)
+            if s.finished:
+                continue
+            if s.resume_pos is not None:
+                if pos < s.resume_pos:
+                    continue  # already in a finished shard: not even tokenized
+            elif s.key_full(doc.key):
+                continue  # its budget is spent (budgets only fill up, so this is safe)
+            meta.append((pos, s, doc.key))
+            texts.append(doc.text)
+            chars += len(doc.text)
+            if len(texts) >= BATCH_DOCS or chars >= BATCH_CHARS:
+                yield meta, texts
+                meta, texts, chars = [], [], 0
+                if targets is not None and all(t.full() for t in targets):
+                    break
+        if texts:
+            yield meta, texts
+
+    def _run_source(self, sno: int, src: Source, pool) -> None:
+        pending = collections.deque()
+        window = 2 * self.workers + 2
+        for meta, texts in self._batches(sno, src):
+            if pool is not None:
+                pending.append((meta, pool.apply_async(_encode_batch, (texts,))))
+            else:
+                pending.append((meta, _Done(_encode_batch(texts))))
+            # Consume strictly in order: output order never depends on worker timing.
+            while pending and (len(pending) > window or pending[0][1].ready()):
+                self._consume(*pending.popleft())
+        while pending:
+            self._consume(*pending.popleft())
+
+    def _consume(self, meta, result) -> None:
+        arrays = result.get()
+        ntok = 0
+        for (pos, s, key), toks in zip(meta, arrays):
+            if toks is None:
+                self.stats.empty += 1
+                continue
+            if s.resume_pos is not None:
+                if pos == s.resume_pos:
+                    off = s.resume_off
+                    s.resume_pos = None
+                    s.append(toks[off:], pos, off)  # accepted and counted before the interruption
+                    ntok += len(toks) - off
+                    continue
+                if pos > s.resume_pos:
+                    raise DataError(
+                        f"cannot resume '{self.prefix}': the document where stream {s.spec.name} stopped "
+                        f"({s.resume_pos}) is gone; the input changed. Pass --overwrite to start over"
+                    )
+                continue
+            if not s.accept(key, len(toks)):
+                self.stats.rejected += 1
+                continue
+            s.append(toks, pos, 0)
+            ntok += len(toks)
+        self.stats.tokens_this_run += ntok
+        if self.bar is not None:
+            self.bar.update(ntok)
+            self.bar.set_postfix_str(f"docs read {self.stats.read:,}", refresh=False)
+
+    def _summary(self, t0: float, note: str | None = None) -> None:
+        seconds = time.time() - t0
+        tot = self.totals()
+        tps = self.stats.tokens_this_run / seconds if seconds > 0 else 0.0
+        extra = ""
+        if self.reused:
+            extra += f" ({self.reused} reused)"
+        parts = [
+            f"documents {tot['documents']:,}",
+            f"tokens {tot['tokens']:,}",
+            f"shards {tot['shards']}{extra}",
+            f"seconds {seconds:.1f}",
+            f"{tps:,.0f} tokens/s",
+        ]
+        if self.bad.count:
+            parts.append(f"bad records skipped {self.bad.count:,}")
+        if self.stats.empty:
+            parts.append(f"empty documents skipped {self.stats.empty:,}")
+        print(f"summary: {self.prefix}: " + ", ".join(parts) + (f" [{note}]" if note else ""))
+        for split, (n, t) in self.outputs().items():
+            print(f"  {split}: {n} shard(s), {t:,} tokens -> {os.path.join(self.out_dir, f'{self.prefix}_{split}_*.bin')}")
+        if not self.complete:
+            return
+        print(f"  tokenizer for decoding: {os.path.join(self.out_dir, self.vptok_name)}")
+

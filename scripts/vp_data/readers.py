@@ -1,0 +1,469 @@
+"""Readers for every input format; each yields `Doc`s in a fixed, deterministic order.
+
+Formats: plain text `.txt` (optionally `.gz`/`.zst`), JSON lines `.jsonl`/`.json`
+(optionally `.gz`/`.zst`; C4's `*.json.gz` files are JSON lines too), Parquet, and an HF
+`datasets` Dataset. Compression is detected from the file name.
+
+Bad input is reported through a `BadRecords` policy: by default the first bad record
+raises a DataError naming the file and line (or row); with --skip-bad-records it is
+skipped and counted. A corrupt compressed stream (broken zstd frame, truncated gzip) ends
+that file: we cannot find the next record boundary inside a broken frame.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import os
+import re
+import sys
+import zlib
+from dataclasses import dataclass
+from typing import Iterator
+
+from . import DataError
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class Doc:
+    text: str
+    where: str  # "file:line N" / "file: row N" for messages
+    key: str | None = None  # domain, e.g. SlimPajama's meta.redpajama_set_name
+
+
+class BadRecords:
+    """What to do with a bad record: raise (default) or skip and count."""
+
+    def __init__(self, skip: bool = False, max_warnings: int = 10):
+        self.skip = skip
+        self.count = 0
+        self.max_warnings = max_warnings
+
+    def __call__(self, where: str, msg: str) -> None:
+        if not self.skip:
+            raise DataError(f"{where}: {msg} (pass --skip-bad-records to skip and count such records)")
+        self.count += 1
+        if self.count <= self.max_warnings:
+            print(f"warning: skipped bad record: {where}: {msg}", file=sys.stderr)
+            if self.count == self.max_warnings:
+                print("warning: (further bad-record warnings suppressed; see the summary count)", file=sys.stderr)
+
+
+class _Corrupt(Exception):
+    """Raised by the decompressors; turned into a bad record by the callers."""
+
+
+def compression_of(path: str) -> str | None:
+    p = path.lower()
+    if p.endswith(".gz"):
+        return "gzip"
+    if p.endswith(".zst") or p.endswith(".zstd"):
+        return "zstd"
+    return None
+
+
+def base_name(path: str) -> str:
+    """File name without the compression suffix: a.jsonl.zst -> a.jsonl."""
+    p = os.path.basename(path)
+    for suf in (".gz", ".zst", ".zstd"):
+        if p.lower().endswith(suf):
+            return p[: -len(suf)]
+    return p
+
+
+def _zstd_chunks(f) -> Iterator[bytes]:
+    # Frame by frame with decompressobj instead of zstandard's stream_reader: the stream
+    # reader silently stops at a truncated frame, which would hide a broken download.
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    dobj = None
+    while True:
+        buf = f.read(CHUNK)
+        if not buf:
+            break
+        while buf:
+            if dobj is None:
+                dobj = dctx.decompressobj()
+            try:
+                out = dobj.decompress(buf)
+            except zstandard.ZstdError as e:
+                raise _Corrupt(f"corrupt zstd frame: {e}") from None
+            if out:
+                yield out
+            if dobj.eof:  # frame done; the rest of buf starts the next frame
+                buf = dobj.unused_data
+                dobj = None
+            else:
+                buf = b""
+    if dobj is not None:
+        raise _Corrupt("truncated zstd frame (the file ends in the middle of a frame)")
+
+
+def byte_chunks(path: str) -> Iterator[bytes]:
+    """Decompressed bytes of `path`, in chunks. Raises _Corrupt on a broken stream."""
+    comp = compression_of(path)
+    try:
+        with open(path, "rb") as f:
+            if comp == "zstd":
+                yield from _zstd_chunks(f)
+            elif comp == "gzip":
+                g = gzip.GzipFile(fileobj=f)
+                while True:
+                    try:
+                        b = g.read(CHUNK)
+                    except (EOFError, OSError, zlib.error) as e:
+                        raise _Corrupt(f"corrupt gzip stream: {e}") from None
+                    if not b:
+                        break
+                    yield b
+            else:
+                while True:
+                    b = f.read(CHUNK)
+                    if not b:
+                        break
+                    yield b
+    except FileNotFoundError:
+        raise DataError(f"input file not found: {path}") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a directory, expected a file") from None
+    except PermissionError as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+
+
+def iter_lines(path: str, bad: BadRecords) -> Iterator[tuple[int, bytes]]:
+    """(line number starting at 1, line bytes without the newline)."""
+    lineno = 0
+    rest = b""
+    try:
+        for chunk in byte_chunks(path):
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                lineno += 1
+                yield lineno, line
+    except _Corrupt as e:
+        bad(f"{path}:line {lineno + 1}", f"{e}; records after line {lineno} of this file could not be read")
+        return
+    if rest:
+        lineno += 1
+        yield lineno, rest
+
+
+def _get_field(obj, dotted: str):
+    """obj['a']['b'] for 'a.b'; raises KeyError if absent."""
+    for part in dotted.split("."):
+        if isinstance(obj, str) and part != dotted:
+            # Some dumps store `meta` as a JSON string rather than an object.
+            try:
+                obj = json.loads(obj)
+            except ValueError:
+                raise KeyError(part) from None
+        if not isinstance(obj, dict) or part not in obj:
+            raise KeyError(part)
+        obj = obj[part]
+    return obj
+
+
+def _text_and_key(rec, where, text_field, key_field, key_required, bad):
+    if not isinstance(rec, dict):
+        bad(where, f"expected a JSON object, got {type(rec).__name__}")
+        return None
+    try:
+        text = _get_field(rec, text_field)
+    except KeyError:
+        bad(where, f"record has no text field {text_field!r} (keys: {', '.join(sorted(rec))[:200]})")
+        return None
+    if not isinstance(text, str):
+        bad(where, f"field {text_field!r} is {type(text).__name__}, not a string")
+        return None
+    key = None
+    if key_field:
+        try:
+            key = _get_field(rec, key_field)
+        except KeyError:
+            if key_required:
+                bad(where, f"record has no field {key_field!r}")
+                return None
+            key = None
+        if key is not None and not isinstance(key, str):
+            bad(where, f"field {key_field!r} is {type(key).__name__}, not a string")
+            return None
+    return text, key
+
+
+def read_jsonl(path: str, bad: BadRecords, text_field: str = "text", key_field: str | None = None,
+               key_required: bool = False) -> Iterator[Doc]:
+    for lineno, line in iter_lines(path, bad):
+        if not line.strip():
+            continue  # blank lines (e.g. a trailing newline) are not records
+        where = f"{path}:line {lineno}"
+        try:
+            rec = json.loads(line)
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+            bad(where, f"invalid JSON: {e}")
+            continue
+        r = _text_and_key(rec, where, text_field, key_field, key_required, bad)
+        if r is not None:
+            yield Doc(r[0], where, r[1])
+
+
+def read_parquet(path: str, bad: BadRecords, text_field: str = "text", key_field: str | None = None,
+                 key_required: bool = False, batch_size: int = 1024) -> Iterator[Doc]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise DataError(f"input file not found: {path}") from None
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: cannot read as Parquet: {e}") from None
+    names = pf.schema_arrow.names
+    tcol = text_field.split(".")[0]
+    if tcol not in names:
+        raise DataError(f"{path}: no column {tcol!r} for the text field (columns: {', '.join(names)}); use --text-field")
+    cols = [tcol]
+    kcol = key_field.split(".")[0] if key_field else None
+    if kcol and kcol in names and kcol != tcol:
+        cols.append(kcol)
+    row = 0
+    try:
+        for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
+            for rec in batch.to_pylist():
+                where = f"{path}: row {row}"
+                row += 1
+                r = _text_and_key(rec, where, text_field, key_field, key_required, bad)
+                if r is not None:
+                    yield Doc(r[0], where, r[1])
+    except pa.ArrowException as e:
+        bad(f"{path}: row {row}", f"corrupt Parquet data: {e}")
+
+
+def read_hf_dataset(ds, name: str, bad: BadRecords, text_field: str = "text", batch_size: int = 1000) -> Iterator[Doc]:
+    """Rows of an HF `datasets.Dataset` in their stored order."""
+    if text_field not in ds.column_names:
+        raise DataError(f"dataset {name}: no column {text_field!r} (columns: {', '.join(ds.column_names)})")
+    row = 0
+    for batch in ds.select_columns([text_field]).iter(batch_size=batch_size):
+        for text in batch[text_field]:
+            where = f"{name}: row {row}"
+            row += 1
+            if not isinstance(text, str):
+                bad(where, f"field {text_field!r} is {type(text).__name__}, not a string")
+                continue
+            yield Doc(text, where)
+
+
+# ---------------------------------------------------------------- plain text
+
+SPLIT_MODES = ("file", "blank-line", "line", "eot")
+EOT_MARK = "<|endoftext|>"
+
+
+def _decoded(path: str, bad: BadRecords, normalize_newlines: bool) -> Iterator[str]:
+    """UTF-8 text of a file in chunks; CRLF/CR -> LF when asked (before any splitting)."""
+    dec = codecs.getincrementaldecoder("utf-8")("strict")
+    offset = 0
+    hold_cr = False
+    try:
+        for chunk in byte_chunks(path):
+            try:
+                s = dec.decode(chunk)
+            except UnicodeDecodeError as e:
+                bad(f"{path}: byte {offset + e.start}", "invalid UTF-8")
+                # Only reached with --skip-bad-records: carry on, replacing bad bytes.
+                dec = codecs.getincrementaldecoder("utf-8")("replace")
+                s = dec.decode(chunk)
+            offset += len(chunk)
+            if normalize_newlines:
+                if hold_cr:
+                    s = "\r" + s
+                hold_cr = s.endswith("\r")
+                if hold_cr:  # might be the first half of a CRLF split across chunks
+                    s = s[:-1]
+                s = s.replace("\r\n", "\n").replace("\r", "\n")
+            if s:
+                yield s
+    except _Corrupt as e:
+        bad(f"{path}: byte {offset}", f"{e}; the rest of this file could not be read")
+    try:
+        tail = dec.decode(b"", final=True)
+    except UnicodeDecodeError:
+        bad(f"{path}: byte {offset}", "invalid UTF-8 at end of file")
+        tail = ""
+    if hold_cr:
+        tail = "\r" + tail
+    if normalize_newlines:
+        tail = tail.replace("\r\n", "\n").replace("\r", "\n")
+    if tail:
+        yield tail
+
+
+def split_stream(chunks: Iterator[str], delim: str, keep: bool) -> Iterator[str]:
+    """Split a chunked string at `delim` exactly like "".join(chunks).split(delim).
+
+    Left-to-right, non-overlapping, like str.split; with keep=True the delimiter stays
+    at the end of each piece (llm.c's TinyShakespeare convention for "\\n\\n").
+    """
+    buf = ""
+    for chunk in chunks:
+        buf += chunk
+        if delim not in buf:
+            continue
+        parts = buf.split(delim)
+        buf = parts.pop()
+        for p in parts:
+            yield p + delim if keep else p
+    yield buf
+
+
+def read_text(path: str, bad: BadRecords, split: str = "file", normalize_newlines: bool = False) -> Iterator[Doc]:
+    """A text file as documents: the whole file, blank-line sections, lines, or
+    `<|endoftext|>`-separated stories (TinyStories' format)."""
+    chunks = _decoded(path, bad, normalize_newlines)
+    if split == "file":
+        yield Doc("".join(chunks), f"{path}")
+        return
+    if split == "blank-line":
+        pieces = split_stream(chunks, "\n\n", keep=True)
+    elif split == "line":
+        pieces = (p[:-1] if p.endswith("\r") else p for p in split_stream(chunks, "\n", keep=False))
+    elif split == "eot":
+        pieces = (p.strip() for p in split_stream(chunks, EOT_MARK, keep=False))
+    else:
+        raise DataError(f"unknown --doc-split {split!r}; choose one of {', '.join(SPLIT_MODES)}")
+    for i, p in enumerate(pieces):
+        yield Doc(p, f"{path}: document {i}")
+
+
+def load_sources(path: str) -> list[dict]:
+    """A byte-range index (one JSON object per line with `offset` and `length`, like
+    gutenberg-en-50mb/sources.jsonl), sorted by offset and checked for overlaps."""
+    ranges = []
+    try:
+        with open(path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    off, ln = int(rec["offset"]), int(rec["length"])
+                except (ValueError, KeyError, TypeError) as e:
+                    raise DataError(f"{path}:line {lineno}: expected an object with integer offset and length ({e})") from None
+                if off < 0 or ln < 0:
+                    raise DataError(f"{path}:line {lineno}: negative offset/length")
+                ranges.append({"offset": off, "length": ln, "name": str(rec.get("path", f"range {lineno}"))})
+    except OSError as e:
+        raise DataError(f"cannot read --sources {path}: {e}") from None
+    ranges.sort(key=lambda r: r["offset"])
+    for a, b in zip(ranges, ranges[1:]):
+        if a["offset"] + a["length"] > b["offset"]:
+            raise DataError(f"{path}: byte ranges of {a['name']!r} and {b['name']!r} overlap")
+    return ranges
+
+
+def read_ranges(path: str, ranges: list[dict], bad: BadRecords) -> Iterator[Doc]:
+    """One document per byte range of the (decompressed) file."""
+    pos = 0
+    buf = bytearray()
+    it = byte_chunks(path)
+    done = False
+    try:
+        for r in ranges:
+            start, end = r["offset"], r["offset"] + r["length"]
+            while pos + len(buf) < end and not done:
+                try:
+                    buf += next(it)
+                except StopIteration:
+                    done = True
+            if pos + len(buf) < end:
+                raise DataError(f"{path}: byte range {start}..{end} of {r['name']!r} is past the end of the file ({pos + len(buf)} bytes)")
+            data = bytes(buf[start - pos : end - pos])
+            del buf[: end - pos]
+            pos = end
+            where = f"{path}: bytes {start}..{end} ({r['name']})"
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad(where, f"invalid UTF-8 at byte {start + e.start}")
+                continue
+            yield Doc(text, where, None)
+    except _Corrupt as e:
+        bad(f"{path}: byte {pos + len(buf)}", f"{e}; the remaining ranges could not be read")
+
+
+# ---------------------------------------------------------------- transforms
+
+_PG_START = re.compile(r"^\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*", re.M | re.I)
+_PG_END = re.compile(r"^\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG", re.M | re.I)
+# The closing "End of the Project Gutenberg EBook of <title>" paragraph (it may wrap onto
+# several lines, but never spans a blank line).
+_PG_END_LINE = re.compile(r"(?:^|\n)[ \t]*End of (?:the |this )?Project Gutenberg(?:(?!\n[ \t\r]*\n).)*\Z",
+                          re.I | re.S)
+
+
+def strip_gutenberg(text: str) -> str:
+    """Drop the Project Gutenberg header (through the '*** START OF ...' line) and footer
+    (from the '*** END OF ...' line, plus the 'End of the Project Gutenberg EBook of ...'
+    line just before it). Text without the markers is returned unchanged."""
+    m = _PG_START.search(text)
+    if not m:
+        return text
+    text = text[m.end():]
+    m = _PG_END.search(text)
+    if m:
+        text = text[: m.start()].rstrip()
+        # The "End of the Project Gutenberg EBook of ..." line sits just above the marker;
+        # only search the tail (a whole-book regex scan is slow).
+        tail = text[-1000:]
+        text = text[: len(text) - len(tail)] + _PG_END_LINE.sub("", tail)
+    return text.strip() + "\n"
+
+
+def normalize_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+# ---------------------------------------------------------------- file lists
+
+def detect_format(path: str) -> str:
+    b = base_name(path).lower()
+    if b.endswith(".parquet"):
+        return "parquet"
+    if b.endswith(".jsonl") or b.endswith(".json") or b.endswith(".ndjson"):
+        return "jsonl"
+    return "txt"
+
+
+INPUT_SUFFIXES = (".txt", ".text", ".md", ".jsonl", ".json", ".ndjson", ".parquet")
+
+
+def expand_inputs(inputs: list[str]) -> list[str]:
+    """Files, directories (searched recursively for known suffixes) and globs, in a
+    deterministic order: the order given, each directory/glob sorted by path."""
+    import glob as globmod
+
+    out = []
+    for inp in inputs:
+        if os.path.isdir(inp):
+            found = []
+            for root, dirs, files in os.walk(inp):
+                dirs.sort()
+                for f in files:
+                    if base_name(f).lower().endswith(INPUT_SUFFIXES):
+                        found.append(os.path.join(root, f))
+            if not found:
+                raise DataError(f"no input files ({', '.join(INPUT_SUFFIXES)}, optionally .gz/.zst) under {inp}")
+            out.extend(sorted(found))
+        elif os.path.exists(inp):
+            out.append(inp)
+        else:
+            hits = sorted(globmod.glob(inp, recursive=True))
+            if not hits:
+                raise DataError(f"input not found: {inp}")
+            out.extend(h for h in hits if os.path.isfile(h))
+    return out

@@ -1,0 +1,307 @@
+"""The CPU trainer as a user runs it: flags, logs, checkpoints, resume, and every bad input.
+
+Runs the binary that `make test` builds (build/vanilla/train_cpu, or $VP_TRAIN_CPU) on shards
+written by the project's own shard writer (scripts/vp_data/shards.py), in temporary directories.
+"""
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+from vp_data.shards import write_shard  # noqa: E402
+
+TRAINER = Path(os.environ.get("VP_TRAIN_CPU", REPO / "build" / "vanilla" / "train_cpu"))
+SHARED = Path(os.environ.get("VP_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+TINY_GPT2 = ["--arch", "gpt2", "--layers", "2", "--heads", "2", "--dim", "16", "--vocab", "64", "--max-seq", "16",
+             "--seq-len", "8"]
+TINY_LLAMA = ["--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--qk-norm", "1", "--dim", "16",
+              "--ffn-dim", "24", "--vocab", "64", "--max-seq", "16", "--seq-len", "8"]
+
+
+def run(args, expect=None, timeout=300):
+    assert TRAINER.exists(), f"{TRAINER} is missing: run 'make test' (it builds the trainer first)"
+    p = subprocess.run([str(TRAINER)] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "OMP_NUM_THREADS": "2"})
+    if expect is not None:
+        assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
+    return p
+
+
+def pattern_tokens(n, vocab=64, seed=0):
+    """A learnable stream: mostly a fixed successor function, with 10% noise."""
+    rng = np.random.default_rng(seed)
+    toks = np.zeros(n, dtype=np.int64)
+    for i in range(1, n):
+        toks[i] = (toks[i - 1] * 5 + 3) % vocab if rng.random() < 0.9 else rng.integers(vocab)
+    return toks
+
+
+@pytest.fixture()
+def data(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    # three train shards of different sizes (shuffling crosses them), one val shard
+    for i, n in enumerate([1500, 900, 1201]):
+        write_shard(str(d / f"train_{i:03d}.bin"), pattern_tokens(n, seed=i), 1)
+    write_shard(str(d / "val_000.bin"), pattern_tokens(700, seed=9), 1)
+    return d
+
+
+def read_log(out_dir):
+    return [json.loads(line) for line in (Path(out_dir) / "log.jsonl").read_text().splitlines()]
+
+
+def checkpoint_tensors(path):
+    """The bytes after a checkpoint's header and run text: params, then m and v (host/checkpoint.h)."""
+    raw = Path(path).read_bytes()
+    header_bytes = struct.unpack_from("<i", raw, 8)[0]
+    run_text_bytes = struct.unpack_from("<q", raw, 32)[0]
+    tensors = raw[header_bytes + run_text_bytes:]
+    assert len(tensors) > 0 and len(tensors) % 12 == 0  # params, m, v
+    return tensors
+
+
+def dir_digest(d):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(d).iterdir()) if p.is_file()}
+
+
+# ---------------------------------------------------------------------------
+# flags
+
+def test_help_lists_every_flag_with_its_default():
+    p = run(["--help"], expect=0)
+    flags = re.findall(r'\{"(--[a-z0-9-]+)",', (REPO / "host" / "config.h").read_text())
+    assert len(flags) > 30
+    for flag in flags:
+        m = re.search(re.escape(flag) + r" .*\[[^\]]*\]$", p.stdout, re.M)
+        assert m, f"--help does not list {flag} with a default"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--bogus", "1"], "unknown flag '--bogus'"),
+    (["--layers", "two"], "--layers expects an integer"),
+    (["--sla-layers", "3"], "VALUE_PATH"),
+    (["--arch", "mamba"], "--arch must be gpt2 or llama"),
+    (["--lr"], "--lr needs a value"),
+    (["--arch", "gpt2", "--kv-heads", "3", "--heads", "6", "--dim", "12", "--train-data", "x"], "no GQA"),
+    (["--max-steps", "5"], "--train-data is required"),
+])
+def test_usage_errors_exit_2_with_a_message(args, needle):
+    p = run(args, expect=2)
+    assert needle in p.stderr, p.stderr
+    assert "HINT" in p.stderr
+
+
+# ---------------------------------------------------------------------------
+# bad data
+
+def test_missing_data_is_a_runtime_error(tmp_path):
+    p = run(TINY_GPT2 + ["--train-data", str(tmp_path / "nothing_*.bin"), "--max-steps", "1"], expect=1)
+    assert "nothing_*.bin" in p.stderr and "prepare" in p.stderr
+
+
+def test_truncated_shard(tmp_path, data):
+    bad = data / "train_001.bin"
+    bad.write_bytes(bad.read_bytes()[:-10])
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1"], expect=1)
+    assert "train_001.bin" in p.stderr
+
+
+def test_wrong_magic(tmp_path, data):
+    bad = data / "train_002.bin"
+    raw = bytearray(bad.read_bytes())
+    raw[0:4] = struct.pack("<i", 12345)
+    bad.write_bytes(bytes(raw))
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1"], expect=1)
+    assert "train_002.bin" in p.stderr and "magic" in p.stderr
+
+
+def test_token_id_beyond_vocab(tmp_path):
+    toks = pattern_tokens(500)
+    toks[123] = 64  # vocab is 64: ids 0..63
+    write_shard(str(tmp_path / "bad.bin"), toks, 1)
+    p = run(TINY_GPT2 + ["--train-data", str(tmp_path / "bad.bin"), "--max-steps", "1"], expect=1)
+    assert "bad.bin" in p.stderr and "64" in p.stderr
+
+
+# ---------------------------------------------------------------------------
+# a run: logs and loss
+
+def test_training_run_logs_and_loss_falls(tmp_path, data):
+    out = tmp_path / "run"
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"),
+                         "--batch-size", "4", "--max-steps", "150", "--lr", "1e-2", "--eval-every", "50",
+                         "--out-dir", str(out)], expect=0)
+    log = read_log(out)
+    cfg = log[0]
+    assert cfg["event"] == "config" and cfg["value_path"] == "vanilla" and cfg["arch"] == "gpt2"
+    # num_params of this config, by hand: wte 128*16 + wpe 16*16 + per layer (ln 2*2*16, qkv 16*48+48,
+    # attproj 16*16+16, fc 16*64+64, fcproj 64*16+16) + lnf 2*16
+    per_layer = 4 * 16 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 + 64 * 16 + 16
+    assert cfg["num_params"] == 128 * 16 + 16 * 16 + 2 * per_layer + 32
+    steps = [r for r in log if "train_loss" in r]
+    assert [r["step"] for r in steps] == list(range(1, 151))
+    for r in steps:
+        assert set(r) == {"step", "train_loss", "lr", "grad_norm", "ms", "tok_per_s"}
+    vals = [r for r in log if "val_loss" in r]
+    assert [r["step"] for r in vals] == [0, 50, 100, 150]
+    assert steps[0]["train_loss"] == pytest.approx(np.log(64), abs=0.15)
+    # the stream's entropy floor is about 0.75 nats; require most of the way down from ln(64) = 4.16
+    assert steps[-1]["train_loss"] < 2.0
+    assert vals[-1]["val_loss"] < 2.0
+    # the console line per step
+    assert re.search(r"step +150/150 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s", p.stdout)
+    assert (out / "ckpt_00000150.bin").exists()
+
+
+def test_named_val_sets(tmp_path, data):
+    out = tmp_path / "run"
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--val-data", f"shakes={data}/val_*.bin",
+                     "--val-data", f"other={data}/train_001.bin", "--max-steps", "2", "--out-dir", str(out)], expect=0)
+    vals = [r for r in read_log(out) if "step" in r and "train_loss" not in r]
+    assert vals and set(vals[-1]) == {"step", "val_loss_shakes", "val_loss_other"}
+
+
+def test_uint32_shards(tmp_path):
+    """Version-2 shards (uint32 tokens) for vocabularies over 65,536."""
+    toks = pattern_tokens(600, vocab=70000, seed=3)
+    toks[::7] = 69999
+    write_shard(str(tmp_path / "big.bin"), toks, 2)
+    args = ["--arch", "gpt2", "--layers", "1", "--heads", "1", "--dim", "8", "--vocab", "70000", "--max-seq", "8",
+            "--seq-len", "8", "--batch-size", "2", "--train-data", str(tmp_path / "big.bin"), "--max-steps", "2"]
+    run(args, expect=0)
+
+
+def test_sample_decoded_with_gpt2_tokenizer(tmp_path, data):
+    enc = SHARED / "tokenizers" / "gpt2" / "encoder.json"
+    assert enc.exists(), f"shared data missing: {enc}"
+    toks = pattern_tokens(800, vocab=50257, seed=4)
+    write_shard(str(tmp_path / "t.bin"), toks, 1)
+    p = run(["--arch", "gpt2", "--layers", "1", "--heads", "1", "--dim", "8", "--max-seq", "8", "--seq-len", "8",
+             "--batch-size", "2", "--train-data", str(tmp_path / "t.bin"), "--max-steps", "1", "--sample-every", "1",
+             "--sample-tokens", "12", "--tokenizer", str(enc)], expect=0)
+    assert "---- sample at step 1 ----" in p.stdout
+
+
+# ---------------------------------------------------------------------------
+# checkpoints and resume
+
+@pytest.mark.parametrize("family", [TINY_GPT2, TINY_LLAMA], ids=["gpt2", "llama"])
+def test_resume_is_bit_exact(tmp_path, data, family):
+    """N steps straight == K steps, stop, resume, N-K steps: losses, samples and final weights."""
+    common = family + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"),
+                       "--total-batch-tokens", "64", "--max-steps", "12", "--lr", "3e-3", "--warmup-steps", "3",
+                       "--eval-every", "4", "--sample-every", "3", "--sample-tokens", "6", "--checkpoint-every", "5"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    p1 = run(common + ["--out-dir", straight], expect=0)
+    # the interrupted run: the same command, then everything after step 5 is lost
+    run(common + ["--out-dir", broken], expect=0)
+    for name in ["ckpt_00000010.bin", "ckpt_00000012.bin"]:
+        (broken / name).unlink()
+    p2 = run(common + ["--out-dir", broken, "--resume", "1"], expect=0)
+    assert "resuming from" in p2.stdout and "(step 5)" in p2.stdout
+
+    def after5(log):
+        resumed = [i for i, r in enumerate(log) if r.get("event") == "config" and "resumed_from" in r]
+        start = resumed[-1] + 1 if resumed else 0
+        return [(r["step"], r.get("train_loss"), r.get("val_loss")) for r in log[start:] if r.get("step", 0) > 5]
+
+    a, b = after5(read_log(straight)), after5(read_log(broken))
+    assert len(a) == 7 + 2 and a == b  # steps 6..12 and the evals at 8 and 12, exactly equal
+    assert read_log(broken)[-10]["event"] == "config" and read_log(broken)[-10]["resumed_from"] == 5
+    samples = lambda out: re.findall(r"---- sample at step (\d+) ----\n(.*)", out)
+    assert [s for s in samples(p1.stdout) if int(s[0]) > 5] == samples(p2.stdout)
+    # the final weights and AdamW moments, byte for byte (the stored command lines differ: --out-dir, --resume)
+    assert checkpoint_tensors(straight / "ckpt_00000012.bin") == checkpoint_tensors(broken / "ckpt_00000012.bin")
+
+
+def test_new_run_refuses_a_directory_with_checkpoints(tmp_path, data):
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "2", "--out-dir", str(out)]
+    run(base, expect=0)
+    before = dir_digest(out)
+    p = run(base, expect=2)
+    assert "--resume 1" in p.stderr
+    assert dir_digest(out) == before
+
+
+def test_bad_checkpoints_are_refused_and_nothing_is_overwritten(tmp_path, data):
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
+    run(base + ["--max-steps", "4", "--checkpoint-every", "2"], expect=0)
+    ckpt = out / "ckpt_00000004.bin"
+
+    # another shape through --init-from
+    other_shape = [a if a != "2" or TINY_GPT2[i - 1] != "--layers" else "3" for i, a in enumerate(TINY_GPT2)]
+    p = run(other_shape + ["--init-from", ckpt, "--train-data", str(data / "train_*.bin"),
+                         "--max-steps", "1"], expect=1)
+    assert "--layers 3" in p.stderr and "ckpt_00000004.bin" in p.stderr
+    # not a checkpoint at all
+    p = run(TINY_GPT2 + ["--init-from", data / "val_000.bin", "--train-data", str(data / "train_*.bin"),
+                         "--max-steps", "1"], expect=1)
+    assert "not a valuepath checkpoint" in p.stderr
+    # resume with more steps from a truncated newest checkpoint: refused, every file left as it was
+    raw = ckpt.read_bytes()
+    ckpt.write_bytes(raw[: len(raw) - 100])
+    before = dir_digest(out)
+    p = run(base + ["--max-steps", "8", "--resume", "1"], expect=1)
+    assert "ckpt_00000004.bin" in p.stderr and "truncated" in p.stderr
+    assert dir_digest(out) == before
+    # resume from an empty directory
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", empty, "--resume", "1",
+                         "--max-steps", "2"], expect=1)
+    assert "no checkpoint" in p.stderr
+
+
+def test_half_written_checkpoint_is_ignored(tmp_path, data):
+    """A kill during a write leaves only a .tmp file, which resume never picks."""
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out), "--checkpoint-every", "2"]
+    run(base + ["--max-steps", "2"], expect=0)
+    (out / ".ckpt_00000004.bin.tmp").write_bytes(b"\0" * 1000)
+    p = run(base + ["--max-steps", "4", "--resume", "1"], expect=0)
+    assert "(step 2)" in p.stdout
+
+
+def test_init_from_starts_a_new_run(tmp_path, data):
+    out = tmp_path / "run"
+    run(TINY_LLAMA + ["--train-data", str(data / "train_*.bin"), "--out-dir", out, "--max-steps", "20", "--lr", "1e-2"],
+        expect=0)
+    trained_loss = read_log(out)[-1]["train_loss"]
+    out2 = tmp_path / "run2"
+    p = run(TINY_LLAMA + ["--train-data", str(data / "train_*.bin"), "--out-dir", out2, "--max-steps", "1",
+                          "--init-from", out / "ckpt_00000020.bin"], expect=0)
+    assert "initialised from" in p.stdout
+    first = [r for r in read_log(out2) if "train_loss" in r][0]
+    assert first["step"] == 1 and first["train_loss"] < np.log(64) - 0.5 and abs(first["train_loss"] - trained_loss) < 0.5
+
+
+def test_trainer_reads_prepared_tinyshakespeare(tmp_path):
+    """The data pipeline's real output feeds the trainer: shards, val split and vptok decoding."""
+    out = tmp_path / "shakes"
+    prep = subprocess.run([sys.executable, str(REPO / "scripts" / "prepare_tinyshakespeare.py"), "--out-dir", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert prep.returncode == 0, prep.stderr
+    p = run(["--arch", "gpt2", "--layers", "1", "--heads", "2", "--dim", "16", "--max-seq", "32", "--seq-len", "32",
+             "--batch-size", "2", "--train-data", str(out / "tinyshakespeare_train_*.bin"),
+             "--val-data", f"shakes={out}/tinyshakespeare_val_*.bin", "--eval-every", "2", "--max-steps", "2",
+             "--sample-every", "2", "--sample-tokens", "16", "--tokenizer", str(out / "gpt2.vptok"),
+             "--out-dir", str(tmp_path / "run")], expect=0)
+    assert "train data: 305260 tokens" in p.stdout  # llm.c's train split of TinyShakespeare
+    vals = [r for r in read_log(tmp_path / "run") if "val_loss_shakes" in r]
+    assert [r["step"] for r in vals] == [0, 2] and abs(vals[0]["val_loss_shakes"] - np.log(50257)) < 0.1
+    sample = p.stdout.split("---- sample at step 2 ----\n")[1].split("\n----")[0]
+    assert not re.fullmatch(r"[0-9 \n]+", sample)  # decoded text, not ids

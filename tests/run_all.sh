@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tests/run_all.sh: runs every test suite of valuepath and adds up their results.
+#
+#   bash tests/run_all.sh BINARY...     (make test passes the C++ test binaries)
+#
+# Each C++ suite ends with "N passed, N failed"; pytest ends with its own summary. A suite that
+# crashes or exits nonzero counts as a failure even if its counts look fine. The last line is
+# the total, "N passed, N failed", and the exit code is nonzero if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+total_pass=0
+total_fail=0
+failed_suites=()
+
+add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file
+    local p f
+    p=$(grep -Eo '[0-9]+ passed' "$3" | tail -1 | grep -Eo '[0-9]+' || true)
+    f=$(grep -Eo '[0-9]+ failed' "$3" | tail -1 | grep -Eo '[0-9]+' || true)
+    p=${p:-0}
+    f=${f:-0}
+    if [ "$2" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed, or failed without counting
+    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then f=1; echo "!! $1 ran no test"; fi
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+    [ "$f" -ne 0 ] && failed_suites+=("$1")
+    echo "== $1: $p passed, $f failed"
+}
+
+for bin in "$@"; do
+    log=$(mktemp)
+    echo "== running $bin"
+    "$bin" 2>&1 | tee "$log"
+    add_counts "$bin" "${PIPESTATUS[0]}" "$log"
+    rm -f "$log"
+done
+
+if [ -x .venv/bin/python ]; then
+    log=$(mktemp)
+    echo "== running pytest tests/python"
+    .venv/bin/python -m pytest -q tests/python 2>&1 | tee "$log"
+    add_counts "pytest tests/python" "${PIPESTATUS[0]}" "$log"
+    rm -f "$log"
+else
+    echo "!! no .venv: run 'make venv' (make test does it) to run the Python tests"
+    total_fail=$((total_fail + 1))
+    failed_suites+=("pytest (no venv)")
+fi
+
+echo
+[ ${#failed_suites[@]} -ne 0 ] && echo "failed suites: ${failed_suites[*]}"
+echo "${total_pass} passed, ${total_fail} failed"
+[ "$total_fail" -eq 0 ]
