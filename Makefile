@@ -110,3 +110,7 @@ quickstart: venv train_cpu
 
 clean:
 	rm -rf build train_cpu train_cpu_*
+
+# ---------------------------------------------------------------------------
+# the GPU build (train_gpt.cu, kernels/, test_gpt.cu), once it exists
+-include gpu.mk

@@ -1040,25 +1040,27 @@ std::vector<int> gpt_generate(GPT<real>* m, int start_token, int n, int T, float
 // ----------------------------------------------------------------------------
 // The backend of the shared training program (host/train_loop.h lists what it needs)
 
-typedef GPT<float> Model;
+// The CPU model of the training program. A distinct name (not "Model"), so that test_gpt.cu can
+// hold this model and the GPU one in one program and diff them.
+typedef GPT<float> CpuModel;
 
-inline const char* model_build_name() { return "cpu-fp32"; }
-inline void model_build(Model* m, const ModelConfig& c) { gpt_build(m, c); }
-inline void model_init_params(Model* m, uint64_t seed) { gpt_init_params(m, seed); }
-inline size_t model_num_params(const Model* m) { return m->num_params; }
-inline void model_zero_grad(Model* m) { gpt_zero_grad(m); }
-inline void model_backward(Model* m, float loss_scale) { gpt_backward(m, loss_scale); }
-inline float model_grad_norm(Model* m) { return (float)gpt_grad_norm(m); }
-inline void model_update(Model* m, const AdamWSettings& s, int step) { gpt_update(m, s, step); }
-inline void model_free(Model* m) { gpt_free(m); }
-inline std::vector<int> model_generate(Model* m, int start, int n, int T, float temperature, Rng* rng) { return gpt_generate(m, start, n, T, temperature, rng); }
+inline const char* model_build_name(const CpuModel*) { return "cpu-fp32"; }
+inline void model_build(CpuModel* m, const ModelConfig& c) { gpt_build(m, c); }
+inline void model_init_params(CpuModel* m, uint64_t seed) { gpt_init_params(m, seed); }
+inline size_t model_num_params(const CpuModel* m) { return m->num_params; }
+inline void model_zero_grad(CpuModel* m) { gpt_zero_grad(m); }
+inline void model_backward(CpuModel* m, float loss_scale) { gpt_backward(m, loss_scale); }
+inline float model_grad_norm(CpuModel* m) { return (float)gpt_grad_norm(m); }
+inline void model_update(CpuModel* m, const AdamWSettings& s, int step) { gpt_update(m, s, step); }
+inline void model_free(CpuModel* m) { gpt_free(m); }
+inline std::vector<int> model_generate(CpuModel* m, int start, int n, int T, float temperature, Rng* rng) { return gpt_generate(m, start, n, T, temperature, rng); }
 
-inline float model_forward_loss(Model* m, const int* inputs, const int* targets, int B, int T) {
+inline float model_forward_loss(CpuModel* m, const int* inputs, const int* targets, int B, int T) {
     gpt_forward(m, inputs, targets, B, T);
     return m->mean_loss;
 }
 
-inline void model_load(Model* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
+inline void model_load(CpuModel* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
     CheckpointMeta check;
     checkpoint_read_meta(path, &check);
     if ((size_t)check.num_params != m->num_params)
@@ -1071,7 +1073,7 @@ inline void model_load(Model* m, const std::string& path, CheckpointMeta* meta, 
     checkpoint_read(path, meta, m->params_memory, with_optimizer ? m->m_memory : nullptr, with_optimizer ? m->v_memory : nullptr);
 }
 
-inline void model_save(Model* m, const std::string& dir, CheckpointMeta* meta) {
+inline void model_save(CpuModel* m, const std::string& dir, CheckpointMeta* meta) {
     meta->num_params = (int64_t)m->num_params;
     meta->has_optimizer = m->m_memory != nullptr;
     checkpoint_write(dir, *meta, m->params_memory, m->m_memory, m->v_memory);
@@ -1080,5 +1082,5 @@ inline void model_save(Model* m, const std::string& dir, CheckpointMeta* meta) {
 #include "host/train_loop.h"   // defines: train_main, the training program shared with the GPU build
 
 #ifndef TESTING
-int main(int argc, char** argv) { return train_main<Model>(argc, argv); }
+int main(int argc, char** argv) { return train_main<CpuModel>(argc, argv); }
 #endif

@@ -259,8 +259,17 @@ static void gemm_block(int m, int n, int K, const T* A, long a_rs, long a_cs, co
                     const T* b_panel = b_packed + (long)jr * kc;
                     for (int ir = 0; ir < mc; ir += MR) {
                         const int mr = std::min(MR, mc - ir);
+                        T* c_tile = C + (ic + ir) * ldc + jc + jr;
+                        // The C tile is read (and written) only after the kernel's kc*MR*NR/16
+                        // FMAs; ask for its lines now so that they arrive meanwhile. Without this
+                        // the loads of C missed all caches whenever C is large (the LM head's
+                        // out or dW: 51 and 154 MB) and cost 6-10% of the time.
+                        for (int i = 0; i < mr; i++) {
+                            __builtin_prefetch(c_tile + i * ldc, 1);
+                            __builtin_prefetch(c_tile + i * ldc + nr - 1, 1);
+                        }
                         gemm_micro_kernel<T, MR, NR>(kc, a_packed + (long)ir * kc, b_panel, tile);
-                        gemm_store_tile<T, MR, NR>(tile, mr, nr, C + (ic + ir) * ldc + jc + jr, ldc, overwrite);
+                        gemm_store_tile<T, MR, NR>(tile, mr, nr, c_tile, ldc, overwrite);
                     }
                 }
             }

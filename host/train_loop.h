@@ -17,7 +17,7 @@
 //   void  model_update(Model*, const AdamWSettings&, int step)   step is 1-based
 //   std::vector<int> model_generate(Model*, int start_token, int n, int T, float temperature, Rng*)
 //   void  model_free(Model*)
-//   const char* model_build_name()                           e.g. "cpu-fp32"
+//   const char* model_build_name(const Model*)               e.g. "cpu-fp32"
 #pragma once
 
 #include <chrono>
@@ -112,7 +112,7 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
              "\"vocab\":%d,\"padded_vocab\":%d,\"max_seq\":%d,\"rope_theta\":%g,\"qk_norm\":%d,\"norm_eps\":%g,"
              "\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"tokens_per_step\":%ld,\"max_steps\":%d,\"lr\":%g,\"min_lr_frac\":%g,\"warmup_steps\":%d,"
              "\"beta1\":%g,\"beta2\":%g,\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"seed\":%llu,\"train_data\":%s,\"num_params\":%zu,",
-             model_build_name(), arch_name(c.arch), c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.head_dim, c.ffn_dim, c.vocab_size, c.padded_vocab_size,
+             model_build_name((const Model*)nullptr), arch_name(c.arch), c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.head_dim, c.ffn_dim, c.vocab_size, c.padded_vocab_size,
              c.max_seq_len, c.rope_theta, c.qk_norm, c.norm_eps, rc.batch_size, rc.seq_len, grad_accum, (long)rc.batch_size * rc.seq_len * grad_accum,
              rc.max_steps, rc.lr, rc.min_lr_frac, rc.warmup_steps, rc.beta1, rc.beta2, rc.eps, rc.weight_decay, rc.grad_clip, (unsigned long long)rc.seed,
              json_escape(rc.train_data).c_str(), num_params);
@@ -190,7 +190,7 @@ int train_main(int argc, char** argv) {
     if (!rc.out_dir.empty()) make_dirs(rc.out_dir);
     logger_open(&lg, rc.out_dir, rc.resume != 0);
     logger_write_line(&lg, config_json<Model>(rc, c, model_num_params(&model), grad_accum, rc.resume ? start_step : -1));
-    printf("valuepath %s | %s L=%d H=%d Hkv=%d C=%d F=%d V=%d | value path %s | %zu parameters\n", model_build_name(), arch_name(c.arch), c.n_layer, c.n_head,
+    printf("valuepath %s | %s L=%d H=%d Hkv=%d C=%d F=%d V=%d | value path %s | %zu parameters\n", model_build_name(&model), arch_name(c.arch), c.n_layer, c.n_head,
            c.n_kv_head, c.n_embd, c.ffn_dim, c.vocab_size, value_path_name(c.vp.path), model_num_params(&model));
     printf("batch %d x %d tokens x %d accumulation = %ld tokens per step, %d steps\n", B, T, grad_accum, (long)B * T * grad_accum, rc.max_steps);
     if (have_train) printf("train data: %zu tokens in '%s'\n", dataloader_num_tokens(&train), rc.train_data.c_str());
