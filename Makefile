@@ -63,14 +63,21 @@ build/tests/test_host: tests/test_host.cpp $(HOST_HEADERS) tests/testing.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW $< -o $@
 
-build/tests/test_gpt_cpu_%: tests/test_gpt_cpu.cpp $(CPU_SOURCES) tests/testing.h
+build/tests/test_gpt_cpu_%: tests/test_gpt_cpu.cpp tests/gradcheck.h $(CPU_SOURCES) tests/testing.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< -o $@
 
-CPP_TESTS := build/tests/test_gemm build/tests/test_host build/tests/test_gpt_cpu_vanilla
+build/tests/test_value_paths: tests/test_value_paths.cpp tests/gradcheck.h $(CPU_SOURCES) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW $< -o $@
+
+CPP_TESTS := build/tests/test_gemm build/tests/test_host build/tests/test_gpt_cpu_vanilla build/tests/test_value_paths
 
 # Every suite prints "N passed, N failed"; tests/run_all.sh adds them up and fails if any failed.
-test: $(CPP_TESTS) build/vanilla/train_cpu venv
+# every path's trainer: the CLI tests train and resume each one
+PATH_TRAINERS := $(addprefix build/,$(addsuffix /train_cpu,$(VALUE_PATHS)))
+
+test: $(CPP_TESTS) $(PATH_TRAINERS) venv
 	@bash tests/run_all.sh $(CPP_TESTS)
 
 venv: $(VENV)/.installed

@@ -42,6 +42,7 @@ activations, forward, backward, AdamW), sampling, then the training program, whi
 #include "host/tokenizer.h"    // defines: Tokenizer, tokenizer_init, tokenizer_print
 // CPU kernels
 #include "cpu/gemm.h"          // defines: gemm (packed, cache-blocked, deterministic)
+#include "cpu/value_paths.h"   // defines: VpVanilla, VpResformer, VpSvformer, VpSla, VpDepth, ActiveValuePath
 
 // ----------------------------------------------------------------------------
 // Layers. Legend: B = batch, T = sequence length, C = channels, OC = output channels,
@@ -338,10 +339,10 @@ void attention_forward(real* out, real* lse, const real* q, const real* k, const
 // Core VJP (value_paths.md section 0): delta_i = dO_i . o_i, P_ij = exp(S_ij - lse_i),
 // dS_ij = P_ij (dO_i . V_j - delta_i), dq_i += dS_ij K_j / sqrt(D), dK_j += dS_ij q_i / sqrt(D),
 // dV_j += P_ij dO_i. One task per (b, KV head) so the G query heads that share a KV head add into
-// its dK, dV in a fixed order without atomics.
+// its dK, dV in a fixed order without atomics. dq has rows of q_rs; dk and dv rows of dkv_rs.
 template <typename real>
 void attention_backward(real* dq, real* dk, real* dv, const real* dout, const real* q, const real* k, const real* v, const real* out, const real* lse, int B, int T, int H,
-                        int Hkv, int D, long q_rs, long k_rs, long v_rs) {
+                        int Hkv, int D, long q_rs, long k_rs, long v_rs, long dkv_rs) {
     int G = H / Hkv;
     real scale = (real)1 / std::sqrt((real)D);
 #pragma omp parallel
@@ -371,8 +372,8 @@ void attention_backward(real* dq, real* dk, real* dv, const real* dout, const re
                             }
                             real pj = std::exp(s * scale - l);
                             real ds = pj * (dpj - delta) * scale;
-                            real* dkj = dk + row_j * k_rs + (size_t)g * D;
-                            real* dvj = dv + row_j * v_rs + (size_t)g * D;
+                            real* dkj = dk + row_j * dkv_rs + (size_t)g * D;
+                            real* dvj = dv + row_j * dkv_rs + (size_t)g * D;
                             for (int d = 0; d < D; d++) {
                                 dqi[d] += ds * kj[d];
                                 dkj[d] += ds * qi[d];
@@ -509,8 +510,9 @@ struct ParamTensors {
     real* lnf_w;      // (C)
     real* lnf_b;      // (C) GPT-2
     real* lm_head;    // (Vp, C) Llama untied output head
+    real* vp_lambda;  // (L) ResFormer --resformer-lambda learn: the per-layer mixing weights
 };
-#define NUM_PARAM_TENSORS 21
+#define NUM_PARAM_TENSORS 22
 static_assert(sizeof(ParamTensors<float>) == NUM_PARAM_TENSORS * sizeof(float*), "ParamTensors must be exactly its pointers");
 
 struct ParamSpec {
@@ -519,12 +521,14 @@ struct ParamSpec {
     int decay;         // 1 = AdamW weight decay applies (matrices), 0 = biases and gains
     double init_std;   // normal(0, std) init; 0 = constant init_value
     float init_value;  // for gains (1) and biases (0)
+    float own_lr = 0;  // > 0: this tensor's own peak learning rate (same schedule); 0 = --lr
 };
 
 // The size table, in the struct's order: one place that says how big every tensor is.
 inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
     size_t L = c.n_layer, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim, Vp = c.padded_vocab_size;
     bool gpt2 = c.arch == ARCH_GPT2, qkn = c.arch == ARCH_LLAMA && c.qk_norm;
+    size_t Lv = value_path_value_proj_layers(c.vp, c.n_layer);  // layers with a value projection (SVFormer: 1)
     size_t FW = gpt2 ? F : 2 * F;
     // GPT-2 init (as GPT-2 / llm.c): normal(0, 0.02), and the projections that write into the
     // residual stream scaled by 1/sqrt(2L) so the stream's variance does not grow with depth.
@@ -536,8 +540,8 @@ inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
         {"ln1_b", gpt2 ? L * C : 0, 0, 0, 0},
         {"qk_w", L * (H + Hkv) * D * C, 1, std_, 0},
         {"qk_b", gpt2 ? L * (H + Hkv) * D : 0, 0, 0, 0},
-        {"v_w", L * Hkv * D * C, 1, std_, 0},
-        {"v_b", gpt2 ? L * Hkv * D : 0, 0, 0, 0},
+        {"v_w", Lv * Hkv * D * C, 1, std_, 0},
+        {"v_b", gpt2 ? Lv * Hkv * D : 0, 0, 0, 0},
         {"q_norm_w", qkn ? L * D : 0, 0, 0, 1},
         {"k_norm_w", qkn ? L * D : 0, 0, 0, 1},
         {"attproj_w", L * C * H * D, 1, std_res, 0},
@@ -551,6 +555,7 @@ inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
         {"lnf_w", C, 0, 0, 1},
         {"lnf_b", gpt2 ? C : 0, 0, 0, 0},
         {"lm_head", gpt2 ? 0 : Vp * C, 1, std_, 0},
+        {"vp_lambda", (size_t)value_path_num_lambdas(c.vp, c.n_layer), 0, 0, 0.5f, c.vp.resformer_lambda_lr},
     };
 }
 
@@ -587,8 +592,9 @@ LayerParams<real> layer_params(const ParamTensors<real>& p, const ModelConfig& c
     lp.ln1_b = at(p.ln1_b, C);
     lp.qk_w = at(p.qk_w, QK * C);
     lp.qk_b = at(p.qk_b, QK);
-    lp.v_w = at(p.v_w, KV * C);
-    lp.v_b = at(p.v_b, KV);
+    bool has_v = l < value_path_value_proj_layers(c.vp, c.n_layer);  // SVFormer: layer 0 only
+    lp.v_w = has_v ? at(p.v_w, KV * C) : nullptr;
+    lp.v_b = has_v ? at(p.v_b, KV) : nullptr;
     lp.q_norm_w = at(p.q_norm_w, D);
     lp.k_norm_w = at(p.k_norm_w, D);
     lp.attproj_w = at(p.attproj_w, C * c.n_head * D);
@@ -658,13 +664,15 @@ struct BackwardScratch {
     real* dqk_rot;    // (B,T,(H+Hkv)D) Llama: gradient wrt q, k after RoPE
     real* dfch;       // (B,T,FW)
     real* dfch_act;   // (B,T,F)
+    real* dk_att;     // (B,T,Hkv*D) the core's gradient wrt the keys it read (the value path routes it)
+    real* dv_att;     // (B,T,Hkv*D) likewise for values
 };
-#define NUM_SCRATCH_TENSORS 7
+#define NUM_SCRATCH_TENSORS 9
 
 inline std::vector<size_t> scratch_sizes(const ModelConfig& c, int B, int T) {
     size_t BT = (size_t)B * T, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim;
     bool gpt2 = c.arch == ARCH_GPT2;
-    return {BT * C, BT * C, BT * H * D, BT * (H + 2 * Hkv) * D, gpt2 ? 0 : BT * (H + Hkv) * D, BT * (gpt2 ? F : 2 * F), BT * F};
+    return {BT * C, BT * C, BT * H * D, BT * (H + 2 * Hkv) * D, gpt2 ? 0 : BT * (H + Hkv) * D, BT * (gpt2 ? F : 2 * F), BT * F, BT * Hkv * D, BT * Hkv * D};
 }
 
 // Carves one allocation into the fields of a struct made only of real* pointers.
@@ -682,7 +690,9 @@ real* alloc_and_point(Struct* s, const std::vector<size_t>& sizes, const char* w
     return mem;
 }
 
-template <typename real>
+// VP: the value path (cpu/value_paths.h). The trainer uses ActiveValuePath, chosen at compile
+// time; the tests instantiate every path.
+template <typename real, typename VP = ActiveValuePath>
 struct GPT {
     ModelConfig config;
     std::vector<ParamSpec> specs;
@@ -700,14 +710,22 @@ struct GPT {
     real* scratch_memory = nullptr;
     real* rope_cos = nullptr;  // (maxT, D/2) Llama
     real* rope_sin = nullptr;
+    // the value path's buffers, and the K/V each layer's attention read in the last forward
+    typename VP::template State<real> vp;
+    std::vector<AttnKV<real>> kv_read;
     // the batch of the last forward, which backward uses
     int B = 0, T = 0;
     std::vector<int> inputs, targets;
     float mean_loss = -1.0f;  // of the last forward with targets
+    // tests: keep a copy of the logits (B,T,Vp) before the softmax overwrites them
+    bool save_logits = false;
+    std::vector<real> debug_logits;
 };
 
-template <typename real>
-void gpt_build(GPT<real>* m, const ModelConfig& c) {
+template <typename real, typename VP>
+void gpt_build(GPT<real, VP>* m, const ModelConfig& c) {
+    if (c.vp.path != VP::id)
+        runtime_error(nullptr, "internal: a %s model built with the %s value path code", value_path_name(c.vp.path), value_path_name(VP::id));
     m->config = c;
     m->specs = param_specs(c);
     m->num_params = count_params(m->specs);
@@ -731,8 +749,8 @@ void gpt_build(GPT<real>* m, const ModelConfig& c) {
 // Fills the parameters from the seed: every tensor draws from its own RNG stream (stream = its
 // index), so adding a tensor to one family never changes the init of the others. The padded
 // vocabulary rows (V..Vp) start at zero: they are never looked up and never get a gradient.
-template <typename real>
-void gpt_init_params(GPT<real>* m, uint64_t seed) {
+template <typename real, typename VP>
+void gpt_init_params(GPT<real, VP>* m, uint64_t seed) {
     const ModelConfig& c = m->config;
     real* p = m->params_memory;
     for (size_t i = 0; i < m->specs.size(); i++) {
@@ -747,8 +765,8 @@ void gpt_init_params(GPT<real>* m, uint64_t seed) {
     }
 }
 
-template <typename real>
-void gpt_free(GPT<real>* m) {
+template <typename real, typename VP>
+void gpt_free(GPT<real, VP>* m) {
     free(m->params_memory);
     free(m->grads_memory);
     free(m->m_memory);
@@ -757,11 +775,11 @@ void gpt_free(GPT<real>* m) {
     free(m->scratch_memory);
     free(m->rope_cos);
     free(m->rope_sin);
-    *m = GPT<real>();
+    *m = GPT<real, VP>();
 }
 
-template <typename real>
-void gpt_ensure_activations(GPT<real>* m, int B, int T) {
+template <typename real, typename VP>
+void gpt_ensure_activations(GPT<real, VP>* m, int B, int T) {
     if (m->acts_memory) {
         if ((size_t)B * T > (size_t)m->alloc_B * m->alloc_T || T > m->alloc_T)
             runtime_error(nullptr, "internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m->alloc_B, m->alloc_T);
@@ -772,13 +790,16 @@ void gpt_ensure_activations(GPT<real>* m, int B, int T) {
     m->alloc_T = T;
     m->acts_memory = alloc_and_point<real>(&m->acts, activation_sizes(m->config, B, T), "activations");
     m->scratch_memory = alloc_and_point<real>(&m->scratch, scratch_sizes(m->config, B, T), "backward scratch");
+    VP::init(&m->vp, m->config, vp_dims(m->config, B, T));
+    m->kv_read.assign(m->config.n_layer, AttnKV<real>());
 }
+
 
 // Forward pass. inputs, targets (B,T). With targets, computes the mean loss and leaves probs in
 // acts.logits for backward. With targets == NULL (sampling), only the logits of the last position
 // of each sequence are computed (rows b*T + T-1 of acts.logits).
-template <typename real>
-void gpt_forward(GPT<real>* m, const int* inputs, const int* targets, int B, int T) {
+template <typename real, typename VP>
+void gpt_forward(GPT<real, VP>* m, const int* inputs, const int* targets, int B, int T) {
     const ModelConfig& c = m->config;
     gpt_ensure_activations(m, B, T);
     int L = c.n_layer, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, F = c.ffn_dim, V = c.vocab_size, Vp = c.padded_vocab_size;
@@ -818,7 +839,7 @@ void gpt_forward(GPT<real>* m, const int* inputs, const int* targets, int B, int
         if (gpt2) layernorm_forward(ln1, a.ln1_mean + lBT, ln1_rstd, x, lp.ln1_w, lp.ln1_b, BT, C, eps);
         else rmsnorm_forward(ln1, ln1_rstd, x, lp.ln1_w, BT, C, eps);
         matmul_forward(qkv, ln1, lp.qk_w, lp.qk_b, BT, C, QK, W);            // q|k into columns [0, QK)
-        matmul_forward(qkv + QK, ln1, lp.v_w, lp.v_b, BT, C, Hkv * D, W);    // v into columns [QK, W)
+        if (lp.v_w) matmul_forward(qkv + QK, ln1, lp.v_w, lp.v_b, BT, C, Hkv * D, W);  // v into columns [QK, W)
         const real* q = qkv;
         const real* k = qkv + H * D;
         long qk_rs = W;
@@ -833,7 +854,16 @@ void gpt_forward(GPT<real>* m, const int* inputs, const int* targets, int B, int
             k = qk_rot + H * D;
             qk_rs = QK;
         }
-        attention_forward(atty, lse, q, k, qkv + QK, B, T, H, Hkv, D, qk_rs, qk_rs, W);
+        // the value path chooses the keys and values this layer's attention reads
+        LayerQKV<real> own;
+        own.q = q;
+        own.q_rs = qk_rs;
+        own.k = k;
+        own.k_rs = qk_rs;
+        own.v = lp.v_w ? qkv + QK : nullptr;
+        own.v_rs = W;
+        AttnKV<real> kv = m->kv_read[l] = VP::forward(&m->vp, c, vp_dims(c, B, T), l, own, p.vp_lambda);
+        attention_forward(atty, lse, q, kv.k, kv.v, B, T, H, Hkv, D, qk_rs, kv.k_rs, kv.v_rs);
         matmul_forward(res_att, atty, lp.attproj_w, lp.attproj_b, BT, H * D, C, C);
         residual_forward(res_att, res_att, x, (size_t)BT * C);
 
@@ -859,21 +889,22 @@ void gpt_forward(GPT<real>* m, const int* inputs, const int* targets, int B, int
         return;
     }
     matmul_forward(a.logits, a.lnf, head, (const real*)nullptr, BT, C, Vp, Vp);
+    if (m->save_logits) m->debug_logits.assign(a.logits, a.logits + (size_t)BT * Vp);
     crossentropy_softmax_forward(a.losses, a.logits, targets, BT, V, Vp);
     double loss = 0;
     for (int i = 0; i < BT; i++) loss += a.losses[i];
     m->mean_loss = (float)(loss / BT);
 }
 
-template <typename real>
-void gpt_zero_grad(GPT<real>* m) {
+template <typename real, typename VP>
+void gpt_zero_grad(GPT<real, VP>* m) {
     memset(m->grads_memory, 0, sizeof(real) * m->num_params);
 }
 
 // Backward of the last forward. loss_scale multiplies d(mean loss): 1/grad_accum_steps, so the
 // gradients accumulated over micro-batches are those of the mean over the whole step.
-template <typename real>
-void gpt_backward(GPT<real>* m, real loss_scale) {
+template <typename real, typename VP>
+void gpt_backward(GPT<real, VP>* m, real loss_scale) {
     if (m->mean_loss < 0) runtime_error(nullptr, "internal: backward without a forward with targets");
     const ModelConfig& c = m->config;
     int B = m->B, T = m->T;
@@ -891,6 +922,8 @@ void gpt_backward(GPT<real>* m, real loss_scale) {
     memset(s.dln, 0, sizeof(real) * BT * C);
     matmul_backward(s.dln, gpt2 ? g.wte : g.lm_head, (real*)nullptr, a.logits, a.lnf, gpt2 ? p.wte : p.lm_head, BT, C, Vp, Vp);
     memset(s.dresidual, 0, sizeof(real) * BT * C);
+    VpDims dims = vp_dims(c, B, T);
+    VP::backward_begin(&m->vp, c, dims);
     const real* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
     if (gpt2) layernorm_backward(s.dresidual, g.lnf_w, g.lnf_b, s.dln, x_final, p.lnf_w, a.lnf_mean, a.lnf_rstd, BT, C);
     else rmsnorm_backward(s.dresidual, g.lnf_w, s.dln, x_final, p.lnf_w, a.lnf_rstd, BT, C);
@@ -925,15 +958,27 @@ void gpt_backward(GPT<real>* m, real loss_scale) {
         // attention block backward
         memset(s.datty, 0, sizeof(real) * BT * H * D);
         matmul_backward(s.datty, lg.attproj_w, lg.attproj_b, s.dresidual, atty, lp.attproj_w, BT, H * D, C, C);
+        // attention core: dq into the layer's own query slot, dK and dV of what it read into
+        // dk_att, dv_att, which the value path routes (own k/v slots, or other layers' accumulators)
         memset(s.dqkv, 0, sizeof(real) * BT * W);
-        if (gpt2) {
-            attention_backward(s.dqkv, s.dqkv + H * D, s.dqkv + QK, s.datty, qkv, qkv + H * D, qkv + QK, atty, a.att_lse + lBT * H, B, T, H, Hkv, D, (long)W, (long)W,
-                               (long)W);
-        } else {
-            const real* qk_rot = a.qk_rot + lBT * QK;
-            memset(s.dqk_rot, 0, sizeof(real) * BT * QK);
-            attention_backward(s.dqk_rot, s.dqk_rot + H * D, s.dqkv + QK, s.datty, qk_rot, qk_rot + H * D, qkv + QK, atty, a.att_lse + lBT * H, B, T, H, Hkv, D,
-                               (long)QK, (long)QK, (long)W);
+        memset(s.dk_att, 0, sizeof(real) * BT * Hkv * D);
+        memset(s.dv_att, 0, sizeof(real) * BT * Hkv * D);
+        const real* q = gpt2 ? qkv : a.qk_rot + lBT * QK;
+        long q_rs = gpt2 ? W : QK;
+        LayerQKVGrads<real> own;
+        own.dq = gpt2 ? s.dqkv : s.dqk_rot;
+        own.dq_rs = q_rs;
+        own.dk = own.dq + H * D;
+        own.dk_rs = q_rs;
+        own.dv = s.dqkv + QK;
+        own.dv_rs = W;
+        if (!gpt2) memset(s.dqk_rot, 0, sizeof(real) * BT * QK);
+        const AttnKV<real>& kv = m->kv_read[l];
+        attention_backward(own.dq, s.dk_att, s.dv_att, s.datty, q, kv.k, kv.v, atty, a.att_lse + lBT * H, B, T, H, Hkv, D, q_rs, kv.k_rs, kv.v_rs,
+                           (long)Hkv * D);
+        // the core wrote dK, dV densely: (B,T,Hkv*D)
+        VP::backward(&m->vp, c, dims, l, s.dk_att, s.dv_att, own, p.vp_lambda, g.vp_lambda);
+        if (!gpt2) {
             rope_backward(s.dqk_rot, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, QK);
             if (c.qk_norm)
                 qknorm_backward(s.dqkv, lg.q_norm_w, lg.k_norm_w, s.dqk_rot, qkv, lp.q_norm_w, lp.k_norm_w, a.qk_rstd + lBT * (H + Hkv), BT, H, Hkv, D, W, QK);
@@ -943,7 +988,7 @@ void gpt_backward(GPT<real>* m, real loss_scale) {
         }
         memset(s.dln, 0, sizeof(real) * BT * C);
         matmul_backward(s.dln, lg.qk_w, lg.qk_b, s.dqkv, ln1, lp.qk_w, BT, C, QK, W);
-        matmul_backward(s.dln, lg.v_w, lg.v_b, s.dqkv + QK, ln1, lp.v_w, BT, C, Hkv * D, W);
+        if (lp.v_w) matmul_backward(s.dln, lg.v_w, lg.v_b, s.dqkv + QK, ln1, lp.v_w, BT, C, Hkv * D, W);
         if (gpt2) layernorm_backward(s.dresidual, lg.ln1_w, lg.ln1_b, s.dln, x, lp.ln1_w, a.ln1_mean + lBT, a.ln1_rstd + lBT, BT, C);
         else rmsnorm_backward(s.dresidual, lg.ln1_w, s.dln, x, lp.ln1_w, a.ln1_rstd + lBT, BT, C);
         // s.dresidual now holds dL/d(x): the gradient of the block's input
@@ -953,8 +998,8 @@ void gpt_backward(GPT<real>* m, real loss_scale) {
 
 // Global L2 norm of all gradients. Summed in double over fixed chunks, then the chunks in order,
 // so the result does not depend on the thread count.
-template <typename real>
-double gpt_grad_norm(const GPT<real>* m) {
+template <typename real, typename VP>
+double gpt_grad_norm(const GPT<real, VP>* m) {
     const size_t chunk = 1 << 16;
     size_t n = m->num_params, nchunks = CEIL_DIV(n, chunk);
     std::vector<double> partial(nchunks);
@@ -972,12 +1017,13 @@ double gpt_grad_norm(const GPT<real>* m) {
 struct AdamWSettings {
     float lr, beta1, beta2, eps, weight_decay;
     float grad_scale;  // multiplies every gradient first (global-norm clipping)
+    float lr_peak;     // --lr: a tensor with its own peak lr (ParamSpec.own_lr) uses own_lr * lr / lr_peak
 };
 
 // AdamW (Loshchilov & Hutter), decoupled weight decay on tensors with spec.decay = 1.
 // PyTorch: torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay). step is 1-based.
-template <typename real>
-void gpt_update(GPT<real>* m, const AdamWSettings& s, int step) {
+template <typename real, typename VP>
+void gpt_update(GPT<real, VP>* m, const AdamWSettings& s, int step) {
     if (!m->m_memory) {
         m->m_memory = (real*)calloc_check(m->num_params, sizeof(real), "AdamW m");
         m->v_memory = (real*)calloc_check(m->num_params, sizeof(real), "AdamW v");
@@ -986,6 +1032,7 @@ void gpt_update(GPT<real>* m, const AdamWSettings& s, int step) {
     size_t off = 0;
     for (const ParamSpec& spec : m->specs) {
         real wd = spec.decay ? (real)s.weight_decay : (real)0;
+        real lr = spec.own_lr > 0 && s.lr_peak > 0 ? (real)(spec.own_lr * (s.lr / s.lr_peak)) : (real)s.lr;
         real* p = m->params_memory + off;
         real* g = m->grads_memory + off;
         real* mm = m->m_memory + off;
@@ -996,7 +1043,7 @@ void gpt_update(GPT<real>* m, const AdamWSettings& s, int step) {
             mm[i] = (real)s.beta1 * mm[i] + (real)(1 - s.beta1) * grad;
             vv[i] = (real)s.beta2 * vv[i] + (real)(1 - s.beta2) * grad * grad;
             real mhat = mm[i] / b1c, vhat = vv[i] / b2c;
-            p[i] -= (real)s.lr * (mhat / (std::sqrt(vhat) + (real)s.eps) + wd * p[i]);
+            p[i] -= lr * (mhat / (std::sqrt(vhat) + (real)s.eps) + wd * p[i]);
         }
         off += spec.count;
     }
@@ -1025,8 +1072,8 @@ int sample_token(const real* logits, int V, float temperature, Rng* rng) {
 
 // Generates n tokens after the start token (end-of-text when the tokenizer knows it, else 0),
 // feeding back at most T tokens of context (the allocated sequence length).
-template <typename real>
-std::vector<int> gpt_generate(GPT<real>* m, int start_token, int n, int T, float temperature, Rng* rng) {
+template <typename real, typename VP>
+std::vector<int> gpt_generate(GPT<real, VP>* m, int start_token, int n, int T, float temperature, Rng* rng) {
     std::vector<int> seq = {start_token};
     for (int i = 0; i < n; i++) {
         int ctx = std::min((int)seq.size(), T);

@@ -4,13 +4,17 @@
 //   A(i,k) = A[i*a_rs + k*a_cs]     B(k,j) = B[k*b_rs + j*b_cs]
 //
 // Every operand is given by a row stride and a column stride, so any transpose is just a choice
-// of strides and nothing is ever transposed in memory up front. accumulate=false overwrites C,
-// accumulate=true adds the product to what C holds. C must not overlap A or B.
+// of strides and nothing is ever transposed in memory up front. accumulate=false overwrites C
+// (its old contents are never read, NaNs included), accumulate=true adds the product to what C
+// holds. C must not overlap A or B. The trainer's three forms, BT = B*T rows:
+//   forward  out(BT,OC)  = inp(BT,C) . W(OC,C)^T      gemm(BT,OC,C,  inp,C,1,   W,1,C,   out,OC, false)
+//   dinp     dinp(BT,C) += dout(BT,OC) . W(OC,C)      gemm(BT,C,OC,  dout,OC,1, W,C,1,   dinp,C, true)
+//   dweight  dW(OC,C)   += dout(BT,OC)^T . inp(BT,C)  gemm(OC,C,BT,  dout,1,OC, inp,C,1, dW,C,   true)
 //
 // How it is fast (the classic Goto/BLIS scheme, in plain C++):
 //
 //   for each NC-wide column block of C                      (B panel, KC x NC, lives in L2/L3)
-//     for each KC-deep slice of K                           (pack B panel once)
+//     for each KC-deep slice of K                           (pack the B panel)
 //       for each MC-tall row block of C                     (A block, MC x KC, lives in L2)
 //         pack the A block
 //         for each NR-wide micro-panel of the B panel       (KC x NR, stays in L1)
@@ -22,35 +26,45 @@
 //   values (a[p*MR + i] = A(i, p)), a B micro-panel is KC groups of NR values
 //   (b[p*NR + j] = B(p, j)). The kernel then walks both with unit stride, the hardware
 //   prefetchers see two simple streams, and ragged edges are padded with zeros so the kernel
-//   never needs a bounds check. The copy costs O(MK + KN) next to the O(MNK) multiply.
+//   never needs a bounds check. The copy is O(MK + KN) next to the O(MNK) multiply, but it is
+//   not free: each packed B value feeds only 2*BT = 512 flops (~5 ns of one core), so packing
+//   must cost well under 0.5 ns per value. A plain copy does (0.3 ns); the transposing packs
+//   (W^T in forward, inp/dout for A) needed some care, see gemm_transpose_chunk.
 //
 // * The micro-kernel is MR x NR = 6 x 32. For float that is 6 rows x two 16-wide AVX-512
 //   registers = 12 accumulators; each k step loads 2 vectors of B, broadcasts 6 scalars of A and
 //   issues 12 FMAs, so the FMA pipes, not the loads, are the limit. Measured on the Zen4 box
-//   (one core, operands in L1): 6x32 114 GFLOP/s, 8x32 111, 12x32 106, 6x64 113, 16x16 12(!).
-//   For double, 6 x 32 is 6 rows x four 8-wide registers = 24 accumulators (57 GFLOP/s, the
-//   double peak).
+//   (one core, operands in L1): 6x32 114 GFLOP/s (~the peak: 16 fp32 FMAs/cycle at ~3.6 GHz),
+//   8x32 111, 12x32 106, 6x64 113, 16x16 12(!). For double, 6 x 32 is 6 rows x four 8-wide
+//   registers = 24 accumulators (57 GFLOP/s, the double peak).
 //
 // * Why plain loops and not intrinsics or vector extensions: GCC 12 -O3 -march=native turns the
 //   kernel below (a local acc[MR][NR] array, a k loop around an i loop around a j loop of
 //   constant trip count NR = 32) into exactly the hand-written code: the accumulators stay in
-//   zmm registers, one vbroadcastss + 2 vfmadd231ps per row per k, nothing spilled. We checked
-//   the assembly. It is fragile in one known way: with NR = 16 GCC fully unrolls the j loop
-//   before vectorising it and the result is scalar code (10x slower), which is why NR is 32 for
-//   both types. If a future compiler regresses, look at `objdump -d` of gemm_micro_kernel first.
-//   The FMA is spelled std::fma so that the result does not depend on -ffp-contract (GCC
-//   vectorises std::fma to vfmadd when FMA is enabled, e.g. by -march=native). Without FMA
-//   hardware enabled at compile time we fall back to a*b+c, which is correct but slower.
+//   zmm registers, one vbroadcastss + 2 vfmadd231ps per row per k, nothing spilled (checked in
+//   the assembly). So vector extensions would buy nothing and cost readability and portability.
+//   It is fragile in one known way: with NR = 16 GCC unrolls the j loop before vectorising it
+//   and emits scalar code (10x slower), which is why NR is 32 for both types. If a future
+//   compiler regresses, look at `objdump -d` of gemm_micro_kernel first: dev/bench_gemm will
+//   show ~10 GFLOP/s instead of ~200. The only non-standard thing used is __builtin_prefetch (a
+//   GCC builtin, not an intrinsic: a no-op on targets without prefetch).
+//
+// * Floating point. The FMA is spelled std::fma (with FMA enabled at compile time, e.g. by
+//   -march=native, GCC vectorises it to vfmadd), so the result does not depend on -ffp-contract
+//   or on how the compiler schedules things. A build without FMA (plain -march=x86-64) uses
+//   a*b+c instead: still deterministic, but its bits differ from an FMA build's.
 //
 // * Blocking sizes (float; 32 KiB L1d and 1 MiB L2 per Zen4 core, 32 MiB shared L3):
 //   KC = 256: the B micro-panel (KC x NR floats = 32 KiB) is reused by every MR-row strip of the
-//     A block; the K-dimension is also the one we add into C once per KC slice, so deeper slices
-//     mean fewer passes over C (dweight of the LM head writes a 154 MB C: with K = B*T = 256 it
-//     is exactly one pass). See dev/bench_gemm.cpp for the sweep that picked it.
+//     A block; K is also the dimension along which we add into C once per slice, so deeper
+//     slices mean fewer passes over C (dweight of the LM head updates a 154 MB dW: with
+//     K = BT = 256 that is exactly one pass). KC = 384 measured the same, 128 and 512 slower.
 //   MC = 264: an A block of MC x KC floats = 264 KiB sits comfortably in the 1 MiB L2, and
-//     264 = 44 * 6 covers the trainer's M = B*T = 256 rows in a single block.
+//     264 = 44 * 6 covers the trainer's M = BT = 256 rows in a single block.
 //   NC = 3072: the B panel KC x NC = 3 MiB per thread streams through L2/L3; a wide NC means the
-//     A block is repacked only N/NC times.
+//     A block is repacked only N/NC times. 1536 and 6144 measured the same.
+//   The C tile is prefetched before its kernel runs, since C (the LM head's 51 MB logits or
+//   154 MB dW) is often far bigger than the caches.
 //
 // * Determinism. The trainer's checkpoint resume must be bit-exact, so the result may not depend
 //   on the number of threads. It does not, by construction: every element C(i,j) is computed by
@@ -60,13 +74,18 @@
 //   The slices depend only on K and KC (a compile-time constant), never on the thread count, and
 //   one output element is owned by exactly one thread (threads split C into disjoint blocks). An
 //   element that lands in a ragged edge tile runs the very same kernel (the zero padding only
-//   fills the unused lanes), so even where the tile boundaries fall does not matter.
+//   fills the unused lanes), so even where the tile boundaries fall does not matter; that is
+//   also why the split may freely depend on the thread count and the shape.
 //
-// * Threads. gemm() opens its own `#pragma omp parallel` (call it from serial code). C is cut into
-//   as many contiguous strips as there are threads, along N when N is the larger side, else
-//   along M, each strip a whole number of micro-tiles; each thread packs its own operands into
-//   its own 64-byte aligned, thread_local buffers (kept between calls, so no malloc per call).
-//   Without -fopenmp everything runs on the calling thread.
+// * Threads. gemm() opens its own `#pragma omp parallel` (call it from serial code; called from
+//   inside a parallel region it runs on the calling thread). C is cut into as many contiguous
+//   strips as there are threads, each a whole number of micro-tiles: along N when N is the longer
+//   side or M fits in one A block (forward, dinp: each thread packs its own part of B), else along
+//   M (dweight with OC > C). Each thread packs into its own 64-byte aligned thread_local buffers,
+//   kept between calls, so there is no malloc per call. Without -fopenmp all runs on the caller.
+//
+// * Speed on the 2-core Zen4 box, 2 threads, trainer shapes (BT=256): ~180-215 GFLOP/s per shape,
+//   one GPT-2 124M step's worth of matmuls (190 GFLOP) in ~0.95 s. See dev/bench_gemm.cpp.
 #pragma once
 
 #include <algorithm>
@@ -319,11 +338,11 @@ void gemm(int M, int N, int K, const T* A, long a_rs, long a_cs, const T* B, lon
 #ifdef _OPENMP
     if ((double)M * N * K >= 1e6 && !omp_in_parallel()) threads = omp_get_max_threads();
 #endif
-    // Split C into `threads` strips along the side that has more micro-tiles: along N (each
-    // thread packs its own part of B and all of A) or along M (its own part of A, all of B).
-    // For M = B*T = 256 rows and N = OC the split is along N; for dweight (M = OC) along M.
-    // When M fits in one A block, split N even if it has fewer tiles: each thread then packs
-    // a disjoint part of B and only re-reads the small A.
+    // Split C into `threads` strips along its longer side: along N (each thread packs its own
+    // part of B and all of A) or along M (its own part of A, all of B). When M fits in one A
+    // block, split N even if it is the shorter side: each thread then packs a disjoint part of
+    // B and only repacks the small A. So forward and dinp (M = BT = 256) split along N, dweight
+    // (M = OC, N = C) along the longer of OC and C.
     const long m_tiles = (M + MR - 1) / MR, n_tiles = (N + NR - 1) / NR;
     const bool split_n = (n_tiles * NR >= m_tiles * MR) || (M <= MC && n_tiles >= threads);
     const long tiles = split_n ? n_tiles : m_tiles;

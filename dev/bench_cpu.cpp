@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
         gpt_zero_grad(&m);
         gpt_backward(&m, 1.0f);
         auto t2 = std::chrono::steady_clock::now();
-        AdamWSettings s = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+        AdamWSettings s = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1e-4f};
         gpt_update(&m, s, step + 1);
         auto t3 = std::chrono::steady_clock::now();
         auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };

@@ -224,6 +224,7 @@ int train_main(int argc, char** argv) {
         opt.eps = rc.eps;
         opt.weight_decay = rc.weight_decay;
         opt.grad_scale = (rc.grad_clip > 0 && norm > rc.grad_clip) ? rc.grad_clip / norm : 1.0f;
+        opt.lr_peak = rc.lr;
         model_update(&model, opt, step + 1);
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         int done = step + 1;

@@ -160,6 +160,17 @@ inline ValuePathConfig value_path_config_from_flags(const ValuePathFlags& f, int
     return c;
 }
 
+// ----------------------------------------------------------------------------
+// What a path changes in the parameter layout (shared by the CPU and GPU builds, so their
+// checkpoints agree). Everything else about a path is in cpu/vp_<path>.h (and its GPU twin).
+
+// Layers that own a value projection: all of them, except under SVFormer, where only layer 0
+// does (value_paths.md section 3: layers >= 1 have no v_proj at all).
+inline int value_path_value_proj_layers(const ValuePathConfig& c, int L) { return c.path == VP_SVFORMER ? 1 : L; }
+
+// Trainable per-layer scalars: ResFormer's lambda_l with --resformer-lambda learn, else none.
+inline int value_path_num_lambdas(const ValuePathConfig& c, int L) { return (c.path == VP_RESFORMER && c.resformer_learn) ? L : 0; }
+
 // A checkpoint's value path must be this binary's. Flags given explicitly must match its settings.
 inline void value_path_check_checkpoint(const ValuePathConfig& ckpt, const char* source) {
     if (ckpt.path != VALUE_PATH_ID)

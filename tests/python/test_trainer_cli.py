@@ -21,6 +21,19 @@ sys.path.insert(0, str(REPO / "scripts"))
 from vp_data.shards import write_shard  # noqa: E402
 
 TRAINER = Path(os.environ.get("VP_TRAIN_CPU", REPO / "build" / "vanilla" / "train_cpu"))
+PATHS = ["vanilla", "resformer", "svformer", "sla", "depth"]
+
+
+def trainer(path):
+    """The binary of one value path (make test builds build/<path>/train_cpu for each)."""
+    return TRAINER if path == "vanilla" else REPO / "build" / path / "train_cpu"
+
+
+def path_flags(path, family):
+    """Settings that make each path's cross-layer route active on the 2-layer test models."""
+    heads = "1" if family is TINY_GPT2 else "2"  # SLA skip heads: one KV head (GQA group 2 for llama)
+    return {"vanilla": [], "resformer": ["--resformer-lambda", "learn"], "svformer": [],
+            "sla": ["--sla-layers", "1", "--sla-heads", heads], "depth": ["--depth-stride", "1"]}[path]
 SHARED = Path(os.environ.get("VP_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 TINY_GPT2 = ["--arch", "gpt2", "--layers", "2", "--heads", "2", "--dim", "16", "--vocab", "64", "--max-seq", "16",
@@ -29,9 +42,10 @@ TINY_LLAMA = ["--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", 
               "--ffn-dim", "24", "--vocab", "64", "--max-seq", "16", "--seq-len", "8"]
 
 
-def run(args, expect=None, timeout=300):
-    assert TRAINER.exists(), f"{TRAINER} is missing: run 'make test' (it builds the trainer first)"
-    p = subprocess.run([str(TRAINER)] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+def run(args, expect=None, timeout=300, path="vanilla"):
+    binary = trainer(path)
+    assert binary.exists(), f"{binary} is missing: run 'make test' (it builds every path's trainer first)"
+    p = subprocess.run([str(binary)] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout,
                        env={**os.environ, "OMP_NUM_THREADS": "2"})
     if expect is not None:
         assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
@@ -138,6 +152,18 @@ def test_token_id_beyond_vocab(tmp_path):
 # ---------------------------------------------------------------------------
 # a run: logs and loss
 
+@pytest.mark.parametrize("path", PATHS)
+def test_every_path_trains(tmp_path, data, path):
+    for family in (TINY_GPT2, TINY_LLAMA):
+        out = tmp_path / ("g" if family is TINY_GPT2 else "l")
+        run(family + path_flags(path, family) + ["--train-data", str(data / "train_*.bin"), "--batch-size", "4",
+                                                 "--max-steps", "150", "--lr", "1e-2", "--out-dir", out], expect=0, path=path)
+        log = read_log(out)
+        assert log[0]["value_path"] == path
+        steps = [r["train_loss"] for r in log if "train_loss" in r]
+        assert steps[0] == pytest.approx(np.log(64), abs=0.15) and steps[-1] < 2.0, (path, steps[0], steps[-1])
+
+
 def test_training_run_logs_and_loss_falls(tmp_path, data):
     out = tmp_path / "run"
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"),
@@ -197,19 +223,20 @@ def test_sample_decoded_with_gpt2_tokenizer(tmp_path, data):
 # ---------------------------------------------------------------------------
 # checkpoints and resume
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("family", [TINY_GPT2, TINY_LLAMA], ids=["gpt2", "llama"])
-def test_resume_is_bit_exact(tmp_path, data, family):
+def test_resume_is_bit_exact(tmp_path, data, family, path):
     """N steps straight == K steps, stop, resume, N-K steps: losses, samples and final weights."""
-    common = family + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"),
+    common = family + path_flags(path, family) + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"),
                        "--total-batch-tokens", "64", "--max-steps", "12", "--lr", "3e-3", "--warmup-steps", "3",
                        "--eval-every", "4", "--sample-every", "3", "--sample-tokens", "6", "--checkpoint-every", "5"]
     straight, broken = tmp_path / "straight", tmp_path / "broken"
-    p1 = run(common + ["--out-dir", straight], expect=0)
+    p1 = run(common + ["--out-dir", straight], expect=0, path=path)
     # the interrupted run: the same command, then everything after step 5 is lost
-    run(common + ["--out-dir", broken], expect=0)
+    run(common + ["--out-dir", broken], expect=0, path=path)
     for name in ["ckpt_00000010.bin", "ckpt_00000012.bin"]:
         (broken / name).unlink()
-    p2 = run(common + ["--out-dir", broken, "--resume", "1"], expect=0)
+    p2 = run(common + ["--out-dir", broken, "--resume", "1"], expect=0, path=path)
     assert "resuming from" in p2.stdout and "(step 5)" in p2.stdout
 
     def after5(log):
@@ -305,3 +332,56 @@ def test_trainer_reads_prepared_tinyshakespeare(tmp_path):
     assert [r["step"] for r in vals] == [0, 2] and abs(vals[0]["val_loss_shakes"] - np.log(50257)) < 0.1
     sample = p.stdout.split("---- sample at step 2 ----\n")[1].split("\n----")[0]
     assert not re.fullmatch(r"[0-9 \n]+", sample)  # decoded text, not ids
+
+
+# ---------------------------------------------------------------------------
+# value paths: flags and checkpoints belong to one path
+
+@pytest.mark.parametrize("path", PATHS)
+def test_flags_of_other_paths_are_usage_errors(path):
+    other_flags = {"resformer": "--resformer-lambda", "sla": "--sla-layers", "depth": "--depth-stride"}
+    for owner, flag in other_flags.items():
+        p = run([flag, "1"], path=path)
+        if owner == path:
+            assert "belongs to another value path" not in p.stderr
+        else:
+            assert p.returncode == 2 and f"VALUE_PATH={path}" in p.stderr, p.stderr
+    help_text = run(["--help"], expect=0, path=path).stdout
+    for owner, flag in other_flags.items():
+        assert (flag in help_text) == (owner == path)
+
+
+def test_checkpoint_of_another_path_is_refused(tmp_path, data):
+    out = tmp_path / "sla"
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--out-dir", out], expect=0,
+        path="sla")
+    for path in ["vanilla", "depth"]:
+        p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--init-from",
+                             out / "ckpt_00000001.bin"], expect=1, path=path)
+        assert "VALUE_PATH=sla" in p.stderr and f"VALUE_PATH={path}" in p.stderr
+    # resuming an sla run with another sla setting is refused too
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "2", "--out-dir", out, "--resume",
+                         "1", "--sla-chain", "1"], expect=1, path="sla")
+    assert "--sla-chain" in p.stderr
+
+
+def test_value_path_settings_in_the_config_line(tmp_path, data):
+    """Defaults from value_paths.md section 10 on a 12-layer, 12-head model, and GQA counting."""
+    shape = ["--layers", "12", "--heads", "12", "--dim", "24", "--vocab", "64", "--max-seq", "8", "--seq-len", "8",
+             "--batch-size", "1", "--train-data", str(data / "train_*.bin"), "--max-steps", "0"]
+    cfg = lambda out: read_log(out)[0]
+    run(shape + ["--out-dir", tmp_path / "sla"], expect=0, path="sla")
+    assert (cfg(tmp_path / "sla")["sla_layers"], cfg(tmp_path / "sla")["sla_heads"], cfg(tmp_path / "sla")["sla_chain"]) == (9, 9, 0)
+    run(shape + ["--out-dir", tmp_path / "depth"], expect=0, path="depth")
+    assert cfg(tmp_path / "depth")["depth_stride"] == 6
+    run(shape + ["--out-dir", tmp_path / "res"], expect=0, path="resformer")
+    assert cfg(tmp_path / "res")["resformer_lambda"] == "fixed"
+    # GQA: skip heads are whole KV groups; 12 heads over 4 KV heads -> default 3 groups of 3 = 9
+    run(shape + ["--arch", "llama", "--kv-heads", "4", "--out-dir", tmp_path / "sla_gqa"], expect=0, path="sla")
+    assert cfg(tmp_path / "sla_gqa")["sla_heads"] == 9
+    p = run(shape + ["--arch", "llama", "--kv-heads", "4", "--sla-heads", "4"], expect=2, path="sla")
+    assert "multiple of the GQA group size 3" in p.stderr
+    # SVFormer's logged parameter count drops by (L-1)(C*Hkv*D + Hkv*D)
+    run(shape + ["--out-dir", tmp_path / "van"], expect=0)
+    run(shape + ["--out-dir", tmp_path / "sv"], expect=0, path="svformer")
+    assert cfg(tmp_path / "van")["num_params"] - cfg(tmp_path / "sv")["num_params"] == 11 * (24 * 24 + 24)

@@ -1,0 +1,245 @@
+// tests/test_value_paths.cpp: the five value paths of the CPU reference, all in one program.
+//
+//   * finite differences in double of every parameter gradient (dlambda included) for every
+//     path x family, at shapes that exercise the cross-layer routes (value_paths.md section 7):
+//     L = 5, GQA group 2 (Llama, with QK-norm), Depth stride 2 (anchor 2's mixed value feeds
+//     anchor 4, and contains v^0), SLA n_l = 2 so 2 n_l < L and ORIG differs from CHAIN;
+//   * the equivalences: ResFormer lambda=0 == vanilla; ResFormer lambda=1 forward == SVFormer;
+//     SLA n_h=0 == vanilla; SLA ORIG == CHAIN when 2 n_l >= L, and != when 2 n_l < L;
+//     Depth-Attention with anchor logits at -inf == vanilla;
+//   * parameter counts per path against the formula.
+// Tolerances of the finite differences: tests/gradcheck.h. Equivalences compare double-precision
+// runs and must agree to 1e-12 relative (they are the same arithmetic up to adding exact zeros).
+#define TESTING
+#include "train_gpt_cpu.cpp"
+#include "tests/testing.h"
+#include "tests/gradcheck.h"
+
+// A small model of the given family with the given value path and settings.
+static ModelConfig path_config(int arch, int path, int sla_layers = 2, int sla_heads = 2, int sla_chain = 0, int depth_stride = 2, int learn = 0) {
+    RunConfig rc;
+    const char* argv[] = {"test"};
+    parse_command_line(&rc, 1, (char**)argv);
+    rc.arch = arch == ARCH_GPT2 ? "gpt2" : "llama";
+    rc.layers = 5;
+    rc.heads = 4;
+    rc.kv_heads = arch == ARCH_GPT2 ? 4 : 2;  // GQA group 2 for Llama
+    rc.dim = 16;                              // D = 4
+    rc.ffn_dim = arch == ARCH_GPT2 ? 0 : 12;
+    rc.vocab = 11;
+    rc.max_seq = 8;
+    rc.qk_norm = arch == ARCH_LLAMA;
+    ModelConfig c = model_config_from_flags(rc);
+    memset(&c.vp, 0, sizeof(c.vp));
+    c.vp.path = path;
+    c.vp.resformer_learn = learn;
+    c.vp.resformer_lambda_lr = 0.02f;
+    c.vp.sla_layers = sla_layers;
+    c.vp.sla_heads = sla_heads;
+    c.vp.sla_chain = sla_chain;
+    c.vp.depth_stride = depth_stride;
+    return c;
+}
+
+static const int FAMILIES[] = {ARCH_GPT2, ARCH_LLAMA};
+
+// ----------------------------------------------------------------------------
+// finite differences
+
+template <typename VP>
+static void fd_path(int learn_or_chain = 0) {
+    for (int arch : FAMILIES) {
+        ModelConfig c = path_config(arch, VP::id, 2, 2, VP::id == VP_SLA ? learn_or_chain : 0, 2, VP::id == VP_RESFORMER ? learn_or_chain : 0);
+        int checked = model_fd_check<VP>(c, 100 + arch);
+        CHECK(checked >= 10, "%s: only %d tensors checked", value_path_name(VP::id), checked);
+    }
+}
+
+TEST(fd_vanilla) { fd_path<VpVanilla>(); }
+TEST(fd_resformer_fixed) { fd_path<VpResformer>(0); }
+TEST(fd_resformer_learn_dlambda) { fd_path<VpResformer>(1); }
+TEST(fd_svformer) { fd_path<VpSvformer>(); }
+TEST(fd_sla_orig) { fd_path<VpSla>(0); }
+TEST(fd_sla_chain) { fd_path<VpSla>(1); }
+TEST(fd_depth) { fd_path<VpDepth>(); }
+
+// ----------------------------------------------------------------------------
+// equivalences
+
+struct Outputs {
+    double loss;
+    std::vector<double> grads;                      // flat, in the model's own layout
+    std::vector<std::pair<std::string, size_t>> at;  // tensor name -> offset
+};
+
+template <typename VP>
+static Outputs run_model(GPT<double, VP>* m, uint64_t seed) {
+    int B = 2, T = 6;
+    std::vector<int> inp, tgt;
+    tiny_batch(inp, tgt, B, T, m->config.vocab_size, seed);
+    gpt_forward(m, inp.data(), tgt.data(), B, T);
+    Outputs o;
+    o.loss = 0;
+    for (int i = 0; i < B * T; i++) o.loss += m->acts.losses[i];
+    o.loss /= B * T;
+    gpt_zero_grad(m);
+    gpt_backward(m, 1.0);
+    o.grads.assign(m->grads_memory, m->grads_memory + m->num_params);
+    size_t off = 0;
+    for (const ParamSpec& s : m->specs) {
+        o.at.push_back({s.name, off});
+        off += s.count;
+    }
+    return o;
+}
+
+static size_t offset_of(const Outputs& o, const char* name) {
+    for (auto& p : o.at)
+        if (p.first == name) return p.second;
+    return (size_t)-1;
+}
+
+// Copies every tensor the two models share by name, element for element (a tensor that is
+// shorter in `to`, like SVFormer's v_w, gets its prefix: layer 0).
+template <typename VPa, typename VPb>
+static void copy_shared_params(GPT<double, VPb>* to, const GPT<double, VPa>* from) {
+    size_t off_from = 0;
+    for (const ParamSpec& sf : from->specs) {
+        size_t off_to = 0;
+        for (const ParamSpec& st : to->specs) {
+            if (!strcmp(st.name, sf.name)) memcpy(to->params_memory + off_to, from->params_memory + off_from, sizeof(double) * std::min(st.count, sf.count));
+            off_to += st.count;
+        }
+        off_from += sf.count;
+    }
+}
+
+// Compares gradients tensor by tensor over the first `count` elements of each named tensor.
+static void check_same_grads(const char* what, const Outputs& a, const Outputs& b, const std::vector<ParamSpec>& specs, const char* skip = nullptr) {
+    for (const ParamSpec& s : specs) {
+        if (!s.count || (skip && strstr(skip, s.name))) continue;
+        size_t oa = offset_of(a, s.name), ob = offset_of(b, s.name);
+        double scale = 0, err = 0;
+        for (size_t i = 0; i < s.count; i++) {
+            scale = std::max(scale, std::fabs(a.grads[oa + i]));
+            err = std::max(err, std::fabs(a.grads[oa + i] - b.grads[ob + i]));
+        }
+        CHECK(err <= 1e-12 * scale + 1e-15, "%s: d%s differs by %.3g (scale %.3g)", what, s.name, err, scale);
+    }
+}
+
+template <typename VP>
+static GPT<double, VP> make_model(const ModelConfig& c, uint64_t seed) {
+    GPT<double, VP> m;
+    gpt_build(&m, c);
+    gpt_init_params(&m, seed);
+    spread_params(&m, seed + 1);
+    return m;
+}
+
+TEST(resformer_lambda0_equals_vanilla) {
+    for (int arch : FAMILIES) {
+        auto van = make_model<VpVanilla>(path_config(arch, VP_VANILLA), 5);
+        auto res = make_model<VpResformer>(path_config(arch, VP_RESFORMER, 2, 2, 0, 2, /*learn=*/1), 6);
+        copy_shared_params(&res, &van);
+        for (int l = 0; l < 5; l++) res.params.vp_lambda[l] = 0;
+        Outputs a = run_model(&van, 7), b = run_model(&res, 7);
+        CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s loss %.15g vs %.15g", arch_name(arch), b.loss, a.loss);
+        check_same_grads("resformer lambda=0 vs vanilla", a, b, van.specs);
+        gpt_free(&van);
+        gpt_free(&res);
+    }
+}
+
+TEST(resformer_lambda1_forward_equals_svformer) {
+    for (int arch : FAMILIES) {
+        auto res = make_model<VpResformer>(path_config(arch, VP_RESFORMER, 2, 2, 0, 2, /*learn=*/1), 8);
+        auto sv = make_model<VpSvformer>(path_config(arch, VP_SVFORMER), 9);
+        for (int l = 0; l < 5; l++) res.params.vp_lambda[l] = 1;
+        copy_shared_params(&sv, &res);  // sv gets layer 0's value projection, the rest it lacks
+        Outputs a = run_model(&res, 10), b = run_model(&sv, 10);
+        CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s loss %.15g vs %.15g", arch_name(arch), b.loss, a.loss);
+        // and the mixing did something: with lambda = 1/2 the loss differs
+        for (int l = 0; l < 5; l++) res.params.vp_lambda[l] = 0.5;
+        Outputs h = run_model(&res, 10);
+        CHECK(std::fabs(h.loss - a.loss) > 1e-6, "lambda has no effect on the loss");
+        gpt_free(&res);
+        gpt_free(&sv);
+    }
+}
+
+TEST(sla_no_skip_heads_equals_vanilla) {
+    for (int arch : FAMILIES) {
+        auto van = make_model<VpVanilla>(path_config(arch, VP_VANILLA), 11);
+        auto sla = make_model<VpSla>(path_config(arch, VP_SLA, 2, /*n_h=*/0), 12);
+        copy_shared_params(&sla, &van);
+        Outputs a = run_model(&van, 13), b = run_model(&sla, 13);
+        CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s loss %.15g vs %.15g", arch_name(arch), b.loss, a.loss);
+        check_same_grads("sla n_h=0 vs vanilla", a, b, van.specs);
+        gpt_free(&van);
+        gpt_free(&sla);
+    }
+}
+
+TEST(sla_orig_equals_chain_iff_2nl_ge_L) {
+    for (int arch : FAMILIES) {
+        for (int n_l : {3, 2}) {  // L = 5: 2*3 >= 5 (readings coincide), 2*2 < 5 (they differ)
+            auto orig = make_model<VpSla>(path_config(arch, VP_SLA, n_l, 2, 0), 14);
+            auto chain = make_model<VpSla>(path_config(arch, VP_SLA, n_l, 2, 1), 14);
+            Outputs a = run_model(&orig, 15), b = run_model(&chain, 15);
+            if (2 * n_l >= 5) {
+                CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s n_l=%d: loss %.15g vs %.15g", arch_name(arch), n_l, b.loss, a.loss);
+                check_same_grads("sla orig vs chain", a, b, orig.specs);
+            } else {
+                CHECK(std::fabs(b.loss - a.loss) > 1e-6, "%s n_l=%d: ORIG and CHAIN should differ when 2 n_l < L", arch_name(arch), n_l);
+            }
+            gpt_free(&orig);
+            gpt_free(&chain);
+        }
+    }
+}
+
+TEST(depth_neg_inf_anchor_logits_equals_vanilla) {
+    for (int arch : FAMILIES) {
+        auto van = make_model<VpVanilla>(path_config(arch, VP_VANILLA), 16);
+        auto dep = make_model<VpDepth>(path_config(arch, VP_DEPTH), 17);
+        copy_shared_params(&dep, &van);
+        Outputs a = run_model(&van, 18);
+        Outputs plain = run_model(&dep, 18);
+        CHECK(std::fabs(plain.loss - a.loss) > 1e-6, "depth mixing has no effect");
+        gpt_ensure_activations(&dep, 2, 6);  // the flag lives in the path's state, which the first forward created
+        dep.vp.force_anchor_logits_neg_inf = true;
+        Outputs b = run_model(&dep, 18);
+        CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s loss %.15g vs %.15g", arch_name(arch), b.loss, a.loss);
+        check_same_grads("depth -inf vs vanilla", a, b, van.specs);
+        gpt_free(&van);
+        gpt_free(&dep);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// parameter counts
+
+TEST(param_counts_per_path) {
+    for (int arch : FAMILIES) {
+        ModelConfig v = path_config(arch, VP_VANILLA);
+        size_t base = count_params(param_specs(v));
+        size_t L = v.n_layer, C = v.n_embd, KV = (size_t)v.n_kv_head * v.head_dim;
+        size_t bias = arch == ARCH_GPT2 ? KV : 0;
+        CHECK(count_params(param_specs(path_config(arch, VP_RESFORMER))) == base, "resformer fixed adds nothing");
+        CHECK(count_params(param_specs(path_config(arch, VP_RESFORMER, 2, 2, 0, 2, 1))) == base + L, "resformer learn adds L lambdas");
+        CHECK(count_params(param_specs(path_config(arch, VP_SVFORMER))) == base - (L - 1) * (C * KV + bias), "svformer drops (L-1)(C*Hkv*D + Hkv*D)");
+        CHECK(count_params(param_specs(path_config(arch, VP_SLA))) == base, "sla adds nothing");
+        CHECK(count_params(param_specs(path_config(arch, VP_DEPTH))) == base, "depth adds nothing");
+    }
+    // GPT-2 124M: value_paths.md section 3d says SVFormer saves 6,496,512 parameters
+    RunConfig rc;
+    const char* argv[] = {"test"};
+    parse_command_line(&rc, 1, (char**)argv);
+    ModelConfig g = model_config_from_flags(rc);
+    size_t full = count_params(param_specs(g));
+    g.vp.path = VP_SVFORMER;
+    CHECK(full - count_params(param_specs(g)) == 6496512u, "GPT-2 124M SVFormer saves %zu", full - count_params(param_specs(g)));
+}
+
+TEST_MAIN()
