@@ -1,0 +1,297 @@
+"""dev/reference/make_states.py: writes the reference states the C++ builds are tested against.
+
+One small file per (family x value path) in tests/reference_states/: config, parameters,
+inputs/targets, logits, loss, every parameter gradient, and a 10-step AdamW trajectory, all
+computed by the independent PyTorch reference (model.py) in float64.
+
+    .venv/bin/python dev/reference/make_states.py            # (re)writes tests/reference_states/
+    .venv/bin/python dev/reference/make_states.py --check    # recomputes, compares, writes nothing
+
+State file format (version 1, little-endian):
+    bytes 0..7    magic "VPSTATE1"
+    bytes 8..11   uint32 format version (1)
+    bytes 12..15  uint32 J: length of the JSON header in bytes (padded with spaces to a multiple of 8)
+    bytes 16..    JSON header (UTF-8), see below
+    16 + J ..     data block: the arrays, each at its "offset" (bytes from the start of the data
+                  block, 8-aligned), "f32" (float32) or "i32" (int32), C order
+JSON header keys:
+    name, format_version, generator (torch version, dtype, seeds), B, T,
+    config      every ModelConfig / ValuePathConfig field (arch and path as names and as ids)
+    layout      the flat parameter layout: [{name, shape, offset, count, decay}] in storage order,
+                tensors with 0 elements left out; offsets/counts in elements
+    num_params
+    loss        mean cross-entropy (float64, printed with 17 digits)
+    train       the trajectory setting (lr, warmup_steps, max_steps, min_lr_frac, beta1, beta2,
+                eps, weight_decay, grad_clip, steps: all hyperparameters are float32 values, as
+                AdamWSettings holds them) and its results: lrs[k] and grad_norms[k] (before
+                clipping) of step k = 0..steps-1, losses[k] = loss after k updates (k = 0..steps)
+    zero_grad_ranges  [[offset, count]] of the flat gradient that is zero by construction
+                (padded vocab rows, unseen positions/tokens, lambda_0, SLA dead slices:
+                model.structural_zero_grads), for an exact-zero check
+    fp32_noise  what the same reference computed in float32 differs from float64 by (for the
+                test bounds, informative only)
+    arrays      [{name, dtype, shape, offset}] for: params (num_params), grads (num_params),
+                inputs (B,T) i32, targets (B,T) i32, logits (B,T,V) over the real vocab,
+                losses (B,T) per-position cross-entropy
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model as M  # noqa: E402
+
+MAGIC = b"VPSTATE1"
+FORMAT_VERSION = 1
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+STATES_DIR = os.path.join(REPO, "tests", "reference_states")
+
+B, T = 2, 8
+V = 97  # Vp = 128: 31 padded rows, random, that must stay out of the softmax
+
+# The two families, small (value_paths.md section 7: L >= 4; GQA group 2 for llama).
+FAMILIES = {
+    "gpt2": dict(arch="gpt2", L=5, H=4, C=16, V=V, max_seq_len=16),   # D = 4, F = 4C = 64, wpe rows T..15 unused
+    "llama": dict(arch="llama", L=5, H=4, Hkv=2, C=16, V=V, max_seq_len=16, F=32, qk_norm=1, rope_theta=500.0),
+}
+# The value paths with settings that exercise the cross-layer routes: SLA with 2*n_l < L so ORIG
+# and CHAIN differ, n_h a multiple of G and below H (so both own and skip heads exist); Depth with
+# s = 2 so anchor 2's mixed value (which holds v^0) is read by layers 3 and 4 (the recursion).
+VARIANTS = {
+    "vanilla": dict(path="vanilla"),
+    "resformer_fixed": dict(path="resformer", resformer_lambda="fixed"),
+    "resformer_learn": dict(path="resformer", resformer_lambda="learn", resformer_lambda_lr=0.02),
+    "svformer": dict(path="svformer"),
+    "sla_orig": dict(path="sla", sla_layers=2, sla_heads=2, sla_chain=0),
+    "sla_chain": dict(path="sla", sla_layers=2, sla_heads=2, sla_chain=1),
+    "depth": dict(path="depth", depth_stride=2),
+}
+
+# The 10-step trajectory: same batch every step (as llm.c's test), warmup 2 then cosine to 0.1x
+# at step 10, AdamW (0.9, 0.95), eps 1e-8, wd 0.1, global-norm clip 2.0. The gradient norm starts
+# at 6..15 and ends near 1, so in every state clipping is on for the first steps and off for the
+# last ones. lr 1e-2 makes the optimizer's details visible: a wrong decay mask or lambda lr moves
+# the losses by > 2e-3 relative (measured), while float32 rounding moves them by ~1e-6.
+TRAIN = dict(steps=10, lr=1e-2, warmup=2, max_steps=10, min_lr_frac=0.1, beta1=0.9, beta2=0.95, eps=1e-8,
+             weight_decay=0.1, grad_clip=2.0)
+
+
+def state_names():
+    return [f"{fam}_{var}" for fam in FAMILIES for var in VARIANTS]
+
+
+def state_config(name):
+    fam, var = name.split("_", 1)
+    kw = dict(FAMILIES[fam])
+    arch = kw.pop("arch")
+    L, H, C, Vv, maxT = kw.pop("L"), kw.pop("H"), kw.pop("C"), kw.pop("V"), kw.pop("max_seq_len")
+    return M.make_config(arch, L, H, C, Vv, maxT, **kw, **VARIANTS[var])
+
+
+def train_setting():
+    """The trajectory hyperparameters as float32 values (AdamWSettings holds floats)."""
+    t = dict(TRAIN)
+    for k in ("lr", "min_lr_frac", "beta1", "beta2", "eps", "weight_decay", "grad_clip"):
+        t[k] = M.f32(t[k])
+    return t
+
+
+def trajectory(cfg, params, idx, tgt, dtype):
+    t = train_setting()
+    return M.train_steps(cfg, params, idx, tgt, steps=t["steps"], lr=t["lr"], warmup=t["warmup"],
+                         max_steps=t["max_steps"], min_lr_frac=t["min_lr_frac"], beta1=t["beta1"],
+                         beta2=t["beta2"], eps=t["eps"], weight_decay=t["weight_decay"],
+                         grad_clip=t["grad_clip"], dtype=dtype, hp_round=M.f32)
+
+
+def scaled_err(a, ref):
+    """max |a - ref| / max |ref|: the error relative to the tensor's scale."""
+    a, ref = np.asarray(a, np.float64), np.asarray(ref, np.float64)
+    s = np.abs(ref).max()
+    return float(np.abs(a - ref).max() / s) if s > 0 else float(np.abs(a).max())
+
+
+def compute_state(name, index, batch_seed=None):
+    """Everything a state holds, computed in float64 from float32 parameters. batch_seed given:
+    use that batch (as recorded in a state) instead of searching for one."""
+    cfg = state_config(name)
+    params = M.random_params(cfg, seed=1000 + index).numpy()  # float32: what the C++ loads exactly
+    # The batch: redrawn (batch seed + 1) until the trajectory is well conditioned in float32, i.e.
+    # clipping is on in some steps and off in others, every gradient norm is >= 2% away from the
+    # clip threshold, and the same reference in float32
+    # follows the float64 losses to 2e-6. AdamW turns the sign of a near-zero gradient into a
+    # full lr step, so a rare batch amplifies float32 rounding ~100x; such a batch would test
+    # the conditioning of the problem, not the implementation.
+    seeds = [batch_seed] if batch_seed is not None else [2000 + 100 * index + a for a in range(50)]
+    for batch_seed in seeds:
+        g = torch.Generator().manual_seed(batch_seed)
+        idx = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
+        tgt = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
+        losses, lrs, norms = trajectory(cfg, params, idx, tgt, torch.float64)
+        clip = train_setting()["grad_clip"]
+        margin_ok = min(abs(n / clip - 1) for n in norms) >= 0.02 and min(norms) < clip < max(norms)
+        losses32, _, norms32 = trajectory(cfg, params, idx, tgt, torch.float32)
+        traj_dev = float(np.max(np.abs(np.array(losses32) - losses) / np.abs(losses)))
+        norm_dev = float(np.max(np.abs(np.array(norms32) - norms) / np.abs(norms)))
+        if margin_ok and traj_dev < 2e-6:
+            break
+    else:
+        raise RuntimeError(f"{name}: no well-conditioned batch found")
+    loss, logits, per_pos, grads = M.forward_backward(cfg, params, idx, tgt, torch.float64)
+    loss32, logits32, per_pos32, grads32 = M.forward_backward(cfg, params, idx, tgt, torch.float32)
+    layout, n = M.param_offsets(cfg)
+    zero = M.structural_zero_grads(cfg, idx)
+    assert torch.all(grads[zero] == 0), f"{name}: a structurally zero gradient is not zero"
+    # as [offset, count] ranges of the flat array
+    edges = torch.diff(torch.cat([torch.tensor([0]), zero.int(), torch.tensor([0])])).nonzero().view(-1).tolist()
+    zero_ranges = [[a, b - a] for a, b in zip(edges[0::2], edges[1::2])]
+    noise = {"loss": abs(loss32 - loss) / abs(loss), "logits": scaled_err(logits32, logits),
+             "losses": scaled_err(per_pos32, per_pos), "trajectory": traj_dev, "grad_norms": norm_dev,
+             "grads": {nm: scaled_err(grads32[o:o + c], grads[o:o + c]) for nm, _, o, c in layout}}
+    t = train_setting()
+    t.update(lrs=lrs, grad_norms=norms, losses=losses)
+    header = {
+        "name": name,
+        "format_version": FORMAT_VERSION,
+        "generator": {"script": "dev/reference/make_states.py", "torch": torch.__version__, "dtype": "float64",
+                      "param_seed": 1000 + index, "batch_seed": batch_seed},
+        "B": B, "T": T,
+        "config": dict(vars(cfg), arch_id=M.ARCHS.index(cfg.arch), path_id=M.PATHS.index(cfg.path)),
+        "layout": [{"name": nm, "shape": list(sh), "offset": o, "count": c, "decay": int(nm in M.DECAY)}
+                   for nm, sh, o, c in layout],
+        "num_params": n,
+        "loss": loss,
+        "train": t,
+        "zero_grad_ranges": zero_ranges,
+        "fp32_noise": noise,
+    }
+    arrays = [
+        ("params", "f32", [n], params.astype(np.float32)),
+        ("grads", "f32", [n], grads.numpy().astype(np.float32)),
+        ("inputs", "i32", [B, T], idx.numpy().astype(np.int32)),
+        ("targets", "i32", [B, T], tgt.numpy().astype(np.int32)),
+        ("logits", "f32", [B, T, cfg.vocab_size], logits.numpy().astype(np.float32)),
+        ("losses", "f32", [B, T], per_pos.numpy().astype(np.float32)),
+    ]
+    return header, arrays
+
+
+def encode_state(header, arrays):
+    header = dict(header)
+    header["arrays"] = []
+    blob = b""
+    for name, dtype, shape, a in arrays:
+        a = np.ascontiguousarray(a, dtype={"f32": "<f4", "i32": "<i4"}[dtype])
+        assert list(a.shape) == list(shape), (name, a.shape, shape)
+        header["arrays"].append({"name": name, "dtype": dtype, "shape": list(shape), "offset": len(blob)})
+        blob += a.tobytes()
+        blob += b"\0" * (-len(blob) % 8)
+    js = json.dumps(header, indent=1, sort_keys=False).encode()
+    js += b" " * (-len(js) % 8)
+    return MAGIC + struct.pack("<II", FORMAT_VERSION, len(js)) + js + blob
+
+
+def read_state(path):
+    """Returns (header dict, {array name: numpy array})."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:8] != MAGIC:
+        raise ValueError(f"{path}: not a valuepath reference state")
+    version, jlen = struct.unpack_from("<II", raw, 8)
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{path}: state format {version}, this reader knows {FORMAT_VERSION}")
+    header = json.loads(raw[16:16 + jlen])
+    data = 16 + jlen
+    arrays = {}
+    for a in header["arrays"]:
+        dt = {"f32": "<f4", "i32": "<i4"}[a["dtype"]]
+        count = int(np.prod(a["shape"]))
+        arrays[a["name"]] = np.frombuffer(raw, dtype=dt, count=count, offset=data + a["offset"]).reshape(a["shape"])
+    return header, arrays
+
+
+def config_of(header):
+    c = dict(header["config"])
+    c.pop("arch_id")
+    c.pop("path_id")
+    return M.Config(**c).validate()
+
+
+def compare_states(new, old):
+    """Problems (a list of strings) between a recomputed state and a stored one. The setting must
+    match exactly; computed values to float32 rounding (other BLAS/torch builds may differ in the
+    last float64 bits, never by more)."""
+    (hn, an), (ho, ao) = new, old
+    problems = []
+    for key in ("name", "B", "T", "config", "layout", "num_params", "zero_grad_ranges"):
+        if hn[key] != ho[key]:
+            problems.append(f"{key} differs")
+    for key in ("steps", "lr", "warmup", "max_steps", "min_lr_frac", "beta1", "beta2", "eps", "weight_decay", "grad_clip"):
+        if hn["train"][key] != ho["train"][key]:
+            problems.append(f"train.{key} differs")
+    for key in ("params", "inputs", "targets"):
+        if not np.array_equal(an[key], ao[key]):
+            problems.append(f"{key} differ")
+    if abs(hn["loss"] - ho["loss"]) > 1e-12 * abs(ho["loss"]):
+        problems.append(f"loss {hn['loss']!r} vs {ho['loss']!r}")
+    for key in ("losses", "lrs", "grad_norms"):
+        a, b = np.array(hn["train"][key]), np.array(ho["train"][key])
+        if a.shape != b.shape or np.abs(a - b).max() > 1e-9 * np.abs(b).max():
+            problems.append(f"train.{key} differ")
+    for key in ("logits", "losses"):
+        if scaled_err(an[key], ao[key]) > 1e-6:
+            problems.append(f"{key} differ by {scaled_err(an[key], ao[key]):.1e}")
+    for e in hn["layout"]:
+        o, c = e["offset"], e["count"]
+        err = scaled_err(an["grads"][o:o + c], ao["grads"][o:o + c])
+        if err > 1e-6:
+            problems.append(f"grad {e['name']} differs by {err:.1e}")
+    return problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out-dir", default=STATES_DIR)
+    ap.add_argument("--check", action="store_true",
+                    help="recompute every state from its recorded batch and compare with the files; write nothing")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # tiny tensors: threads would only spin
+    os.makedirs(args.out_dir, exist_ok=True)
+    total, bad = 0, 0
+    for i, name in enumerate(state_names()):
+        path = os.path.join(args.out_dir, name + ".bin")
+        if args.check:
+            try:
+                old = read_state(path)
+            except (OSError, ValueError) as e:
+                print(f"BAD     {name}: {e}")
+                bad += 1
+                continue
+            header, arrays = compute_state(name, i, batch_seed=old[0]["generator"]["batch_seed"])
+            problems = compare_states((header, {a[0]: a[3] for a in arrays}), old)
+            bad += bool(problems)
+            print(f"{'same' if not problems else 'DIFFERS':8s}{name}" + "".join(f"\n    {p}" for p in problems))
+            continue
+        header, arrays = compute_state(name, i)
+        blob = encode_state(header, arrays)
+        total += len(blob)
+        with open(path, "wb") as f:
+            f.write(blob)
+        nz = header["fp32_noise"]
+        print(f"{name:24s} {len(blob) / 1024:6.1f} KiB  params {header['num_params']:6d}  loss {header['loss']:.6f}"
+              f"  after 10 steps {header['train']['losses'][-1]:.4f}  batch seed {header['generator']['batch_seed']}"
+              f"  fp32 noise: logits {nz['logits']:.1e} grads {max(nz['grads'].values()):.1e} traj {nz['trajectory']:.1e}")
+    if args.check:
+        print(f"{len(state_names()) - bad} of {len(state_names())} states match the reference")
+        sys.exit(1 if bad else 0)
+    print(f"{len(state_names())} states, {total / 1024:.1f} KiB in all, in {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+// tests/test_reference_states.cpp: the CPU reference against the independent PyTorch reference.
+//
+// dev/reference/model.py implements both families and all five value paths from
+// docs/value_paths.md and the papers, in PyTorch, not translated from this code base;
+// dev/reference/make_states.py wrote one state per (family x path) into tests/reference_states/:
+// parameters, a batch, the logits, the loss, every gradient, and a 10-step AdamW trajectory,
+// computed in float64. This test loads each state into GPT<real, Vp*> and compares, in float32
+// (the trainer's precision) and in float64 (where only the states' float32 storage limits the
+// agreement). A missing or unreadable state is a failure, never a skip.
+//
+// The metric for arrays is the scaled error max|a - ref| / max|ref| per tensor. Bounds:
+//   float32 run. The same PyTorch reference evaluated in float32 differs from its float64 self by
+//     at most (over all 14 states; see "fp32_noise" in each state's JSON): logits 8.7e-7,
+//     per-tensor gradients 3.7e-6, gradient norms along the trajectory 7.8e-6, 10-step losses
+//     1.1e-6 (states are drawn so that AdamW does not amplify rounding: make_states.py).
+//     Rounding in float32 is u = 6e-8 per operation; the longest sums here have K <= 64 terms
+//     (F = 64 in fcproj, B*T = 16 positions in every weight gradient) and reach ~sqrt(K)*u to
+//     K*u ~ 4e-6 relative to the magnitudes summed, and the backward through five blocks of
+//     norms and softmaxes multiplies that by their condition (~10). So: loss, per-position
+//     losses, logits 1e-5; gradients 5e-5 per tensor; first gradient norm 1e-5; 10-step losses
+//     5e-5 and gradient norms 1e-4 (a norm is a derivative: more sensitive to the parameters
+//     than the loss). Every bound is >10x the measured float32 noise and >40x below the smallest
+//     optimizer error measured (2.4e-3: wte without weight decay).
+//   float64 run. The states hold float32 arrays (rounded from float64: relative error <= 2^-24
+//     = 6e-8 per element), so arrays get 2e-7. Loss, gradient norms and trajectory are float64
+//     numbers in the JSON (17 digits) and the reference rounds the optimizer's per-step inputs
+//     (lr, clip scale, the lambdas' lr) to float32 as AdamWSettings does, so what is left is
+//     float64 rounding in different summation orders, amplified a little by 10 AdamW steps
+//     (measured <= 3e-14): loss and first gradient norm 1e-12, 10-step values 1e-11.
+//   Everywhere: the gradient elements that are zero by construction (the state's
+//     zero_grad_ranges: padded vocab rows, position rows >= T, unseen tokens of llama's untied
+//     embedding, lambda_0, SLA dead slices of section 4b) must be exactly 0.
+#define TESTING
+#include "train_gpt_cpu.cpp"
+
+#include "dev/reference/reference_state.h"
+#include "tests/testing.h"
+
+#ifndef REFERENCE_STATES_DIR
+#define REFERENCE_STATES_DIR "tests/reference_states"
+#endif
+
+struct Bounds {
+    const char* precision;
+    double loss, logits, losses, grads;  // the forward and backward of the state's parameters
+    double norm0;                        // the gradient norm of the first step (same gradient)
+    double traj, traj_norm;              // losses and gradient norms after 1..10 AdamW steps
+};
+static const Bounds BOUNDS_F32 = {"fp32", 1e-5, 1e-5, 1e-5, 5e-5, 1e-5, 5e-5, 1e-4};
+static const Bounds BOUNDS_F64 = {"fp64", 1e-12, 2e-7, 2e-7, 2e-7, 1e-12, 1e-11, 1e-11};
+
+static double rel(double a, double ref) { return std::fabs(a - ref) / std::fabs(ref); }
+
+// Loss of the last forward from the per-position losses, summed in double (m.mean_loss is a
+// float, which would cap the float64 run at float32 precision).
+template <typename real, typename VP>
+static double mean_loss(const GPT<real, VP>& m) {
+    double s = 0;
+    for (int i = 0; i < m.B * m.T; i++) s += (double)m.acts.losses[i];
+    return s / (m.B * m.T);
+}
+
+static const char* tensor_at(const RefState& s, size_t i) {
+    for (const RefLayoutEntry& e : s.layout)
+        if (i >= e.offset && i < e.offset + e.count) return e.name.c_str();
+    return "?";
+}
+
+template <typename real, typename VP>
+static void load_params(GPT<real, VP>* m, const RefState& s) {
+    for (size_t i = 0; i < s.num_params; i++) m->params_memory[i] = (real)s.params[i];
+}
+
+// The C++ parameter layout must be the state's (names, order, sizes, decay, the lambdas' own lr).
+template <typename real, typename VP>
+static bool check_layout(const GPT<real, VP>& m, const RefState& s) {
+    bool ok = true;
+    CHECK(m.num_params == s.num_params, "%s: %zu params, the reference has %zu", s.name.c_str(), m.num_params, s.num_params);
+    size_t k = 0;
+    for (const ParamSpec& spec : m.specs) {
+        if (spec.count == 0) continue;
+        if (k >= s.layout.size()) {
+            CHECK(false, "%s: C++ tensor '%s' is not in the reference layout", s.name.c_str(), spec.name);
+            return false;
+        }
+        const RefLayoutEntry& e = s.layout[k++];
+        bool same = e.name == spec.name && e.count == spec.count && e.decay == spec.decay;
+        CHECK(same, "%s: layout entry %zu: C++ %s (%zu, decay %d), reference %s (%zu, decay %d)", s.name.c_str(), k - 1, spec.name,
+              spec.count, spec.decay, e.name.c_str(), e.count, e.decay);
+        ok = ok && same;
+        if (e.name == "vp_lambda")
+            CHECK(spec.own_lr == s.config.vp.resformer_lambda_lr, "%s: vp_lambda own lr %g, config says %g", s.name.c_str(), spec.own_lr,
+                  s.config.vp.resformer_lambda_lr);
+    }
+    CHECK(k == s.layout.size(), "%s: the C++ layout has %zu tensors, the reference %zu", s.name.c_str(), k, s.layout.size());
+    return ok && k == s.layout.size();
+}
+
+template <typename real, typename VP>
+static void check_state_with(const RefState& s, const Bounds& bd) {
+    const ModelConfig& c = s.config;
+    const int B = s.B, T = s.T, BT = B * T, V = c.vocab_size, Vp = c.padded_vocab_size;
+    const char* nm = s.name.c_str();
+    const char* pr = bd.precision;
+    GPT<real, VP> m;
+    gpt_build(&m, c);
+    if (!check_layout(m, s)) {
+        gpt_free(&m);
+        return;
+    }
+    load_params(&m, s);
+
+    // forward: loss, per-position losses, logits (real vocab columns of the (B,T,Vp) copy)
+    m.save_logits = true;
+    gpt_forward(&m, s.inputs.data(), s.targets.data(), B, T);
+    double loss = mean_loss(m);
+    CHECK(rel(loss, s.loss) <= bd.loss, "%s %s: loss %.9g, reference %.9g (rel %.2e > %.0e)", nm, pr, loss, s.loss, rel(loss, s.loss), bd.loss);
+    CHECK(rel(m.mean_loss, s.loss) <= std::max(bd.loss, 2e-7), "%s %s: mean_loss %.9g, reference %.9g", nm, pr, m.mean_loss, s.loss);
+    std::vector<double> logits((size_t)BT * V);
+    REQUIRE(m.debug_logits.size() == (size_t)BT * Vp, "%s %s: debug_logits has %zu values, want B*T*Vp = %d", nm, pr, m.debug_logits.size(), BT * Vp);
+    for (int i = 0; i < BT; i++)
+        for (int v = 0; v < V; v++) logits[(size_t)i * V + v] = (double)m.debug_logits[(size_t)i * Vp + v];
+    size_t wi;
+    double e_logits = ref_scaled_err(logits.data(), s.logits.data(), logits.size(), &wi);
+    CHECK(e_logits <= bd.logits, "%s %s: logits scaled error %.2e > %.0e (worst at b,t=%zu v=%zu: %.7g vs %.7g)", nm, pr, e_logits, bd.logits,
+          wi / V, wi % V, logits[wi], s.logits[wi]);
+    double e_losses = ref_scaled_err(m.acts.losses, s.losses.data(), (size_t)BT, &wi);
+    CHECK(e_losses <= bd.losses, "%s %s: per-position losses scaled error %.2e > %.0e (position %zu)", nm, pr, e_losses, bd.losses, wi);
+
+    // backward: every gradient tensor, by name
+    gpt_zero_grad(&m);
+    gpt_backward(&m, (real)1);
+    double e_grads = 0;
+    std::string worst_tensor;
+    for (const RefLayoutEntry& e : s.layout) {
+        const real* g = m.grads_memory + e.offset;
+        const float* r = s.grads.data() + e.offset;
+        double err = ref_scaled_err(g, r, e.count, &wi);
+        if (err > e_grads) {
+            e_grads = err;
+            worst_tensor = e.name;
+        }
+        CHECK(err <= bd.grads, "%s %s: d%s scaled error %.2e > %.0e (element %zu: %.7g vs %.7g)", nm, pr, e.name.c_str(), err, bd.grads, wi,
+              (double)g[wi], (double)r[wi]);
+    }
+    for (const auto& zr : s.zero_grad_ranges) {
+        size_t nonzero = 0, first = 0;
+        for (size_t i = zr.first; i < zr.first + zr.second; i++)
+            if (m.grads_memory[i] != (real)0 && nonzero++ == 0) first = i;
+        CHECK(nonzero == 0, "%s %s: %zu nonzero gradient elements in [%zu, %zu), which get no gradient by construction (first: %s element %zu = %.3g)",
+              nm, pr, nonzero, zr.first, zr.first + zr.second, tensor_at(s, first), first, nonzero ? (double)m.grads_memory[first] : 0.0);
+    }
+
+    // the 10-step AdamW trajectory on the same batch (host/schedule.h lr, global-norm clipping)
+    const RefTrain& tr = s.train;
+    double e_traj = 0, e_norm = 0;
+    for (int step = 0; step <= tr.steps; step++) {
+        gpt_forward(&m, s.inputs.data(), s.targets.data(), B, T);
+        double l = mean_loss(m);
+        e_traj = std::max(e_traj, rel(l, tr.losses[step]));
+        CHECK(rel(l, tr.losses[step]) <= bd.traj, "%s %s: loss after %d AdamW steps %.9g, reference %.9g (rel %.2e > %.0e)", nm, pr, step, l,
+              tr.losses[step], rel(l, tr.losses[step]), bd.traj);
+        if (step == tr.steps) break;
+        gpt_zero_grad(&m);
+        gpt_backward(&m, (real)1);
+        double norm = gpt_grad_norm(&m);
+        double nb = step == 0 ? bd.norm0 : bd.traj_norm;
+        e_norm = std::max(e_norm, rel(norm, tr.grad_norms[step]));
+        CHECK(rel(norm, tr.grad_norms[step]) <= nb, "%s %s: step %d gradient norm %.9g, reference %.9g (rel %.2e > %.0e)", nm, pr, step, norm,
+              tr.grad_norms[step], rel(norm, tr.grad_norms[step]), nb);
+        // host/schedule.h must give the reference's lr (to float rounding); the update then uses
+        // the reference's own value, so that the trajectories see the very same lr
+        float lr_cpp = lr_at_step(step, tr.lr, tr.warmup, tr.max_steps, tr.min_lr_frac);
+        CHECK(rel(lr_cpp, tr.lrs[step]) <= 1e-6, "%s: step %d lr %.9g, reference %.9g", nm, step, lr_cpp, tr.lrs[step]);
+        float lr = (float)tr.lrs[step];
+        float scale = norm > tr.grad_clip ? (float)(tr.grad_clip / norm) : 1.0f;
+        AdamWSettings st = {lr, tr.beta1, tr.beta2, tr.eps, tr.weight_decay, scale, tr.lr};
+        gpt_update(&m, st, step + 1);
+    }
+    printf("     %-22s %s: loss %.1e logits %.1e grads %.1e (d%s) norms %.1e 10-step %.1e\n", nm, pr, rel(loss, s.loss), e_logits, e_grads,
+           worst_tensor.c_str(), e_norm, e_traj);
+    gpt_free(&m);
+}
+
+template <typename VP>
+static void check_state_path(const RefState& s) {
+    check_state_with<float, VP>(s, BOUNDS_F32);
+    check_state_with<double, VP>(s, BOUNDS_F64);
+}
+
+static void check_state(const char* name) {
+    RefState s;
+    std::string err;
+    std::string path = std::string(REFERENCE_STATES_DIR) + "/" + name + ".bin";
+    REQUIRE(ref_state_read(path, &s, &err), "reference state %s: %s (regenerate: .venv/bin/python dev/reference/make_states.py)", name, err.c_str());
+    REQUIRE(s.name == name, "%s holds state '%s'", path.c_str(), s.name.c_str());
+    switch (s.config.vp.path) {
+        case VP_VANILLA: check_state_path<VpVanilla>(s); break;
+        case VP_RESFORMER: check_state_path<VpResformer>(s); break;
+        case VP_SVFORMER: check_state_path<VpSvformer>(s); break;
+        case VP_SLA: check_state_path<VpSla>(s); break;
+        case VP_DEPTH: check_state_path<VpDepth>(s); break;
+        default: CHECK(false, "%s: unknown value path %d", name, s.config.vp.path);
+    }
+}
+
+// Every expected state is there (and nothing else): a state that disappears must fail the suite.
+TEST(reference_states_all_present) {
+    std::vector<std::string> names = ref_state_names();
+    CHECK(names.size() == 14, "expected 14 states (2 families x 7 path settings)");
+    for (const std::string& n : names) {
+        FILE* f = fopen((std::string(REFERENCE_STATES_DIR) + "/" + n + ".bin").c_str(), "rb");
+        CHECK(f != nullptr, "missing reference state %s/%s.bin", REFERENCE_STATES_DIR, n.c_str());
+        if (f) fclose(f);
+    }
+}
+
+// The reader refuses damaged states (so a corrupted file cannot pass by comparing nothing).
+TEST(reference_state_reader_refuses_damage) {
+    std::string path = std::string(REFERENCE_STATES_DIR) + "/gpt2_vanilla.bin";
+    FILE* f = fopen(path.c_str(), "rb");
+    REQUIRE(f, "cannot open %s", path.c_str());
+    std::string raw;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) raw.append(buf, got);
+    fclose(f);
+    auto refused = [&](const std::string& bytes, const char* what) {
+        char tmp[] = "/tmp/vp_refstate_XXXXXX";
+        int fd = mkstemp(tmp);
+        REQUIRE(fd >= 0, "mkstemp");
+        REQUIRE(write(fd, bytes.data(), bytes.size()) == (ssize_t)bytes.size(), "write");
+        close(fd);
+        RefState s;
+        std::string err;
+        CHECK(!ref_state_read(tmp, &s, &err), "a state with %s was accepted", what);
+        unlink(tmp);
+    };
+    refused(raw.substr(0, raw.size() - 100), "a truncated data block");
+    refused(raw.substr(0, 200), "a truncated header");
+    std::string bad = raw;
+    bad[0] = 'X';
+    refused(bad, "a bad magic");
+    RefState s;
+    std::string err;
+    CHECK(!ref_state_read(std::string(REFERENCE_STATES_DIR) + "/no_such_state.bin", &s, &err), "a missing file was accepted");
+}
+
+#define STATE_TEST(n) \
+    TEST(reference_##n) { check_state(#n); }
+STATE_TEST(gpt2_vanilla)
+STATE_TEST(gpt2_resformer_fixed)
+STATE_TEST(gpt2_resformer_learn)
+STATE_TEST(gpt2_svformer)
+STATE_TEST(gpt2_sla_orig)
+STATE_TEST(gpt2_sla_chain)
+STATE_TEST(gpt2_depth)
+STATE_TEST(llama_vanilla)
+STATE_TEST(llama_resformer_fixed)
+STATE_TEST(llama_resformer_learn)
+STATE_TEST(llama_svformer)
+STATE_TEST(llama_sla_orig)
+STATE_TEST(llama_sla_chain)
+STATE_TEST(llama_depth)
+
+TEST_MAIN()
