@@ -2,6 +2,7 @@
 #
 #   make train_cpu [VALUE_PATH=vanilla|resformer|svformer|sla|depth]   the CPU reference trainer
 #   make all-paths        one CPU binary per value path: train_cpu_<path>
+#   make train_cpu USE_MPI=1   the data-parallel CPU trainer (mpicxx; build/<path>-mpi/; docs/distributed.md)
 #   make test             build and run every test (C++ units, model gradient checks, CLI, Python)
 #   make bench-cpu        ms per step of the CPU trainer at GPT-2 124M shapes, B=4, T=64
 #   make quickstart       venv + TinyShakespeare + a small training run with samples
@@ -34,7 +35,7 @@ HOST_HEADERS := $(wildcard host/*.h)
 CPU_HEADERS := $(wildcard cpu/*.h)
 CPU_SOURCES := train_gpt_cpu.cpp $(HOST_HEADERS) $(CPU_HEADERS)
 
-.PHONY: train_cpu all-paths test test-cpp test-cli test-python bench-cpu quickstart venv clean FORCE
+.PHONY: train_cpu all-paths test bench-cpu quickstart venv clean reference-states test-reference
 
 # ---------------------------------------------------------------------------
 # trainers
@@ -43,14 +44,31 @@ build/%/train_cpu: $(CPU_SOURCES)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt_cpu.cpp -o $@
 
-train_cpu: build/$(VALUE_PATH)/train_cpu
+# data parallel over MPI (OpenMPI: apt-get install libopenmpi-dev openmpi-bin): its own objects in
+# build/<path>-mpi/, so the plain build is never clobbered
+MPICXX ?= mpicxx
+HAVE_MPI := $(shell command -v $(MPICXX) >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo 1)
+MPI_SUFFIX := $(if $(filter 1,$(USE_MPI)),-mpi,)
+
+build/%-mpi/train_cpu: $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DUSE_MPI -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt_cpu.cpp -o $@
+
+train_cpu: build/$(VALUE_PATH)$(MPI_SUFFIX)/train_cpu
 	cp $< train_cpu
-	@echo "✓ ./train_cpu is VALUE_PATH=$(VALUE_PATH)"
+	@echo "✓ ./train_cpu is VALUE_PATH=$(VALUE_PATH)$(if $(MPI_SUFFIX), with MPI (run it under mpirun),)"
 
 train_cpu_%: build/%/train_cpu
 	cp $< $@
 
 all-paths: $(addprefix train_cpu_,$(VALUE_PATHS))
+
+# ---------------------------------------------------------------------------
+# the GPU build (train_gpt.cu, kernels/, test_gpt.cu, dev/cuda/): gpu.mk. Included here, before the
+# tests, because `make test` depends on its GPU_TEST_TARGETS (compile every GPU target, so a build
+# break fails CI even without a GPU) and runs its TEST_GPT_BINS (they print "skipped: no CUDA
+# device" and exit 0 where there is no GPU).
+include gpu.mk
 
 # ---------------------------------------------------------------------------
 # tests
@@ -71,14 +89,23 @@ build/tests/test_value_paths: tests/test_value_paths.cpp tests/gradcheck.h $(CPU
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW $< -o $@
 
-CPP_TESTS := build/tests/test_gemm build/tests/test_host build/tests/test_gpt_cpu_vanilla build/tests/test_value_paths
+# the CPU build against the committed PyTorch reference states (dev/reference/; torch not needed)
+build/tests/test_reference_states: tests/test_reference_states.cpp dev/reference/reference_state.h $(CPU_SOURCES) tests/testing.h $(wildcard tests/reference_states/*.bin)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW $< -o $@
+
+CPP_TESTS := build/tests/test_gemm build/tests/test_host build/tests/test_gpt_cpu_vanilla build/tests/test_value_paths \
+	build/tests/test_reference_states
 
 # Every suite prints "N passed, N failed"; tests/run_all.sh adds them up and fails if any failed.
 # every path's trainer: the CLI tests train and resume each one
 PATH_TRAINERS := $(addprefix build/,$(addsuffix /train_cpu,$(VALUE_PATHS)))
+# every path's MPI trainer, where mpicxx and mpirun exist (tests/python/test_distributed.py)
+MPI_TRAINERS := $(if $(HAVE_MPI),$(addprefix build/,$(addsuffix -mpi/train_cpu,$(VALUE_PATHS))),)
 
-test: $(CPP_TESTS) $(PATH_TRAINERS) venv
-	@bash tests/run_all.sh $(CPP_TESTS)
+test: $(CPP_TESTS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) venv
+	@$(if $(HAVE_MPI),true,echo "✗ no mpicxx/mpirun: the distributed tests are skipped (apt-get install libopenmpi-dev openmpi-bin)")
+	@bash tests/run_all.sh $(CPP_TESTS) $(GPU_TEST_RUN)
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
@@ -86,6 +113,12 @@ $(VENV)/.installed: requirements.txt
 	$(VENV_PY) -m pip install --quiet --upgrade pip
 	$(VENV_PY) -m pip install --quiet -r requirements.txt
 	touch $@
+
+# The PyTorch reference (optional: .venv/bin/pip install -r requirements-reference.txt)
+reference-states: venv
+	$(VENV_PY) dev/reference/make_states.py
+test-reference: venv
+	$(VENV_PY) -m pytest -q dev/reference && $(VENV_PY) dev/reference/make_states.py --check
 
 # ---------------------------------------------------------------------------
 # benchmarks (figures, never pass/fail)
@@ -117,7 +150,3 @@ quickstart: venv train_cpu
 
 clean:
 	rm -rf build train_cpu train_cpu_*
-
-# ---------------------------------------------------------------------------
-# the GPU build (train_gpt.cu, kernels/, test_gpt.cu), once it exists
--include gpu.mk

@@ -38,8 +38,10 @@ activations, forward, backward, AdamW), sampling, then the training program, whi
 #include "host/schedule.h"     // defines: lr_at_step
 #include "host/dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch, DataLoaderState
 #include "host/checkpoint.h"   // defines: checkpoint_write, checkpoint_read, checkpoint_list_steps
+#include "host/distributed.h"  // defines: dist_rank, dist_world, dist_allreduce_sum, dist_shard (no-ops without USE_MPI)
 #include "host/logger.h"       // defines: Logger, logger_step, logger_val
 #include "host/tokenizer.h"    // defines: Tokenizer, tokenizer_init, tokenizer_print
+#include "host/params.h"       // defines: ParamSpec, param_specs, ParamTensors, layer_params, AdamWSettings, init_params_from_seed, sample_token
 // CPU kernels
 #include "cpu/gemm.h"          // defines: gemm (packed, cache-blocked, deterministic)
 #include "cpu/value_paths.h"   // defines: VpVanilla, VpResformer, VpSvformer, VpSla, VpDepth, ActiveValuePath
@@ -485,129 +487,6 @@ void crossentropy_softmax_backward(real* probs_to_dlogits, const int* targets, r
 // ----------------------------------------------------------------------------
 // The model
 
-// Parameter tensors. Per-layer tensors are stacked along L. A tensor a config does not use has
-// size 0 and a NULL pointer (GPT-2 has no lm_head, Llama has no biases or wpe).
-template <typename real>
-struct ParamTensors {
-    real* wte;        // (Vp, C) token embedding; GPT-2: also the output head (tied)
-    real* wpe;        // (maxT, C) GPT-2 learned positions
-    real* ln1_w;      // (L, C)
-    real* ln1_b;      // (L, C) GPT-2
-    real* qk_w;       // (L, (H+Hkv)*D, C) query and key projections, rows [q heads | k heads]
-    real* qk_b;       // (L, (H+Hkv)*D) GPT-2
-    real* v_w;        // (L, Hkv*D, C) value projection
-    real* v_b;        // (L, Hkv*D) GPT-2
-    real* q_norm_w;   // (L, D) QK-norm gain for queries (Llama --qk-norm 1)
-    real* k_norm_w;   // (L, D) QK-norm gain for keys
-    real* attproj_w;  // (L, C, H*D)
-    real* attproj_b;  // (L, C) GPT-2
-    real* ln2_w;      // (L, C)
-    real* ln2_b;      // (L, C) GPT-2
-    real* fc_w;       // (L, FW, C): GPT-2 FW = F; Llama FW = 2F, rows [gate (w1) | up (w3)]
-    real* fc_b;       // (L, FW) GPT-2
-    real* fcproj_w;   // (L, C, F)
-    real* fcproj_b;   // (L, C) GPT-2
-    real* lnf_w;      // (C)
-    real* lnf_b;      // (C) GPT-2
-    real* lm_head;    // (Vp, C) Llama untied output head
-    real* vp_lambda;  // (L) ResFormer --resformer-lambda learn: the per-layer mixing weights
-};
-#define NUM_PARAM_TENSORS 22
-static_assert(sizeof(ParamTensors<float>) == NUM_PARAM_TENSORS * sizeof(float*), "ParamTensors must be exactly its pointers");
-
-struct ParamSpec {
-    const char* name;
-    size_t count;      // elements in all layers
-    int decay;         // 1 = AdamW weight decay applies (matrices), 0 = biases and gains
-    double init_std;   // normal(0, std) init; 0 = constant init_value
-    float init_value;  // for gains (1) and biases (0)
-    float own_lr = 0;  // > 0: this tensor's own peak learning rate (same schedule); 0 = --lr
-};
-
-// The size table, in the struct's order: one place that says how big every tensor is.
-inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
-    size_t L = c.n_layer, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim, Vp = c.padded_vocab_size;
-    bool gpt2 = c.arch == ARCH_GPT2, qkn = c.arch == ARCH_LLAMA && c.qk_norm;
-    size_t Lv = value_path_value_proj_layers(c.vp, c.n_layer);  // layers with a value projection (SVFormer: 1)
-    size_t FW = gpt2 ? F : 2 * F;
-    // GPT-2 init (as GPT-2 / llm.c): normal(0, 0.02), and the projections that write into the
-    // residual stream scaled by 1/sqrt(2L) so the stream's variance does not grow with depth.
-    double std_ = 0.02, std_res = 0.02 / std::sqrt(2.0 * L);
-    return {
-        {"wte", Vp * C, 1, std_, 0},
-        {"wpe", gpt2 ? (size_t)c.max_seq_len * C : 0, 1, std_, 0},
-        {"ln1_w", L * C, 0, 0, 1},
-        {"ln1_b", gpt2 ? L * C : 0, 0, 0, 0},
-        {"qk_w", L * (H + Hkv) * D * C, 1, std_, 0},
-        {"qk_b", gpt2 ? L * (H + Hkv) * D : 0, 0, 0, 0},
-        {"v_w", Lv * Hkv * D * C, 1, std_, 0},
-        {"v_b", gpt2 ? Lv * Hkv * D : 0, 0, 0, 0},
-        {"q_norm_w", qkn ? L * D : 0, 0, 0, 1},
-        {"k_norm_w", qkn ? L * D : 0, 0, 0, 1},
-        {"attproj_w", L * C * H * D, 1, std_res, 0},
-        {"attproj_b", gpt2 ? L * C : 0, 0, 0, 0},
-        {"ln2_w", L * C, 0, 0, 1},
-        {"ln2_b", gpt2 ? L * C : 0, 0, 0, 0},
-        {"fc_w", L * FW * C, 1, std_, 0},
-        {"fc_b", gpt2 ? L * FW : 0, 0, 0, 0},
-        {"fcproj_w", L * C * F, 1, std_res, 0},
-        {"fcproj_b", gpt2 ? L * C : 0, 0, 0, 0},
-        {"lnf_w", C, 0, 0, 1},
-        {"lnf_b", gpt2 ? C : 0, 0, 0, 0},
-        {"lm_head", gpt2 ? 0 : Vp * C, 1, std_, 0},
-        {"vp_lambda", (size_t)value_path_num_lambdas(c.vp, c.n_layer), 0, 0, 0.5f, c.vp.resformer_lambda_lr},
-    };
-}
-
-inline size_t count_params(const std::vector<ParamSpec>& specs) {
-    size_t n = 0;
-    for (const ParamSpec& s : specs) n += s.count;
-    return n;
-}
-
-// Points the struct's fields into one flat buffer, in spec order.
-template <typename real>
-void point_param_tensors(ParamTensors<real>* t, real* memory, const std::vector<ParamSpec>& specs) {
-    real** ptrs = reinterpret_cast<real**>(t);
-    size_t off = 0;
-    for (size_t i = 0; i < specs.size(); i++) {
-        ptrs[i] = specs[i].count ? memory + off : nullptr;
-        off += specs[i].count;
-    }
-}
-
-// One layer's slice of every per-layer tensor.
-template <typename real>
-struct LayerParams {
-    real *ln1_w, *ln1_b, *qk_w, *qk_b, *v_w, *v_b, *q_norm_w, *k_norm_w, *attproj_w, *attproj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
-};
-
-template <typename real>
-LayerParams<real> layer_params(const ParamTensors<real>& p, const ModelConfig& c, int l) {
-    size_t C = c.n_embd, D = c.head_dim, QK = (size_t)(c.n_head + c.n_kv_head) * D, KV = (size_t)c.n_kv_head * D, F = c.ffn_dim;
-    size_t FW = c.arch == ARCH_GPT2 ? F : 2 * F;
-    auto at = [l](real* base, size_t per_layer) { return base ? base + (size_t)l * per_layer : nullptr; };
-    LayerParams<real> lp;
-    lp.ln1_w = at(p.ln1_w, C);
-    lp.ln1_b = at(p.ln1_b, C);
-    lp.qk_w = at(p.qk_w, QK * C);
-    lp.qk_b = at(p.qk_b, QK);
-    bool has_v = l < value_path_value_proj_layers(c.vp, c.n_layer);  // SVFormer: layer 0 only
-    lp.v_w = has_v ? at(p.v_w, KV * C) : nullptr;
-    lp.v_b = has_v ? at(p.v_b, KV) : nullptr;
-    lp.q_norm_w = at(p.q_norm_w, D);
-    lp.k_norm_w = at(p.k_norm_w, D);
-    lp.attproj_w = at(p.attproj_w, C * c.n_head * D);
-    lp.attproj_b = at(p.attproj_b, C);
-    lp.ln2_w = at(p.ln2_w, C);
-    lp.ln2_b = at(p.ln2_b, C);
-    lp.fc_w = at(p.fc_w, FW * C);
-    lp.fc_b = at(p.fc_b, FW);
-    lp.fcproj_w = at(p.fcproj_w, C * F);
-    lp.fcproj_b = at(p.fcproj_b, C);
-    return lp;
-}
-
 // Activations kept for backward, for one (B, T). Per-layer ones are stacked along L.
 template <typename real>
 struct Activations {
@@ -702,6 +581,7 @@ struct GPT {
     real* grads_memory = nullptr;
     real* m_memory = nullptr;  // AdamW first moment (allocated on the first update)
     real* v_memory = nullptr;  // AdamW second moment
+    bool zero_shard = false;   // ZeRO-1: m_memory, v_memory hold only this rank's dist_shard of the parameters
     // activations, allocated for the (B, T) of the first forward; smaller B, T reuse them
     int alloc_B = 0, alloc_T = 0;
     Activations<real> acts;
@@ -746,23 +626,10 @@ void gpt_build(GPT<real, VP>* m, const ModelConfig& c) {
     }
 }
 
-// Fills the parameters from the seed: every tensor draws from its own RNG stream (stream = its
-// index), so adding a tensor to one family never changes the init of the others. The padded
-// vocabulary rows (V..Vp) start at zero: they are never looked up and never get a gradient.
+// Fills the parameters from the seed (host/params.h: the same values in every build).
 template <typename real, typename VP>
 void gpt_init_params(GPT<real, VP>* m, uint64_t seed) {
-    const ModelConfig& c = m->config;
-    real* p = m->params_memory;
-    for (size_t i = 0; i < m->specs.size(); i++) {
-        const ParamSpec& s = m->specs[i];
-        Rng rng = rng_stream(seed, 1000 + i);
-        bool vocab_rows = !strcmp(s.name, "wte") || !strcmp(s.name, "lm_head");
-        for (size_t j = 0; j < s.count; j++) {
-            if (vocab_rows && j >= (size_t)c.vocab_size * c.n_embd) p[j] = 0;
-            else p[j] = s.init_std > 0 ? (real)(s.init_std * rng_normal(&rng)) : (real)s.init_value;
-        }
-        p += s.count;
-    }
+    init_params_from_seed(m->specs, m->config, m->params_memory, seed);
 }
 
 template <typename real, typename VP>
@@ -1014,12 +881,6 @@ double gpt_grad_norm(const GPT<real, VP>* m) {
     return std::sqrt(total);
 }
 
-struct AdamWSettings {
-    float lr, beta1, beta2, eps, weight_decay;
-    float grad_scale;  // multiplies every gradient first (global-norm clipping)
-    float lr_peak;     // --lr: a tensor with its own peak lr (ParamSpec.own_lr) uses own_lr * lr / lr_peak
-};
-
 // AdamW (Loshchilov & Hutter), decoupled weight decay on tensors with spec.decay = 1.
 // PyTorch: torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay). step is 1-based.
 template <typename real, typename VP>
@@ -1052,24 +913,6 @@ void gpt_update(GPT<real, VP>* m, const AdamWSettings& s, int step) {
 // ----------------------------------------------------------------------------
 // Sampling
 
-// Draws a token from the logits row (length V) at the given temperature (0 = argmax).
-template <typename real>
-int sample_token(const real* logits, int V, float temperature, Rng* rng) {
-    int best = 0;
-    for (int j = 1; j < V; j++)
-        if (logits[j] > logits[best]) best = j;
-    if (temperature <= 0) return best;
-    std::vector<double> w(V);
-    double sum = 0;
-    for (int j = 0; j < V; j++) sum += (w[j] = std::exp(((double)logits[j] - logits[best]) / temperature));
-    double r = rng_uniform(rng) * sum, acc = 0;
-    for (int j = 0; j < V; j++) {
-        acc += w[j];
-        if (r < acc) return j;
-    }
-    return V - 1;
-}
-
 // Generates n tokens after the start token (end-of-text when the tokenizer knows it, else 0),
 // feeding back at most T tokens of context (the allocated sequence length).
 template <typename real, typename VP>
@@ -1092,20 +935,6 @@ std::vector<int> gpt_generate(GPT<real, VP>* m, int start_token, int n, int T, f
 typedef GPT<float> CpuModel;
 
 inline const char* model_build_name(const CpuModel*) { return "cpu-fp32"; }
-inline void model_build(CpuModel* m, const ModelConfig& c) { gpt_build(m, c); }
-inline void model_init_params(CpuModel* m, uint64_t seed) { gpt_init_params(m, seed); }
-inline size_t model_num_params(const CpuModel* m) { return m->num_params; }
-inline void model_zero_grad(CpuModel* m) { gpt_zero_grad(m); }
-inline void model_backward(CpuModel* m, float loss_scale) { gpt_backward(m, loss_scale); }
-inline float model_grad_norm(CpuModel* m) { return (float)gpt_grad_norm(m); }
-inline void model_update(CpuModel* m, const AdamWSettings& s, int step) { gpt_update(m, s, step); }
-inline void model_free(CpuModel* m) { gpt_free(m); }
-inline std::vector<int> model_generate(CpuModel* m, int start, int n, int T, float temperature, Rng* rng) { return gpt_generate(m, start, n, T, temperature, rng); }
-
-inline float model_forward_loss(CpuModel* m, const int* inputs, const int* targets, int B, int T) {
-    gpt_forward(m, inputs, targets, B, T);
-    return m->mean_loss;
-}
 
 inline void model_load(CpuModel* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
     CheckpointMeta check;
@@ -1120,10 +949,87 @@ inline void model_load(CpuModel* m, const std::string& path, CheckpointMeta* met
     checkpoint_read(path, meta, m->params_memory, with_optimizer ? m->m_memory : nullptr, with_optimizer ? m->v_memory : nullptr);
 }
 
+// Every rank calls this (with world > 1 it is collective); only rank 0 writes. Under ZeRO-1 rank 0
+// gathers the optimizer shards first, so a checkpoint is always the whole state, whatever the world.
 inline void model_save(CpuModel* m, const std::string& dir, CheckpointMeta* meta) {
     meta->num_params = (int64_t)m->num_params;
     meta->has_optimizer = m->m_memory != nullptr;
-    checkpoint_write(dir, *meta, m->params_memory, m->m_memory, m->v_memory);
+    if (!m->zero_shard || !m->m_memory) {
+        if (dist_rank() == 0) checkpoint_write(dir, *meta, m->params_memory, m->m_memory, m->v_memory);
+        return;
+    }
+    size_t n = m->num_params;
+    DistShard sh = dist_shard(n, dist_rank(), dist_world());
+    std::vector<float> full_m(dist_rank() == 0 ? n : sh.offset + sh.count), full_v(full_m.size());
+    memcpy(full_m.data() + sh.offset, m->m_memory, sizeof(float) * sh.count);
+    memcpy(full_v.data() + sh.offset, m->v_memory, sizeof(float) * sh.count);
+    dist_gather_to_root(full_m.data(), n);
+    dist_gather_to_root(full_v.data(), n);
+    if (dist_rank() == 0) checkpoint_write(dir, *meta, m->params_memory, full_m.data(), full_v.data());
+}
+
+// ----------------------------------------------------------------------------
+// Data parallel (host/distributed.h). host/train_loop.h calls these only when world > 1; every rank
+// holds the whole model and identical parameters.
+
+inline bool model_supports_dist(const CpuModel*) { return true; }
+
+// Gradients: the sum over ranks (each rank's backward already scaled by 1/world).
+inline void model_dist_reduce_grads(CpuModel* m) { dist_allreduce_sum(m->grads_memory, m->num_params); }
+
+// ZeRO-1: keep AdamW m, v only for this rank's contiguous slice of the flat parameters (a loaded
+// full optimizer state is cut down to it).
+inline void model_dist_shard_optimizer(CpuModel* m) {
+    DistShard sh = dist_shard(m->num_params, dist_rank(), dist_world());
+    if (m->m_memory) {
+        memmove(m->m_memory, m->m_memory + sh.offset, sizeof(float) * sh.count);
+        memmove(m->v_memory, m->v_memory + sh.offset, sizeof(float) * sh.count);
+        m->m_memory = (float*)realloc(m->m_memory, sizeof(float) * std::max<size_t>(1, sh.count));
+        m->v_memory = (float*)realloc(m->v_memory, sizeof(float) * std::max<size_t>(1, sh.count));
+    }
+    m->zero_shard = true;
+}
+
+// AdamW on parameters [off, off+count) only, with m, v indexed from off: the same arithmetic per
+// element as gpt_update, so a sharded step is bit-identical to the full one.
+inline void gpt_update_range(CpuModel* m, const AdamWSettings& s, int step, size_t off, size_t count) {
+    if (!m->m_memory) {
+        m->m_memory = (float*)calloc_check(std::max<size_t>(1, count), sizeof(float), "AdamW m shard");
+        m->v_memory = (float*)calloc_check(std::max<size_t>(1, count), sizeof(float), "AdamW v shard");
+    }
+    float b1c = (float)(1.0 - std::pow((double)s.beta1, step)), b2c = (float)(1.0 - std::pow((double)s.beta2, step));
+    size_t start = 0;
+    for (const ParamSpec& spec : m->specs) {
+        size_t lo = std::max(start, off), hi = std::min(start + spec.count, off + count);
+        start += spec.count;
+        if (lo >= hi) continue;
+        float wd = spec.decay ? s.weight_decay : 0.0f;
+        float lr = spec.own_lr > 0 && s.lr_peak > 0 ? (float)(spec.own_lr * (s.lr / s.lr_peak)) : s.lr;
+        float* p = m->params_memory;
+        float* g = m->grads_memory;
+        float* mm = m->m_memory - off;  // indexed by the global position
+        float* vv = m->v_memory - off;
+#pragma omp parallel for
+        for (size_t i = lo; i < hi; i++) {
+            float grad = g[i] * s.grad_scale;
+            mm[i] = s.beta1 * mm[i] + (float)(1 - s.beta1) * grad;
+            vv[i] = s.beta2 * vv[i] + (float)(1 - s.beta2) * grad * grad;
+            float mhat = mm[i] / b1c, vhat = vv[i] / b2c;
+            p[i] -= lr * (mhat / (std::sqrt(vhat) + s.eps) + wd * p[i]);
+        }
+    }
+}
+
+// The optimizer step on reduced gradients. ZeRO-0: every rank updates everything (identically).
+// ZeRO-1: every rank updates its slice, then the slices are gathered.
+inline void model_dist_update(CpuModel* m, const AdamWSettings& s, int step) {
+    if (!m->zero_shard) {
+        gpt_update(m, s, step);
+        return;
+    }
+    DistShard sh = dist_shard(m->num_params, dist_rank(), dist_world());
+    gpt_update_range(m, s, step, sh.offset, sh.count);
+    dist_allgather(m->params_memory, m->num_params);
 }
 
 #include "host/train_loop.h"   // defines: train_main, the training program shared with the GPU build

@@ -78,6 +78,8 @@ struct RunConfig {
     // checkpoints and logs
     std::string out_dir;
     int checkpoint_every, resume, keep_checkpoints;
+    // data parallel (mpirun; host/distributed.h)
+    int zero;
     // value path settings (strings so that "not given" is distinguishable: see value_path.h)
     ValuePathFlags vp_flags;
     // which flags the user gave explicitly (by flag name), to detect conflicts with --init-from/--resume
@@ -146,6 +148,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--checkpoint-every",FLAG_INT,RC_FIELD(checkpoint_every),"0", "write a checkpoint every N steps (and always at the end when --out-dir is set)"},
     {"--keep-checkpoints",FLAG_INT,RC_FIELD(keep_checkpoints),"0", "keep only the newest N checkpoints (0 = keep all)"},
     {"--resume",      FLAG_INT,    RC_FIELD(resume),      "0",     "1 = continue from the newest checkpoint in --out-dir (bit-exact)"},
+    {"--zero",        FLAG_INT,    RC_FIELD(zero),        "0",     "data parallel under mpirun: 0 = every rank keeps the whole AdamW state, 1 = ZeRO-1 (sharded over the ranks)"},
     };
 #undef RC_FIELD
 }
@@ -363,6 +366,7 @@ inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
     if (!(rc.sample_temperature >= 0)) usage_error(nullptr, "--sample-temperature must be >= 0");
     if (rc.checkpoint_every < 0 || rc.keep_checkpoints < 0) usage_error(nullptr, "--checkpoint-every and --keep-checkpoints must be >= 0");
     if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
+    if (rc.zero != 0 && rc.zero != 1) usage_error(nullptr, "--zero must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded over the ranks)");
     if (rc.resume && rc.out_dir.empty()) usage_error(nullptr, "--resume 1 needs --out-dir (where the checkpoints are)");
     if (rc.resume && !rc.init_from.empty()) usage_error(nullptr, "--resume and --init-from cannot be combined (resume continues a run; init-from starts a new one)");
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");

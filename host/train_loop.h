@@ -3,21 +3,31 @@
 // Everything a run does besides the math lives here once: reading the command line, choosing
 // between a new run, --resume and --init-from, the data loaders, the step loop with gradient
 // accumulation, clipping and the LR schedule, evaluation, samples, checkpoints and logs.
-// A trainer includes this after defining its Model type and these functions (the "backend"):
+// A trainer includes this after defining its Model type and these functions (the "backend"; the
+// GPU ones live in namespace gpu and are found by argument-dependent lookup):
 //
-//   void  model_build(Model*, const ModelConfig&)           allocate parameters and gradients
-//   void  model_init_params(Model*, uint64_t seed)          fill from the seed (host RNG, same in every build)
-//   size_t model_num_params(const Model*)
+//   void  gpt_build(Model*, const ModelConfig&)              allocate parameters and gradients
+//   void  gpt_init_params(Model*, uint64_t seed)             fill from the seed (host/params.h: same in every build)
+//   void  gpt_forward(Model*, inputs, targets, B, T)         sets model->mean_loss
+//   void  gpt_zero_grad(Model*)
+//   void  gpt_backward(Model*, float loss_scale)             accumulate gradients of loss * loss_scale
+//   double gpt_grad_norm(Model*)                             global L2 norm of the gradients
+//   void  gpt_update(Model*, const AdamWSettings&, int step) step is 1-based
+//   std::vector<int> gpt_generate(Model*, int start_token, int n, int T, float temperature, Rng*)
+//   void  gpt_free(Model*)
 //   void  model_load(Model*, const std::string& path, CheckpointMeta*, bool with_optimizer)
 //   void  model_save(Model*, const std::string& dir, CheckpointMeta*)   fills the tensors of meta's checkpoint
-//   float model_forward_loss(Model*, const int* inputs, const int* targets, int B, int T)   mean loss
-//   void  model_zero_grad(Model*)
-//   void  model_backward(Model*, float loss_scale)          accumulate gradients of loss * loss_scale
-//   float model_grad_norm(Model*)                            global L2 norm of the gradients
-//   void  model_update(Model*, const AdamWSettings&, int step)   step is 1-based
-//   std::vector<int> model_generate(Model*, int start_token, int n, int T, float temperature, Rng*)
-//   void  model_free(Model*)
 //   const char* model_build_name(const Model*)               e.g. "cpu-fp32"
+// and the fields model->config, model->num_params, model->mean_loss.
+//
+// Data parallel (host/distributed.h, docs/distributed.md): under mpirun every rank runs this same
+// program on its own slice of the data. A backend that supports it defines
+//   bool  model_supports_dist(const Model*)                  true
+//   void  model_dist_reduce_grads(Model*)                    sum the gradients over ranks
+//   void  model_dist_shard_optimizer(Model*)                 --zero 1: keep only this rank's m, v slice
+//   void  model_dist_update(Model*, const AdamWSettings&, int step)   update (own slice + all-gather under ZeRO-1)
+// and a model_save that every rank calls (collective) and only rank 0 writes. The fallbacks below
+// serve a backend without them (the GPU build, for now): one process only.
 #pragma once
 
 #include <chrono>
@@ -28,6 +38,7 @@
 #include "host/checkpoint.h"
 #include "host/config.h"
 #include "host/dataloader.h"
+#include "host/distributed.h"
 #include "host/logger.h"
 #include "host/rng.h"
 #include "host/schedule.h"
@@ -37,6 +48,15 @@
 // Independent random streams derived from --seed (see rng_stream): the init uses the
 // per-tensor streams 1000+, the data loader its own seed, samples this one.
 #define RNG_STREAM_SAMPLES 1
+
+template <typename Model>
+bool model_supports_dist(const Model*) { return false; }
+template <typename Model>
+void model_dist_reduce_grads(Model*) {}
+template <typename Model>
+void model_dist_shard_optimizer(Model*) {}
+template <typename Model>
+void model_dist_update(Model* m, const AdamWSettings& s, int step) { gpt_update(m, s, step); }
 
 struct ValSet {
     std::string name;
@@ -84,10 +104,14 @@ float evaluate_loss(Model* model, ValSet* vs, int B, int T) {
     dataloader_reset(&vs->loader);
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     double sum = 0;
+    // rank r evaluates micro-batches r, r+world, ...: the same batches (and value) as one process
     for (int i = 0; i < vs->batches; i++) {
         dataloader_next_batch(&vs->loader, inputs.data(), targets.data());
-        sum += model_forward_loss(model, inputs.data(), targets.data(), B, T);
+        if (i % dist_world() != dist_rank()) continue;
+        gpt_forward(model, inputs.data(), targets.data(), B, T);
+        sum += model->mean_loss;
     }
+    dist_allreduce_sum(&sum, 1);
     return (float)(sum / vs->batches);
 }
 
@@ -95,7 +119,7 @@ template <typename Model>
 void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, int T, Rng* rng, int step) {
     int start = tok ? tokenizer_eot(tok) : -1;
     if (start < 0 || start >= model->config.vocab_size) start = 0;
-    std::vector<int> ids = model_generate(model, start, rc.sample_tokens, T, rc.sample_temperature, rng);
+    std::vector<int> ids = gpt_generate(model, start, rc.sample_tokens, T, rc.sample_temperature, rng);
     printf("---- sample at step %d ----\n", step);
     if (tok) tokenizer_print(tok, ids.data(), (int)ids.size(), stdout);
     else
@@ -113,12 +137,13 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
              "\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"tokens_per_step\":%ld,\"max_steps\":%d,\"lr\":%g,\"min_lr_frac\":%g,\"warmup_steps\":%d,"
              "\"beta1\":%g,\"beta2\":%g,\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"seed\":%llu,\"train_data\":%s,\"num_params\":%zu,",
              model_build_name((const Model*)nullptr), arch_name(c.arch), c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.head_dim, c.ffn_dim, c.vocab_size, c.padded_vocab_size,
-             c.max_seq_len, c.rope_theta, c.qk_norm, c.norm_eps, rc.batch_size, rc.seq_len, grad_accum, (long)rc.batch_size * rc.seq_len * grad_accum,
+             c.max_seq_len, c.rope_theta, c.qk_norm, c.norm_eps, rc.batch_size, rc.seq_len, grad_accum, (long)rc.batch_size * rc.seq_len * grad_accum * dist_world(),
              rc.max_steps, rc.lr, rc.min_lr_frac, rc.warmup_steps, rc.beta1, rc.beta2, rc.eps, rc.weight_decay, rc.grad_clip, (unsigned long long)rc.seed,
              json_escape(rc.train_data).c_str(), num_params);
     std::string s = buf;
     s += value_path_config_json(c.vp);
     if (resumed_from >= 0) s += ",\"resumed_from\":" + std::to_string(resumed_from);
+    s += ",\"world\":" + std::to_string(dist_world()) + ",\"zero\":" + std::to_string(rc.zero);
     return s + "}";
 }
 
@@ -130,15 +155,24 @@ void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, in
     meta.sample_rng = sample_rng;
     if (train) meta.train_data = dataloader_get_state(train);  // none with --max-steps 0 and no data
     meta.run_text = run_config_to_text(rc);
-    model_save(model, rc.out_dir, &meta);
+    model_save(model, rc.out_dir, &meta);  // every rank: collective under ZeRO-1; rank 0 writes
+    if (dist_rank() != 0) return;
     checkpoint_prune(rc.out_dir, rc.keep_checkpoints);
     printf("checkpoint: %s\n", checkpoint_path(rc.out_dir, step).c_str());
 }
 
 template <typename Model>
 int train_main(int argc, char** argv) {
+    dist_init(&argc, &argv);
+    int world = dist_world();
+    bool rank0 = dist_rank() == 0;
+    if (world > 1 && !model_supports_dist((const Model*)nullptr))
+        usage_error("run it as one process", "%s has no data-parallel training yet (world %d)", model_build_name((const Model*)nullptr), world);
     RunConfig rc;
-    if (!parse_command_line(&rc, argc, argv)) return 0;
+    if (!parse_command_line(&rc, argc, argv)) {
+        dist_finalize();
+        return 0;
+    }
 
     CheckpointMeta meta;
     std::string ckpt_path;
@@ -148,12 +182,16 @@ int train_main(int argc, char** argv) {
         usage_error("pass --resume 1 to continue that run, or choose another --out-dir",
                     "--out-dir '%s' already holds checkpoints; a new run there would overwrite them", rc.out_dir.c_str());
     int B = rc.batch_size, T = rc.seq_len;
-    int grad_accum = rc.total_batch_tokens ? (int)(rc.total_batch_tokens / ((long)B * T)) : 1;
+    long rank_tokens = (long)B * T * world;  // tokens per micro-step over all ranks
+    if (rc.total_batch_tokens % rank_tokens)
+        usage_error("make --total-batch-tokens a multiple of --batch-size x --seq-len x ranks", "--total-batch-tokens %ld is not a multiple of %d x %d x %d ranks = %ld",
+                    rc.total_batch_tokens, B, T, world, rank_tokens);
+    int grad_accum = rc.total_batch_tokens ? (int)(rc.total_batch_tokens / rank_tokens) : 1;
 
     // data first: a bad shard should fail before minutes of model setup
     DataLoader train;
     bool have_train = !rc.train_data.empty();
-    if (have_train) dataloader_init(&train, rc.train_data.c_str(), B, T, c.vocab_size, true, rc.seed, 0, 1);
+    if (have_train) dataloader_init(&train, rc.train_data.c_str(), B, T, c.vocab_size, true, rc.seed, dist_rank(), world);
     std::vector<ValSet> vals(rc.val_data.size());
     for (size_t i = 0; i < rc.val_data.size(); i++) {
         vals[i].name = rc.val_data[i].name;
@@ -166,7 +204,7 @@ int train_main(int argc, char** argv) {
     if (have_tok) tokenizer_init(&tok, rc.tokenizer.c_str());
 
     Model model;
-    model_build(&model, c);
+    gpt_build(&model, c);
     int start_step = 0;
     Rng sample_rng = rng_stream(rc.seed, RNG_STREAM_SAMPLES);
     if (rc.resume) {
@@ -181,40 +219,50 @@ int train_main(int argc, char** argv) {
         model_load(&model, ckpt_path, &meta, false);
         printf("initialised from %s\n", ckpt_path.c_str());
     } else {
-        model_init_params(&model, rc.seed);
+        gpt_init_params(&model, rc.seed);
     }
+    if (world > 1 && rc.zero) model_dist_shard_optimizer(&model);
     if (start_step > rc.max_steps)
         usage_error("raise --max-steps to continue training", "the checkpoint is at step %d, beyond --max-steps %d", start_step, rc.max_steps);
 
     Logger lg;
-    if (!rc.out_dir.empty()) make_dirs(rc.out_dir);
-    logger_open(&lg, rc.out_dir, rc.resume != 0);
-    logger_write_line(&lg, config_json<Model>(rc, c, model_num_params(&model), grad_accum, rc.resume ? start_step : -1));
+    if (rank0) {
+        if (!rc.out_dir.empty()) make_dirs(rc.out_dir);
+        logger_open(&lg, rc.out_dir, rc.resume != 0);
+        logger_write_line(&lg, config_json<Model>(rc, c, model.num_params, grad_accum, rc.resume ? start_step : -1));
+    }
     printf("valuepath %s | %s L=%d H=%d Hkv=%d C=%d F=%d V=%d | value path %s | %zu parameters\n", model_build_name(&model), arch_name(c.arch), c.n_layer, c.n_head,
-           c.n_kv_head, c.n_embd, c.ffn_dim, c.vocab_size, value_path_name(c.vp.path), model_num_params(&model));
-    printf("batch %d x %d tokens x %d accumulation = %ld tokens per step, %d steps\n", B, T, grad_accum, (long)B * T * grad_accum, rc.max_steps);
+           c.n_kv_head, c.n_embd, c.ffn_dim, c.vocab_size, value_path_name(c.vp.path), model.num_params);
+    printf("batch %d x %d tokens x %d accumulation x %d ranks = %ld tokens per step, %d steps\n", B, T, grad_accum, world, (long)B * T * grad_accum * world,
+           rc.max_steps);
+    if (world > 1) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
     if (have_train) printf("train data: %zu tokens in '%s'\n", dataloader_num_tokens(&train), rc.train_data.c_str());
 
     auto run_evals = [&](int step) {
         if (vals.empty()) return;
         std::vector<NamedLoss> losses;
         for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T)});
-        logger_val(&lg, step, losses);
+        if (rank0) logger_val(&lg, step, losses);
     };
     if (!rc.resume && rc.eval_every > 0) run_evals(0);
 
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     for (int step = start_step; step < rc.max_steps; step++) {
         auto t0 = std::chrono::steady_clock::now();
-        model_zero_grad(&model);
+        gpt_zero_grad(&model);
         double loss = 0;
         for (int micro = 0; micro < grad_accum; micro++) {
             dataloader_next_batch(&train, inputs.data(), targets.data());
-            loss += model_forward_loss(&model, inputs.data(), targets.data(), B, T);
-            model_backward(&model, 1.0f / grad_accum);
+            gpt_forward(&model, inputs.data(), targets.data(), B, T);
+            loss += model.mean_loss;
+            gpt_backward(&model, 1.0f / (grad_accum * world));
         }
-        loss /= grad_accum;
-        float norm = model_grad_norm(&model);
+        if (world > 1) {
+            dist_allreduce_sum(&loss, 1);
+            model_dist_reduce_grads(&model);  // the sum over ranks: every rank now holds the same gradients
+        }
+        loss /= grad_accum * world;
+        float norm = (float)gpt_grad_norm(&model);
         if (!std::isfinite(loss) || !std::isfinite(norm))
             runtime_error("lower --lr or raise --warmup-steps; the last checkpoint is intact", "step %d: the loss (%g) or gradient norm (%g) is not finite", step + 1, loss, norm);
         AdamWSettings opt;
@@ -225,14 +273,15 @@ int train_main(int argc, char** argv) {
         opt.weight_decay = rc.weight_decay;
         opt.grad_scale = (rc.grad_clip > 0 && norm > rc.grad_clip) ? rc.grad_clip / norm : 1.0f;
         opt.lr_peak = rc.lr;
-        model_update(&model, opt, step + 1);
+        if (world > 1) model_dist_update(&model, opt, step + 1);
+        else gpt_update(&model, opt, step + 1);
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         int done = step + 1;
-        logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum / (ms / 1000.0));
+        if (rank0) logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum * world / (ms / 1000.0));
 
         bool last = done == rc.max_steps;
         if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && !vals.empty())) run_evals(done);
-        if (rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, T, &sample_rng, done);
+        if (rank0 && rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, T, &sample_rng, done);
         if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last))
             save_checkpoint(&model, rc, c, done, sample_rng, &train);
     }
@@ -241,10 +290,11 @@ int train_main(int argc, char** argv) {
         run_evals(0);
         save_checkpoint(&model, rc, c, 0, sample_rng, have_train ? &train : nullptr);
     }
-    logger_close(&lg);
-    model_free(&model);
+    if (rank0) logger_close(&lg);
+    gpt_free(&model);
     if (have_train) dataloader_free(&train);
     for (ValSet& vs : vals) dataloader_free(&vs.loader);
     if (have_tok) tokenizer_free(&tok);
+    dist_finalize();
     return 0;
 }

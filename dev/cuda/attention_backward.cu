@@ -1,0 +1,178 @@
+/*
+Kernel lab: causal self-attention backward (flash style, GQA), the kernels of kernels/attention.cuh.
+
+Compile and run (bf16; build/dev/cuda/fp32/attention_backward is the lab's FP32 build):
+  make build/dev/cuda/bf16/attention_backward         (all labs: make dev-cuda)
+  ./build/dev/cuda/bf16/attention_backward            check every version, then time each
+  ./build/dev/cuda/bf16/attention_backward --check    check only (dev/device_check.sh)
+
+Inputs: random q, k, v, dout; out and lse from the CPU forward (the backward's inputs in the
+trainer), everything rounded to floatX first so the CPU and the GPU see the same numbers. The
+reference is the CPU trainer's attention_backward (fp32). Checks: per element (absolute tolerance
+scaled to the tensor's RMS, since dq/dk are sums with cancellation), and FlashAttention's rule:
+normwise error at most 2x that of the same math done naively in bf16 (P, dP, dS, and the
+outputs rounded to bf16; emulated on the CPU below), plus a floor of 1e-6.
+
+Every version is three kernels: delta = rowsum(dO * O); dK/dV with one block per (b, KV head,
+key tile) looping over the G query heads of the group and all later query tiles (so the GQA group
+sum happens in registers, in a fixed order: no atomics, bit-reproducible); dQ with one block per
+(b, query head, query tile). FlashAttention-2 instead adds dQ with atomics from the dK/dV kernel;
+our separate dQ kernel recomputes S and dP: 7 GEMM-sized products instead of 5.
+
+version 1: SIMT, fp32 math, one thread per key row (dK/dV) or query row (dQ), own rows in padded
+  shared memory, the other side streamed in tiles. The FP32 build's kernels.
+version 2: tensor cores (mma.sync.m16n8k16 bf16 -> fp32), 64x64 tiles, 4 warps x 16 rows. The
+  dK/dV kernel computes transposed scores S^T = K Q^T so that P^T and dS^T come out in the C layout
+  that is the A operand of dV += P^T dO and dK += dS^T Q (no shared-memory round trip). 166
+  registers at D=64 (dK/dV), 162 (dQ), no spills; D=128 dK/dV spills 12 bytes.
+
+TFLOP/s below use FlashAttention-2's convention (5 GEMMs of 2*T*T*D/2 per (b, h), i.e. 2.5x the
+forward), so they compare with published FA2 numbers; we do 7/5 of that work.
+*/
+#include "dev/cuda/common.h"
+#include "kernels/attention.cuh"
+
+struct AttnProblem {
+    int B, T, H, Hkv, D;
+};
+
+static float bf16r(float x) { return (float)(__nv_bfloat16)x; }
+
+struct Grads {
+    std::vector<float> dq, dk, dv;
+};
+
+// FlashAttention's baseline: the same math in bf16, naively (P, dP, dS and the outputs rounded)
+static Grads attention_backward_naive_bf16(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, const std::vector<float>& out,
+                                           const std::vector<float>& dout, const std::vector<float>& lse, const AttnProblem& p) {
+    int B = p.B, T = p.T, H = p.H, Hkv = p.Hkv, D = p.D, G = H / Hkv;
+    Grads g{std::vector<float>((size_t)B * T * H * D), std::vector<float>((size_t)B * T * Hkv * D), std::vector<float>((size_t)B * T * Hkv * D)};
+    float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < Hkv; kh++) {
+            std::vector<float> dk((size_t)T * D, 0), dv((size_t)T * D, 0);
+            for (int h = kh * G; h < (kh + 1) * G; h++)
+                for (int i = 0; i < T; i++) {
+                    size_t qi = ((size_t)b * T + i) * H * D + h * D;
+                    float delta = 0;
+                    for (int d = 0; d < D; d++) delta += dout[qi + d] * out[qi + d];
+                    std::vector<float> dq(D, 0);
+                    for (int j = 0; j <= i; j++) {
+                        size_t kj = ((size_t)b * T + j) * Hkv * D + kh * D;
+                        float s = 0, dp = 0;
+                        for (int d = 0; d < D; d++) {
+                            s += q[qi + d] * k[kj + d];
+                            dp += dout[qi + d] * v[kj + d];
+                        }
+                        float pr = bf16r(expf(s * scale - lse[((size_t)b * H + h) * T + i]));
+                        float ds = bf16r(pr * (bf16r(dp) - delta));
+                        for (int d = 0; d < D; d++) {
+                            dq[d] += ds * k[kj + d];
+                            dk[(size_t)j * D + d] += ds * q[qi + d];
+                            dv[(size_t)j * D + d] += pr * dout[qi + d];
+                        }
+                    }
+                    for (int d = 0; d < D; d++) g.dq[qi + d] = bf16r(dq[d] * scale);
+                }
+            for (int j = 0; j < T; j++)
+                for (int d = 0; d < D; d++) {
+                    size_t o = ((size_t)b * T + j) * Hkv * D + kh * D + d;
+                    g.dk[o] = bf16r(dk[(size_t)j * D + d] * scale);
+                    g.dv[o] = bf16r(dv[(size_t)j * D + d]);
+                }
+        }
+    return g;
+}
+
+static void attention_backward_version(int version, const gpu::AttentionArgs& a) {
+    switch (version) {
+        case 1: gpu::attention_backward1(a, 0); break;
+#ifdef ENABLE_BF16
+        case 2: gpu::attention_backward2(a, 0); break;
+#endif
+        default: runtime_error(nullptr, "no version %d in this build", version);
+    }
+}
+
+static double rms(const std::vector<float>& v) {
+    double s = 0;
+    for (float x : v) s += (double)x * x;
+    return std::sqrt(s / v.size());
+}
+
+static bool run_problem(const AttnProblem& p, bool check_only) {
+    int B = p.B, T = p.T, H = p.H, Hkv = p.Hkv, D = p.D;
+    size_t nq = (size_t)B * T * H * D, nkv = (size_t)B * T * Hkv * D;
+    printf("attention backward: B=%d T=%d H=%d Hkv=%d D=%d (%s)\n", B, T, H, Hkv, D, PRECISION_NAME);
+    std::vector<float> q = round_to_floatx(random_normal(nq, 1)), k = round_to_floatx(random_normal(nkv, 2)), v = round_to_floatx(random_normal(nkv, 3));
+    std::vector<float> dout = round_to_floatx(random_normal(nq, 4));
+    std::vector<float> out(nq), lse((size_t)B * H * T);
+    ::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D, (long)H * D, (long)Hkv * D, (long)Hkv * D);
+    out = round_to_floatx(out);
+    Grads ref{std::vector<float>(nq, 0), std::vector<float>(nkv, 0), std::vector<float>(nkv, 0)};
+    ::attention_backward(ref.dq.data(), ref.dk.data(), ref.dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, H, Hkv, D, (long)H * D,
+                         (long)Hkv * D, (long)Hkv * D, (long)Hkv * D);
+    Grads naive = attention_backward_naive_bf16(q, k, v, out, dout, lse, p);
+    double naive_err[3] = {normwise_error(naive.dq, ref.dq), normwise_error(naive.dk, ref.dk), normwise_error(naive.dv, ref.dv)};
+    printf("  naive bf16 math: normwise error dq %.3e dk %.3e dv %.3e\n", naive_err[0], naive_err[1], naive_err[2]);
+
+    floatX *d_q = dev_upload_x(q), *d_k = dev_upload_x(k), *d_v = dev_upload_x(v), *d_out = dev_upload_x(out), *d_dout = dev_upload_x(dout);
+    float* d_lse = dev_upload(lse);
+    float* d_delta = dev_alloc<float>(lse.size());
+    floatX *d_dq = dev_alloc<floatX>(nq), *d_dk = dev_alloc<floatX>(nkv), *d_dv = dev_alloc<floatX>(nkv);
+    gpu::AttentionArgs a;
+    a.B = B, a.T = T, a.H = H, a.Hkv = Hkv, a.D = D;
+    a.q = d_q, a.k = d_k, a.v = d_v, a.out = d_out, a.lse = d_lse, a.dout = d_dout, a.delta = d_delta;
+    a.q_rs = a.dq_rs = (long)H * D;
+    a.k_rs = a.v_rs = a.dk_rs = a.dv_rs = (long)Hkv * D;
+    a.dq = d_dq, a.dk = d_dk, a.dv = d_dv;
+
+    std::vector<int> versions = {1};
+#ifdef ENABLE_BF16
+    versions.push_back(2);
+#endif
+    bool ok = true;
+    for (int ver : versions) {
+        printf(" version %d\n", ver);
+        poison(d_dq, nq);
+        poison(d_dk, nkv);
+        poison(d_dv, nkv);
+        attention_backward_version(ver, a);
+        cudaCheck(cudaDeviceSynchronize());
+        ok &= validate_result(d_dq, ref.dq, "dq", LAB_TOL_REL, (float)(LAB_TOL_REL * rms(ref.dq)) + 1e-6f);
+        ok &= validate_result(d_dk, ref.dk, "dk", LAB_TOL_REL, (float)(LAB_TOL_REL * rms(ref.dk)) + 1e-6f);
+        ok &= validate_result(d_dv, ref.dv, "dv", LAB_TOL_REL, (float)(LAB_TOL_REL * rms(ref.dv)) + 1e-6f);
+        const floatX* got[3] = {d_dq, d_dk, d_dv};
+        const std::vector<float>* want[3] = {&ref.dq, &ref.dk, &ref.dv};
+        const char* names[3] = {"dq", "dk", "dv"};
+        for (int t = 0; t < 3; t++) {
+            double err = normwise_error(dev_download(got[t], want[t]->size()), *want[t]);
+            bool rule = err <= 2 * naive_err[t] + 1e-6;
+            printf("  FA rule %s: %.3e <= 2 x %.3e: %s\n", names[t], err, naive_err[t], rule ? "ok" : "FAILED");
+            ok &= rule;
+        }
+    }
+    if (ok && !check_only) {
+        double flops = 2.5 * 2.0 * 2.0 * B * H * (double)T * T * D / 2;
+        for (int ver : versions) {
+            float ms = benchmark_kernel(20, [&] { attention_backward_version(ver, a); });
+            printf("  version %d: %.3f ms, %.1f TFLOP/s (FA2 FLOP convention)\n", ver, ms, flops / ms / 1e9);
+        }
+    }
+    for (void* ptr : {(void*)d_q, (void*)d_k, (void*)d_v, (void*)d_out, (void*)d_dout, (void*)d_lse, (void*)d_delta, (void*)d_dq, (void*)d_dk, (void*)d_dv})
+        cudaCheck(cudaFree(ptr));
+    return ok;
+}
+
+int main(int argc, char** argv) {
+    if (!lab_has_device()) return 0;
+    bool check_only = lab_flag(argc, argv, "--check");
+    bool ok = run_problem({4, 1024, 12, 12, 64}, check_only);
+    ok &= run_problem({2, 1000, 12, 4, 64}, check_only);
+    ok &= run_problem({1, 200, 4, 2, 128}, check_only);
+    ok &= run_problem({2, 100, 8, 8, 32}, check_only);
+    ok &= run_problem({2, 70, 4, 1, 16}, check_only);
+    printf(ok ? "All results match.\n" : "MISMATCH\n");
+    return ok ? 0 : 1;
+}

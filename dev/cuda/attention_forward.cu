@@ -1,0 +1,141 @@
+/*
+Kernel lab: causal self-attention forward (flash style, GQA), the kernels of kernels/attention.cuh.
+
+Compile and run (bf16; build/dev/cuda/fp32/attention_forward is the lab's FP32 build):
+  make build/dev/cuda/bf16/attention_forward         (all labs: make dev-cuda)
+  ./build/dev/cuda/bf16/attention_forward            check every version, then time each
+  ./build/dev/cuda/bf16/attention_forward --check    check only (dev/device_check.sh)
+
+Shapes: GPT-2 124M attention, B=8, T=1024, H=12, Hkv=12, D=64; then GQA H=12, Hkv=4 (G=3) at
+T=1000 (a ragged last tile). Inputs are laid out as in the trainer: one (B,T,W) qkv buffer,
+W = (H+2Hkv)D, so q, k, v are strided views.
+
+Correctness: the reference is the CPU trainer's attention_forward (fp32) on the same inputs, the
+inputs first rounded to floatX so both see the same numbers. Besides per-element tolerances we
+apply FlashAttention's rule: a version's normwise error against the fp32 reference must be at most
+2x the error of the same math done naively in bf16 (S, P and O each rounded to bf16; emulated on
+the CPU below), plus a floor of 1e-6 (for the FP32 build, where the naive error is ~0).
+
+version 1: SIMT. One thread per query row, K/V tiles in shared memory as fp32, online softmax
+  per key. The FP32 build's kernel (tensor cores would mean TF32). Readable, slow: every thread
+  holds q and o (2D floats) in registers; D=128 spills.
+version 2: tensor cores. FlashAttention-2 tiling: a block of 4 warps owns 64 query rows, each warp
+  16 rows; K/V tiles of 64 keys through shared memory (rows padded by 16 bytes so ldmatrix is
+  conflict-free); S = QK^T and O += PV with mma.sync.m16n8k16 bf16->fp32; P never leaves registers
+  (the C fragments of S are the A fragments of PV); exp2 with log2(e)/sqrt(D) folded into one
+  multiply; heaviest query tiles scheduled first. 105 registers at D=64, no spills (ptxas -v).
+  Not yet done (the obvious next versions): cp.async double buffering of K/V, one block per GQA
+  group sharing K/V loads, Hopper wgmma + TMA.
+*/
+#include "dev/cuda/common.h"
+#include "kernels/attention.cuh"
+
+struct AttnProblem {
+    int B, T, H, Hkv, D;
+    int W() const { return (H + 2 * Hkv) * D; }
+};
+
+// FlashAttention's baseline: the same math in bf16, naively (scores, probabilities, output each
+// rounded to bf16; sums in fp32, as a bf16 GEMM would accumulate)
+static float bf16r(float x) { return (float)(__nv_bfloat16)x; }
+
+static std::vector<float> attention_naive_bf16(const std::vector<float>& qkv, const AttnProblem& p) {
+    int B = p.B, T = p.T, H = p.H, Hkv = p.Hkv, D = p.D, W = p.W(), G = H / Hkv;
+    std::vector<float> out((size_t)B * T * H * D);
+    float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            std::vector<float> s(T);
+            for (int i = 0; i < T; i++) {
+                const float* q = qkv.data() + ((size_t)b * T + i) * W + h * D;
+                float m = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    const float* k = qkv.data() + ((size_t)b * T + j) * W + H * D + (h / G) * D;
+                    float acc = 0;
+                    for (int d = 0; d < D; d++) acc += q[d] * k[d];
+                    s[j] = bf16r(acc * scale);
+                    m = std::max(m, s[j]);
+                }
+                float l = 0;
+                for (int j = 0; j <= i; j++) l += (s[j] = bf16r(expf(s[j] - m)));
+                for (int d = 0; d < D; d++) {
+                    float acc = 0;
+                    for (int j = 0; j <= i; j++) acc += s[j] * qkv[((size_t)b * T + j) * W + (H + Hkv) * D + (h / G) * D + d];
+                    out[((size_t)b * T + i) * H * D + h * D + d] = bf16r(acc / l);
+                }
+            }
+        }
+    return out;
+}
+
+static void attention_forward_version(int version, const gpu::AttentionArgs& a) {
+    switch (version) {
+        case 1: gpu::attention_forward1(a, 0); break;
+#ifdef ENABLE_BF16
+        case 2: gpu::attention_forward2(a, 0); break;
+#endif
+        default: runtime_error(nullptr, "no version %d in this build", version);
+    }
+}
+
+static bool run_problem(const AttnProblem& p, bool check_only) {
+    int B = p.B, T = p.T, H = p.H, Hkv = p.Hkv, D = p.D, W = p.W();
+    printf("attention forward: B=%d T=%d H=%d Hkv=%d D=%d (%s)\n", B, T, H, Hkv, D, PRECISION_NAME);
+    std::vector<float> qkv = round_to_floatx(random_normal((size_t)B * T * W, 1));
+    std::vector<float> out_ref((size_t)B * T * H * D), lse_ref((size_t)B * H * T);
+    ::attention_forward(out_ref.data(), lse_ref.data(), qkv.data(), qkv.data() + H * D, qkv.data() + (H + Hkv) * D, B, T, H, Hkv, D, (long)W, (long)W, (long)W);
+    double naive_err = normwise_error(attention_naive_bf16(qkv, p), out_ref);
+    printf("  naive bf16 math: normwise error %.3e (FlashAttention's rule: a version may have 2x that)\n", naive_err);
+
+    floatX* d_qkv = dev_upload_x(qkv);
+    floatX* d_out = dev_alloc<floatX>(out_ref.size());
+    float* d_lse = dev_alloc<float>(lse_ref.size());
+    gpu::AttentionArgs a;
+    a.B = B, a.T = T, a.H = H, a.Hkv = Hkv, a.D = D;
+    a.q = d_qkv, a.k = d_qkv + H * D, a.v = d_qkv + (H + Hkv) * D;
+    a.q_rs = a.k_rs = a.v_rs = W;
+    a.out = d_out, a.lse = d_lse;
+
+    std::vector<int> versions = {1};
+#ifdef ENABLE_BF16
+    versions.push_back(2);
+#endif
+    bool ok = true;
+    for (int v : versions) {
+        printf(" version %d\n", v);
+        poison(d_out, out_ref.size());
+        poison(d_lse, lse_ref.size());
+        attention_forward_version(v, a);
+        cudaCheck(cudaDeviceSynchronize());
+        ok &= validate_result(d_out, out_ref, "out");
+        ok &= validate_result(d_lse, lse_ref, "lse", LAB_TOL_REL, 1e-3f);
+        double err = normwise_error(dev_download(d_out, out_ref.size()), out_ref);
+        bool fa_rule = err <= 2 * naive_err + 1e-6;
+        printf("  FA rule: %.3e <= 2 x %.3e: %s\n", err, naive_err, fa_rule ? "ok" : "FAILED");
+        ok &= fa_rule;
+    }
+    if (ok && !check_only) {
+        // causal attention FLOPs: 2 GEMMs of 2*T*T*D per (b, h), halved by the mask
+        double flops = 2.0 * 2.0 * B * H * (double)T * T * D / 2;
+        for (int v : versions) {
+            float ms = benchmark_kernel(20, [&] { attention_forward_version(v, a); });
+            printf("  version %d: %.3f ms, %.1f TFLOP/s\n", v, ms, flops / ms / 1e9);
+        }
+    }
+    cudaCheck(cudaFree(d_qkv));
+    cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_lse));
+    return ok;
+}
+
+int main(int argc, char** argv) {
+    if (!lab_has_device()) return 0;
+    bool check_only = lab_flag(argc, argv, "--check");
+    bool ok = run_problem({8, 1024, 12, 12, 64}, check_only);
+    ok &= run_problem({2, 1000, 12, 4, 64}, check_only);
+    ok &= run_problem({2, 200, 4, 2, 128}, check_only);
+    ok &= run_problem({2, 100, 8, 8, 32}, check_only);
+    printf(ok ? "All results match.\n" : "MISMATCH\n");
+    return ok ? 0 : 1;
+}

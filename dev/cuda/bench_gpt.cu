@@ -1,0 +1,131 @@
+/*
+Benchmark of the GPU trainer: tok/s, ms per step, MFU and peak memory of full training steps.
+A figure, never a test. `make bench` runs it at GPT-2 124M shapes, B=64, T=1024, bf16, and then
+dev/bench_pytorch.py (the same model in plain PyTorch) in the same call, on the same device.
+
+  ./build/dev/cuda/bench_gpt [--batch-size 64] [--seq-len 1024] [--steps 20] [--warmup 5]
+                             [--arch gpt2|llama] [--recompute 0|1|2] [--peak-tflops X]
+
+A step is exactly what host/train_loop.h does per optimizer step: zero_grad, forward (with the
+loss copied to the host), backward, global gradient norm, AdamW. Random tokens. Each step is
+timed with CUDA events around it (the host waits for the loss and the norm anyway); we report the
+median of the timed steps after the warmup steps.
+
+MFU. FLOPs per token = 6 N + 12 L C T: the PaLM paper's formula (appendix B), as used by nanoGPT
+and llm.c. N = parameters excluding the position table wpe (nanoGPT's count; the tied token
+embedding counts because it is also the LM head), and 12 L C T counts the attention scores and
+their backward without the causal halving. FLOPs per step = that x B x T. MFU divides the
+achieved FLOP/s by the dense bf16 tensor-core peak of the device: 989.4 TFLOP/s for an H100 SXM
+(and H200), 756 for an H100 PCIe, 312 for an A100 (NVIDIA datasheets, without sparsity); FP32
+builds use the fp32 non-tensor-core peak (67 H100 SXM, 19.5 A100). --peak-tflops overrides.
+dev/bench_pytorch.py uses the same formula and the same N.
+
+Peak memory: the device memory the model allocated (parameters, gradients, AdamW state,
+activations and scratch, the cuBLASLt workspace), and the device's used memory (total - free)
+at the end, which also counts the CUDA context.
+*/
+#define TESTING
+#include "train_gpt.cu"
+
+// one forward with targets; returns the mean loss (either build's model)
+template <typename M>
+static float forward_loss(M* m, const int* inputs, const int* targets, int B, int T) {
+    gpt_forward(m, inputs, targets, B, T);
+    return m->mean_loss;
+}
+
+static double device_peak_tflops(const cudaDeviceProp& p) {
+    std::string name = p.name;
+    bool h100 = name.find("H100") != std::string::npos, h200 = name.find("H200") != std::string::npos, a100 = name.find("A100") != std::string::npos;
+    bool pcie = name.find("PCIe") != std::string::npos;
+#ifdef ENABLE_FP32
+    if (h100 || h200) return pcie ? 51.0 : 67.0;
+    if (a100) return 19.5;
+#else
+    if (h100 || h200) return pcie ? 756.0 : 989.4;
+    if (a100) return 312.0;
+#endif
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0;
+    double peak = -1;
+    std::string arch = "gpt2";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        std::string f = argv[i];
+        if (f == "--batch-size") B = atoi(argv[i + 1]);
+        else if (f == "--seq-len") T = atoi(argv[i + 1]);
+        else if (f == "--steps") steps = atoi(argv[i + 1]);
+        else if (f == "--warmup") warmup = atoi(argv[i + 1]);
+        else if (f == "--arch") arch = argv[i + 1];
+        else if (f == "--recompute") recompute = atoi(argv[i + 1]);
+        else if (f == "--peak-tflops") peak = atof(argv[i + 1]);
+        else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops", "unknown flag %s", argv[i]);
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("skipped: no CUDA device (bench_gpt)\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    if (peak < 0) peak = device_peak_tflops(prop);
+
+    RunConfig rc;
+    const char* no_args[] = {"bench_gpt"};
+    parse_command_line(&rc, 1, (char**)no_args);  // the defaults: GPT-2 124M shapes
+    rc.arch = arch;
+    ModelConfig c = model_config_from_flags(rc);
+    gpu::default_gpu_options().recompute = recompute;
+    GpuModel m;
+    gpt_build(&m, c);
+    gpt_init_params(&m, 1337);
+    size_t wpe = c.arch == ARCH_GPT2 ? (size_t)c.max_seq_len * c.n_embd : 0;
+    double N = (double)(m.num_params - wpe);
+    double flops_per_token = 6.0 * N + 12.0 * c.n_layer * c.n_embd * T;
+    double flops_per_step = flops_per_token * B * T;
+    printf("bench_gpt: %s %s L=%d C=%d H=%d V=%d, %zu parameters (N = %.0f without wpe), B=%d T=%d, --recompute %d, %s\n", PRECISION_NAME, arch_name(c.arch), c.n_layer,
+           c.n_embd, c.n_head, c.vocab_size, m.num_params, N, B, T, recompute, prop.name);
+
+    Rng r = rng_stream(1, 2);
+    std::vector<int> inp((size_t)B * T), tgt((size_t)B * T);
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    std::vector<double> times;
+    for (int step = 0; step < warmup + steps; step++) {
+        for (size_t i = 0; i < inp.size(); i++) {
+            inp[i] = (int)(rng_next_u64(&r) % c.vocab_size);
+            tgt[i] = (int)(rng_next_u64(&r) % c.vocab_size);
+        }
+        cudaCheck(cudaEventRecord(e0, m.stream));
+        gpt_zero_grad(&m);
+        float loss = forward_loss(&m, inp.data(), tgt.data(), B, T);
+        gpt_backward(&m, 1.0f);
+        float norm = (float)gpt_grad_norm(&m);
+        AdamWSettings s = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0f ? 1.0f / norm : 1.0f, 6e-4f};
+        gpt_update(&m, s, step + 1);
+        cudaCheck(cudaEventRecord(e1, m.stream));
+        cudaCheck(cudaEventSynchronize(e1));
+        float ms = 0;
+        cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+        printf("step %2d%s: loss %.4f, norm %.3f, %.2f ms, %.0f tok/s\n", step, step < warmup ? " (warmup)" : "", loss, norm, ms, B * T / (ms / 1000.0));
+        if (step >= warmup) times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    double med = times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+    double tok_s = B * T / (med / 1000.0);
+    double achieved = flops_per_step / (med / 1000.0) / 1e12;
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    double model_gib = (m.bytes_allocated + gpu::matmul_state().workspace_bytes) / 1073741824.0, used_gib = (total_b - free_b) / 1073741824.0;
+    printf("median over %zu steps: %.2f ms/step, %.0f tok/s, %.1f TFLOP/s achieved", times.size(), med, tok_s, achieved);
+    if (peak > 0) printf(", MFU %.1f%% of %.1f TFLOP/s", 100.0 * achieved / peak, peak);
+    printf("\nmemory: %.2f GiB allocated by the trainer, %.2f GiB used on the device\n", model_gib, used_gib);
+    // one machine-readable line for make bench / dev/device_check.sh
+    printf("BENCH impl=valuepath precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f\n", PRECISION_NAME,
+           prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib);
+    gpt_free(&m);
+    return 0;
+}

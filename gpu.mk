@@ -1,0 +1,158 @@
+# gpu.mk: the GPU build of valuepath (train_gpt.cu, kernels/, test_gpt.cu, dev/cuda/), included at
+# the end of the Makefile, whose variables it shares (VALUE_PATH, VP_ID_<path>, INCLUDES, ...).
+#
+#   make train [PRECISION=BF16|FP32] [VALUE_PATH=...]   ./train, the GPU trainer (same CLI as ./train_cpu)
+#   make test_gpt              build test_gpt for both precisions (build/tests/test_gpt_gpu_<path>_<prec>)
+#   make test-gpu              build and run them ("skipped: no CUDA device" where there is no GPU)
+#   make gpu-compile-check     compile every GPU target (trainer, tests, labs, bench; both precisions)
+#   make gpu-compile-check-sm80   the trainer and test_gpt for sm_80 (A100) as well
+#   make dev-cuda              the kernel labs, build/dev/cuda/<prec>/<lab>
+#   make bench                 GPT-2 124M, B=64, T=1024, bf16: valuepath, then PyTorch, same device, one call
+#
+# Variables: PRECISION (BF16), GPU_ARCH (sm_90a: H100/H200; sm_80 for A100), NVCC (found on the
+# PATH or in /usr/local/cuda), BENCH_PYTHON (python3, a Python with PyTorch).
+# For CI: GPU_TEST_TARGETS is what `make test` should depend on: it compiles every GPU target where
+# nvcc exists and prints a ✗ line (and succeeds) where it does not. Nothing in it needs a GPU.
+#
+# Build outputs: build/<path>/train_<prec> (value paths never clobber each other, nor precisions);
+# ./train is a copy of the VALUE_PATH + PRECISION of the last `make train`. The GPU trainer
+# implements the vanilla path only so far (the next issue adds the others): binaries of the other
+# paths compile, and refuse to run with a message that points to ./train_cpu.
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+PRECISION ?= BF16
+ifeq ($(filter $(PRECISION),BF16 FP32),)
+$(error unknown PRECISION '$(PRECISION)': choose BF16 or FP32)
+endif
+PREC := $(if $(filter FP32,$(PRECISION)),fp32,bf16)
+GPU_ARCH ?= sm_90a
+BENCH_PYTHON ?= python3
+
+# value paths the GPU trainer implements (test_gpt runs for each); the others compile and refuse to run
+GPU_VALUE_PATHS := vanilla
+
+gencode = -gencode=arch=compute_$(patsubst sm_%,%,$(1)),code=$(1)
+# -O3, no --use_fast_math (the FP32 build is compared with the CPU reference to tight bounds);
+# -lineinfo costs nothing at run time and lets ncu/compute-sanitizer name source lines.
+# Suppressed front-end warnings, both about shared code that g++ compiles cleanly: 1675 the
+# `#pragma GCC unroll` of cpu/gemm.h (g++ honours it), 550 a variable host/value_path.h marks used
+# with (void).
+NVCC_FLAGS := -O3 -std=c++17 -lineinfo -diag-suppress 1675,550
+CUDA_LIBS := -lcublasLt -lcublas
+# programs that include the CPU reference (tests, labs) need its OpenMP and the host's SIMD
+NVCC_HOST_CPU := -Xcompiler -fopenmp,-march=native -lgomp
+prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
+
+KERNEL_HEADERS := $(wildcard kernels/*.cuh)
+GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
+DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm
+TEST_GPT_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/tests/test_gpt_gpu_$(p)_bf16 build/tests/test_gpt_gpu_$(p)_fp32)
+GPU_ALL_TARGETS := build/vanilla/train_bf16 build/vanilla/train_fp32 $(TEST_GPT_BINS) \
+	$(addprefix build/dev/cuda/bf16/,$(DEV_CUDA_LABS) bench_gpt)
+
+.PHONY: train test_gpt test-gpu gpu-compile-check gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths
+
+print-gpu-paths:
+	@echo $(GPU_VALUE_PATHS)
+
+ifeq ($(NVCC),)
+# ---------------------------------------------------------------------------
+# no CUDA toolkit on this machine
+
+GPU_TEST_TARGETS := gpu-no-nvcc
+GPU_TEST_RUN :=
+gpu-no-nvcc:
+	@echo "✗ nvcc not found: skipping the GPU targets (install the CUDA toolkit, or set NVCC=/path/to/nvcc)"
+gpu-compile-check test-gpu: gpu-no-nvcc
+train test_gpt gpu-compile-check-sm80 dev-cuda bench:
+	@echo "✗ nvcc not found: '$@' needs the CUDA toolkit (set NVCC=/path/to/nvcc)"; exit 1
+
+else
+# ---------------------------------------------------------------------------
+# the trainer
+
+GPU_TEST_TARGETS := gpu-compile-check
+# run by tests/run_all.sh: on a machine without a GPU they print "skipped: no CUDA device"
+GPU_TEST_RUN := $(TEST_GPT_BINS)
+
+build/%/train_bf16: $(GPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@
+
+build/%/train_fp32: $(GPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@
+
+train: build/$(VALUE_PATH)/train_$(PREC)
+	cp $< train
+	@echo "✓ ./train is the GPU trainer, VALUE_PATH=$(VALUE_PATH), PRECISION=$(PRECISION), GPU_ARCH=$(GPU_ARCH)"
+
+# ---------------------------------------------------------------------------
+# tests: test_gpt.cu holds the GPU trainer and the CPU reference in one program
+
+build/tests/test_gpt_gpu_%_bf16: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
+
+build/tests/test_gpt_gpu_%_fp32: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_FP32 -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
+
+test_gpt: $(TEST_GPT_BINS)
+
+# runs every test_gpt binary; each prints "skipped: no CUDA device" and succeeds where there is no GPU
+test-gpu: $(TEST_GPT_BINS)
+	@fail=0; for t in $(TEST_GPT_BINS); do echo "== $$t"; ./$$t || fail=1; done; exit $$fail
+
+# ---------------------------------------------------------------------------
+# kernel labs and the benchmark (dev/cuda/): build/dev/cuda/<prec>/<name>
+
+build/dev/cuda/bf16/%: dev/cuda/%.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 $< $(CUDA_LIBS) -o $@
+
+build/dev/cuda/fp32/%: dev/cuda/%.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_FP32 $< $(CUDA_LIBS) -o $@
+
+dev-cuda: $(addprefix build/dev/cuda/$(PREC)/,$(DEV_CUDA_LABS))
+	@echo "✓ kernel labs in build/dev/cuda/$(PREC)/: $(DEV_CUDA_LABS) (run one with --check to validate only)"
+
+# PTX / SASS of a lab, to read what the compiler made: make build/dev/cuda/bf16/attention_forward.sass
+build/dev/cuda/%.sass: build/dev/cuda/%
+	cuobjdump --dump-sass $< > $@
+
+# GPT-2 124M, B=64, T=1024, bf16: valuepath's trainer, then PyTorch (torch.compile + SDPA flash)
+# on the same device in the same call; prints both BENCH lines and the ratio of their tok/s.
+bench: build/dev/cuda/bf16/bench_gpt
+	@mkdir -p build/bench
+	./build/dev/cuda/bf16/bench_gpt --batch-size 64 --seq-len 1024 --steps 20 --warmup 5 | tee build/bench/valuepath.txt
+	PYTHONUNBUFFERED=1 $(BENCH_PYTHON) dev/bench_pytorch.py --batch-size 64 --seq-len 1024 --steps 20 --warmup 5 | tee build/bench/pytorch.txt
+	@grep -h '^BENCH' build/bench/valuepath.txt build/bench/pytorch.txt || true
+	@a=$$(grep -ho 'impl=valuepath.*tok_per_s=[0-9]*' build/bench/valuepath.txt | grep -o 'tok_per_s=[0-9]*' | cut -d= -f2); \
+	 b=$$(grep -ho 'impl=pytorch.*tok_per_s=[0-9]*' build/bench/pytorch.txt | grep -o 'tok_per_s=[0-9]*' | cut -d= -f2); \
+	 if [ -n "$$a" ] && [ -n "$$b" ]; then awk -v a=$$a -v b=$$b 'BEGIN { printf "valuepath / PyTorch: %d / %d tok/s = %.3fx\n", a, b, a / b }'; \
+	 else echo "(no ratio: one of the two benchmarks did not run)"; fi
+
+# ---------------------------------------------------------------------------
+# compile checks (what CI runs: no GPU needed)
+
+gpu-compile-check: $(GPU_ALL_TARGETS)
+	@echo "✓ GPU targets compile ($(GPU_ARCH), bf16 and fp32): $(GPU_ALL_TARGETS)"
+
+build/sm80/train_bf16: $(GPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,sm_80) $(INCLUDES) -DENABLE_BF16 train_gpt.cu $(CUDA_LIBS) -o $@
+
+build/sm80/test_gpt_bf16: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,sm_80) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVP_ERRORS_THROW $< $(CUDA_LIBS) -o $@
+
+gpu-compile-check-sm80: build/sm80/train_bf16 build/sm80/test_gpt_bf16
+	@echo "✓ the trainer and test_gpt compile for sm_80"
+
+endif
+
+clean-gpu:
+	rm -f train
+clean: clean-gpu

@@ -1,0 +1,222 @@
+// host/distributed.h: the few collectives data-parallel training needs, over MPI (CPU build).
+//
+// Built with -DUSE_MPI (make train_cpu USE_MPI=1), a process is one rank of the MPI job that
+// mpirun or srun started; without it every call is a no-op for a single process (rank 0 of 1),
+// so the plain build needs no MPI at all.
+//
+// Every reduction is deterministic: its result does not depend on message arrival order, the
+// number of ranks per node or the MPI library's algorithm choice. A float sum over ranks is done
+// as reduce-scatter + all-gather by hand: rank r receives every rank's copy of its segment
+// (MPI_Alltoallv moves bytes, it adds nothing), adds them in rank order 0 + 1 + ... + (world-1),
+// then the segments are gathered back. So all ranks hold bit-identical sums, run after run.
+//
+// Segments: the flat array of n floats is cut into `world` contiguous slices, dist_shard(n, r);
+// ZeRO-1 uses the same slices for the optimizer state.
+//
+// Failure: the communicator returns errors (MPI_ERRORS_RETURN) and each one is turned into a
+// runtime_error (exit 1). A rank that dies makes OpenMPI's mpirun end the job; a rank that hangs
+// would block the others forever, so a watchdog thread ends a process whose collective has
+// waited longer than VP_DIST_TIMEOUT seconds (default 600, 0 = off) with a clear message.
+//
+// The GPU build maps the same calls to NCCL (not done yet): allreduce -> ncclReduceScatter +
+// ncclAllGather on device buffers (or ncclAllReduce where bit-exactness across world sizes is not
+// required), allgather -> ncclAllGather, the double sums stay on MPI; see docs/distributed.md.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "host/utils.h"
+
+#ifdef USE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only (no C++ bindings, no warnings)
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#endif
+
+struct DistShard {
+    size_t offset, count;
+};
+
+// Rank r's contiguous slice of n elements: the first n % world ranks get one more.
+inline DistShard dist_shard(size_t n, int r, int world) {
+    size_t base = n / world, extra = n % world;
+    DistShard s;
+    s.offset = base * r + std::min<size_t>(r, extra);
+    s.count = base + ((size_t)r < extra ? 1 : 0);
+    return s;
+}
+
+#ifdef USE_MPI
+
+struct DistState {
+    int rank = 0, world = 1;
+    double timeout_s = 600;
+    std::atomic<long long> busy_since_ms{0};  // 0: not in a collective
+    const char* busy_what = "";
+};
+inline DistState& dist_state() {
+    static DistState s;
+    return s;
+}
+inline long long dist_now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Marks a collective in progress for the watchdog.
+struct DistBusy {
+    explicit DistBusy(const char* what) {
+        dist_state().busy_what = what;
+        dist_state().busy_since_ms = dist_now_ms();
+    }
+    ~DistBusy() { dist_state().busy_since_ms = 0; }
+};
+
+inline void dist_check(int err, const char* what) {
+    if (err == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    runtime_error("another rank has probably died; see its output above. Resume from the last checkpoint",
+                  "rank %d: %s failed: %s", dist_state().rank, what, msg);
+}
+
+inline void dist_init(int* argc, char*** argv) {
+    DistState& s = dist_state();
+    dist_check(MPI_Init(argc, argv), "MPI_Init");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &s.world);
+    if (const char* t = getenv("VP_DIST_TIMEOUT")) s.timeout_s = atof(t);
+    if (s.world > 1 && s.timeout_s > 0) {
+        std::thread([] {
+            DistState& st = dist_state();
+            for (;;) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                long long since = st.busy_since_ms;
+                if (since && dist_now_ms() - since > (long long)(st.timeout_s * 1000)) {
+                    fprintf(stderr,
+                            "error: rank %d: %s has waited %.0f s for the other ranks: one of them died or hangs (VP_DIST_TIMEOUT=%g)\n"
+                            "  hint: see the other ranks' output; resume from the last checkpoint\n",
+                            st.rank, st.busy_what, (dist_now_ms() - since) / 1000.0, st.timeout_s);
+                    fflush(stderr);
+                    _exit(VP_EXIT_RUNTIME);  // mpirun sees a failed rank and ends the job
+                }
+            }
+        }).detach();
+    }
+    if (s.rank != 0 && !freopen("/dev/null", "w", stdout)) {}  // only rank 0 prints; errors still reach stderr
+}
+inline void dist_finalize() { MPI_Finalize(); }
+inline int dist_rank() { return dist_state().rank; }
+inline int dist_world() { return dist_state().world; }
+
+inline void dist_barrier() {
+    DistBusy busy("a barrier");
+    dist_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+// x[shard r] = sum over ranks of x[shard r], added in rank order, on rank r only; the rest of x
+// is left as it was.
+inline void dist_reduce_scatter_sum(float* x, size_t n) {
+    int W = dist_world(), r = dist_rank();
+    if (W == 1) return;
+    DistShard mine = dist_shard(n, r, W);
+    std::vector<float> recv(mine.count * W);
+    std::vector<int> scount(W), sdispl(W), rcount(W), rdispl(W);
+    for (int j = 0; j < W; j++) {
+        DistShard s = dist_shard(n, j, W);
+        scount[j] = (int)s.count;
+        sdispl[j] = (int)s.offset;
+        rcount[j] = (int)mine.count;
+        rdispl[j] = (int)(mine.count * j);
+    }
+    if (n > (size_t)2147483647) runtime_error(nullptr, "internal: %zu floats exceed one MPI message", n);
+    {
+        DistBusy busy("the gradient reduce-scatter");
+        dist_check(MPI_Alltoallv(x, scount.data(), sdispl.data(), MPI_FLOAT, recv.data(), rcount.data(), rdispl.data(), MPI_FLOAT, MPI_COMM_WORLD),
+                   "MPI_Alltoallv");
+    }
+    float* out = x + mine.offset;
+    for (size_t i = 0; i < mine.count; i++) {
+        float sum = recv[i];
+        for (int j = 1; j < W; j++) sum += recv[mine.count * j + i];
+        out[i] = sum;
+    }
+}
+
+// Every rank's shard of x (dist_shard(n, rank)) to every rank.
+inline void dist_allgather(float* x, size_t n) {
+    int W = dist_world();
+    if (W == 1) return;
+    std::vector<int> count(W), displ(W);
+    for (int j = 0; j < W; j++) {
+        DistShard s = dist_shard(n, j, W);
+        count[j] = (int)s.count;
+        displ[j] = (int)s.offset;
+    }
+    DistBusy busy("the all-gather");
+    dist_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, count.data(), displ.data(), MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgatherv");
+}
+
+// Every rank's shard of x to rank 0 (x is the full array there; other ranks' x is untouched).
+inline void dist_gather_to_root(float* x, size_t n) {
+    int W = dist_world(), r = dist_rank();
+    if (W == 1) return;
+    std::vector<int> count(W), displ(W);
+    for (int j = 0; j < W; j++) {
+        DistShard s = dist_shard(n, j, W);
+        count[j] = (int)s.count;
+        displ[j] = (int)s.offset;
+    }
+    DistBusy busy("the optimizer-state gather");
+    if (r == 0)
+        dist_check(MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, count.data(), displ.data(), MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Gatherv");
+    else
+        dist_check(MPI_Gatherv(x + displ[r], count[r], MPI_FLOAT, nullptr, nullptr, nullptr, MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Gatherv");
+}
+
+// x = sum over ranks of x on every rank, in rank order (bit-identical everywhere).
+inline void dist_allreduce_sum(float* x, size_t n) {
+    dist_reduce_scatter_sum(x, n);
+    dist_allgather(x, n);
+}
+
+// Small host values (losses, counters): gathered whole, added in rank order.
+inline void dist_allreduce_sum(double* x, int n) {
+    int W = dist_world();
+    if (W == 1) return;
+    std::vector<double> all((size_t)n * W);
+    {
+        DistBusy busy("a scalar all-reduce");
+        dist_check(MPI_Allgather(x, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather");
+    }
+    for (int i = 0; i < n; i++) {
+        double s = all[i];
+        for (int j = 1; j < W; j++) s += all[(size_t)j * n + i];
+        x[i] = s;
+    }
+}
+
+#else  // a single process: every collective is the identity
+
+inline void dist_init(int*, char***) {}
+inline void dist_finalize() {}
+inline int dist_rank() { return 0; }
+inline int dist_world() { return 1; }
+inline void dist_barrier() {}
+inline void dist_reduce_scatter_sum(float*, size_t) {}
+inline void dist_allgather(float*, size_t) {}
+inline void dist_gather_to_root(float*, size_t) {}
+inline void dist_allreduce_sum(float*, size_t) {}
+inline void dist_allreduce_sum(double*, int) {}
+
+#endif

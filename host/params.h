@@ -1,0 +1,180 @@
+// host/params.h: the parameter layout, init, optimizer settings and sampling, shared by the CPU
+// and GPU builds. The layout is the checkpoint format: both builds point their buffers with the
+// same table, so a checkpoint written by one resumes in the other.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "host/config.h"
+#include "host/rng.h"
+#include "host/value_path.h"
+
+// Parameter tensors. Per-layer tensors are stacked along L. A tensor a config does not use has
+// size 0 and a NULL pointer (GPT-2 has no lm_head, Llama has no biases or wpe).
+template <typename real>
+struct ParamTensors {
+    real* wte;        // (Vp, C) token embedding; GPT-2: also the output head (tied)
+    real* wpe;        // (maxT, C) GPT-2 learned positions
+    real* ln1_w;      // (L, C)
+    real* ln1_b;      // (L, C) GPT-2
+    real* qk_w;       // (L, (H+Hkv)*D, C) query and key projections, rows [q heads | k heads]
+    real* qk_b;       // (L, (H+Hkv)*D) GPT-2
+    real* v_w;        // (L, Hkv*D, C) value projection
+    real* v_b;        // (L, Hkv*D) GPT-2
+    real* q_norm_w;   // (L, D) QK-norm gain for queries (Llama --qk-norm 1)
+    real* k_norm_w;   // (L, D) QK-norm gain for keys
+    real* attproj_w;  // (L, C, H*D)
+    real* attproj_b;  // (L, C) GPT-2
+    real* ln2_w;      // (L, C)
+    real* ln2_b;      // (L, C) GPT-2
+    real* fc_w;       // (L, FW, C): GPT-2 FW = F; Llama FW = 2F, rows [gate (w1) | up (w3)]
+    real* fc_b;       // (L, FW) GPT-2
+    real* fcproj_w;   // (L, C, F)
+    real* fcproj_b;   // (L, C) GPT-2
+    real* lnf_w;      // (C)
+    real* lnf_b;      // (C) GPT-2
+    real* lm_head;    // (Vp, C) Llama untied output head
+    real* vp_lambda;  // (L) ResFormer --resformer-lambda learn: the per-layer mixing weights
+};
+#define NUM_PARAM_TENSORS 22
+static_assert(sizeof(ParamTensors<float>) == NUM_PARAM_TENSORS * sizeof(float*), "ParamTensors must be exactly its pointers");
+
+struct ParamSpec {
+    const char* name;
+    size_t count;      // elements in all layers
+    int decay;         // 1 = AdamW weight decay applies (matrices), 0 = biases and gains
+    double init_std;   // normal(0, std) init; 0 = constant init_value
+    float init_value;  // for gains (1) and biases (0)
+    float own_lr = 0;  // > 0: this tensor's own peak learning rate (same schedule); 0 = --lr
+};
+
+// The size table, in the struct's order: one place that says how big every tensor is.
+inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
+    size_t L = c.n_layer, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim, Vp = c.padded_vocab_size;
+    bool gpt2 = c.arch == ARCH_GPT2, qkn = c.arch == ARCH_LLAMA && c.qk_norm;
+    size_t Lv = value_path_value_proj_layers(c.vp, c.n_layer);  // layers with a value projection (SVFormer: 1)
+    size_t FW = gpt2 ? F : 2 * F;
+    // GPT-2 init (as GPT-2 / llm.c): normal(0, 0.02), and the projections that write into the
+    // residual stream scaled by 1/sqrt(2L) so the stream's variance does not grow with depth.
+    double std_ = 0.02, std_res = 0.02 / std::sqrt(2.0 * L);
+    return {
+        {"wte", Vp * C, 1, std_, 0},
+        {"wpe", gpt2 ? (size_t)c.max_seq_len * C : 0, 1, std_, 0},
+        {"ln1_w", L * C, 0, 0, 1},
+        {"ln1_b", gpt2 ? L * C : 0, 0, 0, 0},
+        {"qk_w", L * (H + Hkv) * D * C, 1, std_, 0},
+        {"qk_b", gpt2 ? L * (H + Hkv) * D : 0, 0, 0, 0},
+        {"v_w", Lv * Hkv * D * C, 1, std_, 0},
+        {"v_b", gpt2 ? Lv * Hkv * D : 0, 0, 0, 0},
+        {"q_norm_w", qkn ? L * D : 0, 0, 0, 1},
+        {"k_norm_w", qkn ? L * D : 0, 0, 0, 1},
+        {"attproj_w", L * C * H * D, 1, std_res, 0},
+        {"attproj_b", gpt2 ? L * C : 0, 0, 0, 0},
+        {"ln2_w", L * C, 0, 0, 1},
+        {"ln2_b", gpt2 ? L * C : 0, 0, 0, 0},
+        {"fc_w", L * FW * C, 1, std_, 0},
+        {"fc_b", gpt2 ? L * FW : 0, 0, 0, 0},
+        {"fcproj_w", L * C * F, 1, std_res, 0},
+        {"fcproj_b", gpt2 ? L * C : 0, 0, 0, 0},
+        {"lnf_w", C, 0, 0, 1},
+        {"lnf_b", gpt2 ? C : 0, 0, 0, 0},
+        {"lm_head", gpt2 ? 0 : Vp * C, 1, std_, 0},
+        {"vp_lambda", (size_t)value_path_num_lambdas(c.vp, c.n_layer), 0, 0, 0.5f, c.vp.resformer_lambda_lr},
+    };
+}
+
+inline size_t count_params(const std::vector<ParamSpec>& specs) {
+    size_t n = 0;
+    for (const ParamSpec& s : specs) n += s.count;
+    return n;
+}
+
+// Points the struct's fields into one flat buffer, in spec order.
+template <typename real>
+void point_param_tensors(ParamTensors<real>* t, real* memory, const std::vector<ParamSpec>& specs) {
+    real** ptrs = reinterpret_cast<real**>(t);
+    size_t off = 0;
+    for (size_t i = 0; i < specs.size(); i++) {
+        ptrs[i] = specs[i].count ? memory + off : nullptr;
+        off += specs[i].count;
+    }
+}
+
+// One layer's slice of every per-layer tensor.
+template <typename real>
+struct LayerParams {
+    real *ln1_w, *ln1_b, *qk_w, *qk_b, *v_w, *v_b, *q_norm_w, *k_norm_w, *attproj_w, *attproj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+};
+
+template <typename real>
+LayerParams<real> layer_params(const ParamTensors<real>& p, const ModelConfig& c, int l) {
+    size_t C = c.n_embd, D = c.head_dim, QK = (size_t)(c.n_head + c.n_kv_head) * D, KV = (size_t)c.n_kv_head * D, F = c.ffn_dim;
+    size_t FW = c.arch == ARCH_GPT2 ? F : 2 * F;
+    auto at = [l](real* base, size_t per_layer) { return base ? base + (size_t)l * per_layer : nullptr; };
+    LayerParams<real> lp;
+    lp.ln1_w = at(p.ln1_w, C);
+    lp.ln1_b = at(p.ln1_b, C);
+    lp.qk_w = at(p.qk_w, QK * C);
+    lp.qk_b = at(p.qk_b, QK);
+    bool has_v = l < value_path_value_proj_layers(c.vp, c.n_layer);  // SVFormer: layer 0 only
+    lp.v_w = has_v ? at(p.v_w, KV * C) : nullptr;
+    lp.v_b = has_v ? at(p.v_b, KV) : nullptr;
+    lp.q_norm_w = at(p.q_norm_w, D);
+    lp.k_norm_w = at(p.k_norm_w, D);
+    lp.attproj_w = at(p.attproj_w, C * c.n_head * D);
+    lp.attproj_b = at(p.attproj_b, C);
+    lp.ln2_w = at(p.ln2_w, C);
+    lp.ln2_b = at(p.ln2_b, C);
+    lp.fc_w = at(p.fc_w, FW * C);
+    lp.fc_b = at(p.fc_b, FW);
+    lp.fcproj_w = at(p.fcproj_w, C * F);
+    lp.fcproj_b = at(p.fcproj_b, C);
+    return lp;
+}
+
+// Fills a flat parameter buffer (spec order) from the seed: every tensor draws from its own RNG
+// stream (stream = its index), so adding a tensor to one family never changes the init of the
+// others. The padded vocabulary rows (V..Vp) start at zero: they are never looked up and never get
+// a gradient. Runs on the host in every build, so the CPU and GPU builds start from the same weights.
+template <typename T>
+void init_params_from_seed(const std::vector<ParamSpec>& specs, const ModelConfig& c, T* p, uint64_t seed) {
+    for (size_t i = 0; i < specs.size(); i++) {
+        const ParamSpec& s = specs[i];
+        Rng rng = rng_stream(seed, 1000 + i);
+        bool vocab_rows = !strcmp(s.name, "wte") || !strcmp(s.name, "lm_head");
+        for (size_t j = 0; j < s.count; j++) {
+            if (vocab_rows && j >= (size_t)c.vocab_size * c.n_embd) p[j] = 0;
+            else p[j] = s.init_std > 0 ? (T)(s.init_std * rng_normal(&rng)) : (T)s.init_value;
+        }
+        p += s.count;
+    }
+}
+
+struct AdamWSettings {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_scale;  // multiplies every gradient first (global-norm clipping)
+    float lr_peak;     // --lr: a tensor with its own peak lr (ParamSpec.own_lr) uses own_lr * lr / lr_peak
+};
+
+
+// Draws a token from the logits row (length V) at the given temperature (0 = argmax).
+template <typename real>
+int sample_token(const real* logits, int V, float temperature, Rng* rng) {
+    int best = 0;
+    for (int j = 1; j < V; j++)
+        if (logits[j] > logits[best]) best = j;
+    if (temperature <= 0) return best;
+    std::vector<double> w(V);
+    double sum = 0;
+    for (int j = 0; j < V; j++) sum += (w[j] = std::exp(((double)logits[j] - logits[best]) / temperature));
+    double r = rng_uniform(rng) * sum, acc = 0;
+    for (int j = 0; j < V; j++) {
+        acc += w[j];
+        if (r < acc) return j;
+    }
+    return V - 1;
+}
+

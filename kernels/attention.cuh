@@ -1,0 +1,802 @@
+// kernels/attention.cuh: causal self-attention, flash style: the forward keeps only the log-sum-exp
+// (LSE) of each row of scores, the backward recomputes the probabilities from it, so memory is
+// O(T) per row, never O(T^2).  GQA: query head h reads KV head h / G (HF repeat_kv).
+//   PyTorch: F.scaled_dot_product_attention(q, k.repeat_interleave(G, 1), v.repeat_interleave(G, 1), is_causal=True)
+//
+// The math (value_paths.md section 0), per (b, query head h), scale = 1/sqrt(D):
+//   forward   S_ij = q_i . K_j * scale (j <= i), P = softmax_j(S), o_i = sum_j P_ij V_j, lse_i = log sum_j exp(S_ij)
+//   backward  delta_i = dO_i . o_i,  P_ij = exp(S_ij - lse_i),  dV_j = sum_i P_ij dO_i,
+//             dS_ij = P_ij (dO_i . V_j - delta_i),  dq_i = scale sum_j dS_ij K_j,  dK_j = scale sum_i dS_ij q_i
+//   with GQA, dK and dV of a KV head are summed over the G query heads of its group.
+//
+// Interface: AttentionArgs holds every input and output as a pointer plus a row stride, and the
+// range of query heads [h0, h1) to process. This is where value paths (the next issue) plug in
+// without touching the kernels: a path points a layer's k/v at another layer's qkv slice (or at a
+// gathered/mixed buffer), may split the heads over several calls with different k/v (SLA: the
+// last heads read the source layer), and points dk/dv at per-layer accumulation buffers with
+// accumulate_dkv = true (dk += ...), so cross-layer gradients add up without atomics.
+//
+// Kernels (numbers as in dev/cuda/attention_forward.cu and attention_backward.cu):
+//   version 1 (SIMT, any floatX): one thread per query row (forward, dQ) or key row (dK/dV), K/V or
+//     Q/dO tiles staged in shared memory as fp32, online softmax per key. Readable and exact in
+//     fp32: the FP32 build uses it (tensor cores would mean TF32, too coarse for the fp32 bounds).
+//   version 2 (tensor cores, bf16): FlashAttention-2 tiling, 64x64 tiles, 4 warps of 16 rows,
+//     mma.sync.m16n8k16 bf16 -> fp32 with ldmatrix fragments, the score accumulators re-used in
+//     registers as the A operand of P @ V (no shared-memory round trip), exp2 with the scale folded
+//     into log2(e). The BF16 build uses it.
+// Backward, both versions: three kernels: delta = rowsum(dO * O); dK/dV with one block per
+// (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
+// fixed order (the group sum is deterministic, no atomics); dQ with one block per (b, query head,
+// query tile) looping over key tiles. FlashAttention-2 accumulates dQ with atomicAdd inside the
+// dK/dV kernel; we recompute S and dP in a separate dQ kernel instead (about 40% more attention
+// backward FLOPs) so that results are bit-reproducible.
+//
+// defines: AttentionArgs, attention_head_dim_supported, attention_forward, attention_backward
+//          (and attention_forward1/2, attention_backward1/2 for the dev labs)
+#pragma once
+
+#include "kernels/common.cuh"
+
+namespace gpu {
+
+struct AttentionArgs {
+    int B = 0, T = 0, H = 0, Hkv = 0, D = 0;
+    int h0 = 0, h1 = 0;  // query heads processed: [h0, h1), multiples of G = H/Hkv (default: all)
+    // inputs: row (b*T + t) of q starts at q + (b*T + t)*q_rs; head h at column h*D (k, v: KV head g at g*D)
+    const floatX* q = nullptr;
+    long q_rs = 0;
+    const floatX* k = nullptr;
+    long k_rs = 0;
+    const floatX* v = nullptr;
+    long v_rs = 0;
+    floatX* out = nullptr;  // (B,T,H*D) dense: the forward's output, read again by the backward
+    float* lse = nullptr;   // (B,H,T) log-sum-exp of each score row (natural log)
+    // backward only
+    const floatX* dout = nullptr;  // (B,T,H*D) dense
+    float* delta = nullptr;        // (B,H,T) scratch: rowsum(dO * O)
+    floatX* dq = nullptr;          // written (overwritten), rows of dq_rs
+    long dq_rs = 0;
+    floatX* dk = nullptr;  // written, or added to when accumulate_dkv; rows of dk_rs
+    long dk_rs = 0;
+    floatX* dv = nullptr;
+    long dv_rs = 0;
+    bool accumulate_dkv = false;
+};
+
+inline bool attention_head_dim_supported(int D) { return D == 16 || D == 32 || D == 64 || D == 128; }
+
+// ----------------------------------------------------------------------------
+// kernels, version 1: SIMT, fp32 math, one thread per row
+
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+// rows per block of the version-1 kernels: 64 for D <= 64, 32 for D = 128 (registers)
+template <int D>
+__host__ __device__ constexpr int attn1_tile() { return D <= 64 ? 64 : 32; }
+
+// copies rows [row0, row0 + nrows) of a strided floatX source into a dense fp32 shared tile
+// (rows of ld floats), zero rows past T; all threads of the block take part
+template <int D>
+__device__ __forceinline__ void attn1_load_tile(float* dst, int ld, const floatX* src, long rs, int row0, int nrows, int T) {
+    for (int idx = threadIdx.x; idx < nrows * D; idx += blockDim.x) {
+        int r = idx / D, d = idx % D, row = row0 + r;
+        dst[r * ld + d] = row < T ? to_float(src[(size_t)row * rs + d]) : 0.0f;
+    }
+}
+
+template <int D>
+static __global__ void attention_forward_kernel1(AttentionArgs a) {
+    constexpr int TILE = attn1_tile<D>();
+    extern __shared__ float smem1[];
+    float* ks = smem1;            // (TILE, D)
+    float* vs = smem1 + TILE * D;  // (TILE, D)
+    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
+    int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
+    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    int i = qt * TILE + threadIdx.x;
+    const floatX* qb = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
+    const floatX* kb = a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D;
+    const floatX* vb = a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D;
+    float scale = 1.0f / sqrtf((float)D);
+    float q[D], o[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) {
+        q[d] = i < a.T ? to_float(qb[(size_t)i * a.q_rs + d]) : 0.0f;
+        o[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        __syncthreads();
+        attn1_load_tile<D>(ks, D, kb, a.k_rs, kt * TILE, TILE, a.T);
+        attn1_load_tile<D>(vs, D, vb, a.v_rs, kt * TILE, TILE, a.T);
+        __syncthreads();
+        int jn = min(TILE, i - kt * TILE + 1);  // keys j <= i
+        for (int jj = 0; jj < jn; jj++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++) s += q[d] * ks[jj * D + d];
+            s *= scale;
+            if (s > m) {  // a new running max: rescale what was accumulated
+                float c = expf(m - s);
+                l *= c;
+#pragma unroll
+                for (int d = 0; d < D; d++) o[d] *= c;
+                m = s;
+            }
+            float p = expf(s - m);
+            l += p;
+#pragma unroll
+            for (int d = 0; d < D; d++) o[d] += p * vs[jj * D + d];
+        }
+    }
+    if (i >= a.T) return;
+    floatX* ob = a.out + ((size_t)b * a.T + i) * a.H * D + (size_t)h * D;
+#pragma unroll
+    for (int d = 0; d < D; d++) ob[d] = from_float<floatX>(o[d] / l);
+    a.lse[((size_t)b * a.H + h) * a.T + i] = m + logf(l);
+}
+
+// delta[b,h,t] = sum_d dout * out, one thread per (b, h in range, t); shared by both versions
+static __global__ void attention_backward_preprocess_kernel1(AttentionArgs a) {
+    int nh = a.h1 - a.h0;
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)a.B * nh * a.T) return;
+    int t = (int)(idx % a.T), h = a.h0 + (int)(idx / a.T % nh), b = (int)(idx / ((long)a.T * nh));
+    size_t off = ((size_t)b * a.T + t) * a.H * a.D + (size_t)h * a.D;
+    float acc = 0.0f;
+    for (int d = 0; d < a.D; d++) acc += to_float(a.dout[off + d]) * to_float(a.out[off + d]);
+    a.delta[((size_t)b * a.H + h) * a.T + t] = acc;
+}
+
+// dK, dV: one thread per key row j of KV head g; loops over the group's query heads, then query tiles
+template <int D>
+static __global__ void attention_backward_dkdv_kernel1(AttentionArgs a) {
+    constexpr int TILE = attn1_tile<D>();
+    constexpr int LDO = D + 1;  // own-row tiles: +1 so that threads reading their own rows hit distinct banks
+    extern __shared__ float smem1[];
+    float* qs = smem1;                 // (TILE, D)   queries of the current tile
+    float* dos = qs + TILE * D;        // (TILE, D)   their output gradients
+    float* kown = dos + TILE * D;      // (TILE, LDO) this block's keys
+    float* vown = kown + TILE * LDO;   // (TILE, LDO) this block's values
+    float* lse_s = vown + TILE * LDO;  // (TILE)
+    float* delta_s = lse_s + TILE;     // (TILE)
+    int G = a.H / a.Hkv, ng = (a.h1 - a.h0) / G;
+    int kt = blockIdx.x, b = blockIdx.y / ng, g = a.h0 / G + blockIdx.y % ng;
+    int j = kt * TILE + threadIdx.x;
+    int nqt = CEIL_DIV(a.T, TILE);
+    float scale = 1.0f / sqrtf((float)D);
+    attn1_load_tile<D>(kown, LDO, a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D, a.k_rs, kt * TILE, TILE, a.T);
+    attn1_load_tile<D>(vown, LDO, a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D, a.v_rs, kt * TILE, TILE, a.T);
+    float dk[D], dv[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) dk[d] = dv[d] = 0.0f;
+    const float* kj = kown + threadIdx.x * LDO;
+    const float* vj = vown + threadIdx.x * LDO;
+    for (int h = g * G; h < (g + 1) * G; h++) {
+        for (int qt = kt; qt < nqt; qt++) {
+            __syncthreads();
+            attn1_load_tile<D>(qs, D, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * TILE, TILE, a.T);
+            attn1_load_tile<D>(dos, D, a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D, (long)a.H * D, qt * TILE, TILE, a.T);
+            for (int r = threadIdx.x; r < TILE; r += blockDim.x) {
+                int row = qt * TILE + r;
+                lse_s[r] = row < a.T ? a.lse[((size_t)b * a.H + h) * a.T + row] : INFINITY;
+                delta_s[r] = row < a.T ? a.delta[((size_t)b * a.H + h) * a.T + row] : 0.0f;
+            }
+            __syncthreads();
+            for (int ii = 0; ii < TILE; ii++) {
+                int i = qt * TILE + ii;
+                if (i < j || i >= a.T) continue;
+                const float* qi = qs + ii * D;
+                const float* doi = dos + ii * D;
+                float s = 0.0f, dp = 0.0f;
+#pragma unroll
+                for (int d = 0; d < D; d++) {
+                    s += qi[d] * kj[d];
+                    dp += doi[d] * vj[d];
+                }
+                float p = expf(s * scale - lse_s[ii]);
+                float ds = p * (dp - delta_s[ii]);
+#pragma unroll
+                for (int d = 0; d < D; d++) {
+                    dv[d] += p * doi[d];
+                    dk[d] += ds * qi[d];
+                }
+            }
+        }
+    }
+    if (j >= a.T) return;
+    floatX* dkj = a.dk + ((size_t)b * a.T + j) * a.dk_rs + (size_t)g * D;
+    floatX* dvj = a.dv + ((size_t)b * a.T + j) * a.dv_rs + (size_t)g * D;
+#pragma unroll
+    for (int d = 0; d < D; d++) {
+        float k_new = dk[d] * scale, v_new = dv[d];
+        if (a.accumulate_dkv) {
+            k_new += to_float(dkj[d]);
+            v_new += to_float(dvj[d]);
+        }
+        dkj[d] = from_float<floatX>(k_new);
+        dvj[d] = from_float<floatX>(v_new);
+    }
+}
+
+// dQ: one thread per query row i of head h; loops over key tiles
+template <int D>
+static __global__ void attention_backward_dq_kernel1(AttentionArgs a) {
+    constexpr int TILE = attn1_tile<D>();
+    constexpr int LDO = D + 1;
+    extern __shared__ float smem1[];
+    float* ks = smem1;                 // (TILE, D)
+    float* vs = ks + TILE * D;         // (TILE, D)
+    float* qown = vs + TILE * D;       // (TILE, LDO)
+    float* doown = qown + TILE * LDO;  // (TILE, LDO)
+    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
+    int qt = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    int i = qt * TILE + threadIdx.x;
+    float scale = 1.0f / sqrtf((float)D);
+    attn1_load_tile<D>(qown, LDO, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * TILE, TILE, a.T);
+    attn1_load_tile<D>(doown, LDO, a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D, (long)a.H * D, qt * TILE, TILE, a.T);
+    float lse = i < a.T ? a.lse[((size_t)b * a.H + h) * a.T + i] : INFINITY;
+    float delta = i < a.T ? a.delta[((size_t)b * a.H + h) * a.T + i] : 0.0f;
+    const float* qi = qown + threadIdx.x * LDO;
+    const float* doi = doown + threadIdx.x * LDO;
+    float dq[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) dq[d] = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        __syncthreads();
+        attn1_load_tile<D>(ks, D, a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D, a.k_rs, kt * TILE, TILE, a.T);
+        attn1_load_tile<D>(vs, D, a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D, a.v_rs, kt * TILE, TILE, a.T);
+        __syncthreads();
+        int jn = min(TILE, i - kt * TILE + 1);
+        for (int jj = 0; jj < jn; jj++) {
+            float s = 0.0f, dp = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++) {
+                s += qi[d] * ks[jj * D + d];
+                dp += doi[d] * vs[jj * D + d];
+            }
+            float p = expf(s * scale - lse);
+            float ds = p * (dp - delta);
+#pragma unroll
+            for (int d = 0; d < D; d++) dq[d] += ds * ks[jj * D + d];
+        }
+    }
+    if (i >= a.T) return;
+    floatX* dqi = a.dq + ((size_t)b * a.T + i) * a.dq_rs + (size_t)h * D;
+#pragma unroll
+    for (int d = 0; d < D; d++) dqi[d] = from_float<floatX>(dq[d] * scale);
+}
+
+// ----------------------------------------------------------------------------
+// kernels, version 2: tensor cores (bf16 mma.sync), FlashAttention-2 tiling
+#ifdef ENABLE_BF16
+
+// Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"), with
+// g = lane / 4 and t = lane % 4:
+//   A (16x16, row): a0a1 = (g, 2t..2t+1), a2a3 = (g+8, 2t..), a4a5 = (g, 2t+8..), a6a7 = (g+8, 2t+8..)
+//   B (16x8, col):  b0b1 = (k = 2t..2t+1, n = g), b2b3 = (k = 2t+8.., n = g)
+//   C (16x8):       c0c1 = (g, 2t..2t+1), c2c3 = (g+8, 2t..2t+1)
+// so the C fragments of two adjacent n-tiles (n = 0..15) are exactly an A fragment with k = 0..15:
+// scores computed as C become the A operand of P @ V without leaving registers.
+// ldmatrix.x4 loads four 8x8 b16 matrices; lane L gives the address of row L%8 of matrix L/8.
+
+constexpr int ATT2_TILE = 64;  // query and key rows per tile
+constexpr int ATT2_THREADS = 128;  // 4 warps x 16 rows
+__host__ __device__ constexpr int att2_lds(int D) { return D + 8; }  // shared row stride (bf16): +16 bytes, so ldmatrix rows hit distinct banks
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* p) {
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// c (16x8 fp32) += a (16x16 bf16) @ b (16x8 bf16)
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits = the lower column
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Address helpers for a 16x16 block at (row0, col0) of a shared tile with row stride LDS:
+//   A operand (rows = M, cols = K), or B^T stored row-major as [N][K] (then x4 gives two n-tiles):
+__device__ __forceinline__ const __nv_bfloat16* frag_a_addr(const __nv_bfloat16* s, int lds, int row0, int col0, int lane) {
+    return s + (row0 + lane % 16) * lds + col0 + (lane / 16) * 8;
+}
+__device__ __forceinline__ const __nv_bfloat16* frag_bt_addr(const __nv_bfloat16* s, int lds, int n0, int k0, int lane) {
+    // B given as rows n (e.g. keys) of K columns: regs {0,1} = n-tile n0, {2,3} = n-tile n0+8
+    return s + (n0 + lane % 8 + (lane / 16) * 8) * lds + k0 + ((lane / 8) % 2) * 8;
+}
+__device__ __forceinline__ const __nv_bfloat16* frag_b_trans_addr(const __nv_bfloat16* s, int lds, int k0, int n0, int lane) {
+    // B given row-major as [K][N] (e.g. V: keys x dims), loaded with .trans: regs {0,1} = n-tile n0, {2,3} = n0+8
+    return s + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * lds + n0 + (lane / 16) * 8;
+}
+
+// rows [row0, row0+64) of a strided bf16 source -> shared tile (row stride LDS), zeros past T;
+// 16-byte loads (row strides and head offsets are multiples of 8 elements: checked by the launcher)
+template <int D>
+__device__ __forceinline__ void att2_load_tile(__nv_bfloat16* dst, const __nv_bfloat16* src, long rs, int row0, int T) {
+    constexpr int LDS = att2_lds(D), CPR = D / 8;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
+        int r = c / CPR, cc = (c % CPR) * 8, row = row0 + r;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (row < T) val = *reinterpret_cast<const uint4*>(src + (size_t)row * rs + cc);
+        *reinterpret_cast<uint4*>(dst + r * LDS + cc) = val;
+    }
+}
+
+template <int D>
+static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2(AttentionArgs a) {
+    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;  // NT: n-tiles of 8 keys per tile
+    extern __shared__ __align__(16) unsigned char smem2[];
+    __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
+    __nv_bfloat16* Ks = Qs + ATT2_TILE * LDS;
+    __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
+    int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
+    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
+    const float sl2 = LOG2E / sqrtf((float)D);  // scores in log2 units: exp(x) = exp2(x * log2 e)
+
+    att2_load_tile<D>(Qs, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * ATT2_TILE, a.T);
+    __syncthreads();
+    uint32_t qf[D / 16][4];  // this warp's 16 query rows as A fragments
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[ks], frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};  // rows gr and gr+8 of the warp
+    int row = qt * ATT2_TILE + warp * 16 + gr;
+    const __nv_bfloat16* kb = a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D;
+    const __nv_bfloat16* vb = a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        __syncthreads();  // everyone is done with the previous K, V tiles
+        att2_load_tile<D>(Ks, kb, a.k_rs, kt * ATT2_TILE, a.T);
+        att2_load_tile<D>(Vs, vb, a.v_rs, kt * ATT2_TILE, a.T);
+        __syncthreads();
+        // S = Q K^T  (16 rows x 64 keys per warp)
+        float s[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t kf[4];
+                ldsm_x4(kf, frag_bt_addr(Ks, LDS, np * 16, ks * 16, lane));
+                mma_bf16_16816(s[2 * np], qf[ks], kf[0], kf[1]);
+                mma_bf16_16816(s[2 * np + 1], qf[ks], kf[2], kf[3]);
+            }
+        // causal mask (only the diagonal tile has masked entries) and the running max
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = row + (e >= 2 ? 8 : 0), col = kt * ATT2_TILE + j * 8 + 2 * tq + (e & 1);
+                float x = s[j][e] * sl2;
+                if (kt == qt && (col > r || col >= a.T)) x = -INFINITY;
+                s[j][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float m_new = fmaxf(mrow[r], mx[r]);  // finite: every row has a key <= itself in every tile it visits
+            float corr = exp2f(mrow[r] - m_new);   // 0 on the first tile (mrow = -inf)
+            mrow[r] = m_new;
+            lrow[r] *= corr;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                o[j][2 * r] *= corr;
+                o[j][2 * r + 1] *= corr;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = exp2f(s[j][e] - mrow[e >> 1]);
+                s[j][e] = p;
+                lrow[e >> 1] += p;  // this thread's part of the row sum; the quad is summed at the end
+            }
+        // O += P V: P from registers (C layout of two n-tiles = A layout of one k-step)
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t vf[4];
+                ldsm_x4_trans(vf, frag_b_trans_addr(Vs, LDS, kk * 16, dp * 16, lane));
+                mma_bf16_16816(o[2 * dp], pa, vf[0], vf[1]);
+                mma_bf16_16816(o[2 * dp + 1], pa, vf[2], vf[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
+        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int rr = row + 8 * r;
+        if (rr >= a.T) continue;
+        float inv = 1.0f / lrow[r];
+        __nv_bfloat16* ob = a.out + ((size_t)b * a.T + rr) * a.H * D + (size_t)h * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *reinterpret_cast<uint32_t*>(ob + j * 8 + 2 * tq) = pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+        if (tq == 0) a.lse[((size_t)b * a.H + h) * a.T + rr] = mrow[r] * LN2 + logf(lrow[r]);
+    }
+}
+
+// dK, dV: block = (b, KV head g, 64-key tile), 4 warps x 16 keys; loops over the G query heads of
+// the group and the query tiles at or after the key tile. Computes transposed scores S^T (keys x
+// queries) so that P^T and dS^T come out in the C layout that is the A operand of dV += P^T dO and
+// dK += dS^T Q.
+template <int D>
+static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_kernel2(AttentionArgs a) {
+    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;
+    extern __shared__ __align__(16) unsigned char smem2[];
+    __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem2);
+    __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+    __nv_bfloat16* Qs = Vs + ATT2_TILE * LDS;
+    __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
+    float* lse_s = reinterpret_cast<float*>(dOs + ATT2_TILE * LDS);  // log2 units
+    float* delta_s = lse_s + ATT2_TILE;
+    int G = a.H / a.Hkv, ng = (a.h1 - a.h0) / G;
+    int kt = blockIdx.x, b = blockIdx.y / ng, g = a.h0 / G + blockIdx.y % ng;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
+    int nqt = CEIL_DIV(a.T, ATT2_TILE);
+    const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
+
+    att2_load_tile<D>(Ks, a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D, a.k_rs, kt * ATT2_TILE, a.T);
+    att2_load_tile<D>(Vs, a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D, a.v_rs, kt * ATT2_TILE, a.T);
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.0f;
+    int key = kt * ATT2_TILE + warp * 16 + gr;  // this thread's keys: key, key + 8
+
+    for (int h = g * G; h < (g + 1) * G; h++) {
+        for (int qt = kt; qt < nqt; qt++) {
+            __syncthreads();
+            att2_load_tile<D>(Qs, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * ATT2_TILE, a.T);
+            att2_load_tile<D>(dOs, a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D, (long)a.H * D, qt * ATT2_TILE, a.T);
+            for (int r = threadIdx.x; r < ATT2_TILE; r += ATT2_THREADS) {
+                int qrow = qt * ATT2_TILE + r;
+                lse_s[r] = qrow < a.T ? a.lse[((size_t)b * a.H + h) * a.T + qrow] * LOG2E : INFINITY;
+                delta_s[r] = qrow < a.T ? a.delta[((size_t)b * a.H + h) * a.T + qrow] : 0.0f;
+            }
+            __syncthreads();
+            // S^T = K Q^T and dP^T = V dO^T (16 keys x 64 queries per warp)
+            float st[NT][4], dpt[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) {
+                uint32_t kf[4], vf[4];
+                ldsm_x4(kf, frag_a_addr(Ks, LDS, warp * 16, ks * 16, lane));
+                ldsm_x4(vf, frag_a_addr(Vs, LDS, warp * 16, ks * 16, lane));
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t qf[4], df[4];
+                    ldsm_x4(qf, frag_bt_addr(Qs, LDS, np * 16, ks * 16, lane));
+                    ldsm_x4(df, frag_bt_addr(dOs, LDS, np * 16, ks * 16, lane));
+                    mma_bf16_16816(st[2 * np], kf, qf[0], qf[1]);
+                    mma_bf16_16816(st[2 * np + 1], kf, qf[2], qf[3]);
+                    mma_bf16_16816(dpt[2 * np], vf, df[0], df[1]);
+                    mma_bf16_16816(dpt[2 * np + 1], vf, df[2], df[3]);
+                }
+            }
+            // P^T = exp(S^T - lse) with the causal mask (query >= key); dS^T = P^T (dP^T - delta)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int kr = key + (e >= 2 ? 8 : 0), ql = j * 8 + 2 * tq + (e & 1), qrow = qt * ATT2_TILE + ql;
+                    float p = qrow >= kr ? exp2f(st[j][e] * sl2 - lse_s[ql]) : 0.0f;  // qrow >= T: lse = inf -> 0
+                    st[j][e] = p;
+                    dpt[j][e] = p * (dpt[j][e] - delta_s[ql]);
+                }
+            // dV += P^T dO, dK += dS^T Q  (k = the 64 queries, in 4 steps of 16)
+#pragma unroll
+            for (int kk = 0; kk < NT / 2; kk++) {
+                uint32_t pa[4] = {pack_bf16x2(st[2 * kk][0], st[2 * kk][1]), pack_bf16x2(st[2 * kk][2], st[2 * kk][3]),
+                                  pack_bf16x2(st[2 * kk + 1][0], st[2 * kk + 1][1]), pack_bf16x2(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+                uint32_t sa[4] = {pack_bf16x2(dpt[2 * kk][0], dpt[2 * kk][1]), pack_bf16x2(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                  pack_bf16x2(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]), pack_bf16x2(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t df[4], qf[4];
+                    ldsm_x4_trans(df, frag_b_trans_addr(dOs, LDS, kk * 16, dp * 16, lane));
+                    ldsm_x4_trans(qf, frag_b_trans_addr(Qs, LDS, kk * 16, dp * 16, lane));
+                    mma_bf16_16816(dv[2 * dp], pa, df[0], df[1]);
+                    mma_bf16_16816(dv[2 * dp + 1], pa, df[2], df[3]);
+                    mma_bf16_16816(dk[2 * dp], sa, qf[0], qf[1]);
+                    mma_bf16_16816(dk[2 * dp + 1], sa, qf[2], qf[3]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int kr = key + 8 * r;
+        if (kr >= a.T) continue;
+        __nv_bfloat16* dkb = a.dk + ((size_t)b * a.T + kr) * a.dk_rs + (size_t)g * D;
+        __nv_bfloat16* dvb = a.dv + ((size_t)b * a.T + kr) * a.dv_rs + (size_t)g * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            int d = j * 8 + 2 * tq;
+            float k0 = dk[j][2 * r] * scale, k1 = dk[j][2 * r + 1] * scale, v0 = dv[j][2 * r], v1 = dv[j][2 * r + 1];
+            if (a.accumulate_dkv) {
+                k0 += __bfloat162float(dkb[d]);
+                k1 += __bfloat162float(dkb[d + 1]);
+                v0 += __bfloat162float(dvb[d]);
+                v1 += __bfloat162float(dvb[d + 1]);
+            }
+            *reinterpret_cast<uint32_t*>(dkb + d) = pack_bf16x2(k0, k1);
+            *reinterpret_cast<uint32_t*>(dvb + d) = pack_bf16x2(v0, v1);
+        }
+    }
+}
+
+// dQ: block = (b, query head h, 64-query tile), 4 warps x 16 queries; loops over the key tiles
+template <int D>
+static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_kernel2(AttentionArgs a) {
+    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;
+    extern __shared__ __align__(16) unsigned char smem2[];
+    __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
+    __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
+    __nv_bfloat16* Ks = dOs + ATT2_TILE * LDS;
+    __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
+    int qt = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
+    const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
+
+    att2_load_tile<D>(Qs, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * ATT2_TILE, a.T);
+    att2_load_tile<D>(dOs, a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D, (long)a.H * D, qt * ATT2_TILE, a.T);
+    int row = qt * ATT2_TILE + warp * 16 + gr;
+    float lse2[2], delta[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int rr = row + 8 * r;
+        lse2[r] = rr < a.T ? a.lse[((size_t)b * a.H + h) * a.T + rr] * LOG2E : INFINITY;
+        delta[r] = rr < a.T ? a.delta[((size_t)b * a.H + h) * a.T + rr] : 0.0f;
+    }
+    float dq[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+    const __nv_bfloat16* kb = a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D;
+    const __nv_bfloat16* vb = a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        __syncthreads();
+        att2_load_tile<D>(Ks, kb, a.k_rs, kt * ATT2_TILE, a.T);
+        att2_load_tile<D>(Vs, vb, a.v_rs, kt * ATT2_TILE, a.T);
+        __syncthreads();
+        // S = Q K^T, dP = dO V^T (16 queries x 64 keys per warp)
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t qf[4], df[4];
+            ldsm_x4(qf, frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
+            ldsm_x4(df, frag_a_addr(dOs, LDS, warp * 16, ks * 16, lane));
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t kf[4], vf[4];
+                ldsm_x4(kf, frag_bt_addr(Ks, LDS, np * 16, ks * 16, lane));
+                ldsm_x4(vf, frag_bt_addr(Vs, LDS, np * 16, ks * 16, lane));
+                mma_bf16_16816(s[2 * np], qf, kf[0], kf[1]);
+                mma_bf16_16816(s[2 * np + 1], qf, kf[2], kf[3]);
+                mma_bf16_16816(dp[2 * np], df, vf[0], vf[1]);
+                mma_bf16_16816(dp[2 * np + 1], df, vf[2], vf[3]);
+            }
+        }
+        // dS = P (dP - delta), P = exp(S - lse) with the causal mask
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = e >> 1, col = kt * ATT2_TILE + j * 8 + 2 * tq + (e & 1);
+                float p = (col <= row + 8 * r && col < a.T) ? exp2f(s[j][e] * sl2 - lse2[r]) : 0.0f;
+                s[j][e] = p * (dp[j][e] - delta[r]);
+            }
+        // dQ += dS K  (k = the 64 keys)
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t sa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dd = 0; dd < D / 16; dd++) {
+                uint32_t kf[4];
+                ldsm_x4_trans(kf, frag_b_trans_addr(Ks, LDS, kk * 16, dd * 16, lane));
+                mma_bf16_16816(dq[2 * dd], sa, kf[0], kf[1]);
+                mma_bf16_16816(dq[2 * dd + 1], sa, kf[2], kf[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int rr = row + 8 * r;
+        if (rr >= a.T) continue;
+        __nv_bfloat16* dqb = a.dq + ((size_t)b * a.T + rr) * a.dq_rs + (size_t)h * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) *reinterpret_cast<uint32_t*>(dqb + j * 8 + 2 * tq) = pack_bf16x2(dq[j][2 * r] * scale, dq[j][2 * r + 1] * scale);
+    }
+}
+
+#endif  // ENABLE_BF16
+
+// ----------------------------------------------------------------------------
+// launchers
+
+inline void attention_check_args(const AttentionArgs& a, bool backward, int version) {
+    KERNEL_ASSERT(a.B >= 1 && a.T >= 1 && a.H >= 1 && a.Hkv >= 1 && a.H % a.Hkv == 0);
+    KERNEL_ASSERT(attention_head_dim_supported(a.D));
+    int G = a.H / a.Hkv;
+    KERNEL_ASSERT(0 <= a.h0 && a.h0 < a.h1 && a.h1 <= a.H && a.h0 % G == 0 && a.h1 % G == 0);
+    KERNEL_ASSERT(a.q && a.k && a.v && a.out && a.lse);
+    KERNEL_ASSERT(a.q_rs >= (long)a.H * a.D && a.k_rs >= (long)a.Hkv * a.D && a.v_rs >= (long)a.Hkv * a.D);
+    if (backward) {
+        KERNEL_ASSERT(a.dout && a.delta && a.dq && a.dk && a.dv);
+        KERNEL_ASSERT(a.dq_rs >= (long)a.H * a.D && a.dk_rs >= (long)a.Hkv * a.D && a.dv_rs >= (long)a.Hkv * a.D);
+    }
+    if (version == 2) {  // 16-byte tile loads: 8-element aligned rows and pointers
+        auto aligned = [](const void* p) { return ((uintptr_t)p % 16) == 0; };
+        KERNEL_ASSERT(a.q_rs % 8 == 0 && a.k_rs % 8 == 0 && a.v_rs % 8 == 0 && aligned(a.q) && aligned(a.k) && aligned(a.v) && aligned(a.out));
+        if (backward) KERNEL_ASSERT(aligned(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && a.dv_rs % 2 == 0);
+    }
+}
+
+inline AttentionArgs attention_full_range(AttentionArgs a) {
+    if (a.h1 == 0) {
+        a.h0 = 0;
+        a.h1 = a.H;
+    }
+    return a;
+}
+
+template <int D>
+void attention_forward1_d(const AttentionArgs& a, cudaStream_t stream) {
+    constexpr int TILE = attn1_tile<D>();
+    size_t smem = 2 * TILE * D * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel1<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_kernel1<D><<<dim3(CEIL_DIV(a.T, TILE), a.B * (a.h1 - a.h0)), TILE, smem, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int D>
+void attention_backward1_d(const AttentionArgs& a, cudaStream_t stream) {
+    constexpr int TILE = attn1_tile<D>();
+    int G = a.H / a.Hkv;
+    size_t smem_kv = (2 * TILE * D + 2 * TILE * (D + 1) + 2 * TILE) * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel1<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    attention_backward_dkdv_kernel1<D><<<dim3(CEIL_DIV(a.T, TILE), a.B * (a.h1 - a.h0) / G), TILE, smem_kv, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+    size_t smem_q = (2 * TILE * D + 2 * TILE * (D + 1)) * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel1<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+    attention_backward_dq_kernel1<D><<<dim3(CEIL_DIV(a.T, TILE), a.B * (a.h1 - a.h0)), TILE, smem_q, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
+
+inline void attention_backward_preprocess(const AttentionArgs& a, cudaStream_t stream) {
+    const int block_size = 256;
+    long n = (long)a.B * (a.h1 - a.h0) * a.T;
+    attention_backward_preprocess_kernel1<<<(unsigned)CEIL_DIV(n, (long)block_size), block_size, 0, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
+
+// version 1 (SIMT), any floatX
+inline void attention_forward1(AttentionArgs a, cudaStream_t stream) {
+    a = attention_full_range(a);
+    attention_check_args(a, false, 1);
+    switch (a.D) {
+        case 16: attention_forward1_d<16>(a, stream); break;
+        case 32: attention_forward1_d<32>(a, stream); break;
+        case 64: attention_forward1_d<64>(a, stream); break;
+        case 128: attention_forward1_d<128>(a, stream); break;
+    }
+}
+
+inline void attention_backward1(AttentionArgs a, cudaStream_t stream) {
+    a = attention_full_range(a);
+    attention_check_args(a, true, 1);
+    attention_backward_preprocess(a, stream);
+    switch (a.D) {
+        case 16: attention_backward1_d<16>(a, stream); break;
+        case 32: attention_backward1_d<32>(a, stream); break;
+        case 64: attention_backward1_d<64>(a, stream); break;
+        case 128: attention_backward1_d<128>(a, stream); break;
+    }
+}
+
+#ifdef ENABLE_BF16
+template <int D>
+void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
+    size_t smem = 3 * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_kernel2<D><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int D>
+void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
+    int G = a.H / a.Hkv;
+    size_t smem_kv = 4 * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + 2 * ATT2_TILE * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    attention_backward_dkdv_kernel2<D><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+    size_t smem_q = 4 * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+    attention_backward_dq_kernel2<D><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
+
+// version 2 (tensor cores), bf16 only
+inline void attention_forward2(AttentionArgs a, cudaStream_t stream) {
+    a = attention_full_range(a);
+    attention_check_args(a, false, 2);
+    switch (a.D) {
+        case 16: attention_forward2_d<16>(a, stream); break;
+        case 32: attention_forward2_d<32>(a, stream); break;
+        case 64: attention_forward2_d<64>(a, stream); break;
+        case 128: attention_forward2_d<128>(a, stream); break;
+    }
+}
+
+inline void attention_backward2(AttentionArgs a, cudaStream_t stream) {
+    a = attention_full_range(a);
+    attention_check_args(a, true, 2);
+    attention_backward_preprocess(a, stream);
+    switch (a.D) {
+        case 16: attention_backward2_d<16>(a, stream); break;
+        case 32: attention_backward2_d<32>(a, stream); break;
+        case 64: attention_backward2_d<64>(a, stream); break;
+        case 128: attention_backward2_d<128>(a, stream); break;
+    }
+}
+#endif  // ENABLE_BF16
+
+// The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
+// Forward: reads q, k, v; writes out and lse. Backward: reads q, k, v, out, lse, dout; writes
+// delta (scratch), dq, and dk/dv (or adds into them with accumulate_dkv).
+inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
+#ifdef ENABLE_BF16
+    attention_forward2(a, stream);
+#else
+    attention_forward1(a, stream);
+#endif
+}
+
+inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
+#ifdef ENABLE_BF16
+    attention_backward2(a, stream);
+#else
+    attention_backward1(a, stream);
+#endif
+}
+
+}  // namespace gpu

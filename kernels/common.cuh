@@ -1,0 +1,157 @@
+// kernels/common.cuh: what every GPU kernel header of valuepath shares.
+//
+//   floatX            the activation/compute type, fixed at build time: PRECISION=BF16 (default)
+//                     -> __nv_bfloat16, PRECISION=FP32 -> float (make passes -DENABLE_BF16 or
+//                     -DENABLE_FP32). Master weights, gradients and optimizer moments are always
+//                     float; only parameters-as-read-by-kernels and activations are floatX.
+//   cudaCheck, cublasCheck    every CUDA/cuBLAS call goes through one of these: file, line, the
+//                     expression and the error string, then runtime_error (exit 1, or a thrown
+//                     VpError in test builds) -- the same failure path as the host code.
+//   KERNEL_ASSERT     launchers assert the shapes their kernels assume, with the condition text.
+//   cuda_malloc_check cudaMalloc that says how many bytes it needed and how many were free.
+//   warp/block reductions with a FIXED order (determinism), vectorised 16-byte loads.
+//
+// Everything GPU-side lives in namespace gpu, so that test_gpt.cu can hold the GPU trainer and the
+// CPU reference (train_gpt_cpu.cpp, global namespace, same op names) in one translation unit.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "host/utils.h"  // runtime_error, CEIL_DIV
+
+#if defined(ENABLE_FP32) && defined(ENABLE_BF16)
+#error "define only one of ENABLE_FP32 and ENABLE_BF16 (make PRECISION=FP32|BF16)"
+#endif
+#if !defined(ENABLE_FP32) && !defined(ENABLE_BF16)
+#define ENABLE_BF16  // the default, as in the Makefile
+#endif
+
+namespace gpu {
+
+#ifdef ENABLE_FP32
+typedef float floatX;
+#define PRECISION_NAME "fp32"
+#else
+typedef __nv_bfloat16 floatX;
+#define PRECISION_NAME "bf16"
+#endif
+constexpr bool FLOATX_IS_FLOAT = sizeof(floatX) == sizeof(float);
+
+// ----------------------------------------------------------------------------
+// error checking
+
+inline void cuda_check_(cudaError_t err, const char* expr, const char* file, int line) {
+    if (err == cudaSuccess) return;
+    runtime_error(err == cudaErrorMemoryAllocation ? "use a smaller --batch-size or --seq-len, or --recompute 2" : nullptr,
+                  "CUDA error at %s:%d: %s\n  in: %s", file, line, cudaGetErrorString(err), expr);
+}
+#define cudaCheck(err) (gpu::cuda_check_((err), #err, __FILE__, __LINE__))
+
+inline void cublas_check_(cublasStatus_t st, const char* expr, const char* file, int line) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    runtime_error(nullptr, "cuBLAS error %d (%s) at %s:%d\n  in: %s", (int)st, cublasGetStatusString(st), file, line, expr);
+}
+#define cublasCheck(st) (gpu::cublas_check_((st), #st, __FILE__, __LINE__))
+
+// Launcher shape checks: always on (not assert(), which NDEBUG would remove). A failed one is a
+// bug in the caller, not a user error, so it says "internal".
+#define KERNEL_ASSERT(cond)                                                                                   \
+    do {                                                                                                      \
+        if (!(cond)) runtime_error(nullptr, "internal: kernel launcher check failed at %s:%d: %s", __FILE__, __LINE__, #cond); \
+    } while (0)
+
+// cudaMalloc with a message that names what was being allocated and the bytes needed/free.
+inline void* cuda_malloc_check(size_t bytes, const char* what) {
+    void* p = nullptr;
+    if (bytes == 0) return nullptr;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky-free error state of a failed allocation
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        runtime_error("use a smaller --batch-size or --seq-len, or --recompute 2 (see ./train --help)",
+                      "out of GPU memory allocating %s: needed %.3f GiB, %.3f GiB free of %.3f GiB (%s)", what, bytes / 1073741824.0,
+                      free_b / 1073741824.0, total_b / 1073741824.0, cudaGetErrorString(err));
+    }
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// conversions and vectorised access
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// 16 bytes of T held in registers: 8 bf16 or 4 float. Loads and stores of whole 16-byte words are
+// what makes memory-bound kernels run at bandwidth; the pointer must be 16-byte aligned.
+template <typename T>
+struct alignas(16) Packed128 {
+    static constexpr int size = 16 / sizeof(T);
+    T v[size];
+    __device__ __forceinline__ T& operator[](int i) { return v[i]; }
+    __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
+};
+template <typename T>
+__device__ __forceinline__ Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
+template <typename T>
+__device__ __forceinline__ void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
+typedef Packed128<floatX> x128;
+
+// ----------------------------------------------------------------------------
+// reductions in a fixed order: every lane ends with the same value, computed by the same tree in
+// every run, so results never depend on timing.
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024). Uses 32 words of shared
+// memory; every thread returns the total. Two calls in a row need a __syncthreads between them,
+// which this function does at its start.
+template <typename T>
+__device__ T block_sum(T v) {
+    __shared__ T partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? partial[lane] : (T)0;
+    return warp_sum(v);
+}
+
+inline int cuda_num_sms() {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return n;
+}
+
+}  // namespace gpu

@@ -1,0 +1,131 @@
+// kernels/layernorm.cuh: LayerNorm over the channel dim, with gain and bias (GPT-2).
+//
+//   layernorm_forward   out = (x - mean) * rstd * w + b; caches mean, rstd (fp32) per row
+//                       PyTorch: F.layer_norm(x, (C,), w, b, eps)
+//   layernorm_backward  dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),
+//                       dnorm = w * dout, norm = (x - mean) * rstd;  dw += sum_rows dout * norm;
+//                       db += sum_rows dout
+//
+// One warp per row; statistics in fp32 from floatX inputs, two passes (mean, then variance of the
+// centred values, as the CPU reference), 16-byte loads. The parameter gradients are sums over all
+// rows, done by the fixed-order two-stage reduction of kernels/reduce.cuh (deterministic).
+// Versions and timings: dev/cuda/layernorm.cu.
+//
+// defines: layernorm_forward, layernorm_backward
+#pragma once
+
+#include "kernels/common.cuh"
+#include "kernels/reduce.cuh"
+
+namespace gpu {
+
+// ----------------------------------------------------------------------------
+// kernels
+
+// one warp per row; lane handles 16-byte chunks lane, lane+32, ...
+static __global__ void layernorm_forward_kernel2(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight, const floatX* bias, int N,
+                                                 int C, float eps) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane * x128::size; c < C; c += 32 * x128::size) {
+        x128 v = load128(x + c);
+        for (int k = 0; k < x128::size; k++) sum += to_float(v[k]);
+    }
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane * x128::size; c < C; c += 32 * x128::size) {
+        x128 v = load128(x + c);
+        for (int k = 0; k < x128::size; k++) {
+            float d = to_float(v[k]) - m;
+            var += d * d;
+        }
+    }
+    float s = 1.0f / sqrtf(warp_sum(var) / C + eps);
+    floatX* o = out + (size_t)row * C;
+    for (int c = lane * x128::size; c < C; c += 32 * x128::size) {
+        x128 v = load128(x + c), w = load128(weight + c), b = load128(bias + c), r;
+        for (int k = 0; k < x128::size; k++) r[k] = from_float<floatX>((to_float(v[k]) - m) * s * to_float(w[k]) + to_float(b[k]));
+        store128(o + c, r);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// dinp part: one warp per row
+static __global__ void layernorm_backward_kernel2(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
+                                                  const float* rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const floatX* dy = dout + (size_t)row * C;
+    const floatX* x = inp + (size_t)row * C;
+    float m = mean[row], s = rstd[row];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int c = lane * x128::size; c < C; c += 32 * x128::size) {
+        x128 g = load128(dy + c), v = load128(x + c), w = load128(weight + c);
+        for (int k = 0; k < x128::size; k++) {
+            float norm = (to_float(v[k]) - m) * s, dnorm = to_float(w[k]) * to_float(g[k]);
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+    }
+    dnorm_mean = warp_sum(dnorm_mean) / C;
+    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
+    floatX* dx = dinp + (size_t)row * C;
+    for (int c = lane * x128::size; c < C; c += 32 * x128::size) {
+        x128 g = load128(dy + c), v = load128(x + c), w = load128(weight + c), d = load128(dx + c);
+        for (int k = 0; k < x128::size; k++) {
+            float norm = (to_float(v[k]) - m) * s, dnorm = to_float(w[k]) * to_float(g[k]);
+            d[k] = from_float<floatX>(to_float(d[k]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+        }
+        store128(dx + c, d);
+    }
+}
+
+// parameter part, stage 1: block (32, 8) over PARTIAL_ROWS rows x 32 channels;
+// partial row y = [sum dout*norm (C) | sum dout (C)]
+static __global__ void layernorm_param_backward_kernel1(float* partial, const floatX* dout, const floatX* inp, const float* mean, const float* rstd, int N,
+                                                        int C) {
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * PARTIAL_ROWS, r1 = min(N, r0 + PARTIAL_ROWS);
+    float dw = 0.0f, db = 0.0f;
+    if (c < C)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            float dy = to_float(dout[(size_t)r * C + c]);
+            dw += dy * (to_float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
+            db += dy;
+        }
+    column_partials_finish(partial, dw, c, C, 2 * C);
+    column_partials_finish(partial + C, db, c, C, 2 * C);
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+// out, inp (N,C) floatX; mean, rstd (N) fp32; weight, bias (C)
+inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, float eps,
+                              cudaStream_t stream) {
+    const int block_size = 256;  // 8 rows per block
+    KERNEL_ASSERT(C % x128::size == 0);
+    layernorm_forward_kernel2<<<CEIL_DIV(N, block_size / 32), block_size, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+    cudaCheck(cudaGetLastError());
+}
+
+// dinp (N,C) floatX, accumulated (+=); dweight, dbias (C) fp32, accumulated;
+// partial: num_partials(N) * 2C floats of scratch
+inline void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
+                               const float* rstd, float* partial, int N, int C, cudaStream_t stream) {
+    const int block_size = 256;
+    KERNEL_ASSERT(C % x128::size == 0);
+    layernorm_backward_kernel2<<<CEIL_DIV(N, block_size / 32), block_size, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    cudaCheck(cudaGetLastError());
+    layernorm_param_backward_kernel1<<<dim3(CEIL_DIV(C, 32), num_partials(N)), dim3(32, 8), 0, stream>>>(partial, dout, inp, mean, rstd, N, C);
+    cudaCheck(cudaGetLastError());
+    reduce_partials(dweight, partial, num_partials(N), C, 2 * C, stream);
+    reduce_partials(dbias, partial + C, num_partials(N), C, 2 * C, stream);
+}
+
+}  // namespace gpu

@@ -1,0 +1,190 @@
+// kernels/matmul.cuh: every linear layer, through cuBLASLt, plus the bias gradient.
+//
+//   matmul_forward   out = inp @ weight^T (+ bias) (+ residual)     PyTorch: F.linear(inp, w, b) (+ x)
+//   matmul_backward  dinp (+)= dout @ weight,  dweight += dout^T @ inp,  dbias += sum_rows dout
+//
+// Row-major (PyTorch) matrices are column-major matrices transposed, so every product below is
+// written in cuBLAS's column-major terms; each call says which. Operands are floatX, accumulation
+// is fp32 (CUBLAS_COMPUTE_32F: in the FP32 build this is true fp32, no TF32), the weight gradient
+// is written in fp32 (mixed-type GEMM: bf16 A/B, fp32 C/D) and accumulated with beta = 1, so
+// gradient accumulation over micro-batches happens in fp32.
+//
+// Epilogues used: BIAS (bias added in fp32 before the single rounding of the output) and the C
+// operand with beta = 1 for the residual add (res_att = x + attproj(...) in one GEMM: the residual
+// adds are fused here, so there is no separate residual kernel).
+//
+// Determinism: cuBLAS(Lt) documents bit-wise reproducible results run to run on the same GPU
+// model and toolkit version (split-K reductions, when chosen, are ordered: see
+// cublasLtReductionScheme_t). The algorithm is picked once per shape by the heuristic and cached,
+// so every step (and a resumed process) runs the same kernels. The bias gradient is ours: a
+// two-stage fixed-order reduction (kernels/reduce.cuh), never atomics.
+//
+// defines: matmul_init, matmul_free, matmul_forward, matmul_backward, bias_backward
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/reduce.cuh"
+
+namespace gpu {
+
+// ----------------------------------------------------------------------------
+// cuBLASLt state: one handle, one workspace (32 MiB: cuBLAS's recommendation for Hopper), and the
+// algorithm chosen for each shape.
+
+struct MatmulState {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 32u << 20;
+    std::map<std::string, cublasLtMatmulAlgo_t> algos;
+};
+inline MatmulState& matmul_state() {
+    static MatmulState s;
+    return s;
+}
+
+inline void matmul_init() {
+    MatmulState& s = matmul_state();
+    if (s.handle) return;
+    cublasCheck(cublasLtCreate(&s.handle));
+    s.workspace = cuda_malloc_check(s.workspace_bytes, "cuBLASLt workspace");
+}
+
+inline void matmul_free() {
+    MatmulState& s = matmul_state();
+    if (!s.handle) return;
+    cudaCheck(cudaFree(s.workspace));
+    cublasCheck(cublasLtDestroy(s.handle));
+    s = MatmulState();
+}
+
+constexpr cudaDataType_t CUDA_FLOATX = FLOATX_IS_FLOAT ? CUDA_R_32F : CUDA_R_16BF;
+
+// largest power of two (<= 256) dividing both the address and the leading dimension in bytes:
+// what we may promise cuBLASLt about alignment (it assumes 256 unless told)
+inline uint32_t operand_alignment(const void* p, long ld, size_t elem) {
+    uint64_t x = (uint64_t)(uintptr_t)p | (uint64_t)(ld * (long)elem) | 256u;
+    return (uint32_t)(x & (~x + 1));
+}
+
+// D (m x n, column-major, ld ldd) = alpha * op(A) @ op(B) + beta * C (+ bias[m] broadcast over n).
+// A, B are floatX; C and D have type `cd_type` (floatX or fp32). op(A) is m x k, op(B) is k x n.
+inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
+                            bool trans_a, bool trans_b, long lda, long ldb, long ldc, long ldd, float alpha, float beta, cudaStream_t stream) {
+    MatmulState& s = matmul_state();
+    KERNEL_ASSERT(s.handle != nullptr);  // matmul_init() first
+    KERNEL_ASSERT(m > 0 && n > 0 && k > 0);
+    KERNEL_ASSERT(lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
+    KERNEL_ASSERT(beta == 0.0f || (c != nullptr && ldc >= m));
+    if (beta == 0.0f) {
+        c = d;
+        ldc = ldd;
+    }
+    size_t cd_size = cd_type == CUDA_R_32F ? 4 : 2;
+
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias) {
+        cudaDataType_t bias_type = CUDA_FLOATX;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    cublasLtMatrixLayout_t la, lb, lc, ld;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, trans_a ? k : m, trans_a ? m : k, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, trans_b ? n : k, trans_b ? k : n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, cd_type, m, n, ldc));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, cd_type, m, n, ldd));
+
+    uint32_t al_a = operand_alignment(a, lda, sizeof(floatX)), al_b = operand_alignment(b, ldb, sizeof(floatX));
+    uint32_t al_c = operand_alignment(c, ldc, cd_size), al_d = operand_alignment(d, ldd, cd_size);
+    char key[256];
+    snprintf(key, sizeof(key), "%d %d %d %d%d %ld %ld %ld %ld %d %d %u %u %u %u", m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd, (int)cd_type,
+             bias != nullptr, al_a, al_b, al_c, al_d);
+    auto it = s.algos.find(key);
+    if (it == s.algos.end()) {
+        cublasLtMatmulPreference_t pref;
+        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &s.workspace_bytes, sizeof(s.workspace_bytes)));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+        cublasLtMatmulHeuristicResult_t result;
+        int found = 0;
+        cublasCheck(cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, lc, ld, pref, 1, &result, &found));
+        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        if (found == 0)
+            runtime_error(nullptr, "internal: cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d lda=%ld ldb=%ld ldd=%ld bias=%d", m, n, k,
+                          (int)trans_a, (int)trans_b, lda, ldb, ldd, bias != nullptr);
+        it = s.algos.emplace(key, result.algo).first;
+    }
+    cublasCheck(cublasLtMatmul(s.handle, desc, &alpha, a, la, b, lb, &beta, c, lc, d, ld, &it->second, s.workspace, s.workspace_bytes, stream));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+// ----------------------------------------------------------------------------
+// kernels
+
+// stage 1 of dbias[c] = sum_i dout[i*rs + c]: block (32, 8) sums PARTIAL_ROWS rows of 32 columns
+static __global__ void bias_backward_kernel1(float* partial, const floatX* dout, int N, int OC, long rs) {
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * PARTIAL_ROWS, r1 = min(N, r0 + PARTIAL_ROWS);
+    float acc = 0.0f;
+    if (c < OC)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_float(dout[(size_t)r * rs + c]);
+    column_partials_finish(partial, acc, c, OC, OC);
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+// dbias (OC) += sum over the N rows of dout (rows of rs elements). partial: num_partials(N) * OC floats.
+inline void bias_backward(float* dbias, const floatX* dout, float* partial, int N, int OC, long rs, cudaStream_t stream) {
+    KERNEL_ASSERT(N >= 1 && OC >= 1 && rs >= OC);
+    dim3 block(32, 8), grid(CEIL_DIV(OC, 32), num_partials(N));
+    bias_backward_kernel1<<<grid, block, 0, stream>>>(partial, dout, N, OC, rs);
+    cudaCheck(cudaGetLastError());
+    reduce_partials(dbias, partial, num_partials(N), OC, OC, stream);
+}
+
+// out (N rows of out_rs) = inp (N rows of inp_rs, C used) @ weight^T (weight: OC x C) + bias (OC, or NULL)
+//                          + residual (N rows of out_rs, or NULL; may equal out)
+// Column-major: out^T (OC x N) = W (OC x C, i.e. the stored C x OC transposed) @ inp^T (C x N).
+inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, const floatX* residual, int N, int C, int OC,
+                           long inp_rs, long out_rs, cudaStream_t stream) {
+    KERNEL_ASSERT(inp_rs >= C && out_rs >= OC);
+    matmul_cublaslt(out, residual, CUDA_FLOATX, weight, inp, bias, OC, N, C, true, false, C, inp_rs, out_rs, out_rs, 1.0f, residual ? 1.0f : 0.0f,
+                    stream);
+}
+
+// The backward of matmul_forward, scaled by alpha (the classifier folds 1/(B*T) in here):
+//   dinp (N x C)   = or += alpha * dout (N rows of dout_rs, OC used) @ weight (OC x C)   [dinp may be NULL]
+//   dweight (OC x C, fp32) += alpha * dout^T @ inp (N x C, dense)
+//   dbias (OC, fp32)       += sum_rows dout                                             [alpha must be 1]
+// accumulate_dinp: false overwrites dinp (its old contents are ignored), true adds to it.
+inline void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp, const floatX* weight, float* partial,
+                            int N, int C, int OC, long dout_rs, bool accumulate_dinp, float alpha, cudaStream_t stream) {
+    KERNEL_ASSERT(dout_rs >= OC);
+    KERNEL_ASSERT(dbias == nullptr || alpha == 1.0f);
+    if (dinp) {
+        // column-major: dinp^T (C x N) = weight^T (the stored C x OC) @ dout^T (OC x N, ld dout_rs)
+        matmul_cublaslt(dinp, dinp, CUDA_FLOATX, weight, dout, nullptr, C, N, OC, false, false, C, dout_rs, C, C, alpha, accumulate_dinp ? 1.0f : 0.0f,
+                        stream);
+    }
+    // column-major: dweight^T (C x OC) += inp^T (C x N) @ dout (N x OC: the stored OC x N transposed)
+    matmul_cublaslt(dweight, dweight, CUDA_R_32F, inp, dout, nullptr, C, OC, N, false, true, C, dout_rs, C, C, alpha, 1.0f, stream);
+    if (dbias) bias_backward(dbias, dout, partial, N, OC, dout_rs, stream);
+}
+
+}  // namespace gpu

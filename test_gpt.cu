@@ -1,0 +1,482 @@
+// test_gpt.cu: the GPU trainer (train_gpt.cu) against the CPU reference (train_gpt_cpu.cpp), in
+// one program: both models are built from the same config, initialised from the same seed, fed the
+// same batch, and compared on
+//   * the parameter table (names, sizes, decay, init: the checkpoint layout) and the init, bit for bit;
+//   * the logits, the loss and every parameter gradient, tensor by tensor (by param_specs name);
+//   * 10 AdamW steps: the loss and the gradient norm of every step;
+// for GPT-2, Llama with GQA (G = 2), and Llama with GQA (G = 4) and QK-norm, at T = 80 (one full
+// 64-row attention tile plus a ragged one). Then the GPU build alone:
+//   * determinism: two runs from the same seed give bit-identical losses, norms and weights;
+//   * --resume: save after 5 steps, reload, rerun steps 6..10: bit-identical to the uninterrupted run;
+//   * checkpoints move between builds: GPU -> CPU and CPU -> GPU give bit-identical weights;
+//   * --recompute 1 and 2 give bit-identical losses and gradients to --recompute 0;
+//   * the value-path hook: attention split over two head ranges equals one call, bit for bit.
+//
+// Tolerances (stated where they are set, below): the FP32 build computes the same function as the
+// reference in the same precision, so only summation order and libm differ: tight bounds. The BF16
+// build's bounds are multiples of bf16's unit roundoff u = 2^-8, sized by how many roundings lie
+// on the path to each quantity; every comparison prints its error next to its bound, so a
+// session on a GPU can see the margins (and tighten the constants to what it measures).
+//
+// Prints "skipped: no CUDA device" and exits 0 where there is no GPU (CI compiles this, a GPU
+// session runs it). Otherwise "N passed, N failed", exit 1 on any failure.
+#define TESTING
+#include "train_gpt_cpu.cpp"
+#include "train_gpt.cu"
+#include "tests/testing.h"
+
+// one forward with targets; returns the mean loss (either build's model)
+template <typename M>
+static float forward_loss(M* m, const int* inputs, const int* targets, int B, int T) {
+    gpt_forward(m, inputs, targets, B, T);
+    return m->mean_loss;
+}
+
+#include <unistd.h>
+
+// ----------------------------------------------------------------------------
+// tolerances
+
+#ifdef ENABLE_FP32
+// Same math, same precision: the results differ by summation order (cuBLAS vs the packed CPU GEMM,
+// tree vs sequential reductions) and by expf/tanhf implementations (<= 2 ulp). Rounding errors of
+// fp32 sums of n terms are ~sqrt(n) * 2^-24 ~ 1e-6 for the n ~ 10^2..10^4 here; the backward pass
+// compounds a few of them, and gradients of small tensors (norm gains, biases) are sums with
+// cancellation. Bounds are normwise relative errors ||gpu - cpu|| / ||cpu||:
+static const double TOL_LOGITS = 1e-5;  // ~10x the expected ~1e-6
+static const double TOL_LOSS = 1e-5;    // relative: the loss moves by ~|d logit| (~1e-6 here); the mean is summed in double by both
+static const double TOL_GRAD = 1e-4;    // ~10x the expected; any wrong term gives O(1)
+static const double TOL_STEPS = 1e-4;   // relative, per step's loss over 10 AdamW steps (sign flips of
+                                        // m/sqrt(v) on ~0 gradients move weights by lr: small loss effect)
+#else
+// bf16: every stored activation and the weights the kernels read are rounded with relative error
+// <= u = 2^-8 (round to nearest: u/2, we use u). Errors of independent roundings add roughly in
+// quadrature; a block of the forward rounds ~8 times on the way to the logits, so L = 2 blocks
+// give ~sqrt(20) u ~ 4.5u for the logits (2u is what the final rounding alone gives); gradients
+// go through about twice as many roundings plus the bf16 dlogits, and small parameter-gradient
+// tensors are sums with cancellation, hence the wider bound.
+static const double BF16_U = 1.0 / 256.0;
+static const double TOL_LOGITS = 8 * BF16_U;  // 0.031, normwise relative
+static const double TOL_LOSS = 2 * BF16_U;    // 0.0078 relative: the loss averages B*T rows, errors average out
+static const double TOL_GRAD = 16 * BF16_U;   // 0.0625 normwise relative per tensor
+static const double TOL_STEPS = 4 * BF16_U;   // 0.016 relative, per step's loss over 10 AdamW steps
+#endif
+
+// ----------------------------------------------------------------------------
+// helpers
+
+struct TestConfig {
+    const char* name;
+    std::vector<const char*> flags;
+};
+
+static const int TB = 2, TT = 80;  // batch: one full 64-row attention tile and a ragged one of 16
+
+static std::vector<TestConfig> test_configs() {
+    return {
+        {"gpt2", {"--arch", "gpt2", "--layers", "2", "--heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"}},
+        {"llama_gqa", {"--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"}},
+        {"llama_gqa_qknorm",
+         {"--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "1", "--dim", "256", "--qk-norm", "1", "--vocab", "300", "--max-seq", "96"}},
+    };
+}
+
+// The model config exactly as the trainer's command line would make it.
+static ModelConfig config_from_flags(const TestConfig& tc) {
+    std::vector<char*> argv = {(char*)"test_gpt"};
+    for (const char* f : tc.flags) argv.push_back((char*)f);
+    RunConfig rc;
+    parse_command_line(&rc, (int)argv.size(), argv.data());
+    return model_config_from_flags(rc);
+}
+
+static void random_batch(const ModelConfig& c, uint64_t seed, std::vector<int>* inp, std::vector<int>* tgt) {
+    Rng r = rng_stream(seed, 99);
+    inp->resize(TB * TT);
+    tgt->resize(TB * TT);
+    for (int i = 0; i < TB * TT; i++) {
+        (*inp)[i] = (int)(rng_next_u64(&r) % c.vocab_size);
+        (*tgt)[i] = (int)(rng_next_u64(&r) % c.vocab_size);
+    }
+}
+
+struct ErrStats {
+    double rel;      // ||a - b|| / ||b||
+    double max_abs;  // max |a - b|
+    bool finite;
+};
+
+static ErrStats compare(const float* a, const float* ref, size_t n) {
+    double num = 0, den = 0, mx = 0;
+    bool finite = true;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        if (!std::isfinite(a[i])) finite = false;
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        mx = std::max(mx, std::fabs(d));
+    }
+    return {den > 0 ? std::sqrt(num / den) : std::sqrt(num), mx, finite};
+}
+
+static void check_close(const char* cfg, const char* what, const float* a, const float* ref, size_t n, double tol) {
+    ErrStats e = compare(a, ref, n);
+    printf("    %-18s %-12s rel err %.3e (bound %.1e)  max abs %.3e  n=%zu\n", cfg, what, e.rel, tol, e.max_abs, n);
+    CHECK(e.finite, "%s %s: non-finite values", cfg, what);
+    CHECK(e.rel <= tol, "%s %s: normwise relative error %.3e exceeds %.1e", cfg, what, e.rel, tol);
+}
+
+static std::vector<float> gpu_download(const float* dev, size_t n) {
+    std::vector<float> h(n);
+    cudaCheck(cudaMemcpy(h.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static AdamWSettings test_adamw(float lr, float norm, float clip) {
+    AdamWSettings s;
+    s.lr = lr;
+    s.beta1 = 0.9f;
+    s.beta2 = 0.95f;
+    s.eps = 1e-8f;
+    s.weight_decay = 0.1f;
+    s.grad_scale = (clip > 0 && norm > clip) ? clip / norm : 1.0f;  // as host/train_loop.h
+    s.lr_peak = lr;
+    return s;
+}
+
+// One training step (as host/train_loop.h does it). Returns the loss; the norm through *norm.
+template <typename Model>
+static float train_step(Model* m, const std::vector<int>& inp, const std::vector<int>& tgt, int step, float* norm) {
+    gpt_zero_grad(m);
+    float loss = forward_loss(m, inp.data(), tgt.data(), TB, TT);
+    gpt_backward(m, 1.0f);
+    *norm = (float)gpt_grad_norm(m);
+    gpt_update(m, test_adamw(1e-3f, *norm, 1.0f), step);
+    return loss;
+}
+
+static std::string make_temp_dir() {
+    char tmpl[] = "/tmp/test_gpt_XXXXXX";
+    char* d = mkdtemp(tmpl);
+    if (!d) runtime_error(nullptr, "mkdtemp failed");
+    return d;
+}
+
+static void remove_dir(const std::string& dir) {
+    for (int64_t s : checkpoint_list_steps(dir)) unlink(checkpoint_path(dir, s).c_str());
+    rmdir(dir.c_str());
+}
+
+static CheckpointMeta test_meta(const ModelConfig& c, int64_t step) {
+    CheckpointMeta meta;
+    meta.model = c;
+    meta.step = step;
+    meta.run_text = "test_gpt\n";
+    return meta;
+}
+
+// ----------------------------------------------------------------------------
+// GPU vs CPU
+
+// Logits, loss and every gradient after one forward/backward from the same init on the same batch.
+static void check_forward_backward(const TestConfig& tc) {
+    ModelConfig c = config_from_flags(tc);
+    std::vector<int> inp, tgt;
+    random_batch(c, 7, &inp, &tgt);
+    CpuModel cpu;
+    gpt_build(&cpu, c);
+    gpt_init_params(&cpu, 1337);
+    GpuModel gm;
+    gpt_build(&gm, c);
+    gpt_init_params(&gm, 1337);
+    size_t n = cpu.num_params;
+    REQUIRE(gm.num_params == n, "%s: %zu GPU parameters vs %zu CPU", tc.name, gm.num_params, n);
+    std::vector<float> master = gpu_download(gm.master, n);
+    CHECK(memcmp(master.data(), cpu.params_memory, n * sizeof(float)) == 0, "%s: the GPU init differs from the CPU init", tc.name);
+
+    // logits: the CPU keeps a copy before its softmax; the GPU leaves them in place with keep_logits
+    cpu.save_logits = true;
+    float cpu_loss = forward_loss(&cpu, inp.data(), tgt.data(), TB, TT);
+    gm.keep_logits = true;
+    float gpu_loss_keep = forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+    std::vector<float> gpu_logits;
+    gpu::copy_logits_to_host(&gm, TB * TT, &gpu_logits);
+    gm.keep_logits = false;
+    REQUIRE(cpu.debug_logits.size() == gpu_logits.size(), "%s: logits sizes differ", tc.name);
+    check_close(tc.name, "logits", gpu_logits.data(), cpu.debug_logits.data(), gpu_logits.size(), TOL_LOGITS);
+
+    gpt_zero_grad(&cpu);
+    gpt_backward(&cpu, 1.0f);
+    gpt_zero_grad(&gm);
+    float gpu_loss = forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+    gpt_backward(&gm, 1.0f);
+    printf("    %-18s %-12s cpu %.7f gpu %.7f (rel bound %.1e)\n", tc.name, "loss", cpu_loss, gpu_loss, TOL_LOSS);
+    CHECK(std::fabs(gpu_loss - cpu_loss) <= TOL_LOSS * std::fabs(cpu_loss), "%s: loss %.7f vs CPU %.7f", tc.name, gpu_loss, cpu_loss);
+    CHECK(gpu_loss == gpu_loss_keep, "%s: the loss depends on keep_logits (%.9g vs %.9g)", tc.name, gpu_loss, gpu_loss_keep);
+
+    std::vector<float> grads = gpu_download(gm.grads_memory, n);
+    size_t off = 0;
+    for (const ParamSpec& s : cpu.specs) {
+        if (s.count) check_close(tc.name, s.name, grads.data() + off, cpu.grads_memory + off, s.count, TOL_GRAD);
+        off += s.count;
+    }
+    float cpu_norm = (float)gpt_grad_norm(&cpu), gpu_norm = (float)gpt_grad_norm(&gm);
+    CHECK(std::fabs(gpu_norm - cpu_norm) <= TOL_GRAD * cpu_norm, "%s: grad norm %.6g vs CPU %.6g", tc.name, gpu_norm, cpu_norm);
+    gpt_free(&gm);
+    gpt_free(&cpu);
+}
+
+TEST(forward_backward_gpt2) { check_forward_backward(test_configs()[0]); }
+TEST(forward_backward_llama_gqa) { check_forward_backward(test_configs()[1]); }
+TEST(forward_backward_llama_gqa_qknorm) { check_forward_backward(test_configs()[2]); }
+
+// 10 AdamW steps on one batch from the same init: the loss and gradient norm of every step.
+static void check_steps(const TestConfig& tc) {
+    ModelConfig c = config_from_flags(tc);
+    std::vector<int> inp, tgt;
+    random_batch(c, 11, &inp, &tgt);
+    CpuModel cpu;
+    gpt_build(&cpu, c);
+    gpt_init_params(&cpu, 42);
+    GpuModel gm;
+    gpt_build(&gm, c);
+    gpt_init_params(&gm, 42);
+    double worst = 0;
+    for (int step = 1; step <= 10; step++) {
+        float cn, gn;
+        float cl = train_step(&cpu, inp, tgt, step, &cn);
+        float gl = train_step(&gm, inp, tgt, step, &gn);
+        double rel = std::fabs((double)gl - cl) / std::fabs(cl);
+        worst = std::max(worst, rel);
+        printf("    %-18s step %2d  loss cpu %.6f gpu %.6f (rel %.2e)  norm cpu %.5f gpu %.5f\n", tc.name, step, cl, gl, rel, cn, gn);
+        CHECK(rel <= TOL_STEPS, "%s step %d: loss %.7f vs CPU %.7f", tc.name, step, gl, cl);
+        CHECK(std::fabs(gn - cn) <= 4 * TOL_GRAD * cn, "%s step %d: grad norm %.6g vs CPU %.6g", tc.name, step, gn, cn);
+    }
+    printf("    %-18s worst step loss rel err %.3e (bound %.1e)\n", tc.name, worst, TOL_STEPS);
+    gpt_free(&gm);
+    gpt_free(&cpu);
+}
+
+TEST(steps_gpt2) { check_steps(test_configs()[0]); }
+TEST(steps_llama_gqa) { check_steps(test_configs()[1]); }
+TEST(steps_llama_gqa_qknorm) { check_steps(test_configs()[2]); }
+
+// ----------------------------------------------------------------------------
+// GPU alone: determinism, resume, checkpoints, recompute, the value-path hook
+
+struct RunRecord {
+    std::vector<float> losses, norms, master;
+};
+
+// Builds a GPU model (seed 5), runs steps [first, last] on batches drawn per step; optionally
+// loads a checkpoint first and/or saves one after step save_at.
+static RunRecord gpu_run(const ModelConfig& c, int first, int last, const std::string& load_path, const std::string& save_dir, int save_at, int recompute = 0) {
+    RunRecord r;
+    GpuModel gm;
+    gm.options.recompute = recompute;
+    gpt_build(&gm, c);
+    if (load_path.empty()) {
+        gpt_init_params(&gm, 5);
+    } else {
+        CheckpointMeta meta;
+        model_load(&gm, load_path, &meta, true);
+    }
+    for (int step = first; step <= last; step++) {
+        std::vector<int> inp, tgt;
+        random_batch(c, 1000 + step, &inp, &tgt);
+        float norm;
+        r.losses.push_back(train_step(&gm, inp, tgt, step, &norm));
+        r.norms.push_back(norm);
+        if (step == save_at) {
+            CheckpointMeta meta = test_meta(c, step);
+            model_save(&gm, save_dir, &meta);
+        }
+    }
+    r.master = gpu_download(gm.master, gm.num_params);
+    gpt_free(&gm);
+    return r;
+}
+
+static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(determinism_two_runs) {
+    for (const TestConfig& tc : test_configs()) {
+        ModelConfig c = config_from_flags(tc);
+        RunRecord a = gpu_run(c, 1, 10, "", "", -1), b = gpu_run(c, 1, 10, "", "", -1);
+        CHECK(same_bits(a.losses, b.losses), "%s: losses differ between two identical runs", tc.name);
+        CHECK(same_bits(a.norms, b.norms), "%s: gradient norms differ between two identical runs", tc.name);
+        CHECK(same_bits(a.master, b.master), "%s: weights differ after two identical runs", tc.name);
+        printf("    %-18s 10 steps twice: final loss %.9g / %.9g\n", tc.name, a.losses.back(), b.losses.back());
+    }
+}
+
+TEST(resume_bit_exact) {
+    for (const TestConfig& tc : test_configs()) {
+        ModelConfig c = config_from_flags(tc);
+        std::string dir = make_temp_dir();
+        RunRecord full = gpu_run(c, 1, 10, "", dir, 5);
+        RunRecord resumed = gpu_run(c, 6, 10, checkpoint_path(dir, 5), "", -1);
+        std::vector<float> tail(full.losses.begin() + 5, full.losses.end()), tail_norms(full.norms.begin() + 5, full.norms.end());
+        CHECK(same_bits(tail, resumed.losses), "%s: resumed losses differ from the uninterrupted run", tc.name);
+        CHECK(same_bits(tail_norms, resumed.norms), "%s: resumed gradient norms differ", tc.name);
+        CHECK(same_bits(full.master, resumed.master), "%s: resumed weights differ", tc.name);
+        remove_dir(dir);
+    }
+}
+
+TEST(checkpoint_moves_between_builds) {
+    for (const TestConfig& tc : test_configs()) {
+        ModelConfig c = config_from_flags(tc);
+        std::string dir_g = make_temp_dir(), dir_c = make_temp_dir();
+        // GPU -> CPU: weights and optimizer state arrive bit for bit
+        RunRecord g = gpu_run(c, 1, 3, "", dir_g, 3);
+        CpuModel cpu;
+        gpt_build(&cpu, c);
+        CheckpointMeta meta;
+        model_load(&cpu, checkpoint_path(dir_g, 3), &meta, true);
+        CHECK(memcmp(cpu.params_memory, g.master.data(), g.master.size() * sizeof(float)) == 0, "%s: GPU checkpoint -> CPU: weights differ", tc.name);
+        // CPU -> GPU
+        std::vector<int> inp, tgt;
+        random_batch(c, 3, &inp, &tgt);
+        float norm;
+        train_step(&cpu, inp, tgt, 4, &norm);
+        CheckpointMeta meta_c = test_meta(c, 4);
+        model_save(&cpu, dir_c, &meta_c);
+        GpuModel gm;
+        gpt_build(&gm, c);
+        CheckpointMeta meta2;
+        model_load(&gm, checkpoint_path(dir_c, 4), &meta2, true);
+        std::vector<float> master = gpu_download(gm.master, gm.num_params), am = gpu_download(gm.adam_m, gm.num_params);
+        CHECK(memcmp(master.data(), cpu.params_memory, master.size() * sizeof(float)) == 0, "%s: CPU checkpoint -> GPU: weights differ", tc.name);
+        CHECK(memcmp(am.data(), cpu.m_memory, am.size() * sizeof(float)) == 0, "%s: CPU checkpoint -> GPU: AdamW m differs", tc.name);
+        gpt_free(&gm);
+        gpt_free(&cpu);
+        remove_dir(dir_g);
+        remove_dir(dir_c);
+    }
+}
+
+TEST(recompute_is_bit_identical) {
+    for (const TestConfig& tc : test_configs()) {
+        ModelConfig c = config_from_flags(tc);
+        RunRecord r0 = gpu_run(c, 1, 3, "", "", -1, 0);
+        for (int level = 1; level <= 2; level++) {
+            RunRecord r = gpu_run(c, 1, 3, "", "", -1, level);
+            CHECK(same_bits(r0.losses, r.losses) && same_bits(r0.norms, r.norms) && same_bits(r0.master, r.master),
+                  "%s: --recompute %d changes the results", tc.name, level);
+        }
+    }
+}
+
+// The hook value paths use: attention over heads [0, H/2) and [H/2, H) in two calls must equal one
+// call over all heads, forward and backward (with dK/dV accumulated into a buffer, as a path's
+// cross-layer accumulator would be).
+TEST(attention_head_ranges) {
+    const TestConfig& tc = test_configs()[1];  // GQA, G = 2
+    ModelConfig c = config_from_flags(tc);
+    std::vector<int> inp, tgt;
+    random_batch(c, 21, &inp, &tgt);
+    GpuModel gm;
+    gpt_build(&gm, c);
+    gpt_init_params(&gm, 3);
+    gpt_zero_grad(&gm);
+    forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+    gpt_backward(&gm, 1.0f);  // leaves layer 0's datty in scratch, and dq/dk/dv of layer 0
+    int H = c.n_head, BT = TB * TT, D = c.head_dim, Hkv = c.n_kv_head;
+    gpu::AttentionArgs full = gpu::attention_backward_args(&gm, 0);
+    size_t n_out = (size_t)BT * H * D, n_lse = (size_t)BT * H, n_kv = (size_t)BT * Hkv * D;
+    gpu::floatX *out, *dq, *dk, *dv;
+    float* lse;
+    cudaCheck(cudaMalloc(&out, n_out * sizeof(gpu::floatX)));
+    cudaCheck(cudaMalloc(&dq, n_out * sizeof(gpu::floatX)));
+    cudaCheck(cudaMalloc(&dk, n_kv * sizeof(gpu::floatX)));
+    cudaCheck(cudaMalloc(&dv, n_kv * sizeof(gpu::floatX)));
+    cudaCheck(cudaMalloc(&lse, n_lse * sizeof(float)));
+    cudaCheck(cudaMemset(dk, 0, n_kv * sizeof(gpu::floatX)));
+    cudaCheck(cudaMemset(dv, 0, n_kv * sizeof(gpu::floatX)));
+    gpu::AttentionArgs part = full;
+    part.out = out;
+    part.lse = lse;
+    part.dq = dq;
+    part.dq_rs = H * D;
+    part.dk = dk;
+    part.dv = dv;
+    part.dk_rs = part.dv_rs = Hkv * D;
+    part.accumulate_dkv = true;  // into zeros: must equal the overwrite of the full call
+    for (int half = 0; half < 2; half++) {
+        part.h0 = half * H / 2;
+        part.h1 = (half + 1) * H / 2;
+        gpu::attention_forward(part, gm.stream);
+    }
+    // the backward reads out and lse: point it at the forward's own (full) ones for bit equality
+    part.out = full.out;
+    part.lse = full.lse;
+    for (int half = 0; half < 2; half++) {
+        part.h0 = half * H / 2;
+        part.h1 = (half + 1) * H / 2;
+        gpu::attention_backward(part, gm.stream);
+    }
+    cudaCheck(cudaStreamSynchronize(gm.stream));
+    auto download = [](const gpu::floatX* p, size_t rows, size_t cols, long rs) {
+        std::vector<gpu::floatX> h(rows * cols);
+        cudaCheck(cudaMemcpy2D(h.data(), cols * sizeof(gpu::floatX), p, rs * sizeof(gpu::floatX), cols * sizeof(gpu::floatX), rows, cudaMemcpyDeviceToHost));
+        return h;
+    };
+    auto bits_equal = [](const std::vector<gpu::floatX>& a, const std::vector<gpu::floatX>& b) { return memcmp(a.data(), b.data(), a.size() * sizeof(gpu::floatX)) == 0; };
+    CHECK(bits_equal(download(out, BT, H * D, H * D), download(full.out, BT, H * D, H * D)), "forward over two head ranges differs from one call");
+    std::vector<float> l1(n_lse), l2(n_lse);
+    cudaCheck(cudaMemcpy(l1.data(), lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(l2.data(), full.lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(same_bits(l1, l2), "lse over two head ranges differs from one call");
+    // the model's backward of layer 0 wrote dq/dk (Llama: dqk_rot, later rotated in place by
+    // rope_backward) and dv; recompute the full backward into fresh buffers to compare with
+    gpu::floatX *dq_f, *dk_f, *dv_f;
+    cudaCheck(cudaMalloc(&dq_f, n_out * sizeof(gpu::floatX)));
+    cudaCheck(cudaMalloc(&dk_f, n_kv * sizeof(gpu::floatX)));
+    cudaCheck(cudaMalloc(&dv_f, n_kv * sizeof(gpu::floatX)));
+    gpu::AttentionArgs one = part;
+    one.h0 = 0;
+    one.h1 = H;
+    one.dq = dq_f;
+    one.dk = dk_f;
+    one.dv = dv_f;
+    one.accumulate_dkv = false;
+    gpu::attention_backward(one, gm.stream);
+    cudaCheck(cudaStreamSynchronize(gm.stream));
+    CHECK(bits_equal(download(dq, BT, H * D, H * D), download(dq_f, BT, H * D, H * D)), "dq over two head ranges differs");
+    CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk over two head ranges differs");
+    CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv over two head ranges differs");
+    for (void* p : {(void*)out, (void*)dq, (void*)dk, (void*)dv, (void*)lse, (void*)dq_f, (void*)dk_f, (void*)dv_f}) cudaCheck(cudaFree(p));
+    gpt_free(&gm);
+}
+
+// Too little device memory must be a clear error that names the bytes needed.
+TEST(out_of_memory_message) {
+    ModelConfig c = config_from_flags(test_configs()[0]);
+    GpuModel gm;
+    gpt_build(&gm, c);
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    std::string msg;
+    try {
+        gpu::check_device_memory(free_b + (1ull << 30), "a test allocation", "a hint");
+    } catch (const VpError& e) {
+        msg = e.what();
+    }
+    CHECK(msg.find("needs") != std::string::npos && msg.find("GiB") != std::string::npos, "no clear out-of-memory message: '%s'", msg.c_str());
+    gpt_free(&gm);
+}
+
+int main(int argc, char** argv) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("skipped: no CUDA device (test_gpt, %s build; compiled, not run)\n", PRECISION_NAME);
+        return 0;
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("test_gpt: %s build, value path %s, on %s\n", PRECISION_NAME, value_path_name(VALUE_PATH_ID), prop.name);
+    return run_registered_tests(argc, argv);
+}

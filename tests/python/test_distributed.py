@@ -1,0 +1,165 @@
+"""Data-parallel training on the CPU build over MPI (host/distributed.h, docs/distributed.md).
+
+Runs `mpirun -np 2` on build/<path>-mpi/train_cpu, which `make test` builds where mpicxx and mpirun
+exist (CI installs OpenMPI: .ci/run). Without mpirun the tests skip, saying so.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_trainer_cli import PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, path_flags, read_log, trainer  # noqa: F401
+
+MPIRUN = shutil.which("mpirun")
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
+
+
+def mpi_trainer(path):
+    return REPO / "build" / f"{path}-mpi" / "train_cpu"
+
+
+def mpirun_cmd(np_, args, path="vanilla", env=None):
+    binary = mpi_trainer(path)
+    assert binary.exists(), f"{binary} is missing: run 'make test' (it builds every path's MPI trainer where mpicxx exists)"
+    xs = []
+    for k in ["OMP_NUM_THREADS"] + list(env or {}):
+        xs += ["-x", k]
+    # --oversubscribe: the CI machines may have fewer cores than ranks; as root mpirun needs the flag
+    return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + xs + [str(binary)] + [str(a) for a in args]
+
+
+def mpirun(np_, args, expect=0, path="vanilla", timeout=120, env=None):
+    e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    p = subprocess.run(mpirun_cmd(np_, args, path, env), capture_output=True, text=True, timeout=timeout, env=e)
+    if expect is not None:
+        assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
+    return p
+
+
+def single(args, path="vanilla"):
+    p = subprocess.run([str(trainer(path))] + [str(a) for a in args], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def losses(out_dir):
+    return [r["train_loss"] for r in read_log(out_dir) if "train_loss" in r]
+
+
+def floats(b):
+    return np.frombuffer(b, dtype=np.float32)
+
+
+FAMILY = {"vanilla": TINY_GPT2, "resformer": TINY_LLAMA, "svformer": TINY_GPT2, "sla": TINY_LLAMA, "depth": TINY_LLAMA}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_two_ranks_equal_one_rank_with_accumulation(tmp_path, data, path):
+    """2 ranks x B=4 == 1 process x B=4 x 2 accumulation steps, ZeRO-0 and ZeRO-1, every value path:
+    the same losses to fp32 round-off and the same weights; ZeRO-0 and ZeRO-1 bit-identical."""
+    family = FAMILY[path]
+    common = family + path_flags(path, family) + ["--train-data", data / "train_*.bin", "--batch-size", "4", "--max-steps", "6",
+                                                  "--lr", "1e-2", "--warmup-steps", "2", "--grad-clip", "1.0"]
+    single(common + ["--total-batch-tokens", "64", "--out-dir", tmp_path / "one"], path=path)
+    for zero in (0, 1):
+        p = mpirun(2, common + ["--zero", zero, "--out-dir", tmp_path / f"two_z{zero}"], path=path)
+        assert f"2 ranks, ZeRO-{zero}" in p.stdout and p.stdout.count("step ") >= 6  # rank 0 logs once
+    a, b0, b1 = (losses(tmp_path / d) for d in ["one", "two_z0", "two_z1"])
+    assert len(a) == 6 and b0 == b1
+    np.testing.assert_allclose(b0, a, rtol=2e-6)
+    assert b0[0] == a[0]  # the same parameters see the same sequences: the first loss is exact
+    t = {d: checkpoint_tensors(tmp_path / d / "ckpt_00000006.bin") for d in ["one", "two_z0", "two_z1"]}
+    assert t["two_z0"] == t["two_z1"]  # sharding the optimizer changes no bit
+    n = len(t["one"]) // 12
+    np.testing.assert_allclose(floats(t["two_z0"])[:n], floats(t["one"])[:n], rtol=0, atol=2e-5)
+    cfg = read_log(tmp_path / "two_z1")[0]
+    assert cfg["world"] == 2 and cfg["zero"] == 1 and cfg["tokens_per_step"] == 64
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_resume_under_two_ranks_is_bit_exact(tmp_path, data, zero):
+    common = TINY_LLAMA + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin", "--batch-size", "2",
+                           "--total-batch-tokens", "64", "--max-steps", "8", "--lr", "3e-3", "--eval-every", "4",
+                           "--checkpoint-every", "3", "--zero", zero]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    mpirun(2, common + ["--out-dir", straight])
+    mpirun(2, common + ["--out-dir", broken])
+    for name in ["ckpt_00000006.bin", "ckpt_00000008.bin"]:
+        (broken / name).unlink()
+    p = mpirun(2, common + ["--out-dir", broken, "--resume", 1])
+    assert "(step 3)" in p.stdout
+    after = lambda log: [(r["step"], r.get("train_loss"), r.get("val_loss")) for r in log if r.get("step", 0) > 3]
+    a = after(read_log(straight))
+    assert len(a) == 5 + 2 and a == after(read_log(broken)[[i for i, r in enumerate(read_log(broken)) if "resumed_from" in r][-1]:])
+    assert checkpoint_tensors(straight / "ckpt_00000008.bin") == checkpoint_tensors(broken / "ckpt_00000008.bin")
+    # the checkpoint holds the whole optimizer state, so another world size resumes it (to round-off)
+    shutil.rmtree(broken)
+    broken.mkdir()
+    shutil.copy(straight / "ckpt_00000003.bin", broken)
+    single(common[:-2] + ["--out-dir", broken, "--resume", 1])
+    np.testing.assert_allclose(losses(broken)[-5:], losses(straight)[-5:], rtol=1e-5)
+
+
+def test_total_batch_tokens_must_divide_by_ranks(tmp_path, data):
+    p = mpirun(2, TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "4", "--total-batch-tokens", "96",
+                               "--max-steps", "1"], expect=None)
+    assert p.returncode != 0 and "not a multiple of 4 x 8 x 2 ranks" in p.stderr
+
+
+def rank_pids(tag):
+    """pid of each rank of the job whose processes carry VP_TEST_TAG=tag."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = dict(kv.split("=", 1) for kv in (d / "environ").read_text(errors="replace").split("\0") if "=" in kv)
+        except OSError:
+            continue
+        if env.get("VP_TEST_TAG") == tag and "OMPI_COMM_WORLD_RANK" in env and (d / "exe").resolve().name == "train_cpu":
+            out[int(env["OMPI_COMM_WORLD_RANK"])] = int(d.name)
+    return out
+
+
+@pytest.mark.parametrize("how", ["killed", "hung"])
+def test_a_dead_or_hung_rank_ends_the_job(tmp_path, data, how):
+    """Rank 1 is killed (SIGKILL) or frozen (SIGSTOP) mid-run: the job ends nonzero within a bounded time."""
+    tag = uuid.uuid4().hex
+    env = {"VP_TEST_TAG": tag, "VP_DIST_TIMEOUT": "3"}
+    args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "100000000", "--out-dir", tmp_path / "run"]
+    proc = subprocess.Popen(mpirun_cmd(2, args, env=env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    pids = {}
+    try:
+        deadline = time.time() + 30
+        while len(pids) < 2 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            pids = rank_pids(tag)
+        assert len(pids) == 2, f"did not find both ranks: {pids}"
+        time.sleep(1.0)  # well into training
+        assert proc.poll() is None
+        os.kill(pids[1], signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        t0 = time.time()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        assert time.time() - t0 < 30
+        if how == "hung":
+            assert "rank 0" in err and "died or hangs" in err, err[-2000:]
+        else:
+            assert "signal 9" in err or "Killed" in err, err[-2000:]
+    finally:
+        for pid in pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

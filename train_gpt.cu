@@ -1,0 +1,751 @@
+/*
+valuepath GPU trainer: GPT-2 and Llama-family models in CUDA, one kernel header per op (kernels/).
+
+The same model as the CPU reference (train_gpt_cpu.cpp, the spec), the same training program
+(host/train_loop.h: CLI, data, schedule, checkpoints, logs), a different backend. test_gpt.cu
+diffs this file against the reference layer by layer, gradient by gradient, step by step.
+
+  Precision (build time): PRECISION=BF16 (default): activations and the weights the kernels read
+  are bf16, matmuls and attention run on tensor cores with fp32 accumulation. PRECISION=FP32: the
+  same program in fp32 (no TF32), compared with the CPU reference to tight bounds. In both,
+  master weights, gradients and AdamW moments are fp32, so checkpoints (fp32 master weights in
+  param_specs order) move freely between this build and the CPU one.
+
+  Determinism: no atomics anywhere; every reduction (parameter gradients of biases and norms, the
+  embedding scatter-add, the GQA group sum in attention, the global norm) runs in a fixed order;
+  cuBLASLt is run-to-run reproducible with the algorithm cached per shape. Two runs with the same
+  seed give bit-identical losses, and --resume continues bit-exactly.
+
+  Memory: parameters, gradients and optimizer state are allocated at build (18 bytes per
+  parameter in bf16, 16 in fp32); activations at the first forward for its (B, T). Before each
+  allocation the free device memory is checked, and the error gives the bytes it needed.
+  --recompute 1 recomputes the MLP activation (GELU / SwiGLU) in backward; --recompute 2 also
+  recomputes both norms of each block: less activation memory, bit-identical results.
+
+The file runs top to bottom: includes (a table of contents of the kernels), the model (parameter
+table, activations, build, forward, backward, update), sampling, the backend of host/train_loop.h,
+then main (inside #ifndef TESTING so the tests and benchmarks include this file whole). Everything
+GPU-side lives in namespace gpu, so test_gpt.cu can hold this model and the CPU one in one program.
+
+Legend: B = batch, T = sequence length, C = channels, L = layers, H = query heads, Hkv = KV heads,
+G = H/Hkv, D = head dim, F = MLP hidden, FW = fc width (GPT-2 F, Llama 2F: [gate | up]),
+QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padded vocab, BT = B*T.
+*/
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// host code shared with the CPU trainer
+#include "host/utils.h"        // defines: usage_error, runtime_error, fopen_check, fread_check, malloc_check
+#include "host/value_path.h"   // defines: ValuePathConfig, VALUE_PATH_ID, value path flags
+#include "host/config.h"       // defines: ModelConfig, RunConfig, parse_command_line, model_config_from_flags
+#include "host/rng.h"          // defines: Rng, rng_stream, rng_normal, rng_uniform
+#include "host/schedule.h"     // defines: lr_at_step
+#include "host/dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch, DataLoaderState
+#include "host/checkpoint.h"   // defines: checkpoint_write, checkpoint_read, checkpoint_list_steps
+#include "host/logger.h"       // defines: Logger, logger_step, logger_val
+#include "host/tokenizer.h"    // defines: Tokenizer, tokenizer_init, tokenizer_print
+#include "host/params.h"       // defines: ParamSpec, param_specs, ParamTensors, layer_params, AdamWSettings, init_params_from_seed, sample_token
+
+
+// ----------------------------------------------------------------------------
+// GPU utilities
+#include "kernels/common.cuh"       // defines: floatX, cudaCheck, cublasCheck, KERNEL_ASSERT, cuda_malloc_check, x128, warp/block sums
+#include "kernels/reduce.cuh"       // defines: num_partials, reduce_partials (fixed-order parameter-gradient sums)
+// layers
+#include "kernels/encoder.cuh"      // defines: encoder_forward, encoder_backward, encoder_buckets
+#include "kernels/layernorm.cuh"    // defines: layernorm_forward, layernorm_backward
+#include "kernels/rmsnorm.cuh"      // defines: rmsnorm_forward, rmsnorm_backward
+#include "kernels/matmul.cuh"       // defines: matmul_init, matmul_forward (bias, residual), matmul_backward (dinp, dweight, dbias)
+#include "kernels/qknorm.cuh"       // defines: qknorm_forward, qknorm_backward
+#include "kernels/rope.cuh"         // defines: rope_forward, rope_backward
+#include "kernels/attention.cuh"    // defines: AttentionArgs, attention_forward, attention_backward (flash, GQA)
+#include "kernels/gelu.cuh"         // defines: gelu_forward, gelu_backward
+#include "kernels/swiglu.cuh"       // defines: swiglu_forward, swiglu_backward
+#include "kernels/classifier.cuh"   // defines: fused_classifier (softmax, loss, dlogits in place)
+// optimizer
+#include "kernels/global_norm.cuh"  // defines: global_norm_squared
+#include "kernels/adamw.cuh"        // defines: adamw_update, params_from_master
+
+namespace gpu {
+
+// ----------------------------------------------------------------------------
+// Run-time options of the GPU build only (parsed from argv in main, before the shared CLI)
+
+struct GpuOptions {
+    int recompute = 0;  // 0: keep every activation; 1: recompute the MLP activation; 2: also the norms
+};
+inline GpuOptions& default_gpu_options() {
+    static GpuOptions o;
+    return o;
+}
+
+// Parameters: the layout, init and per-layer views are host/params.h, shared with the CPU build.
+
+// ----------------------------------------------------------------------------
+// Activations (kept for backward) and backward scratch, for the (B, T) of the first forward.
+// Per-layer tensors are stacked along L; those that --recompute drops are one (B,T,.) buffer that
+// every layer overwrites and backward refills.
+
+struct Activations {
+    floatX* encoded;  // (B,T,C) embedding output = input of layer 0
+    floatX* ln1;      // (L,B,T,C); (B,T,C) with --recompute 2
+    float* ln1_mean;  // (L,B,T) GPT-2
+    float* ln1_rstd;  // (L,B,T)
+    floatX* qkv;      // (L,B,T,W) raw projections [q | k | v]
+    floatX* qk_rot;   // (L,B,T,QK) Llama: q, k after QK-norm and RoPE (what attention reads)
+    float* qk_rstd;   // (L,B,T,H+Hkv) Llama QK-norm
+    floatX* atty;     // (L,B,T,H*D) attention output
+    float* att_lse;   // (L,B,H,T) log-sum-exp of each score row
+    floatX* res_att;  // (L,B,T,C) residual stream after the attention block
+    floatX* ln2;      // (L,B,T,C); (B,T,C) with --recompute 2
+    float* ln2_mean;  // (L,B,T) GPT-2
+    float* ln2_rstd;  // (L,B,T)
+    floatX* fch;      // (L,B,T,FW) MLP pre-activation
+    floatX* fch_act;  // (L,B,T,F) GELU / SwiGLU output; (B,T,F) with --recompute >= 1
+    floatX* res_mlp;  // (L,B,T,C) residual stream after the block = input of layer l+1
+    floatX* lnf;      // (B,T,C)
+    float* lnf_mean;  // (B,T) GPT-2
+    float* lnf_rstd;  // (B,T)
+    floatX* logits;   // (B,T,Vp) logits, overwritten in place by dlogits (fused classifier)
+    float* losses;    // (B,T)
+    int* inputs;      // (B,T) token ids on the device
+    int* targets;     // (B,T)
+};
+
+// Gradients of activations: scratch that each layer of the reverse loop reuses. The value paths'
+// cross-layer accumulators (per source layer dK/dV sums, value_paths.md section 0) go here.
+struct BackwardScratch {
+    floatX* dresidual;   // (B,T,C) gradient of the residual stream, carried down through the layers
+    floatX* dln;         // (B,T,C) gradient of a norm's output
+    floatX* datty;       // (B,T,H*D)
+    floatX* dqkv;        // (B,T,W)
+    floatX* dqk_rot;     // (B,T,QK) Llama: gradient wrt q, k after RoPE
+    floatX* dfch;        // (B,T,FW)
+    floatX* dfch_act;    // (B,T,F)
+    float* att_delta;    // (B,H,T) rowsum(dO * O) of the attention backward
+    float* partial;      // (num_partials(BT), widest parameter-gradient row) fixed-order reduction stage 1
+    double* norm_scratch;  // GLOBAL_NORM_BLOCKS partials + 1 result
+    int* bucket_token;   // (BT) encoder backward: distinct tokens of the batch
+    int* bucket_start;   // (BT+1)
+    int* bucket_pos;     // (BT)
+};
+
+// One entry of an allocation plan: where the pointer goes, how many elements, of what size.
+struct TensorSpec {
+    void** ptr;
+    size_t count;
+    size_t elem;
+};
+#define TENSOR(field, n) TensorSpec{reinterpret_cast<void**>(&(field)), (size_t)(n), sizeof(*(field))}
+
+constexpr size_t TENSOR_ALIGN = 256;  // every tensor starts 256-byte aligned (cuBLASLt, 16-byte vector loads)
+
+inline size_t plan_bytes(const std::vector<TensorSpec>& specs) {
+    size_t total = 0;
+    for (const TensorSpec& s : specs) total += CEIL_DIV(s.count * s.elem, TENSOR_ALIGN) * TENSOR_ALIGN;
+    return total;
+}
+
+// Points every tensor of the plan into one allocation; zero-sized tensors become NULL.
+inline void plan_point(const std::vector<TensorSpec>& specs, char* base) {
+    size_t off = 0;
+    for (const TensorSpec& s : specs) {
+        *s.ptr = s.count ? base + off : nullptr;
+        off += CEIL_DIV(s.count * s.elem, TENSOR_ALIGN) * TENSOR_ALIGN;
+    }
+}
+
+inline std::vector<TensorSpec> activation_plan(Activations& a, const ModelConfig& c, int B, int T, int recompute) {
+    size_t L = c.n_layer, BT = (size_t)B * T, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    size_t W = (H + 2 * Hkv) * D, QK = (H + Hkv) * D, FW = gpt2 ? F : 2 * F;
+    size_t Lnorm = recompute >= 2 ? 1 : L, Lact = recompute >= 1 ? 1 : L;
+    return {TENSOR(a.encoded, BT * C),
+            TENSOR(a.ln1, Lnorm * BT * C),        TENSOR(a.ln1_mean, gpt2 ? L * BT : 0), TENSOR(a.ln1_rstd, L * BT),
+            TENSOR(a.qkv, L * BT * W),            TENSOR(a.qk_rot, gpt2 ? 0 : L * BT * QK), TENSOR(a.qk_rstd, (!gpt2 && c.qk_norm) ? L * BT * (H + Hkv) : 0),
+            TENSOR(a.atty, L * BT * H * D),       TENSOR(a.att_lse, L * BT * H),
+            TENSOR(a.res_att, L * BT * C),
+            TENSOR(a.ln2, Lnorm * BT * C),        TENSOR(a.ln2_mean, gpt2 ? L * BT : 0), TENSOR(a.ln2_rstd, L * BT),
+            TENSOR(a.fch, L * BT * FW),           TENSOR(a.fch_act, Lact * BT * F),
+            TENSOR(a.res_mlp, L * BT * C),
+            TENSOR(a.lnf, BT * C),                TENSOR(a.lnf_mean, gpt2 ? BT : 0), TENSOR(a.lnf_rstd, BT),
+            TENSOR(a.logits, BT * c.padded_vocab_size), TENSOR(a.losses, BT),
+            TENSOR(a.inputs, BT),                 TENSOR(a.targets, BT)};
+}
+
+inline std::vector<TensorSpec> scratch_plan(BackwardScratch& s, const ModelConfig& c, int B, int T) {
+    size_t BT = (size_t)B * T, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    size_t W = (H + 2 * Hkv) * D, QK = (H + Hkv) * D, FW = gpt2 ? F : 2 * F;
+    size_t widest = std::max({2 * C, FW, W, 2 * D});  // the widest row of any stage-1 partial sum
+    return {TENSOR(s.dresidual, BT * C), TENSOR(s.dln, BT * C),          TENSOR(s.datty, BT * H * D), TENSOR(s.dqkv, BT * W),
+            TENSOR(s.dqk_rot, gpt2 ? 0 : BT * QK), TENSOR(s.dfch, BT * FW), TENSOR(s.dfch_act, BT * F), TENSOR(s.att_delta, BT * H),
+            TENSOR(s.partial, (size_t)num_partials((int)BT) * widest), TENSOR(s.norm_scratch, GLOBAL_NORM_BLOCKS + 1),
+            TENSOR(s.bucket_token, BT), TENSOR(s.bucket_start, BT + 1), TENSOR(s.bucket_pos, BT)};
+}
+
+// ----------------------------------------------------------------------------
+// The model
+
+struct GpuModel {
+    ModelConfig config;
+    GpuOptions options = default_gpu_options();
+    std::vector<ParamSpec> specs;
+    size_t num_params = 0;
+    // parameters: fp32 master weights, the floatX copy the kernels read (the same buffer in the
+    // FP32 build), fp32 gradients and AdamW moments; all in param_specs order
+    float* master = nullptr;
+    floatX* params_memory = nullptr;
+    float* grads_memory = nullptr;
+    float* adam_m = nullptr;
+    float* adam_v = nullptr;
+    bool has_optimizer_state = false;  // false until the first update (or a load with optimizer state), as the CPU build
+    ParamTensors<floatX> params;
+    ParamTensors<float> grads;
+    float* rope_cos = nullptr;  // (maxT, D/2) Llama
+    float* rope_sin = nullptr;
+    // activations and scratch, allocated for the (B, T) of the first forward; smaller ones reuse them
+    int alloc_B = 0, alloc_T = 0;
+    Activations acts;
+    BackwardScratch scratch;
+    char* acts_memory = nullptr;
+    // host side: pinned staging buffers, the encoder's token buckets
+    int* h_inputs = nullptr;
+    int* h_targets = nullptr;
+    float* h_losses = nullptr;
+    double* h_norm = nullptr;
+    int* h_buckets = nullptr;  // [tokens (BT) | starts (BT+1) | positions (BT)]
+    std::vector<int> bucket_token, bucket_start, bucket_pos, bucket_count;
+    int num_buckets = 0;
+    // the batch of the last forward
+    int B = 0, T = 0;
+    float mean_loss = -1.0f;     // of the last forward with targets
+    bool dlogits_ready = false;  // the last forward left dlogits in acts.logits (backward may run)
+    bool keep_logits = false;    // tests: leave the logits in place (no dlogits)
+    cudaStream_t stream = nullptr;
+    size_t bytes_allocated = 0;  // device memory held by this model (the cuBLASLt workspace aside)
+};
+
+// Device memory check before a large allocation: a clear error with the figure it needed.
+inline void check_device_memory(size_t needed, const char* what, const char* hint) {
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    if (needed > free_b)
+        runtime_error(hint, "not enough GPU memory for %s: needs %.3f GiB, the device has %.3f GiB free of %.3f GiB", what, needed / 1073741824.0,
+                      free_b / 1073741824.0, total_b / 1073741824.0);
+}
+
+inline void* model_device_alloc(GpuModel* m, size_t bytes, const char* what) {
+    void* p = cuda_malloc_check(bytes, what);
+    m->bytes_allocated += bytes;
+    return p;
+}
+
+inline void gpt_build(GpuModel* m, const ModelConfig& c) {
+    if (c.vp.path != VP_VANILLA)
+        runtime_error("train this value path with ./train_cpu for now (make train_cpu VALUE_PATH=...)",
+                      "the GPU trainer implements only the vanilla value path so far; this model is VALUE_PATH=%s", value_path_name(c.vp.path));
+    if (!attention_head_dim_supported(c.head_dim))
+        usage_error("choose --dim and --heads so that the head dim is one of these", "the GPU attention kernels support head dims 16, 32, 64 and 128; this model has %d",
+                    c.head_dim);
+    if (c.n_embd % 8 || c.ffn_dim % 8)
+        usage_error(nullptr, "the GPU kernels need --dim (%d) and --ffn-dim (%d) to be multiples of 8", c.n_embd, c.ffn_dim);
+    int dev_count = 0;
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0)
+        runtime_error("run on a machine with an NVIDIA GPU, or use ./train_cpu", "no CUDA device found");
+    m->config = c;
+    m->specs = param_specs(c);
+    m->num_params = 0;
+    for (const ParamSpec& s : m->specs) m->num_params += s.count;
+    cudaCheck(cudaStreamCreate(&m->stream));
+    matmul_init();
+
+    size_t n = m->num_params, bytes = n * (4 * sizeof(float) + (FLOATX_IS_FLOAT ? 0 : sizeof(floatX)));
+    check_device_memory(bytes, "the parameters, gradients and AdamW state", "use a smaller model");
+    m->master = (float*)model_device_alloc(m, n * sizeof(float), "master weights");
+    m->params_memory = FLOATX_IS_FLOAT ? (floatX*)m->master : (floatX*)model_device_alloc(m, n * sizeof(floatX), "weights (floatX copy)");
+    m->grads_memory = (float*)model_device_alloc(m, n * sizeof(float), "gradients");
+    m->adam_m = (float*)model_device_alloc(m, n * sizeof(float), "AdamW m");
+    m->adam_v = (float*)model_device_alloc(m, n * sizeof(float), "AdamW v");
+    cudaCheck(cudaMemset(m->master, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(m->adam_m, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(m->adam_v, 0, n * sizeof(float)));
+    params_from_master(m->params_memory, m->master, n, m->stream);
+    point_param_tensors(&m->params, m->params_memory, m->specs);
+    point_param_tensors(&m->grads, m->grads_memory, m->specs);
+    if (c.arch == ARCH_LLAMA) {
+        // the same tables as the CPU reference: computed in double, rounded to float
+        int half = c.head_dim / 2;
+        std::vector<float> cs((size_t)c.max_seq_len * half), sn((size_t)c.max_seq_len * half);
+        for (int t = 0; t < c.max_seq_len; t++)
+            for (int i = 0; i < half; i++) {
+                double freq = std::pow((double)c.rope_theta, -2.0 * i / c.head_dim);
+                cs[(size_t)t * half + i] = (float)std::cos(t * freq);
+                sn[(size_t)t * half + i] = (float)std::sin(t * freq);
+            }
+        m->rope_cos = (float*)model_device_alloc(m, cs.size() * sizeof(float), "rope table");
+        m->rope_sin = (float*)model_device_alloc(m, sn.size() * sizeof(float), "rope table");
+        cudaCheck(cudaMemcpy(m->rope_cos, cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->rope_sin, sn.data(), sn.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    cudaDeviceProp prop;
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    printf("device: %s (%d SMs, %.1f GiB), %s, --recompute %d\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, PRECISION_NAME,
+           m->options.recompute);
+}
+
+// Fills the parameters from the seed exactly as the CPU reference does (on the host, then one
+// copy): every tensor draws from its own stream, the padded vocabulary rows start at zero.
+inline void gpt_init_params(GpuModel* m, uint64_t seed) {
+    std::vector<float> host(m->num_params);
+    init_params_from_seed(m->specs, m->config, host.data(), seed);
+    cudaCheck(cudaMemcpy(m->master, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    params_from_master(m->params_memory, m->master, m->num_params, m->stream);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+inline void gpt_free(GpuModel* m) {
+    cudaCheck(cudaDeviceSynchronize());
+    if (!FLOATX_IS_FLOAT) cudaCheck(cudaFree(m->params_memory));
+    cudaCheck(cudaFree(m->master));
+    cudaCheck(cudaFree(m->grads_memory));
+    cudaCheck(cudaFree(m->adam_m));
+    cudaCheck(cudaFree(m->adam_v));
+    cudaCheck(cudaFree(m->rope_cos));
+    cudaCheck(cudaFree(m->rope_sin));
+    cudaCheck(cudaFree(m->acts_memory));
+    cudaCheck(cudaFreeHost(m->h_inputs));
+    cudaCheck(cudaFreeHost(m->h_targets));
+    cudaCheck(cudaFreeHost(m->h_losses));
+    cudaCheck(cudaFreeHost(m->h_norm));
+    cudaCheck(cudaFreeHost(m->h_buckets));
+    if (m->stream) cudaCheck(cudaStreamDestroy(m->stream));
+    *m = GpuModel();
+}
+
+// Activations and scratch for (B, T): one allocation, after checking that it fits.
+inline void gpt_ensure_activations(GpuModel* m, int B, int T) {
+    if (m->acts_memory) {
+        if ((size_t)B * T > (size_t)m->alloc_B * m->alloc_T || T > m->alloc_T)
+            runtime_error(nullptr, "internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m->alloc_B, m->alloc_T);
+        return;
+    }
+    const ModelConfig& c = m->config;
+    if (T > c.max_seq_len) runtime_error("lower --seq-len", "T=%d exceeds the model's max sequence length %d", T, c.max_seq_len);
+    std::vector<TensorSpec> plan = activation_plan(m->acts, c, B, T, m->options.recompute);
+    std::vector<TensorSpec> splan = scratch_plan(m->scratch, c, B, T);
+    plan.insert(plan.end(), splan.begin(), splan.end());
+    size_t bytes = plan_bytes(plan);
+    char what[160];
+    snprintf(what, sizeof(what), "the activations of B=%d T=%d (--recompute %d)", B, T, m->options.recompute);
+    check_device_memory(bytes, what, m->options.recompute < 2 ? "lower --batch-size or --seq-len, or pass --recompute 2" : "lower --batch-size or --seq-len");
+    m->acts_memory = (char*)model_device_alloc(m, bytes, what);
+    // zeroed once, so that no kernel ever reads uninitialised memory (e.g. padded rows)
+    cudaCheck(cudaMemset(m->acts_memory, 0, bytes));
+    plan_point(plan, m->acts_memory);
+    m->alloc_B = B;
+    m->alloc_T = T;
+    size_t BT = (size_t)B * T;
+    cudaCheck(cudaMallocHost((void**)&m->h_inputs, BT * sizeof(int)));
+    cudaCheck(cudaMallocHost((void**)&m->h_targets, BT * sizeof(int)));
+    cudaCheck(cudaMallocHost((void**)&m->h_losses, BT * sizeof(float)));
+    cudaCheck(cudaMallocHost((void**)&m->h_norm, sizeof(double)));
+    cudaCheck(cudaMallocHost((void**)&m->h_buckets, (3 * BT + 1) * sizeof(int)));
+}
+
+// Per-layer activation pointers (the recompute-aware "seek" of every per-layer tensor).
+struct LayerActs {
+    floatX *ln1, *qkv, *qk_rot, *atty, *res_att, *ln2, *fch, *fch_act, *res_mlp;
+    float *ln1_mean, *ln1_rstd, *qk_rstd, *att_lse, *ln2_mean, *ln2_rstd;
+    const floatX* x;  // the block's input: the embedding for layer 0, else the previous block's output
+};
+
+inline LayerActs layer_acts(GpuModel* m, int l) {
+    const ModelConfig& c = m->config;
+    Activations& a = m->acts;
+    size_t BT = (size_t)m->B * m->T, lBT = (size_t)l * BT, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim;
+    size_t W = (H + 2 * Hkv) * D, QK = (H + Hkv) * D, FW = c.arch == ARCH_GPT2 ? F : 2 * F;
+    size_t lnorm = m->options.recompute >= 2 ? 0 : lBT, lact = m->options.recompute >= 1 ? 0 : lBT;
+    auto at = [](auto* base, size_t off) { return base ? base + off : nullptr; };
+    LayerActs la;
+    la.ln1 = a.ln1 + lnorm * C;
+    la.qkv = a.qkv + lBT * W;
+    la.qk_rot = at(a.qk_rot, lBT * QK);
+    la.atty = a.atty + lBT * H * D;
+    la.res_att = a.res_att + lBT * C;
+    la.ln2 = a.ln2 + lnorm * C;
+    la.fch = a.fch + lBT * FW;
+    la.fch_act = a.fch_act + lact * F;
+    la.res_mlp = a.res_mlp + lBT * C;
+    la.ln1_mean = at(a.ln1_mean, lBT);
+    la.ln1_rstd = a.ln1_rstd + lBT;
+    la.qk_rstd = at(a.qk_rstd, lBT * (H + Hkv));
+    la.att_lse = a.att_lse + lBT * H;
+    la.ln2_mean = at(a.ln2_mean, lBT);
+    la.ln2_rstd = a.ln2_rstd + lBT;
+    la.x = l == 0 ? a.encoded : a.res_mlp + (lBT - BT) * C;
+    return la;
+}
+
+// The value-path hook: which q, K, V layer l's attention reads. Vanilla: its own projections
+// (GPT-2: the raw qkv; Llama: q, k after QK-norm/RoPE in qk_rot, v raw in qkv). A value path
+// (next issue) changes only this function (and attention_backward_args): it points k/v at another
+// layer's slice or a mixed buffer, or splits the heads over several calls.
+inline AttentionArgs attention_forward_args(GpuModel* m, int l) {
+    const ModelConfig& c = m->config;
+    LayerActs la = layer_acts(m, l);
+    int H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, QK = (H + Hkv) * D, W = QK + Hkv * D;
+    AttentionArgs aa;
+    aa.B = m->B;
+    aa.T = m->T;
+    aa.H = H;
+    aa.Hkv = Hkv;
+    aa.D = D;
+    aa.h0 = 0;
+    aa.h1 = H;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    aa.q = gpt2 ? la.qkv : la.qk_rot;
+    aa.k = gpt2 ? la.qkv + H * D : la.qk_rot + H * D;
+    aa.q_rs = aa.k_rs = gpt2 ? W : QK;
+    aa.v = la.qkv + QK;
+    aa.v_rs = W;
+    aa.out = la.atty;
+    aa.lse = la.att_lse;
+    return aa;
+}
+
+// ... and where its gradients go: dq, dk into dqkv (GPT-2) or dqk_rot (Llama, then back through
+// RoPE and QK-norm), dv into dqkv's v columns. Vanilla overwrites; a value path points dk/dv at
+// its per-layer accumulation buffers with accumulate_dkv = true.
+inline AttentionArgs attention_backward_args(GpuModel* m, int l) {
+    const ModelConfig& c = m->config;
+    BackwardScratch& s = m->scratch;
+    int H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, QK = (H + Hkv) * D, W = QK + Hkv * D;
+    AttentionArgs aa = attention_forward_args(m, l);
+    bool gpt2 = c.arch == ARCH_GPT2;
+    aa.dout = s.datty;
+    aa.delta = s.att_delta;
+    aa.dq = gpt2 ? s.dqkv : s.dqk_rot;
+    aa.dk = aa.dq + H * D;
+    aa.dq_rs = aa.dk_rs = gpt2 ? W : QK;
+    aa.dv = s.dqkv + QK;
+    aa.dv_rs = W;
+    aa.accumulate_dkv = false;
+    return aa;
+}
+
+// Norm of the family: LayerNorm (GPT-2, gain and bias, caches mean and rstd) or RMSNorm (Llama).
+inline void norm_forward(GpuModel* m, floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w, const floatX* b, int N) {
+    const ModelConfig& c = m->config;
+    if (c.arch == ARCH_GPT2) layernorm_forward(out, mean, rstd, inp, w, b, N, c.n_embd, c.norm_eps, m->stream);
+    else rmsnorm_forward(out, rstd, inp, w, N, c.n_embd, c.norm_eps, m->stream);
+}
+
+inline void norm_backward(GpuModel* m, floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
+                          const float* rstd, int N) {
+    const ModelConfig& c = m->config;
+    if (c.arch == ARCH_GPT2) layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, m->scratch.partial, N, c.n_embd, m->stream);
+    else rmsnorm_backward(dinp, dw, dout, inp, w, rstd, m->scratch.partial, N, c.n_embd, m->stream);
+}
+
+// Forward pass. inputs, targets: (B,T) on the host. With targets: the loss (mean over positions)
+// and, unless keep_logits, dlogits left in acts.logits for backward. With targets == NULL
+// (sampling): the logits of the last position of each sequence in rows 0..B-1 of acts.logits.
+inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int B, int T) {
+    const ModelConfig& c = m->config;
+    gpt_ensure_activations(m, B, T);
+    int L = c.n_layer, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, F = c.ffn_dim, V = c.vocab_size, Vp = c.padded_vocab_size;
+    int BT = B * T;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    int QK = (H + Hkv) * D, KV = Hkv * D, W = QK + KV, FW = gpt2 ? F : 2 * F;
+    for (int i = 0; i < BT; i++)
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+            runtime_error("the data does not match --vocab; re-tokenize or fix --vocab", "token id %d at position %d is outside the vocabulary [0, %d)",
+                          inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
+    m->B = B;
+    m->T = T;
+    m->dlogits_ready = false;
+    cudaStream_t st = m->stream;
+    Activations& a = m->acts;
+    ParamTensors<floatX>& p = m->params;
+    memcpy(m->h_inputs, inputs, BT * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(a.inputs, m->h_inputs, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+    if (targets) {
+        memcpy(m->h_targets, targets, BT * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(a.targets, m->h_targets, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+    }
+
+    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, st);
+    for (int l = 0; l < L; l++) {
+        LayerParams<floatX> lp = layer_params(p, c, l);
+        LayerActs la = layer_acts(m, l);
+        // attention block: x + attproj(attention(norm1(x)))
+        norm_forward(m, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, lp.ln1_w, lp.ln1_b, BT);
+        matmul_forward(la.qkv, la.ln1, lp.qk_w, lp.qk_b, nullptr, BT, C, QK, C, W, st);        // q|k into columns [0, QK)
+        matmul_forward(la.qkv + QK, la.ln1, lp.v_w, lp.v_b, nullptr, BT, C, KV, C, W, st);     // v into columns [QK, W)
+        if (!gpt2) {
+            // Llama: optional QK-norm, then RoPE, into qk_rot; values stay raw in qkv
+            if (c.qk_norm) {
+                qknorm_forward(la.qk_rot, la.qk_rstd, la.qkv, lp.q_norm_w, lp.k_norm_w, BT, H, Hkv, D, W, QK, c.norm_eps, st);
+                rope_forward(la.qk_rot, la.qk_rot, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, QK, QK, st);
+            } else {
+                rope_forward(la.qk_rot, la.qkv, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, W, QK, st);
+            }
+        }
+        attention_forward(attention_forward_args(m, l), st);
+        matmul_forward(la.res_att, la.atty, lp.attproj_w, lp.attproj_b, la.x, BT, H * D, C, H * D, C, st);  // + x: residual fused
+        // MLP block: res_att + fcproj(act(fc(norm2(res_att))))
+        norm_forward(m, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_att, lp.ln2_w, lp.ln2_b, BT);
+        matmul_forward(la.fch, la.ln2, lp.fc_w, lp.fc_b, nullptr, BT, C, FW, C, FW, st);
+        if (gpt2) gelu_forward(la.fch_act, la.fch, (size_t)BT * F, st);
+        else swiglu_forward(la.fch_act, la.fch, BT, F, st);
+        matmul_forward(la.res_mlp, la.fch_act, lp.fcproj_w, lp.fcproj_b, la.res_att, BT, F, C, F, C, st);  // + res_att: residual fused
+    }
+    const floatX* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
+    norm_forward(m, a.lnf, a.lnf_mean, a.lnf_rstd, x_final, p.lnf_w, p.lnf_b, BT);
+    const floatX* head = gpt2 ? p.wte : p.lm_head;  // (Vp, C)
+
+    if (!targets) {
+        // sampling: only the last position of each sequence: rows b*T + T-1 of lnf (a strided B x C operand)
+        matmul_forward(a.logits, a.lnf + (size_t)(T - 1) * C, head, nullptr, nullptr, B, C, Vp, (long)T * C, Vp, st);
+        m->mean_loss = -1.0f;
+        cudaCheck(cudaStreamSynchronize(st));
+        return;
+    }
+    matmul_forward(a.logits, a.lnf, head, nullptr, nullptr, BT, C, Vp, C, Vp, st);
+    fused_classifier(a.logits, a.losses, a.targets, BT, V, Vp, !m->keep_logits, st);
+    cudaCheck(cudaMemcpyAsync(m->h_losses, a.losses, BT * sizeof(float), cudaMemcpyDeviceToHost, st));
+    // while the GPU runs the forward: group the positions by token for the embedding backward
+    encoder_buckets(inputs, BT, V, &m->bucket_token, &m->bucket_start, &m->bucket_pos, &m->bucket_count);
+    m->num_buckets = (int)m->bucket_token.size();
+    int* hb = m->h_buckets;
+    memcpy(hb, m->bucket_token.data(), m->num_buckets * sizeof(int));
+    memcpy(hb + BT, m->bucket_start.data(), (m->num_buckets + 1) * sizeof(int));
+    memcpy(hb + 2 * BT + 1, m->bucket_pos.data(), BT * sizeof(int));
+    BackwardScratch& s = m->scratch;
+    cudaCheck(cudaMemcpyAsync(s.bucket_token, hb, m->num_buckets * sizeof(int), cudaMemcpyHostToDevice, st));
+    cudaCheck(cudaMemcpyAsync(s.bucket_start, hb + BT, (m->num_buckets + 1) * sizeof(int), cudaMemcpyHostToDevice, st));
+    cudaCheck(cudaMemcpyAsync(s.bucket_pos, hb + 2 * BT + 1, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+    cudaCheck(cudaStreamSynchronize(st));  // the losses are on the host, the pinned staging buffers free again
+    double loss = 0;  // summed in double in position order, as the CPU reference
+    for (int i = 0; i < BT; i++) loss += m->h_losses[i];
+    m->mean_loss = (float)(loss / BT);
+    m->dlogits_ready = !m->keep_logits;
+}
+
+inline void gpt_zero_grad(GpuModel* m) { cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_params * sizeof(float), m->stream)); }
+
+// Backward of the last forward; accumulates (+=) into the fp32 gradients. loss_scale multiplies
+// d(mean loss): 1/grad_accum_steps.
+inline void gpt_backward(GpuModel* m, float loss_scale) {
+    if (!m->dlogits_ready) runtime_error(nullptr, "internal: backward without a forward with targets (or after a keep_logits forward)");
+    const ModelConfig& c = m->config;
+    int B = m->B, T = m->T;
+    int L = c.n_layer, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, F = c.ffn_dim, Vp = c.padded_vocab_size;
+    int BT = B * T;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    int QK = (H + Hkv) * D, KV = Hkv * D, W = QK + KV, FW = gpt2 ? F : 2 * F;
+    cudaStream_t st = m->stream;
+    Activations& a = m->acts;
+    ParamTensors<floatX>& p = m->params;
+    ParamTensors<float>& g = m->grads;
+    BackwardScratch& s = m->scratch;
+
+    // acts.logits holds dlogits = softmax - onehot; the mean over BT positions (and loss_scale) is
+    // the alpha of the LM-head GEMMs (a small inline backward of the mean)
+    float alpha = loss_scale / (float)BT;
+    matmul_backward(s.dln, gpt2 ? g.wte : g.lm_head, nullptr, a.logits, a.lnf, gpt2 ? p.wte : p.lm_head, s.partial, BT, C, Vp, Vp, false, alpha, st);
+    cudaCheck(cudaMemsetAsync(s.dresidual, 0, (size_t)BT * C * sizeof(floatX), st));
+    const floatX* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
+    norm_backward(m, s.dresidual, g.lnf_w, g.lnf_b, s.dln, x_final, p.lnf_w, a.lnf_mean, a.lnf_rstd, BT);
+
+    for (int l = L - 1; l >= 0; l--) {
+        LayerParams<floatX> lp = layer_params(p, c, l);
+        LayerParams<float> lg = layer_params(g, c, l);
+        LayerActs la = layer_acts(m, l);
+        // s.dresidual holds dL/d(res_mlp of layer l): the block output
+
+        // MLP block backward (recompute first what --recompute dropped: same kernels, same bits)
+        if (m->options.recompute >= 2) norm_forward(m, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_att, lp.ln2_w, lp.ln2_b, BT);
+        if (m->options.recompute >= 1) {
+            if (gpt2) gelu_forward(la.fch_act, la.fch, (size_t)BT * F, st);
+            else swiglu_forward(la.fch_act, la.fch, BT, F, st);
+        }
+        matmul_backward(s.dfch_act, lg.fcproj_w, lg.fcproj_b, s.dresidual, la.fch_act, lp.fcproj_w, s.partial, BT, F, C, C, false, 1.0f, st);
+        if (gpt2) gelu_backward(s.dfch, la.fch, s.dfch_act, (size_t)BT * F, st);
+        else swiglu_backward(s.dfch, la.fch, s.dfch_act, BT, F, st);
+        matmul_backward(s.dln, lg.fc_w, lg.fc_b, s.dfch, la.ln2, lp.fc_w, s.partial, BT, C, FW, FW, false, 1.0f, st);
+        // the residual branch passes dresidual through unchanged; the norm adds its part
+        norm_backward(m, s.dresidual, lg.ln2_w, lg.ln2_b, s.dln, la.res_att, lp.ln2_w, la.ln2_mean, la.ln2_rstd, BT);
+        // s.dresidual now holds dL/d(res_att)
+
+        // attention block backward
+        matmul_backward(s.datty, lg.attproj_w, lg.attproj_b, s.dresidual, la.atty, lp.attproj_w, s.partial, BT, H * D, C, C, false, 1.0f, st);
+        attention_backward(attention_backward_args(m, l), st);
+        if (!gpt2) {
+            // back through RoPE (in place on dqk_rot), then QK-norm (or a copy) into dqkv's q|k columns
+            if (c.qk_norm) {
+                rope_backward(s.dqk_rot, s.dqk_rot, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, QK, QK, st);
+                qknorm_backward(s.dqkv, lg.q_norm_w, lg.k_norm_w, s.dqk_rot, la.qkv, lp.q_norm_w, lp.k_norm_w, la.qk_rstd, s.partial, BT, H, Hkv, D, W, QK, st);
+            } else {
+                rope_backward(s.dqkv, s.dqk_rot, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, QK, W, st);
+            }
+        }
+        if (m->options.recompute >= 2) norm_forward(m, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, lp.ln1_w, lp.ln1_b, BT);
+        matmul_backward(s.dln, lg.qk_w, lg.qk_b, s.dqkv, la.ln1, lp.qk_w, s.partial, BT, C, QK, W, false, 1.0f, st);
+        matmul_backward(s.dln, lg.v_w, lg.v_b, s.dqkv + QK, la.ln1, lp.v_w, s.partial, BT, C, KV, W, true, 1.0f, st);
+        norm_backward(m, s.dresidual, lg.ln1_w, lg.ln1_b, s.dln, la.x, lp.ln1_w, la.ln1_mean, la.ln1_rstd, BT);
+        // s.dresidual now holds dL/d(x): the gradient of the block's input
+    }
+    encoder_backward(g.wte, g.wpe, s.dresidual, s.bucket_token, s.bucket_start, s.bucket_pos, m->num_buckets, B, T, C, st);
+    m->dlogits_ready = false;  // dlogits were consumed (a second backward would need a new forward)
+}
+
+// Global L2 norm of all gradients (fixed-order, in double).
+inline double gpt_grad_norm(GpuModel* m) {
+    double* result = m->scratch.norm_scratch + GLOBAL_NORM_BLOCKS;
+    if (!m->acts_memory) runtime_error(nullptr, "internal: grad norm before any forward");
+    global_norm_squared(result, m->scratch.norm_scratch, m->grads_memory, m->num_params, m->stream);
+    cudaCheck(cudaMemcpyAsync(m->h_norm, result, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    return std::sqrt(*m->h_norm);
+}
+
+// AdamW on every tensor: weight decay on spec.decay tensors only; a tensor with its own peak lr
+// follows the same schedule scaled to it (as the CPU reference). step is 1-based.
+inline void gpt_update(GpuModel* m, const AdamWSettings& s, int step) {
+    size_t off = 0;
+    for (const ParamSpec& spec : m->specs) {
+        float lr = spec.own_lr > 0 && s.lr_peak > 0 ? (float)(spec.own_lr * (s.lr / s.lr_peak)) : s.lr;
+        adamw_update(m->master + off, m->params_memory + off, m->grads_memory + off, m->adam_m + off, m->adam_v + off, spec.count, lr, s.beta1, s.beta2, step,
+                     s.eps, spec.decay ? s.weight_decay : 0.0f, s.grad_scale, m->stream);
+        off += spec.count;
+    }
+    m->has_optimizer_state = true;
+    cudaCheck(cudaStreamSynchronize(m->stream));  // the step's wall time (train_loop's log) includes the update
+}
+
+// ----------------------------------------------------------------------------
+// Sampling (on the host, from the logits of the last position)
+
+// rows [0, nrows) of acts.logits (Vp wide) to the host as float
+inline void copy_logits_to_host(GpuModel* m, int nrows, std::vector<float>* out) {
+    size_t n = (size_t)nrows * m->config.padded_vocab_size;
+    std::vector<floatX> tmp(n);
+    cudaCheck(cudaMemcpyAsync(tmp.data(), m->acts.logits, n * sizeof(floatX), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    out->resize(n);
+    for (size_t i = 0; i < n; i++) (*out)[i] = (float)tmp[i];
+}
+
+inline std::vector<int> gpt_generate(GpuModel* m, int start_token, int n, int T, float temperature, Rng* rng) {
+    std::vector<int> seq = {start_token};
+    std::vector<float> logits;
+    for (int i = 0; i < n; i++) {
+        int ctx = std::min((int)seq.size(), T);
+        const int* window = seq.data() + seq.size() - ctx;
+        gpt_forward(m, window, (const int*)nullptr, 1, ctx);
+        copy_logits_to_host(m, 1, &logits);
+        seq.push_back(sample_token(logits.data(), m->config.vocab_size, temperature, rng));
+    }
+    return std::vector<int>(seq.begin() + 1, seq.end());
+}
+
+// ----------------------------------------------------------------------------
+// The backend of the shared training program (host/train_loop.h lists what it needs). Found by
+// argument-dependent lookup: GpuModel lives in namespace gpu.
+
+inline const char* model_build_name(const GpuModel*) { return "gpu-" PRECISION_NAME; }
+
+// fp32 tensors of num_params floats between host and device
+inline void copy_params_to_host(const float* dev, float* host, size_t n) { cudaCheck(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost)); }
+
+inline void model_load(GpuModel* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
+    CheckpointMeta check;
+    checkpoint_read_meta(path, &check);
+    if ((size_t)check.num_params != m->num_params)
+        runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
+                      (long long)check.num_params, m->num_params);
+    size_t n = m->num_params;
+    std::vector<float> host_p(n), host_m(with_optimizer ? n : 0), host_v(with_optimizer ? n : 0);
+    checkpoint_read(path, meta, host_p.data(), with_optimizer ? host_m.data() : nullptr, with_optimizer ? host_v.data() : nullptr);
+    cudaCheck(cudaMemcpy(m->master, host_p.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    if (with_optimizer) {
+        cudaCheck(cudaMemcpy(m->adam_m, host_m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->adam_v, host_v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemset(m->adam_m, 0, n * sizeof(float)));
+        cudaCheck(cudaMemset(m->adam_v, 0, n * sizeof(float)));
+    }
+    m->has_optimizer_state = with_optimizer;
+    params_from_master(m->params_memory, m->master, n, m->stream);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
+    size_t n = m->num_params;
+    std::vector<float> host_p(n), host_m, host_v;
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    copy_params_to_host(m->master, host_p.data(), n);
+    if (m->has_optimizer_state) {
+        host_m.resize(n);
+        host_v.resize(n);
+        copy_params_to_host(m->adam_m, host_m.data(), n);
+        copy_params_to_host(m->adam_v, host_v.data(), n);
+    }
+    meta->num_params = (int64_t)n;
+    meta->has_optimizer = m->has_optimizer_state;
+    checkpoint_write(dir, *meta, host_p.data(), m->has_optimizer_state ? host_m.data() : nullptr, m->has_optimizer_state ? host_v.data() : nullptr);
+}
+
+}  // namespace gpu
+
+using gpu::GpuModel;
+
+#include "host/train_loop.h"   // defines: train_main, the training program shared with the CPU build
+
+// ----------------------------------------------------------------------------
+// main: the shared CLI, plus the flags of the GPU build only (taken out of argv first)
+
+#ifndef TESTING
+static void print_gpu_flags(FILE* out) {
+    fprintf(out, "\nFlags of the GPU build (%s):\n", PRECISION_NAME);
+    fprintf(out, "  %-22s %s [%s]\n", "--recompute", "0 = keep every activation; 1 = recompute GELU/SwiGLU in backward; 2 = also the norms (least memory; identical results)", "0");
+}
+
+int main(int argc, char** argv) {
+    std::vector<char*> args = {argv[0]};
+    bool help = false;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "--help" || a == "-h") help = true;
+        std::string name = a.substr(0, a.find('='));
+        if (name == "--recompute") {
+            std::string value;
+            if (a.find('=') != std::string::npos) value = a.substr(a.find('=') + 1);
+            else if (i + 1 < argc) value = argv[++i];
+            else usage_error(nullptr, "--recompute needs a value");
+            if (value != "0" && value != "1" && value != "2") usage_error(nullptr, "--recompute must be 0, 1 or 2, got '%s'", value.c_str());
+            gpu::default_gpu_options().recompute = value[0] - '0';
+            continue;
+        }
+        args.push_back(argv[i]);
+    }
+    int rc = train_main<GpuModel>((int)args.size(), args.data());
+    if (help) print_gpu_flags(stdout);
+    return rc;
+}
+#endif
