@@ -471,10 +471,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
     int BT = B * T;
     bool gpt2 = c.arch == ARCH_GPT2;
     int QK = (H + Hkv) * D, KV = Hkv * D, W = QK + KV, FW = gpt2 ? F : 2 * F;
-    for (int i = 0; i < BT; i++)
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-            runtime_error("the data does not match --vocab; re-tokenize or fix --vocab", "token id %d at position %d is outside the vocabulary [0, %d)",
-                          inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
+    check_token_ids(inputs, targets, BT, V);
     m->B = B;
     m->T = T;
     m->dlogits_ready = false;

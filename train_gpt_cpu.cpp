@@ -674,10 +674,7 @@ void gpt_forward(GPT<real, VP>* m, const int* inputs, const int* targets, int B,
     bool gpt2 = c.arch == ARCH_GPT2;
     int QK = (H + Hkv) * D, W = (H + 2 * Hkv) * D, FW = gpt2 ? F : 2 * F;
     real eps = (real)c.norm_eps;
-    for (int i = 0; i < BT; i++)
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-            runtime_error("the data does not match --vocab; re-tokenize or fix --vocab", "token id %d at position %d is outside the vocabulary [0, %d)",
-                          inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
+    check_token_ids(inputs, targets, BT, V);
     m->B = B;
     m->T = T;
     m->inputs.assign(inputs, inputs + BT);

@@ -526,3 +526,14 @@ inline void dataloader_set_state(DataLoader* dl, const DataLoaderState* s) {
 }
 
 inline size_t dataloader_num_tokens(const DataLoader* dl) { return (size_t)dl->num_tokens; }
+
+// Every id of a batch (inputs and, if given, targets: n each) must be a real token, < V. The data
+// loader checks shards as it loads them; this guards batches that come from anywhere else
+// (sampling, tests) before they index an embedding table.
+inline void check_token_ids(const int* inputs, const int* targets, int n, int V) {
+    for (int i = 0; i < n; i++) {
+        for (int id : {inputs[i], targets ? targets[i] : 0})
+            if (id < 0 || id >= V)
+                runtime_error("the data does not match --vocab; re-tokenize or fix --vocab", "token id %d at position %d is outside the vocabulary [0, %d)", id, i, V);
+    }
+}

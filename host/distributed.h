@@ -153,16 +153,23 @@ inline void dist_reduce_scatter_sum(float* x, size_t n) {
     }
 }
 
+// Element counts and offsets of every rank's shard of n elements, as MPI's *v collectives take them.
+inline void dist_shard_layout(size_t n, int W, std::vector<int>* count, std::vector<int>* displ) {
+    count->resize(W);
+    displ->resize(W);
+    for (int j = 0; j < W; j++) {
+        DistShard s = dist_shard(n, j, W);
+        (*count)[j] = (int)s.count;
+        (*displ)[j] = (int)s.offset;
+    }
+}
+
 // Every rank's shard of x (dist_shard(n, rank)) to every rank.
 inline void dist_allgather(float* x, size_t n) {
     int W = dist_world();
     if (W == 1) return;
-    std::vector<int> count(W), displ(W);
-    for (int j = 0; j < W; j++) {
-        DistShard s = dist_shard(n, j, W);
-        count[j] = (int)s.count;
-        displ[j] = (int)s.offset;
-    }
+    std::vector<int> count, displ;
+    dist_shard_layout(n, W, &count, &displ);
     DistBusy busy("the all-gather");
     dist_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, count.data(), displ.data(), MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgatherv");
 }
@@ -171,12 +178,8 @@ inline void dist_allgather(float* x, size_t n) {
 inline void dist_gather_to_root(float* x, size_t n) {
     int W = dist_world(), r = dist_rank();
     if (W == 1) return;
-    std::vector<int> count(W), displ(W);
-    for (int j = 0; j < W; j++) {
-        DistShard s = dist_shard(n, j, W);
-        count[j] = (int)s.count;
-        displ[j] = (int)s.offset;
-    }
+    std::vector<int> count, displ;
+    dist_shard_layout(n, W, &count, &displ);
     DistBusy busy("the optimizer-state gather");
     if (r == 0)
         dist_check(MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, count.data(), displ.data(), MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Gatherv");
