@@ -128,6 +128,12 @@ static void check_same_grads(const char* what, const Outputs& a, const Outputs& 
     }
 }
 
+// The two runs compute the same model: equal loss and equal gradient of every shared tensor.
+static void check_equivalent(const char* what, int arch, const Outputs& a, const Outputs& b, const std::vector<ParamSpec>& specs) {
+    CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s (%s): loss %.15g vs %.15g", what, arch_name(arch), b.loss, a.loss);
+    check_same_grads(what, a, b, specs);
+}
+
 template <typename VP>
 static GPT<double, VP> make_model(const ModelConfig& c, uint64_t seed) {
     GPT<double, VP> m;
@@ -144,8 +150,7 @@ TEST(resformer_lambda0_equals_vanilla) {
         copy_shared_params(&res, &van);
         for (int l = 0; l < 5; l++) res.params.vp_lambda[l] = 0;
         Outputs a = run_model(&van, 7), b = run_model(&res, 7);
-        CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s loss %.15g vs %.15g", arch_name(arch), b.loss, a.loss);
-        check_same_grads("resformer lambda=0 vs vanilla", a, b, van.specs);
+        check_equivalent("resformer lambda=0 vs vanilla", arch, a, b, van.specs);
         gpt_free(&van);
         gpt_free(&res);
     }
@@ -174,8 +179,7 @@ TEST(sla_no_skip_heads_equals_vanilla) {
         auto sla = make_model<VpSla>(path_config(arch, VP_SLA, 2, /*n_h=*/0), 12);
         copy_shared_params(&sla, &van);
         Outputs a = run_model(&van, 13), b = run_model(&sla, 13);
-        CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s loss %.15g vs %.15g", arch_name(arch), b.loss, a.loss);
-        check_same_grads("sla n_h=0 vs vanilla", a, b, van.specs);
+        check_equivalent("sla n_h=0 vs vanilla", arch, a, b, van.specs);
         gpt_free(&van);
         gpt_free(&sla);
     }
@@ -188,8 +192,7 @@ TEST(sla_orig_equals_chain_iff_2nl_ge_L) {
             auto chain = make_model<VpSla>(path_config(arch, VP_SLA, n_l, 2, 1), 14);
             Outputs a = run_model(&orig, 15), b = run_model(&chain, 15);
             if (2 * n_l >= 5) {
-                CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s n_l=%d: loss %.15g vs %.15g", arch_name(arch), n_l, b.loss, a.loss);
-                check_same_grads("sla orig vs chain", a, b, orig.specs);
+                check_equivalent("sla orig vs chain (2 n_l >= L)", arch, a, b, orig.specs);
             } else {
                 CHECK(std::fabs(b.loss - a.loss) > 1e-6, "%s n_l=%d: ORIG and CHAIN should differ when 2 n_l < L", arch_name(arch), n_l);
             }
@@ -210,8 +213,7 @@ TEST(depth_neg_inf_anchor_logits_equals_vanilla) {
         gpt_ensure_activations(&dep, 2, 6);  // the flag lives in the path's state, which the first forward created
         dep.vp.force_anchor_logits_neg_inf = true;
         Outputs b = run_model(&dep, 18);
-        CHECK(close_enough(b.loss, a.loss, 0, 1e-12), "%s loss %.15g vs %.15g", arch_name(arch), b.loss, a.loss);
-        check_same_grads("depth -inf vs vanilla", a, b, van.specs);
+        check_equivalent("depth -inf vs vanilla", arch, a, b, van.specs);
         gpt_free(&van);
         gpt_free(&dep);
     }
