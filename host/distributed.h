@@ -18,9 +18,9 @@
 // would block the others forever, so a watchdog thread ends a process whose collective has
 // waited longer than VP_DIST_TIMEOUT seconds (default 600, 0 = off) with a clear message.
 //
-// The GPU build maps the same calls to NCCL (not done yet): allreduce -> ncclReduceScatter +
-// ncclAllGather on device buffers (or ncclAllReduce where bit-exactness across world sizes is not
-// required), allgather -> ncclAllGather, the double sums stay on MPI; see docs/distributed.md.
+// The GPU build uses this file for the ranks, the watchdog and the host-side traffic (the loss,
+// the checkpoint's optimizer-state gather), and kernels/zero.cuh (NCCL) for the device buffers:
+// gradients and parameters; see docs/distributed.md.
 #pragma once
 
 #include <algorithm>
@@ -59,6 +59,7 @@ inline DistShard dist_shard(size_t n, int r, int world) {
 
 struct DistState {
     int rank = 0, world = 1;
+    bool forced = false;  // VP_DIST_FORCE=1: the data-parallel code path even with one rank (tests)
     double timeout_s = 600;
     std::atomic<long long> busy_since_ms{0};  // 0: not in a collective
     const char* busy_what = "";
@@ -96,6 +97,7 @@ inline void dist_init(int* argc, char*** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &s.world);
     if (const char* t = getenv("VP_DIST_TIMEOUT")) s.timeout_s = atof(t);
+    if (const char* f = getenv("VP_DIST_FORCE")) s.forced = atoi(f) == 1;
     if (s.world > 1 && s.timeout_s > 0) {
         std::thread([] {
             DistState& st = dist_state();
@@ -118,6 +120,7 @@ inline void dist_init(int* argc, char*** argv) {
 inline void dist_finalize() { MPI_Finalize(); }
 inline int dist_rank() { return dist_state().rank; }
 inline int dist_world() { return dist_state().world; }
+inline bool dist_forced() { return dist_state().forced; }
 
 inline void dist_barrier() {
     DistBusy busy("a barrier");
@@ -215,6 +218,7 @@ inline void dist_init(int*, char***) {}
 inline void dist_finalize() {}
 inline int dist_rank() { return 0; }
 inline int dist_world() { return 1; }
+inline bool dist_forced() { return false; }
 inline void dist_barrier() {}
 inline void dist_reduce_scatter_sum(float*, size_t) {}
 inline void dist_allgather(float*, size_t) {}

@@ -23,11 +23,15 @@
 // Data parallel (host/distributed.h, docs/distributed.md): under mpirun every rank runs this same
 // program on its own slice of the data. A backend that supports it defines
 //   bool  model_supports_dist(const Model*)                  true
+//   void  model_dist_init(const Model*)                      before gpt_build: the backend's own setup (GPU: this rank's device, NCCL)
+//   void  model_dist_finalize(const Model*)                  before dist_finalize
 //   void  model_dist_reduce_grads(Model*)                    sum the gradients over ranks
 //   void  model_dist_shard_optimizer(Model*)                 --zero 1: keep only this rank's m, v slice
 //   void  model_dist_update(Model*, const AdamWSettings&, int step)   update (own slice + all-gather under ZeRO-1)
 // and a model_save that every rank calls (collective) and only rank 0 writes. The fallbacks below
-// serve a backend without them (the GPU build, for now): one process only.
+// serve a backend without them: one process only (or nothing to set up).
+// VP_DIST_FORCE=1 (MPI builds) runs this data-parallel code even with one rank, so that a machine
+// with one GPU still exercises it (the results must equal the plain run's, bit for bit).
 #pragma once
 
 #include <chrono>
@@ -51,6 +55,10 @@
 
 template <typename Model>
 bool model_supports_dist(const Model*) { return false; }
+template <typename Model>
+void model_dist_init(const Model*) {}
+template <typename Model>
+void model_dist_finalize(const Model*) {}
 template <typename Model>
 void model_dist_reduce_grads(Model*) {}
 template <typename Model>
@@ -166,7 +174,8 @@ int train_main(int argc, char** argv) {
     dist_init(&argc, &argv);
     int world = dist_world();
     bool rank0 = dist_rank() == 0;
-    if (world > 1 && !model_supports_dist((const Model*)nullptr))
+    bool dist = world > 1 || dist_forced();  // the data-parallel code path (VP_DIST_FORCE=1: also with one rank)
+    if (dist && !model_supports_dist((const Model*)nullptr))
         usage_error("run it as one process", "%s has no data-parallel training yet (world %d)", model_build_name((const Model*)nullptr), world);
     RunConfig rc;
     if (!parse_command_line(&rc, argc, argv)) {
@@ -203,6 +212,7 @@ int train_main(int argc, char** argv) {
     bool have_tok = !rc.tokenizer.empty();
     if (have_tok) tokenizer_init(&tok, rc.tokenizer.c_str());
 
+    if (dist) model_dist_init((const Model*)nullptr);  // collective; the GPU build picks its device here
     Model model;
     gpt_build(&model, c);
     int start_step = 0;
@@ -221,7 +231,7 @@ int train_main(int argc, char** argv) {
     } else {
         gpt_init_params(&model, rc.seed);
     }
-    if (world > 1 && rc.zero) model_dist_shard_optimizer(&model);
+    if (dist && rc.zero) model_dist_shard_optimizer(&model);
     if (start_step > rc.max_steps)
         usage_error("raise --max-steps to continue training", "the checkpoint is at step %d, beyond --max-steps %d", start_step, rc.max_steps);
 
@@ -235,7 +245,7 @@ int train_main(int argc, char** argv) {
            c.n_kv_head, c.n_embd, c.ffn_dim, c.vocab_size, value_path_name(c.vp.path), model.num_params);
     printf("batch %d x %d tokens x %d accumulation x %d ranks = %ld tokens per step, %d steps\n", B, T, grad_accum, world, (long)B * T * grad_accum * world,
            rc.max_steps);
-    if (world > 1) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
+    if (dist) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
     if (have_train) printf("train data: %zu tokens in '%s'\n", dataloader_num_tokens(&train), rc.train_data.c_str());
 
     auto run_evals = [&](int step) {
@@ -257,7 +267,7 @@ int train_main(int argc, char** argv) {
             loss += model.mean_loss;
             gpt_backward(&model, 1.0f / (grad_accum * world));
         }
-        if (world > 1) {
+        if (dist) {
             dist_allreduce_sum(&loss, 1);
             model_dist_reduce_grads(&model);  // the sum over ranks: every rank now holds the same gradients
         }
@@ -273,7 +283,7 @@ int train_main(int argc, char** argv) {
         opt.weight_decay = rc.weight_decay;
         opt.grad_scale = (rc.grad_clip > 0 && norm > rc.grad_clip) ? rc.grad_clip / norm : 1.0f;
         opt.lr_peak = rc.lr;
-        if (world > 1) model_dist_update(&model, opt, step + 1);
+        if (dist) model_dist_update(&model, opt, step + 1);
         else gpt_update(&model, opt, step + 1);
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         int done = step + 1;
@@ -295,6 +305,7 @@ int train_main(int argc, char** argv) {
     if (have_train) dataloader_free(&train);
     for (ValSet& vs : vals) dataloader_free(&vs.loader);
     if (have_tok) tokenizer_free(&tok);
+    if (dist) model_dist_finalize((const Model*)nullptr);
     dist_finalize();
     return 0;
 }

@@ -107,6 +107,19 @@ def test_resume_under_two_ranks_is_bit_exact(tmp_path, data, zero):
     np.testing.assert_allclose(losses(broken)[-5:], losses(straight)[-5:], rtol=1e-5)
 
 
+@pytest.mark.parametrize("zero", [0, 1])
+def test_forced_data_parallel_path_with_one_rank_is_bit_identical(tmp_path, data, zero):
+    """VP_DIST_FORCE=1 runs the data-parallel code with one rank (all a one-GPU machine can run of the
+    NCCL build, dev/device_check.sh): its losses and checkpoint equal the plain build's, bit for bit."""
+    common = TINY_LLAMA + ["--train-data", data / "train_*.bin", "--batch-size", "4", "--max-steps", "4", "--lr", "1e-2",
+                           "--warmup-steps", "2", "--grad-clip", "1.0"]
+    single(common + ["--out-dir", tmp_path / "plain"])
+    p = mpirun(1, common + ["--zero", zero, "--out-dir", tmp_path / "forced"], env={"VP_DIST_FORCE": "1"})
+    assert f"1 ranks, ZeRO-{zero}" in p.stdout
+    assert len(losses(tmp_path / "plain")) == 4 and losses(tmp_path / "forced") == losses(tmp_path / "plain")
+    assert checkpoint_tensors(tmp_path / "forced" / "ckpt_00000004.bin") == checkpoint_tensors(tmp_path / "plain" / "ckpt_00000004.bin")
+
+
 def test_total_batch_tokens_must_divide_by_ranks(tmp_path, data):
     p = mpirun(2, TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "4", "--total-batch-tokens", "96",
                                "--max-steps", "1"], expect=None)
