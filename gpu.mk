@@ -2,22 +2,25 @@
 # the end of the Makefile, whose variables it shares (VALUE_PATH, VP_ID_<path>, INCLUDES, ...).
 #
 #   make train [PRECISION=BF16|FP32] [VALUE_PATH=...]   ./train, the GPU trainer (same CLI as ./train_cpu)
+#   make train USE_MPI=1       the data-parallel GPU trainer (MPI + NCCL): build/<path>-mpi/train_<prec> (docs/distributed.md)
 #   make test_gpt              build test_gpt for both precisions (build/tests/test_gpt_gpu_<path>_<prec>)
 #   make test-gpu              build and run them ("skipped: no CUDA device" where there is no GPU)
 #   make gpu-compile-check     compile every GPU target (trainer, tests, labs, bench; both precisions)
 #   make gpu-compile-check-sm80   the trainer and test_gpt for sm_80 (A100) as well
 #   make dev-cuda              the kernel labs, build/dev/cuda/<prec>/<lab>
-#   make bench                 GPT-2 124M, B=64, T=1024, bf16: valuepath, then PyTorch, same device, one call
+#   make bench                 GPT-2 124M, B=64, T=1024, bf16: every value path, then PyTorch, same device, one call
+#                              (dev/bench_paths.sh: tok/s, ms/step, MFU, memory; ratios to vanilla and to PyTorch)
 #
 # Variables: PRECISION (BF16), GPU_ARCH (sm_90a: H100/H200; sm_80 for A100), NVCC (found on the
-# PATH or in /usr/local/cuda), BENCH_PYTHON (python3, a Python with PyTorch).
+# PATH or in /usr/local/cuda), BENCH_PYTHON (python3, a Python with PyTorch), NCCL_HOME (where
+# NCCL is, if not with the CUDA toolkit or in /usr), MPICXX (mpicxx, from the Makefile).
 # For CI: GPU_TEST_TARGETS is what `make test` should depend on: it compiles every GPU target where
 # nvcc exists and prints a ✗ line (and succeeds) where it does not. Nothing in it needs a GPU.
 #
 # Build outputs: build/<path>/train_<prec> (value paths never clobber each other, nor precisions);
-# ./train is a copy of the VALUE_PATH + PRECISION of the last `make train`. The GPU trainer
-# implements the vanilla path only so far (the next issue adds the others): binaries of the other
-# paths compile, and refuse to run with a message that points to ./train_cpu.
+# ./train is a copy of the VALUE_PATH + PRECISION of the last `make train`. Every value path runs
+# on the GPU; a binary refuses a checkpoint or config of another path, as the CPU build does.
+#   make gpu-all-paths         build/<path>/train_<prec> for every path (PRECISION as given)
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 PRECISION ?= BF16
@@ -28,8 +31,8 @@ PREC := $(if $(filter FP32,$(PRECISION)),fp32,bf16)
 GPU_ARCH ?= sm_90a
 BENCH_PYTHON ?= python3
 
-# value paths the GPU trainer implements (test_gpt runs for each); the others compile and refuse to run
-GPU_VALUE_PATHS := vanilla
+# value paths the GPU trainer implements (test_gpt runs for each): all of them
+GPU_VALUE_PATHS := $(VALUE_PATHS)
 
 gencode = -gencode=arch=compute_$(patsubst sm_%,%,$(1)),code=$(1)
 # -O3, no --use_fast_math (the FP32 build is compared with the CPU reference to tight bounds);
@@ -47,10 +50,23 @@ KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
 DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm
 TEST_GPT_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/tests/test_gpt_gpu_$(p)_bf16 build/tests/test_gpt_gpu_$(p)_fp32)
-GPU_ALL_TARGETS := build/vanilla/train_bf16 build/vanilla/train_fp32 $(TEST_GPT_BINS) \
-	$(addprefix build/dev/cuda/bf16/,$(DEV_CUDA_LABS) bench_gpt)
+GPU_TRAINERS := $(foreach p,$(GPU_VALUE_PATHS),build/$(p)/train_bf16 build/$(p)/train_fp32)
 
-.PHONY: train test_gpt test-gpu gpu-compile-check gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths
+# Data parallel: -DUSE_MPI, OpenMPI's compile and link flags (mpicxx --showme, as mpicxx itself
+# would add them) and NCCL. HAVE_MPI, MPICXX and MPI_SUFFIX come from the Makefile.
+HAVE_NCCL := $(if $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(dir $(NVCC))../include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h),1,)
+MPI_SHOWME := $(if $(HAVE_MPI),$(shell $(MPICXX) --showme:compile 2>/dev/null) $(shell $(MPICXX) --showme:link 2>/dev/null),)
+# nvcc takes -I -D -L -l as they are; -Wl,a,b becomes -Xlinker a,b; the rest (-pthread) goes to the host compiler
+comma := ,
+nvcc_wrap = $(filter -I% -D% -L% -l%,$(1)) $(patsubst -Wl$(comma)%,-Xlinker %,$(filter -Wl$(comma)%,$(1))) \
+	$(addprefix -Xcompiler ,$(filter-out -I% -D% -L% -l% -Wl$(comma)%,$(1)))
+NVCC_MPI := -DUSE_MPI $(call nvcc_wrap,$(MPI_SHOWME)) $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib) -lnccl
+# the MPI + NCCL trainer that gpu-compile-check compiles, where MPI and NCCL are installed
+GPU_MPI_TARGETS := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),build/vanilla-mpi/train_bf16,)
+GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) \
+	$(addprefix build/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),build/dev/cuda/bf16/bench_gpt_$(p))
+
+.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths
 
 print-gpu-paths:
 	@echo $(GPU_VALUE_PATHS)
@@ -64,7 +80,7 @@ GPU_TEST_RUN :=
 gpu-no-nvcc:
 	@echo "✗ nvcc not found: skipping the GPU targets (install the CUDA toolkit, or set NVCC=/path/to/nvcc)"
 gpu-compile-check test-gpu: gpu-no-nvcc
-train test_gpt gpu-compile-check-sm80 dev-cuda bench:
+train gpu-all-paths test_gpt gpu-compile-check-sm80 dev-cuda bench:
 	@echo "✗ nvcc not found: '$@' needs the CUDA toolkit (set NVCC=/path/to/nvcc)"; exit 1
 
 else
@@ -83,9 +99,23 @@ build/%/train_fp32: $(GPU_SOURCES)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@
 
-train: build/$(VALUE_PATH)/train_$(PREC)
+# build/<path>-mpi/: the data-parallel trainer (the shorter stem wins over build/%/ above)
+build/%-mpi/train_bf16: $(GPU_SOURCES)
+	@$(if $(and $(HAVE_MPI),$(HAVE_NCCL)),true,echo "✗ $@ needs MPI (mpicxx, mpirun: apt-get install libopenmpi-dev openmpi-bin) and NCCL (nccl.h; set NCCL_HOME)"; exit 1)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_MPI) $(CUDA_LIBS) -o $@
+
+build/%-mpi/train_fp32: $(GPU_SOURCES)
+	@$(if $(and $(HAVE_MPI),$(HAVE_NCCL)),true,echo "✗ $@ needs MPI (mpicxx, mpirun: apt-get install libopenmpi-dev openmpi-bin) and NCCL (nccl.h; set NCCL_HOME)"; exit 1)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_MPI) $(CUDA_LIBS) -o $@
+
+train: build/$(VALUE_PATH)$(MPI_SUFFIX)/train_$(PREC)
 	cp $< train
-	@echo "✓ ./train is the GPU trainer, VALUE_PATH=$(VALUE_PATH), PRECISION=$(PRECISION), GPU_ARCH=$(GPU_ARCH)"
+	@echo "✓ ./train is the GPU trainer, VALUE_PATH=$(VALUE_PATH), PRECISION=$(PRECISION), GPU_ARCH=$(GPU_ARCH)$(if $(MPI_SUFFIX), with MPI + NCCL (run it under mpirun),)"
+
+gpu-all-paths: $(foreach p,$(GPU_VALUE_PATHS),build/$(p)/train_$(PREC))
+	@echo "✓ GPU trainers ($(PRECISION)): $^"
 
 # ---------------------------------------------------------------------------
 # tests: test_gpt.cu holds the GPU trainer and the CPU reference in one program
@@ -122,23 +152,23 @@ dev-cuda: $(addprefix build/dev/cuda/$(PREC)/,$(DEV_CUDA_LABS))
 build/dev/cuda/%.sass: build/dev/cuda/%
 	cuobjdump --dump-sass $< > $@
 
-# GPT-2 124M, B=64, T=1024, bf16: valuepath's trainer, then PyTorch (torch.compile + SDPA flash)
-# on the same device in the same call; prints both BENCH lines and the ratio of their tok/s.
-bench: build/dev/cuda/bf16/bench_gpt
-	@mkdir -p build/bench
-	./build/dev/cuda/bf16/bench_gpt --batch-size 64 --seq-len 1024 --steps 20 --warmup 5 | tee build/bench/valuepath.txt
-	PYTHONUNBUFFERED=1 $(BENCH_PYTHON) dev/bench_pytorch.py --batch-size 64 --seq-len 1024 --steps 20 --warmup 5 | tee build/bench/pytorch.txt
-	@grep -h '^BENCH' build/bench/valuepath.txt build/bench/pytorch.txt || true
-	@a=$$(grep -ho 'impl=valuepath.*tok_per_s=[0-9]*' build/bench/valuepath.txt | grep -o 'tok_per_s=[0-9]*' | cut -d= -f2); \
-	 b=$$(grep -ho 'impl=pytorch.*tok_per_s=[0-9]*' build/bench/pytorch.txt | grep -o 'tok_per_s=[0-9]*' | cut -d= -f2); \
-	 if [ -n "$$a" ] && [ -n "$$b" ]; then awk -v a=$$a -v b=$$b 'BEGIN { printf "valuepath / PyTorch: %d / %d tok/s = %.3fx\n", a, b, a / b }'; \
-	 else echo "(no ratio: one of the two benchmarks did not run)"; fi
+# one benchmark binary per value path (the path is compiled in, as in the trainer)
+BENCH_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/dev/cuda/bf16/bench_gpt_$(p))
+build/dev/cuda/bf16/bench_gpt_%: dev/cuda/bench_gpt.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
+
+# GPT-2 124M, B=64, T=1024, bf16: every value path, then PyTorch (torch.compile + SDPA flash), on
+# the same device in the same call; prints the PyTorch ratio and each path's ratio to vanilla.
+bench: $(BENCH_BINS)
+	BENCH_PYTHON=$(BENCH_PYTHON) BENCH_PATHS="$(GPU_VALUE_PATHS)" bash dev/bench_paths.sh
 
 # ---------------------------------------------------------------------------
 # compile checks (what CI runs: no GPU needed)
 
 gpu-compile-check: $(GPU_ALL_TARGETS)
 	@echo "✓ GPU targets compile ($(GPU_ARCH), bf16 and fp32): $(GPU_ALL_TARGETS)"
+	@$(if $(GPU_MPI_TARGETS),true,echo "✗ no MPI (mpicxx, mpirun) or no NCCL (nccl.h): the MPI + NCCL trainer was not compiled")
 
 build/sm80/train_bf16: $(GPU_SOURCES)
 	@mkdir -p $(dir $@)

@@ -4,8 +4,11 @@
 //   * the parameter table (names, sizes, decay, init: the checkpoint layout) and the init, bit for bit;
 //   * the logits, the loss and every parameter gradient, tensor by tensor (by param_specs name);
 //   * 10 AdamW steps: the loss and the gradient norm of every step;
-// for GPT-2, Llama with GQA (G = 2), and Llama with GQA (G = 4) and QK-norm, at T = 80 (one full
-// 64-row attention tile plus a ragged one). Then the GPU build alone:
+// for GPT-2, Llama with GQA (G = 2), and Llama with GQA (G = 4) and QK-norm, 4 layers, at T = 80 (one
+// full 64-row attention tile plus a ragged one), with the flags of the binary's value path (one
+// binary per VALUE_PATH, as the trainer; test_configs() says which settings each path runs). Each
+// layer's q/k/v projection gradients are compared on their own, and ResFormer's dlambda. Then the
+// GPU build alone:
 //   * determinism: two runs from the same seed give bit-identical losses, norms and weights;
 //   * --resume: save after 5 steps, reload, rerun steps 6..10: bit-identical to the uninterrupted run;
 //   * checkpoints move between builds: GPU -> CPU and CPU -> GPU give bit-identical weights;
@@ -51,8 +54,8 @@ static const double TOL_STEPS = 1e-4;   // relative, per step's loss over 10 Ada
 #else
 // bf16: every stored activation and the weights the kernels read are rounded with relative error
 // <= u = 2^-8 (round to nearest: u/2, we use u). Errors of independent roundings add roughly in
-// quadrature; a block of the forward rounds ~8 times on the way to the logits, so L = 2 blocks
-// give ~sqrt(20) u ~ 4.5u for the logits (2u is what the final rounding alone gives); gradients
+// quadrature; a block of the forward rounds ~8 times on the way to the logits, so L = 4 blocks
+// give ~sqrt(40) u ~ 6.3u for the logits (2u is what the final rounding alone gives); gradients
 // go through about twice as many roundings plus the bf16 dlogits, and small parameter-gradient
 // tensors are sums with cancellation, hence the wider bound.
 static const double BF16_U = 1.0 / 256.0;
@@ -72,13 +75,39 @@ struct TestConfig {
 
 static const int TB = 2, TT = 80;  // batch: one full 64-row attention tile and a ragged one of 16
 
+// The three families at 4 layers, each with the flags of the binary's value path (a flag of another
+// path is a usage error), chosen so that the cross-layer paths are exercised (value_paths.md
+// section 7): SLA with 2 n_l < L (ORIG and CHAIN differ) on whole GQA groups; Depth with s = 2 (layer
+// 3 reads anchor 2, whose v~ already holds v^0) and s = 1; ResFormer with fixed and learnable lambda.
 static std::vector<TestConfig> test_configs() {
-    return {
-        {"gpt2", {"--arch", "gpt2", "--layers", "2", "--heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"}},
-        {"llama_gqa", {"--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"}},
-        {"llama_gqa_qknorm",
-         {"--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "1", "--dim", "256", "--qk-norm", "1", "--vocab", "300", "--max-seq", "96"}},
+    std::vector<const char*> gpt2 = {"--arch", "gpt2", "--layers", "4", "--heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"};
+    std::vector<const char*> gqa = {"--arch", "llama", "--layers", "4", "--heads", "4", "--kv-heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"};
+    std::vector<const char*> qkn = {"--arch", "llama", "--layers", "4", "--heads", "4", "--kv-heads", "1", "--dim", "256", "--qk-norm", "1",
+                                    "--vocab", "300", "--max-seq", "96"};
+    auto with = [](std::vector<const char*> base, std::vector<const char*> extra) {
+        base.insert(base.end(), extra.begin(), extra.end());
+        return base;
     };
+    switch (VALUE_PATH_ID) {
+        case VP_RESFORMER:
+            return {{"gpt2_fixed", with(gpt2, {"--resformer-lambda", "fixed"})},
+                    {"gpt2_learn", with(gpt2, {"--resformer-lambda", "learn"})},
+                    {"llama_gqa_learn", with(gqa, {"--resformer-lambda", "learn"})},
+                    {"llama_qknorm_fixed", with(qkn, {"--resformer-lambda", "fixed"})}};
+        case VP_SLA:  // heads 2 (G 1): 1 skip head; heads 4 / kv 2 (G 2): 1 skip KV head; kv 1: every head skips
+            return {{"gpt2_orig", with(gpt2, {"--sla-layers", "1", "--sla-heads", "1", "--sla-chain", "0"})},
+                    {"gpt2_chain", with(gpt2, {"--sla-layers", "1", "--sla-heads", "1", "--sla-chain", "1"})},
+                    {"llama_gqa_orig", with(gqa, {"--sla-layers", "1", "--sla-heads", "2", "--sla-chain", "0"})},
+                    {"llama_gqa_chain", with(gqa, {"--sla-layers", "1", "--sla-heads", "2", "--sla-chain", "1"})},
+                    {"llama_qknorm_chain", with(qkn, {"--sla-layers", "1", "--sla-heads", "4", "--sla-chain", "1"})}};
+        case VP_DEPTH:
+            return {{"gpt2_s2", with(gpt2, {"--depth-stride", "2"})},
+                    {"gpt2_s1", with(gpt2, {"--depth-stride", "1"})},
+                    {"llama_gqa_s2", with(gqa, {"--depth-stride", "2"})},
+                    {"llama_qknorm_s2", with(qkn, {"--depth-stride", "2"})}};
+        default:  // vanilla, SVFormer (no flags)
+            return {{"gpt2", gpt2}, {"llama_gqa", gqa}, {"llama_gqa_qknorm", qkn}};
+    }
 }
 
 // The model config exactly as the trainer's command line would make it.
@@ -218,6 +247,19 @@ static void check_forward_backward(const TestConfig& tc) {
     size_t off = 0;
     for (const ParamSpec& s : cpu.specs) {
         if (s.count) check_close(tc.name, s.name, grads.data() + off, cpu.grads_memory + off, s.count, TOL_GRAD);
+        // each layer's q/k/v projection gradients on their own (value_paths.md section 7: the
+        // cross-layer accumulation bugs of a value path show up as one wrong layer, which a norm
+        // over the stacked tensor could hide)
+        bool qkv = !strcmp(s.name, "qk_w") || !strcmp(s.name, "qk_b") || !strcmp(s.name, "v_w") || !strcmp(s.name, "v_b");
+        int layers = s.name[0] == 'v' ? value_path_value_proj_layers(c.vp, c.n_layer) : c.n_layer;
+        if (qkv && s.count && layers > 1) {
+            size_t per = s.count / layers;
+            for (int l = 0; l < layers; l++) {
+                char what[32];
+                snprintf(what, sizeof(what), "%s[%d]", s.name, l);
+                check_close(tc.name, what, grads.data() + off + l * per, cpu.grads_memory + off + l * per, per, TOL_GRAD);
+            }
+        }
         off += s.count;
     }
     float cpu_norm = (float)gpt_grad_norm(&cpu), gpu_norm = (float)gpt_grad_norm(&gm);

@@ -67,13 +67,16 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/matmul.cuh"       // defines: matmul_init, matmul_forward (bias, residual), matmul_backward (dinp, dweight, dbias)
 #include "kernels/qknorm.cuh"       // defines: qknorm_forward, qknorm_backward
 #include "kernels/rope.cuh"         // defines: rope_forward, rope_backward
-#include "kernels/attention.cuh"    // defines: AttentionArgs, attention_forward, attention_backward (flash, GQA)
+#include "kernels/attention.cuh"    // defines: AttentionArgs, KVGradRoute, attention_forward, attention_backward (flash, GQA, value-path reads and routes)
+#include "kernels/depth_attention.cuh"  // defines: DepthArgs, depth_attention_forward, depth_attention_backward
 #include "kernels/gelu.cuh"         // defines: gelu_forward, gelu_backward
 #include "kernels/swiglu.cuh"       // defines: swiglu_forward, swiglu_backward
 #include "kernels/classifier.cuh"   // defines: fused_classifier (softmax, loss, dlogits in place)
 // optimizer
 #include "kernels/global_norm.cuh"  // defines: global_norm_squared
 #include "kernels/adamw.cuh"        // defines: adamw_update, params_from_master
+// data parallel
+#include "kernels/zero.cuh"         // defines: nccl_init, nccl_reduce_scatter_sum, nccl_all_gather, nccl_wait, zero_slots, zero_pack, zero_unpack (one rank without USE_MPI)
 
 namespace gpu {
 
@@ -139,6 +142,25 @@ struct BackwardScratch {
     int* bucket_pos;     // (BT)
 };
 
+// The value paths' own buffers (value_paths.md section 6; NULL where the path has none). These
+// and nothing else are what a path adds to vanilla's memory; the attention kernels read other
+// layers' projections in place and mix ResFormer's values as they load them, so no path keeps a
+// gathered or mixed copy except Depth-Attention's v~ (which anchors must store).
+//   ResFormer, SVFormer: acc_v (1, BT, KV): dL/dv^0 from layers >= 1 (dV0acc)
+//   SLA: acc_k, acc_v (L - n_l, BT, KV): per source layer j, what its reader j + n_l sent back
+//   Depth: acc_k, acc_v (num anchors, BT, KV); vmix (L-1, BT, KV) v~ of layers 1..L-1; alpha
+//          (L-1, BT, Hkv, max candidates); dv_att (BT, KV) the core's dL/dv~ of the current layer
+//   ResFormer learn: dlambda_partial, one float per dK/dV block of the attention backward
+// Accumulators are fp32 whatever the precision: a source's gradient sums up to L-1 layers.
+struct ValuePathBuffers {
+    float* acc_k;
+    float* acc_v;
+    floatX* vmix;
+    float* alpha;
+    floatX* dv_att;
+    float* dlambda_partial;
+};
+
 // One entry of an allocation plan: where the pointer goes, how many elements, of what size.
 struct TensorSpec {
     void** ptr;
@@ -182,6 +204,38 @@ inline std::vector<TensorSpec> activation_plan(Activations& a, const ModelConfig
             TENSOR(a.inputs, BT),                 TENSOR(a.targets, BT)};
 }
 
+// Depth-Attention bookkeeping (the same definitions as cpu/vp_depth.h, from the shared config)
+inline int depth_num_anchors(const ModelConfig& c) { return CEIL_DIV(c.n_layer, c.vp.depth_stride); }
+inline bool depth_is_anchor(const ModelConfig& c, int l) { return l % c.vp.depth_stride == 0; }
+inline int depth_num_sources(const ModelConfig& c, int l) { return l == 0 ? 0 : (l - 1) / c.vp.depth_stride + 1; }  // |S(l)|
+inline int depth_max_cands(const ModelConfig& c) { return depth_num_sources(c, c.n_layer - 1) + 1; }
+// SLA: skip layers and the first skip KV head (cpu/vp_sla.h)
+inline bool sla_is_skip_layer(const ModelConfig& c, int l) { return c.vp.sla_heads > 0 && l >= c.vp.sla_layers; }
+inline int sla_first_skip_kv_head(const ModelConfig& c) { return c.n_kv_head - c.vp.sla_heads / (c.n_head / c.n_kv_head); }
+// layers whose K/V gradient accumulators exist (fp32, (BT, KV) each)
+inline int vp_num_accumulators(const ModelConfig& c) {
+    switch (c.vp.path) {
+        case VP_RESFORMER:
+        case VP_SVFORMER: return c.n_layer > 1 ? 1 : 0;
+        case VP_SLA: return c.vp.sla_heads > 0 ? std::max(0, c.n_layer - c.vp.sla_layers) : 0;
+        case VP_DEPTH: return depth_num_anchors(c);
+        default: return 0;
+    }
+}
+
+inline std::vector<TensorSpec> value_path_plan(ValuePathBuffers& v, const ModelConfig& c, int B, int T) {
+    size_t BT = (size_t)B * T, KV = (size_t)c.n_kv_head * c.head_dim, L = c.n_layer, nacc = vp_num_accumulators(c);
+    int path = c.vp.path;
+    bool depth = path == VP_DEPTH, keys = path == VP_SLA || depth;
+    bool learn = path == VP_RESFORMER && c.vp.resformer_learn;
+    return {TENSOR(v.acc_k, keys ? nacc * BT * KV : 0),
+            TENSOR(v.acc_v, nacc * BT * KV),
+            TENSOR(v.vmix, depth ? (L - 1) * BT * KV : 0),
+            TENSOR(v.alpha, depth ? (L - 1) * BT * c.n_kv_head * depth_max_cands(c) : 0),
+            TENSOR(v.dv_att, depth ? BT * KV : 0),
+            TENSOR(v.dlambda_partial, learn ? attention_dkdv_blocks(B, T, c.n_kv_head, c.head_dim) : 0)};
+}
+
 inline std::vector<TensorSpec> scratch_plan(BackwardScratch& s, const ModelConfig& c, int B, int T) {
     size_t BT = (size_t)B * T, C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_kv_head, F = c.ffn_dim;
     bool gpt2 = c.arch == ARCH_GPT2;
@@ -209,6 +263,7 @@ struct GpuModel {
     float* adam_m = nullptr;
     float* adam_v = nullptr;
     bool has_optimizer_state = false;  // false until the first update (or a load with optimizer state), as the CPU build
+    bool zero_shard = false;           // ZeRO-1: adam_m, adam_v hold only this rank's dist_shard of the parameters ("Data parallel (NCCL)")
     ParamTensors<floatX> params;
     ParamTensors<float> grads;
     float* rope_cos = nullptr;  // (maxT, D/2) Llama
@@ -217,6 +272,9 @@ struct GpuModel {
     int alloc_B = 0, alloc_T = 0;
     Activations acts;
     BackwardScratch scratch;
+    ValuePathBuffers vpb;
+    std::vector<char> acc_written;  // backward: accumulator j has had its first contribution (then +=)
+    ParamTensors<float> master_tensors;  // views of the fp32 master weights (ResFormer's learnable lambdas)
     char* acts_memory = nullptr;
     // host side: pinned staging buffers, the encoder's token buckets
     int* h_inputs = nullptr;
@@ -251,9 +309,12 @@ inline void* model_device_alloc(GpuModel* m, size_t bytes, const char* what) {
 }
 
 inline void gpt_build(GpuModel* m, const ModelConfig& c) {
-    if (c.vp.path != VP_VANILLA)
-        runtime_error("train this value path with ./train_cpu for now (make train_cpu VALUE_PATH=...)",
-                      "the GPU trainer implements only the vanilla value path so far; this model is VALUE_PATH=%s", value_path_name(c.vp.path));
+    if (c.vp.path != VALUE_PATH_ID)
+        runtime_error("rebuild with make train VALUE_PATH=... for this model's path", "a VALUE_PATH=%s model in a binary built for VALUE_PATH=%s",
+                      value_path_name(c.vp.path), value_path_name(VALUE_PATH_ID));
+    if (c.vp.path == VP_DEPTH && depth_num_sources(c, c.n_layer - 1) > DEPTH_MAX_SOURCES)
+        usage_error("raise --depth-stride", "the GPU Depth-Attention kernels read at most %d anchors per layer; --depth-stride %d on %d layers gives %d",
+                    DEPTH_MAX_SOURCES, c.vp.depth_stride, c.n_layer, depth_num_sources(c, c.n_layer - 1));
     if (!attention_head_dim_supported(c.head_dim))
         usage_error("choose --dim and --heads so that the head dim is one of these", "the GPU attention kernels support head dims 16, 32, 64 and 128; this model has %d",
                     c.head_dim);
@@ -283,6 +344,7 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     params_from_master(m->params_memory, m->master, n, m->stream);
     point_param_tensors(&m->params, m->params_memory, m->specs);
     point_param_tensors(&m->grads, m->grads_memory, m->specs);
+    point_param_tensors(&m->master_tensors, m->master, m->specs);
     if (c.arch == ARCH_LLAMA) {
         // the same tables as the CPU reference: computed in double, rounded to float
         int half = c.head_dim / 2;
@@ -346,8 +408,9 @@ inline void gpt_ensure_activations(GpuModel* m, int B, int T) {
     const ModelConfig& c = m->config;
     if (T > c.max_seq_len) runtime_error("lower --seq-len", "T=%d exceeds the model's max sequence length %d", T, c.max_seq_len);
     std::vector<TensorSpec> plan = activation_plan(m->acts, c, B, T, m->options.recompute);
-    std::vector<TensorSpec> splan = scratch_plan(m->scratch, c, B, T);
+    std::vector<TensorSpec> splan = scratch_plan(m->scratch, c, B, T), vplan = value_path_plan(m->vpb, c, B, T);
     plan.insert(plan.end(), splan.begin(), splan.end());
+    plan.insert(plan.end(), vplan.begin(), vplan.end());
     size_t bytes = plan_bytes(plan);
     char what[160];
     snprintf(what, sizeof(what), "the activations of B=%d T=%d (--recompute %d)", B, T, m->options.recompute);
@@ -400,51 +463,256 @@ inline LayerActs layer_acts(GpuModel* m, int l) {
     return la;
 }
 
-// The value-path hook: which q, K, V layer l's attention reads. Vanilla: its own projections
-// (GPT-2: the raw qkv; Llama: q, k after QK-norm/RoPE in qk_rot, v raw in qkv). A value path
-// (next issue) changes only this function (and attention_backward_args): it points k/v at another
-// layer's slice or a mixed buffer, or splits the heads over several calls.
+// ----------------------------------------------------------------------------
+// Value paths (value_paths.md; the CPU policies in cpu/vp_*.h are the reference). A path changes
+// only which K/V each layer's attention reads and where the gradients of those go; here that is
+// four hooks: attention_forward_args, attention_backward_args (pointers and routes handed to the
+// attention kernels), and value_path_after_forward_qkv / value_path_after_attention_backward
+// (Depth-Attention's fused depth softmax, ResFormer's dlambda). The backward visits layers
+// L-1..0, so a source layer's accumulator is complete before its own backward reads it.
+
+// A layer's own projections as vanilla attention reads them (and their gradients' slots):
+// GPT-2: q, k, v raw in qkv (rows of W); Llama: q, k after QK-norm/RoPE in qk_rot (rows of QK),
+// v raw in qkv. v is NULL for SVFormer layers >= 1 (no value projection).
+struct OwnQKV {
+    floatX *q, *k, *v;
+    long qk_rs, v_rs;
+};
+
+// The slots in the fused layout: GPT-2 has q, k, v raw in a (BT, W) buffer; Llama has q, k rotated
+// in a (BT, QK) buffer and v raw in the (BT, W) one. Activations and their gradients alike.
+inline OwnQKV qkv_slots(const ModelConfig& c, floatX* qkv, floatX* qk_rot, bool has_v) {
+    int H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, QK = (H + Hkv) * D, W = QK + Hkv * D;
+    bool gpt2 = c.arch == ARCH_GPT2;
+    OwnQKV o;
+    o.q = gpt2 ? qkv : qk_rot;
+    o.k = o.q + H * D;
+    o.qk_rs = gpt2 ? W : QK;
+    o.v = has_v ? qkv + QK : nullptr;
+    o.v_rs = W;
+    return o;
+}
+
+inline OwnQKV own_qkv(GpuModel* m, int l) {
+    LayerActs la = layer_acts(m, l);
+    return qkv_slots(m->config, la.qkv, la.qk_rot, l < value_path_value_proj_layers(m->config.vp, m->config.n_layer));
+}
+
+inline OwnQKV own_qkv_grads(GpuModel* m) { return qkv_slots(m->config, m->scratch.dqkv, m->scratch.dqk_rot, true); }
+
+inline size_t kv_layer_elems(GpuModel* m) { return (size_t)m->B * m->T * m->config.n_kv_head * m->config.head_dim; }
+inline floatX* depth_vmix(GpuModel* m, int l) { return m->vpb.vmix + (size_t)(l - 1) * kv_layer_elems(m); }  // l >= 1
+inline float* depth_alpha(GpuModel* m, int l) {
+    return m->vpb.alpha + (size_t)(l - 1) * m->B * m->T * m->config.n_kv_head * depth_max_cands(m->config);
+}
+
+// Which q, K, V layer l's attention reads.
 inline AttentionArgs attention_forward_args(GpuModel* m, int l) {
     const ModelConfig& c = m->config;
     LayerActs la = layer_acts(m, l);
-    int H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, QK = (H + Hkv) * D, W = QK + Hkv * D;
+    OwnQKV own = own_qkv(m, l);
     AttentionArgs aa;
     aa.B = m->B;
     aa.T = m->T;
-    aa.H = H;
-    aa.Hkv = Hkv;
-    aa.D = D;
+    aa.H = c.n_head;
+    aa.Hkv = c.n_kv_head;
+    aa.D = c.head_dim;
     aa.h0 = 0;
-    aa.h1 = H;
-    bool gpt2 = c.arch == ARCH_GPT2;
-    aa.q = gpt2 ? la.qkv : la.qk_rot;
-    aa.k = gpt2 ? la.qkv + H * D : la.qk_rot + H * D;
-    aa.q_rs = aa.k_rs = gpt2 ? W : QK;
-    aa.v = la.qkv + QK;
-    aa.v_rs = W;
+    aa.h1 = c.n_head;
+    aa.q = own.q;
+    aa.k = own.k;
+    aa.q_rs = aa.k_rs = own.qk_rs;
+    aa.v = own.v;
+    aa.v_rs = own.v_rs;
     aa.out = la.atty;
     aa.lse = la.att_lse;
+    if (l == 0) return aa;  // layer 0 is vanilla in every path
+    switch (c.vp.path) {
+        case VP_RESFORMER: {  // V = (1 - lambda_l) v^l + lambda_l v^0, mixed as the kernel loads V
+            OwnQKV first = own_qkv(m, 0);
+            aa.v_mix = first.v;
+            aa.v_mix_rs = first.v_rs;
+            aa.lambda = 0.5f;
+            aa.lambda_ptr = c.vp.resformer_learn ? m->master_tensors.vp_lambda + l : nullptr;
+            break;
+        }
+        case VP_SVFORMER: {  // V = v^0, read in place
+            OwnQKV first = own_qkv(m, 0);
+            aa.v = first.v;
+            aa.v_rs = first.v_rs;
+            break;
+        }
+        case VP_SLA:  // skip heads read the source layer's own K/V in place (CHAIN: resolved to l mod n_l)
+            if (sla_is_skip_layer(c, l)) {
+                OwnQKV src = own_qkv(m, c.vp.sla_chain ? l % c.vp.sla_layers : l - c.vp.sla_layers);
+                aa.kv_alt_from = sla_first_skip_kv_head(c);
+                aa.k_alt = src.k;
+                aa.k_alt_rs = src.qk_rs;
+                aa.v_alt = src.v;
+                aa.v_alt_rs = src.v_rs;
+            }
+            break;
+        case VP_DEPTH:  // V = v~^l, which value_path_after_forward_qkv wrote
+            aa.v = depth_vmix(m, l);
+            aa.v_rs = c.n_kv_head * c.head_dim;
+            break;
+    }
     return aa;
 }
 
-// ... and where its gradients go: dq, dk into dqkv (GPT-2) or dqk_rot (Llama, then back through
-// RoPE and QK-norm), dv into dqkv's v columns. Vanilla overwrites; a value path points dk/dv at
-// its per-layer accumulation buffers with accumulate_dkv = true.
+// Where the gradients of layer l's attention go: dq into the own query slot (GPT-2: dqkv; Llama:
+// dqk_rot, then back through RoPE and QK-norm), dK/dV into the own k/v slots and, by the path's
+// routes, into other layers' fp32 accumulators; what later readers sent into this layer's
+// accumulator is added on the way (KVGradRoute). Reads m->acc_written: an accumulator's first
+// contribution overwrites (no zeroing pass), and one nobody wrote is not read.
 inline AttentionArgs attention_backward_args(GpuModel* m, int l) {
     const ModelConfig& c = m->config;
     BackwardScratch& s = m->scratch;
-    int H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, QK = (H + Hkv) * D, W = QK + Hkv * D;
+    ValuePathBuffers& vb = m->vpb;
     AttentionArgs aa = attention_forward_args(m, l);
-    bool gpt2 = c.arch == ARCH_GPT2;
+    OwnQKV g = own_qkv_grads(m);
     aa.dout = s.datty;
     aa.delta = s.att_delta;
-    aa.dq = gpt2 ? s.dqkv : s.dqk_rot;
-    aa.dk = aa.dq + H * D;
-    aa.dq_rs = aa.dk_rs = gpt2 ? W : QK;
-    aa.dv = s.dqkv + QK;
-    aa.dv_rs = W;
+    aa.dq = g.q;
+    aa.dk = g.k;
+    aa.dq_rs = aa.dk_rs = g.qk_rs;
+    aa.dv = g.v;
+    aa.dv_rs = g.v_rs;
     aa.accumulate_dkv = false;
+    size_t layer = kv_layer_elems(m);
+    auto written = [&](int j) { return j < (int)m->acc_written.size() && m->acc_written[j]; };
+    switch (c.vp.path) {
+        case VP_RESFORMER:
+        case VP_SVFORMER:
+            if (l == 0) {
+                if (written(0)) aa.dv_route.add = vb.acc_v;  // dL/dv^0 from every later layer
+            } else {
+                // ResFormer: own (1 - lambda) G, acc += lambda G (the kernel takes lambda from the mix);
+                // SVFormer: no value projection here, acc += G
+                aa.dv_route.src = vb.acc_v;
+                aa.dv_route.from_head = 0;
+                aa.dv_route.src_overwrite = !written(0);
+                if (c.vp.path == VP_SVFORMER) {
+                    aa.dv = nullptr;
+                    aa.dv_route.src_scale = 1.0f;
+                } else if (c.vp.resformer_learn) {
+                    aa.dlambda_partial = vb.dlambda_partial;
+                }
+            }
+            break;
+        case VP_SLA: {
+            int split = sla_first_skip_kv_head(c);
+            for (KVGradRoute* r : {&aa.dk_route, &aa.dv_route}) {
+                r->chain = c.vp.sla_chain != 0;
+                r->add_from_head = split;  // readers only ever read (and send back) skip heads
+                r->from_head = split;
+                r->own_scale = 0.0f;
+                r->src_scale = 1.0f;
+            }
+            if (written(l)) {  // this layer is a source: its reader l + n_l sent gradient back
+                aa.dk_route.add = vb.acc_k + l * layer;
+                aa.dv_route.add = vb.acc_v + l * layer;
+            }
+            if (sla_is_skip_layer(c, l)) {
+                int src = l - c.vp.sla_layers;
+                aa.dk_route.src = vb.acc_k + src * layer;
+                aa.dv_route.src = vb.acc_v + src * layer;
+                aa.dk_route.src_overwrite = aa.dv_route.src_overwrite = !written(src);
+            }
+            break;
+        }
+        case VP_DEPTH: {
+            int a = l / c.vp.depth_stride;
+            if (depth_is_anchor(c, l) && written(a)) {  // step 1: what readers sent, before the depth backward
+                aa.dk_route.add = vb.acc_k + a * layer;
+                aa.dv_route.add = vb.acc_v + a * layer;
+            }
+            if (l > 0) {  // the core's dL/dv~ (+ A_v) goes to scratch; the depth backward splits it
+                aa.dv = vb.dv_att;
+                aa.dv_rs = c.n_kv_head * c.head_dim;
+            }
+            break;
+        }
+    }
     return aa;
+}
+
+// Depth-Attention's per-layer arguments: the layer's own q/k/v and its anchors' (kappa, nu).
+inline DepthArgs depth_args(GpuModel* m, int l) {
+    const ModelConfig& c = m->config;
+    OwnQKV own = own_qkv(m, l);
+    DepthArgs d;
+    d.BT = m->B * m->T;
+    d.H = c.n_head;
+    d.Hkv = c.n_kv_head;
+    d.D = c.head_dim;
+    d.q = own.q;
+    d.q_rs = own.qk_rs;
+    d.k = own.k;
+    d.k_rs = own.qk_rs;
+    d.v = own.v;
+    d.v_rs = own.v_rs;
+    d.n_src = depth_num_sources(c, l);
+    for (int n = 0; n < d.n_src; n++) {
+        int j = n * c.vp.depth_stride;  // anchor n stores (kappa^j, v^0) for j = 0, else (kappa^j, v~^j)
+        OwnQKV anchor = own_qkv(m, j);
+        d.src_k[n] = anchor.k;
+        d.src_v[n] = j == 0 ? anchor.v : depth_vmix(m, j);
+        d.src_v_rs[n] = j == 0 ? anchor.v_rs : (long)c.n_kv_head * c.head_dim;
+    }
+    d.alpha = depth_alpha(m, l);
+    d.alpha_stride = depth_max_cands(c);
+    d.vmix = depth_vmix(m, l);
+    return d;
+}
+
+// After layer l's q, k, v exist (after RoPE), before its attention: Depth's depth softmax and mix.
+inline void value_path_after_forward_qkv(GpuModel* m, int l) {
+    if (m->config.vp.path == VP_DEPTH && l > 0) depth_attention_forward(depth_args(m, l), m->stream);
+}
+
+// After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq, anchors'
+// accumulators), ResFormer's dlambda_l; then records which accumulators now hold a contribution.
+inline void value_path_after_attention_backward(GpuModel* m, int l) {
+    const ModelConfig& c = m->config;
+    std::vector<char>& written = m->acc_written;
+    switch (c.vp.path) {
+        case VP_RESFORMER:
+        case VP_SVFORMER:
+            if (l > 0) {
+                if (c.vp.path == VP_RESFORMER && c.vp.resformer_learn) {
+                    int blocks = attention_dkdv_blocks(m->B, m->T, c.n_kv_head, c.head_dim);
+                    if (blocks > attention_dkdv_blocks(m->alloc_B, m->alloc_T, c.n_kv_head, c.head_dim))
+                        runtime_error(nullptr, "internal: backward at B=%d T=%d needs more dlambda partials than allocated", m->B, m->T);
+                    sum_into_scalar(m->grads.vp_lambda + l, m->vpb.dlambda_partial, blocks, m->stream);
+                }
+                written[0] = 1;
+            }
+            break;
+        case VP_SLA:
+            if (sla_is_skip_layer(c, l)) written[l - c.vp.sla_layers] = 1;
+            break;
+        case VP_DEPTH:
+            if (l > 0) {
+                DepthArgs d = depth_args(m, l);
+                OwnQKV g = own_qkv_grads(m);
+                d.u = m->vpb.dv_att;
+                d.dv = g.v;
+                d.dv_rs = g.v_rs;
+                d.dk = g.k;
+                d.dk_rs = g.qk_rs;
+                d.dq = g.q;
+                d.dq_rs = g.qk_rs;
+                d.acc_k = m->vpb.acc_k;
+                d.acc_v = m->vpb.acc_v;
+                for (int n = 0; n < d.n_src; n++) {
+                    if (!written[n]) d.overwrite_mask |= 1ull << n;
+                    written[n] = 1;
+                }
+                depth_attention_backward(d, m->stream);
+            }
+            break;
+    }
 }
 
 // Norm of the family: LayerNorm (GPT-2, gain and bias, caches mean and rstd) or RMSNorm (Llama).
@@ -492,7 +760,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
         // attention block: x + attproj(attention(norm1(x)))
         norm_forward(m, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, lp.ln1_w, lp.ln1_b, BT);
         matmul_forward(la.qkv, la.ln1, lp.qk_w, lp.qk_b, nullptr, BT, C, QK, C, W, st);        // q|k into columns [0, QK)
-        matmul_forward(la.qkv + QK, la.ln1, lp.v_w, lp.v_b, nullptr, BT, C, KV, C, W, st);     // v into columns [QK, W)
+        if (lp.v_w) matmul_forward(la.qkv + QK, la.ln1, lp.v_w, lp.v_b, nullptr, BT, C, KV, C, W, st);  // v into columns [QK, W) (SVFormer: layer 0 only)
         if (!gpt2) {
             // Llama: optional QK-norm, then RoPE, into qk_rot; values stay raw in qkv
             if (c.qk_norm) {
@@ -502,6 +770,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
                 rope_forward(la.qk_rot, la.qkv, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, W, QK, st);
             }
         }
+        value_path_after_forward_qkv(m, l);
         attention_forward(attention_forward_args(m, l), st);
         matmul_forward(la.res_att, la.atty, lp.attproj_w, lp.attproj_b, la.x, BT, H * D, C, H * D, C, st);  // + x: residual fused
         // MLP block: res_att + fcproj(act(fc(norm2(res_att))))
@@ -568,6 +837,7 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
     cudaCheck(cudaMemsetAsync(s.dresidual, 0, (size_t)BT * C * sizeof(floatX), st));
     const floatX* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
     norm_backward(m, s.dresidual, g.lnf_w, g.lnf_b, s.dln, x_final, p.lnf_w, a.lnf_mean, a.lnf_rstd, BT);
+    m->acc_written.assign(vp_num_accumulators(c), 0);  // the value paths' accumulators start empty
 
     for (int l = L - 1; l >= 0; l--) {
         LayerParams<floatX> lp = layer_params(p, c, l);
@@ -592,6 +862,7 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
         // attention block backward
         matmul_backward(s.datty, lg.attproj_w, lg.attproj_b, s.dresidual, la.atty, lp.attproj_w, s.partial, BT, H * D, C, C, false, 1.0f, st);
         attention_backward(attention_backward_args(m, l), st);
+        value_path_after_attention_backward(m, l);
         if (!gpt2) {
             // back through RoPE (in place on dqk_rot), then QK-norm (or a copy) into dqkv's q|k columns
             if (c.qk_norm) {
@@ -603,7 +874,7 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
         }
         if (m->options.recompute >= 2) norm_forward(m, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, lp.ln1_w, lp.ln1_b, BT);
         matmul_backward(s.dln, lg.qk_w, lg.qk_b, s.dqkv, la.ln1, lp.qk_w, s.partial, BT, C, QK, W, false, 1.0f, st);
-        matmul_backward(s.dln, lg.v_w, lg.v_b, s.dqkv + QK, la.ln1, lp.v_w, s.partial, BT, C, KV, W, true, 1.0f, st);
+        if (lp.v_w) matmul_backward(s.dln, lg.v_w, lg.v_b, s.dqkv + QK, la.ln1, lp.v_w, s.partial, BT, C, KV, W, true, 1.0f, st);
         norm_backward(m, s.dresidual, lg.ln1_w, lg.ln1_b, s.dln, la.x, lp.ln1_w, la.ln1_mean, la.ln1_rstd, BT);
         // s.dresidual now holds dL/d(x): the gradient of the block's input
     }
@@ -692,7 +963,10 @@ inline void model_load(GpuModel* m, const std::string& path, CheckpointMeta* met
     cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
+inline bool model_dist_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta);  // "Data parallel (NCCL)" below
+
 inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
+    if (model_dist_save(m, dir, meta)) return;  // data parallel: collective, rank 0 writes one gathered checkpoint
     size_t n = m->num_params;
     std::vector<float> host_p(n), host_m, host_v;
     cudaCheck(cudaStreamSynchronize(m->stream));
@@ -706,6 +980,125 @@ inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta
     meta->num_params = (int64_t)n;
     meta->has_optimizer = m->has_optimizer_state;
     checkpoint_write(dir, *meta, host_p.data(), m->has_optimizer_state ? host_m.data() : nullptr, m->has_optimizer_state ? host_v.data() : nullptr);
+}
+
+// ----------------------------------------------------------------------------
+// Data parallel (NCCL)
+//
+// The data-parallel hooks of host/train_loop.h (docs/distributed.md). Under mpirun every rank is
+// one process with one GPU and the whole model, reading its own slice of the data; train_loop.h
+// calls these only with world > 1 (or VP_DIST_FORCE=1: the same code with one rank, for tests).
+// kernels/zero.cuh does the device collectives over NCCL; host/distributed.h (MPI, shared with
+// the CPU build) gives the ranks, the watchdog and the host-side gather of a checkpoint. Without
+// USE_MPI every collective is the identity of one rank.
+//
+// Gradients are summed as reduce-scatter + all-gather over zero.cuh's slot layout (PyTorch DDP's
+// all_reduce of the gradients, written as its two halves), under ZeRO-0 and ZeRO-1 alike: both
+// settings add in the same order, so they give bit-identical weights, as in the CPU build, and
+// every rank ends with the full summed gradient, which gpt_grad_norm reads.
+//
+// ZeRO-1 (--zero 1; PyTorch: ZeroRedundancyOptimizer): AdamW m and v are kept only for this
+// rank's contiguous shard dist_shard(n, rank, W) of the flat parameters (their 8 bytes per
+// parameter become 8/W), the update runs on that shard only, then the updated fp32 master weights
+// are all-gathered and rounded to the floatX copy. Gathering the whole gradient is one all-gather
+// more than ZeRO-1 needs (its update reads only its shard); dropping it needs a sharded grad norm
+// (a rank-ordered sum of per-shard partial norms), left for later.
+//
+// Checkpoints stay one ordinary file: rank 0 gathers the m, v shards over MPI in host memory (as
+// the CPU build does) and writes it, so any world size, one process or the CPU build resumes it.
+
+inline bool model_supports_dist(const GpuModel*) { return true; }
+
+// Before gpt_build on every rank: pick this rank's GPU, create the NCCL communicator.
+inline void model_dist_init(const GpuModel*) { nccl_init(); }
+inline void model_dist_finalize(const GpuModel*) { nccl_finalize(); }
+
+// grads (n fp32, each rank's backward already scaled by 1/world) = their sum over the ranks.
+inline void model_dist_reduce_grads(GpuModel* m) {
+    cudaCheck(cudaStreamSynchronize(m->stream));  // backward has finished: nccl_wait below times communication only
+    ZeroSlots& z = zero_slots(m->num_params);
+    zero_pack(z, m->grads_memory, m->stream);
+    nccl_reduce_scatter_sum(z.buf, z.slot, m->stream);
+    nccl_all_gather(z.buf, z.slot, m->stream);
+    zero_unpack(z, m->grads_memory, m->stream);
+    nccl_wait(m->stream, "the gradient reduce-scatter + all-gather");
+}
+
+// ZeRO-1: cut AdamW m, v (full size, from gpt_build or a loaded checkpoint) down to this rank's shard.
+inline void model_dist_shard_optimizer(GpuModel* m) {
+    if (m->zero_shard) return;
+    size_t n = m->num_params;
+    DistShard sh = dist_shard(n, dist_rank(), dist_world());
+    size_t bytes = std::max<size_t>(1, sh.count) * sizeof(float);
+    float* shard_m = (float*)cuda_malloc_check(bytes, "AdamW m shard");
+    float* shard_v = (float*)cuda_malloc_check(bytes, "AdamW v shard");
+    cudaCheck(cudaMemcpy(shard_m, m->adam_m + sh.offset, sh.count * sizeof(float), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(shard_v, m->adam_v + sh.offset, sh.count * sizeof(float), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaFree(m->adam_m));
+    cudaCheck(cudaFree(m->adam_v));
+    m->adam_m = shard_m;
+    m->adam_v = shard_v;
+    m->bytes_allocated = m->bytes_allocated - 2 * n * sizeof(float) + 2 * bytes;
+    m->zero_shard = true;
+}
+
+// AdamW on parameters [off, off + count) of the flat vector, with m, v indexed from off. Each
+// tensor's part of the range gets the same kernel with the same arguments as in gpt_update (its
+// own weight decay and lr), so a sharded step is bit-identical to the full one: the CPU build's
+// gpt_update_range, on the GPU.
+inline void gpt_update_range(GpuModel* m, const AdamWSettings& s, int step, size_t off, size_t count) {
+    size_t start = 0;
+    for (const ParamSpec& spec : m->specs) {
+        size_t lo = std::max(start, off), hi = std::min(start + spec.count, off + count);
+        start += spec.count;
+        if (lo >= hi) continue;
+        float lr = spec.own_lr > 0 && s.lr_peak > 0 ? (float)(spec.own_lr * (s.lr / s.lr_peak)) : s.lr;
+        adamw_update(m->master + lo, m->params_memory + lo, m->grads_memory + lo, m->adam_m + (lo - off), m->adam_v + (lo - off), hi - lo, lr, s.beta1,
+                     s.beta2, step, s.eps, spec.decay ? s.weight_decay : 0.0f, s.grad_scale, m->stream);
+    }
+    m->has_optimizer_state = true;
+}
+
+// The optimizer step on summed gradients. ZeRO-0: every rank does the same full update.
+// ZeRO-1: every rank updates its shard, then the master weights are all-gathered.
+inline void model_dist_update(GpuModel* m, const AdamWSettings& s, int step) {
+    if (!m->zero_shard) {
+        gpt_update(m, s, step);
+        return;
+    }
+    DistShard sh = dist_shard(m->num_params, dist_rank(), dist_world());
+    gpt_update_range(m, s, step, sh.offset, sh.count);
+    ZeroSlots& z = zero_slots(m->num_params);
+    cudaCheck(cudaMemcpyAsync(z.buf + (size_t)dist_rank() * z.slot, m->master + sh.offset, sh.count * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+    nccl_all_gather(z.buf, z.slot, m->stream);
+    zero_unpack(z, m->master, m->stream);
+    params_from_master(m->params_memory, m->master, m->num_params, m->stream);  // floatX copy of the other ranks' shards
+    nccl_wait(m->stream, "the parameter all-gather");
+}
+
+// The collective part of model_save (every rank calls it): true when it has dealt with the save.
+// Replicated optimizer state: rank 0 saves as one process would, the others skip. ZeRO-1: rank 0
+// gathers the m, v shards into full host arrays (host/distributed.h, MPI) and writes.
+inline bool model_dist_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
+    bool root = dist_rank() == 0;
+    if (!m->zero_shard) return !root;
+    size_t n = m->num_params;
+    bool opt = m->has_optimizer_state;
+    DistShard sh = dist_shard(n, dist_rank(), dist_world());
+    // rank r fills [offset, offset + count) of its array; dist_gather_to_root reads that range
+    std::vector<float> host_p(root ? n : 0), host_m(opt ? (root ? n : sh.offset + sh.count) : 0), host_v(host_m.size());
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    if (root) copy_params_to_host(m->master, host_p.data(), n);  // every rank holds the same full master weights
+    if (opt) {
+        copy_params_to_host(m->adam_m, host_m.data() + sh.offset, sh.count);
+        copy_params_to_host(m->adam_v, host_v.data() + sh.offset, sh.count);
+        dist_gather_to_root(host_m.data(), n);
+        dist_gather_to_root(host_v.data(), n);
+    }
+    meta->num_params = (int64_t)n;
+    meta->has_optimizer = opt;
+    if (root) checkpoint_write(dir, *meta, host_p.data(), opt ? host_m.data() : nullptr, opt ? host_v.data() : nullptr);
+    return true;
 }
 
 }  // namespace gpu

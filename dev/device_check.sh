@@ -6,18 +6,24 @@
 # Steps, each under its own time limit so the whole run stays well under the 10-minute command
 # limit (and the summary is written even if a step times out):
 #   1. build: every GPU target (make gpu-compile-check: trainer, test_gpt, labs, bench; bf16 + fp32)
-#   2. test_gpt for every value path the GPU implements, both precisions (both families, GQA,
-#      QK-norm, determinism, resume, recompute, checkpoints across builds: see test_gpt.cu)
+#   2. test_gpt for every value path, both precisions (both families, GQA, QK-norm, each path's
+#      cross-layer settings, determinism, resume, recompute, checkpoints across builds: test_gpt.cu)
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
 #   4. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
 #      --resume continues bit-exactly, and ./train_cpu resumes a checkpoint written by ./train
-#   5. make bench: GPT-2 124M, B=64, T=1024, bf16, valuepath then PyTorch on this device
+#   5. data parallel (MPI + NCCL build): mpirun -np 1, --zero 0 and 1, plain and with
+#      VP_DIST_FORCE=1 (the NCCL code path with one rank), losses and checkpoints bit-identical to
+#      ./train's; with >= 2 GPUs also 2 ranks against one GPU with accumulation 2
+#   6. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device
 # and prints a short table last. With $OUT set (the device tool), results go there (at most 8
 # files): summary.md (the table, in the form dev/results/ wants), build.log, test_gpt.log,
-# labs.log, train_cli.log, bench.txt.
+# labs.log, train_cli.log, dist.log, bench.txt.
 #
-# Environment: SKIP_BENCH=1, SKIP_LABS=1, SKIP_CLI=1 to leave steps out; COMMIT=<sha> to name the
-# commit in the summary (the device copy of the tree may have no .git); JOBS (16).
+# Environment: SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LABS=1, SKIP_CLI=1, SKIP_DIST=1 to leave steps out; ONLY_PATHS
+# ("vanilla depth") to test fewer value paths; COMMIT=<sha> to name the commit in the summary (the
+# device copy of the tree may have no .git); JOBS (16). All five paths x two precisions of
+# test_gpt plus the bench may not fit one 10-minute call: then run it twice, e.g.
+#   SKIP_BENCH=1 bash dev/device_check.sh   and   SKIP_TESTS=1 SKIP_LABS=1 SKIP_CLI=1 bash dev/device_check.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
@@ -65,6 +71,22 @@ write_summary() {
     } >"$SUMMARY"
 }
 counts() { grep -Eo '[0-9]+ passed, [0-9]+ failed' "$1" | tail -1; }
+# make_shard FILE: a synthetic llm.c-format shard (magic 20240520, version 1 = uint16 tokens, vocab
+# 512). Synthetic because data/ is git-ignored: the device copy of the tree has no TinyShakespeare.
+make_shard() {
+    python3 - "$1" <<'EOF'
+import struct, sys, random
+random.seed(0)
+n = 200000
+toks = [random.randrange(512) if i % 7 else (i * 31) % 512 for i in range(n)]
+hdr = [20240520, 1, n] + [0] * 253
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", *hdr))
+    f.write(struct.pack("<%dH" % n, *toks))
+EOF
+}
+# losses DIR: the train_loss entries of DIR/log.jsonl, one per line
+losses() { grep -o '"train_loss":[^,]*' "$1/log.jsonl" 2>/dev/null; }
 
 nvidia-smi -L || true
 write_summary
@@ -80,7 +102,9 @@ fi
 # 2. test_gpt ------------------------------------------------------------------------------
 GPU_PATHS=$(make -s print-gpu-paths 2>/dev/null)
 GPU_PATHS=${GPU_PATHS:-vanilla}
-for path in $GPU_PATHS; do
+GPU_PATHS=${ONLY_PATHS:-$GPU_PATHS}
+[ "${SKIP_TESTS:-0}" = 1 ] && TEST_PATHS="" || TEST_PATHS="$GPU_PATHS"
+for path in $TEST_PATHS; do
     for prec in bf16 fp32; do
         bin=build/tests/test_gpt_gpu_${path}_${prec}
         tlog="$OUT_DIR/test_gpt.log"
@@ -117,24 +141,13 @@ if [ "${SKIP_CLI:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
     W=build/device_check_cli
     rm -rf "$W"
     mkdir -p "$W"
-    # a synthetic llm.c-format shard (magic 20240520, version 1 = uint16 tokens)
-    python3 - "$W/synth_train_000.bin" <<'EOF'
-import struct, sys, random
-random.seed(0)
-n = 200000
-toks = [random.randrange(512) if i % 7 else (i * 31) % 512 for i in range(n)]
-hdr = [20240520, 1, n] + [0] * 253
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *hdr))
-    f.write(struct.pack("<%dH" % n, *toks))
-EOF
+    make_shard "$W/synth_train_000.bin"
     FLAGS=(--arch gpt2 --layers 2 --heads 4 --dim 128 --vocab 512 --max-seq 128 --seq-len 128 --batch-size 8 --max-steps 20 --lr 1e-3 --warmup-steps 5
         --seed 7
         --train-data "$W/synth_train_*.bin" --checkpoint-every 10)
     ok=1
     run_step "train run A" 60 "$CLI" ./build/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/a" || ok=0
     run_step "train run B" 60 "$CLI" ./build/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/b" --recompute 2 || ok=0
-    losses() { grep -o '"train_loss":[^,]*' "$1/log.jsonl"; }
     if [ $ok = 1 ] && [ "$(losses "$W/a")" = "$(losses "$W/b")" ] && [ -n "$(losses "$W/a")" ]; then
         row "./train twice (the second with --recompute 2): identical losses" "ok"
     else
@@ -163,22 +176,111 @@ EOF
     fi
 fi
 
-# 5. bench ---------------------------------------------------------------------------------
+# 5. data parallel (MPI + NCCL) ------------------------------------------------------------
+# One GPU cannot hold two NCCL ranks (NCCL refuses two ranks on one device), so with one GPU the
+# MPI + NCCL build runs as mpirun -np 1: plainly (its one-process path) and with VP_DIST_FORCE=1,
+# which runs the data-parallel code with one rank: communicator setup, the gradient
+# reduce-scatter + all-gather, the ZeRO-1 shard update and parameter all-gather, the gathered
+# checkpoint. With one rank every sum over ranks has one term, so losses and checkpoint tensors
+# must be bit-identical to the plain ./train's. With >= 2 GPUs: 2 ranks x B=4 against one GPU
+# with B=4 x accumulation 2 (the first loss exact, the rest to bf16 round-off) and ZeRO-0 == ZeRO-1.
+# ckpt_tensors FILE: sha256 of a checkpoint's tensors (params, m, v), without its header and run text
+ckpt_tensors() {
+    python3 - "$1" <<'EOF'
+import hashlib, struct, sys
+raw = open(sys.argv[1], "rb").read()
+start = struct.unpack_from("<i", raw, 8)[0] + struct.unpack_from("<q", raw, 32)[0]
+print(hashlib.sha256(raw[start:]).hexdigest())
+EOF
+}
+if [ "${SKIP_DIST:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
+    DLOG="$OUT_DIR/dist.log"
+    if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
+        row "data parallel (MPI + NCCL)" "skipped: no mpirun/mpicxx on this machine (apt-get install libopenmpi-dev openmpi-bin)"
+    elif ! run_step "build the MPI + NCCL trainer" 120 "$DLOG" make -j"$JOBS" build/vanilla-mpi/train_bf16; then
+        row "data parallel (MPI + NCCL)" "did not build (see dist.log)"
+    else
+        W=build/device_check_dist
+        rm -rf "$W"
+        mkdir -p "$W"
+        make_shard "$W/synth_train_000.bin"
+        DFLAGS=(--arch gpt2 --layers 2 --heads 4 --dim 128 --vocab 512 --max-seq 128 --seq-len 128 --batch-size 4 --max-steps 10 --lr 1e-3
+            --warmup-steps 3 --grad-clip 1.0 --seed 7 --train-data "$W/synth_train_*.bin")
+        # as root mpirun needs --allow-run-as-root; --oversubscribe in case it counts fewer slots than ranks
+        MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x VP_DIST_FORCE -x VP_DIST_TIMEOUT)
+        export VP_DIST_TIMEOUT=60
+        run_step "dist: plain ./train" 60 "$DLOG" ./build/vanilla/train_bf16 "${DFLAGS[@]}" --out-dir "$W/plain"
+        ref_l=$(losses "$W/plain")
+        ref_t=$(ckpt_tensors "$W/plain/ckpt_00000010.bin" 2>/dev/null)
+        bad=""
+        for force in 0 1; do
+            for zero in 0 1; do
+                d="$W/np1_force${force}_zero${zero}"
+                VP_DIST_FORCE=$force run_step "dist: mpirun -np 1, VP_DIST_FORCE=$force, --zero $zero" 60 "$DLOG" \
+                    "${MPIRUN[@]}" -np 1 ./build/vanilla-mpi/train_bf16 "${DFLAGS[@]}" --zero $zero --out-dir "$d"
+                if [ -z "$ref_l" ] || [ "$(losses "$d")" != "$ref_l" ] || [ "$(ckpt_tensors "$d/ckpt_00000010.bin" 2>/dev/null)" != "$ref_t" ]; then
+                    bad="$bad force=$force/zero=$zero"
+                fi
+            done
+        done
+        if [ -z "$bad" ]; then
+            row "mpirun -np 1 (MPI + NCCL build), --zero 0/1, plain and VP_DIST_FORCE=1: losses and checkpoint bit-identical to ./train" "ok"
+        else
+            row "mpirun -np 1 (MPI + NCCL build): bit-identical to ./train" "FAILED:$bad (see dist.log)"
+        fi
+        ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+        if [ "$ngpu" -ge 2 ]; then
+            run_step "dist: one GPU, accumulation 2" 60 "$DLOG" ./build/vanilla/train_bf16 "${DFLAGS[@]}" --total-batch-tokens 1024 --out-dir "$W/accum2"
+            for zero in 0 1; do
+                VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, --zero $zero" 90 "$DLOG" "${MPIRUN[@]}" -np 2 ./build/vanilla-mpi/train_bf16 "${DFLAGS[@]}" \
+                    --total-batch-tokens 1024 --zero $zero --out-dir "$W/np2_zero$zero"
+            done
+            np2=$(python3 - "$W" <<'EOF'
+import json, sys
+def losses(d):
+    return [json.loads(l)["train_loss"] for l in open(f"{sys.argv[1]}/{d}/log.jsonl") if '"train_loss"' in l]
+try:
+    a, z0, z1 = losses("accum2"), losses("np2_zero0"), losses("np2_zero1")
+except OSError as e:
+    print(f"FAILED: {e}")
+    sys.exit()
+rel = max(abs(x - y) / abs(x) for x, y in zip(a, z0)) if a and len(a) == len(z0) else float("inf")
+ok = len(a) == 10 and z0 == z1 and z0[0] == a[0] and rel < 1e-2
+print(f"{'ok' if ok else 'FAILED'}: first loss {'equal' if z0[:1] == a[:1] else 'differs'}, "
+      f"max rel. loss difference {rel:.2e} (bound 1e-2), ZeRO-0 {'==' if z0 == z1 else '!='} ZeRO-1")
+EOF
+            )
+            row "mpirun -np 2 (2 GPUs, B=4 each) vs one GPU with accumulation 2" "$np2"
+        else
+            row "mpirun -np 2 (2 GPUs)" "not run: $ngpu GPU(s) on this machine"
+        fi
+    fi
+fi
+
+# 6. bench ---------------------------------------------------------------------------------
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     BENCH="$OUT_DIR/bench.txt"
     run_step "make bench" 300 "$BENCH" make bench
     grep -h '^BENCH' "$BENCH" | sed 's/^/    /'
-    for impl in valuepath pytorch; do
-        line=$(grep "^BENCH impl=$impl" "$BENCH" | tail -1)
+    get() { echo "$line" | grep -o "$1=[^ ]*" | cut -d= -f2; }
+    for path in $GPU_PATHS; do
+        line=$(grep "^BENCH impl=valuepath path=$path " "$BENCH" | tail -1)
         if [ -n "$line" ]; then
-            get() { echo "$line" | grep -o "$1=[^ ]*" | cut -d= -f2; }
-            row "bench $impl (GPT-2 124M, B=64, T=1024)" "$(get tok_per_s) tok/s, $(get ms_per_step) ms/step, MFU $(awk -v m="$(get mfu)" 'BEGIN{printf "%.1f%%", 100*m}'), peak mem $(get peak_mem_gib) GiB$( [ "$impl" = pytorch ] && echo ", micro-batch $(get micro_batch)")"
+            row "bench valuepath $path (GPT-2 124M, B=64, T=1024)" "$(get tok_per_s) tok/s, $(get ms_per_step) ms/step, MFU $(awk -v m="$(get mfu)" 'BEGIN{printf "%.1f%%", 100*m}'), peak mem $(get peak_mem_gib) GiB (path buffers $(get vp_mem_gib) GiB)"
         else
-            row "bench $impl" "did not finish (see bench.txt)"
+            row "bench valuepath $path" "did not finish (see bench.txt)"
         fi
     done
-    ratio=$(grep -o 'valuepath / PyTorch: .*' "$BENCH" | tail -1)
+    line=$(grep "^BENCH impl=pytorch" "$BENCH" | tail -1)
+    if [ -n "$line" ]; then
+        row "bench pytorch (GPT-2 124M, B=64, T=1024)" "$(get tok_per_s) tok/s, $(get ms_per_step) ms/step, MFU $(awk -v m="$(get mfu)" 'BEGIN{printf "%.1f%%", 100*m}'), peak mem $(get peak_mem_gib) GiB, micro-batch $(get micro_batch)"
+    else
+        row "bench pytorch" "did not finish (see bench.txt)"
+    fi
+    ratio=$(grep -o 'valuepath vanilla / PyTorch: .*' "$BENCH" | tail -1)
     [ -n "$ratio" ] && row "ratio" "$ratio"
+    # the per-path table as dev/bench_paths.sh printed it
+    while IFS= read -r t; do ROWS+=("$t"); done < <(grep '^| [a-z]* | [0-9]' "$BENCH" | sed 's/^| \([a-z]*\) |/| path \1 |/')
 fi
 
 write_summary

@@ -39,6 +39,27 @@
 
 namespace gpu {
 
+// Where the core's gradient wrt the K (or V) it read goes, per KV head (value_paths.md section 0:
+// a path changes only which K/V a layer reads and where their gradients go). G below is the core's
+// gradient (summed over the G query heads of the group); "own" is the layer's own dk (dv) slot of
+// AttentionArgs, "src" another layer's fp32 accumulator; both dense rows of Hkv*D for src/add.
+//   heads g >= from_head are routed:  src (= or +=) src_scale * G',  own = own_scale * G' (+ add)
+//   other heads:                       own = G' (+ add)
+//   G' = G + add with chain (SLA CHAIN: what later readers sent joins the routed gradient),
+//   else G' = G and add (this layer's accumulator, filled by its readers) goes to own only.
+// add applies to heads g >= add_from_head (SLA: only skip heads are ever read by other layers).
+// Vanilla: src = add = NULL. The values are fp32 so that sums over many layers do not round in bf16.
+struct KVGradRoute {
+    const float* add = nullptr;  // (B*T, Hkv*D) fp32, or NULL
+    int add_from_head = 0;
+    float* src = nullptr;  // (B*T, Hkv*D) fp32, or NULL
+    int from_head = 0;
+    float src_scale = 1.0f;
+    float own_scale = 0.0f;
+    bool src_overwrite = false;  // first contributor in the reverse layer order: = rather than +=
+    bool chain = false;
+};
+
 struct AttentionArgs {
     int B = 0, T = 0, H = 0, Hkv = 0, D = 0;
     int h0 = 0, h1 = 0;  // query heads processed: [h0, h1), multiples of G = H/Hkv (default: all)
@@ -51,19 +72,77 @@ struct AttentionArgs {
     long v_rs = 0;
     floatX* out = nullptr;  // (B,T,H*D) dense: the forward's output, read again by the backward
     float* lse = nullptr;   // (B,H,T) log-sum-exp of each score row (natural log)
+    // Value paths, read in place by the kernels (no gathered copies):
+    //  SLA: KV heads g >= kv_alt_from read k_alt / v_alt (the source layer's projections) instead
+    int kv_alt_from = 1 << 30;
+    const floatX* k_alt = nullptr;
+    long k_alt_rs = 0;
+    const floatX* v_alt = nullptr;
+    long v_alt_rs = 0;
+    //  ResFormer: the core reads V = (1 - lambda) v + lambda v_mix, mixed in fp32 as each tile is
+    //  loaded; lambda from *lambda_ptr (the learnable fp32 master weight) when set
+    const floatX* v_mix = nullptr;
+    long v_mix_rs = 0;
+    float lambda = 0.5f;
+    const float* lambda_ptr = nullptr;
     // backward only
     const floatX* dout = nullptr;  // (B,T,H*D) dense
     float* delta = nullptr;        // (B,H,T) scratch: rowsum(dO * O)
     floatX* dq = nullptr;          // written (overwritten), rows of dq_rs
     long dq_rs = 0;
-    floatX* dk = nullptr;  // written, or added to when accumulate_dkv; rows of dk_rs
-    long dk_rs = 0;
+    floatX* dk = nullptr;  // own slots: written, or added to when accumulate_dkv; rows of dk_rs; dv may be
+    long dk_rs = 0;        // NULL when the layer has no value projection (SVFormer l >= 1, dv routed)
     floatX* dv = nullptr;
     long dv_rs = 0;
     bool accumulate_dkv = false;
+    KVGradRoute dk_route, dv_route;  // with v_mix, dv_route's scales are 1 - lambda (own) and lambda (src)
+    float* dlambda_partial = nullptr;  // with v_mix: per dK/dV block, sum of G_v (v_mix - v) (attention_dkdv_blocks)
 };
 
 inline bool attention_head_dim_supported(int D) { return D == 16 || D == 32 || D == 64 || D == 128; }
+
+// ----------------------------------------------------------------------------
+// value-path helpers shared by both kernel versions
+
+// The K and V that KV head g of batch b reads: base pointers (row 0 of the sequence, column g*D)
+// and row strides. SLA skip heads read another layer's projections in place; ResFormer's V is the
+// mix of two sources, made as the tile is loaded.
+struct KVSource {
+    const floatX* k;
+    long k_rs;
+    const floatX* v;
+    long v_rs;
+    const floatX* vmix;  // NULL: V = v
+    long vmix_rs;
+    float lambda;
+};
+
+__device__ __forceinline__ KVSource attn_kv_source(const AttentionArgs& a, int b, int g) {
+    KVSource s;
+    bool alt = g >= a.kv_alt_from;
+    s.k_rs = alt ? a.k_alt_rs : a.k_rs;
+    s.v_rs = alt ? a.v_alt_rs : a.v_rs;
+    s.k = (alt ? a.k_alt : a.k) + (size_t)b * a.T * s.k_rs + (size_t)g * a.D;
+    s.v = (alt ? a.v_alt : a.v) + (size_t)b * a.T * s.v_rs + (size_t)g * a.D;
+    s.vmix = a.v_mix ? a.v_mix + (size_t)b * a.T * a.v_mix_rs + (size_t)g * a.D : nullptr;
+    s.vmix_rs = a.v_mix_rs;
+    s.lambda = a.lambda_ptr ? *a.lambda_ptr : a.lambda;
+    return s;
+}
+
+// V as the core sees it at (row, d) of a KVSource: (1 - lambda) v + lambda v_mix for ResFormer
+// (the same expression as the CPU reference's mix), v otherwise.
+__device__ __forceinline__ float attn_mix_value(float v, float vmix, float lambda) { return (1.0f - lambda) * v + lambda * vmix; }
+
+// One element of a routed K/V gradient (see KVGradRoute): performs the write to the source
+// accumulator and returns what the own slot receives. idx = (b*T + row)*Hkv*D + g*D + d.
+__device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
+    float in = (r.add && g >= r.add_from_head) ? r.add[idx] : 0.0f;
+    float gr = r.chain ? grad + in : grad;
+    bool routed = r.src && g >= r.from_head;
+    if (routed) r.src[idx] = (r.src_overwrite ? 0.0f : r.src[idx]) + src_scale * gr;
+    return (routed ? own_scale * gr : gr) + (r.chain ? 0.0f : in);
+}
 
 // ----------------------------------------------------------------------------
 // kernels, version 1: SIMT, fp32 math, one thread per row
@@ -85,6 +164,19 @@ __device__ __forceinline__ void attn1_load_tile(float* dst, int ld, const floatX
     }
 }
 
+// V rows of a KVSource into a dense fp32 tile, mixed (ResFormer) where the source says so
+template <int D>
+__device__ __forceinline__ void attn1_load_v_tile(float* dst, int ld, const KVSource& s, int row0, int nrows, int T) {
+    if (!s.vmix) {
+        attn1_load_tile<D>(dst, ld, s.v, s.v_rs, row0, nrows, T);
+        return;
+    }
+    for (int idx = threadIdx.x; idx < nrows * D; idx += blockDim.x) {
+        int r = idx / D, d = idx % D, row = row0 + r;
+        dst[r * ld + d] = row < T ? attn_mix_value(to_float(s.v[(size_t)row * s.v_rs + d]), to_float(s.vmix[(size_t)row * s.vmix_rs + d]), s.lambda) : 0.0f;
+    }
+}
+
 template <int D>
 static __global__ void attention_forward_kernel1(AttentionArgs a) {
     constexpr int TILE = attn1_tile<D>();
@@ -96,8 +188,7 @@ static __global__ void attention_forward_kernel1(AttentionArgs a) {
     int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
     int i = qt * TILE + threadIdx.x;
     const floatX* qb = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
-    const floatX* kb = a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D;
-    const floatX* vb = a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D;
+    KVSource src = attn_kv_source(a, b, g);
     float scale = 1.0f / sqrtf((float)D);
     float q[D], o[D];
 #pragma unroll
@@ -108,8 +199,8 @@ static __global__ void attention_forward_kernel1(AttentionArgs a) {
     float m = -INFINITY, l = 0.0f;
     for (int kt = 0; kt <= qt; kt++) {
         __syncthreads();
-        attn1_load_tile<D>(ks, D, kb, a.k_rs, kt * TILE, TILE, a.T);
-        attn1_load_tile<D>(vs, D, vb, a.v_rs, kt * TILE, TILE, a.T);
+        attn1_load_tile<D>(ks, D, src.k, src.k_rs, kt * TILE, TILE, a.T);
+        attn1_load_v_tile<D>(vs, D, src, kt * TILE, TILE, a.T);
         __syncthreads();
         int jn = min(TILE, i - kt * TILE + 1);  // keys j <= i
         for (int jj = 0; jj < jn; jj++) {
@@ -166,8 +257,9 @@ static __global__ void attention_backward_dkdv_kernel1(AttentionArgs a) {
     int j = kt * TILE + threadIdx.x;
     int nqt = CEIL_DIV(a.T, TILE);
     float scale = 1.0f / sqrtf((float)D);
-    attn1_load_tile<D>(kown, LDO, a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D, a.k_rs, kt * TILE, TILE, a.T);
-    attn1_load_tile<D>(vown, LDO, a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D, a.v_rs, kt * TILE, TILE, a.T);
+    KVSource src = attn_kv_source(a, b, g);
+    attn1_load_tile<D>(kown, LDO, src.k, src.k_rs, kt * TILE, TILE, a.T);
+    attn1_load_v_tile<D>(vown, LDO, src, kt * TILE, TILE, a.T);
     float dk[D], dv[D];
 #pragma unroll
     for (int d = 0; d < D; d++) dk[d] = dv[d] = 0.0f;
@@ -205,18 +297,29 @@ static __global__ void attention_backward_dkdv_kernel1(AttentionArgs a) {
             }
         }
     }
-    if (j >= a.T) return;
-    floatX* dkj = a.dk + ((size_t)b * a.T + j) * a.dk_rs + (size_t)g * D;
-    floatX* dvj = a.dv + ((size_t)b * a.T + j) * a.dv_rs + (size_t)g * D;
+    // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda
+    float v_own = a.v_mix ? 1.0f - src.lambda : a.dv_route.own_scale, v_src = a.v_mix ? src.lambda : a.dv_route.src_scale;
+    float dlam = 0.0f;
+    if (j < a.T) {
+        size_t row = (size_t)b * a.T + j, acc = row * a.Hkv * D + (size_t)g * D;
+        floatX* dkj = a.dk + row * a.dk_rs + (size_t)g * D;
+        floatX* dvj = a.dv ? a.dv + row * a.dv_rs + (size_t)g * D : nullptr;
 #pragma unroll
-    for (int d = 0; d < D; d++) {
-        float k_new = dk[d] * scale, v_new = dv[d];
-        if (a.accumulate_dkv) {
-            k_new += to_float(dkj[d]);
-            v_new += to_float(dvj[d]);
+        for (int d = 0; d < D; d++) {
+            float k_new = attn_route_grad(a.dk_route, g, acc + d, dk[d] * scale, a.dk_route.own_scale, a.dk_route.src_scale);
+            float v_new = attn_route_grad(a.dv_route, g, acc + d, dv[d], v_own, v_src);
+            if (a.dlambda_partial) dlam += dv[d] * (to_float(src.vmix[(size_t)j * src.vmix_rs + d]) - to_float(src.v[(size_t)j * src.v_rs + d]));
+            if (a.accumulate_dkv) k_new += to_float(dkj[d]);
+            dkj[d] = from_float<floatX>(k_new);
+            if (dvj) {
+                if (a.accumulate_dkv) v_new += to_float(dvj[d]);
+                dvj[d] = from_float<floatX>(v_new);
+            }
         }
-        dkj[d] = from_float<floatX>(k_new);
-        dvj[d] = from_float<floatX>(v_new);
+    }
+    if (a.dlambda_partial) {
+        float t = block_sum(dlam);  // fixed tree: deterministic
+        if (threadIdx.x == 0) a.dlambda_partial[blockIdx.y * gridDim.x + blockIdx.x] = t;
     }
 }
 
@@ -235,6 +338,7 @@ static __global__ void attention_backward_dq_kernel1(AttentionArgs a) {
     int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
     int i = qt * TILE + threadIdx.x;
     float scale = 1.0f / sqrtf((float)D);
+    KVSource src = attn_kv_source(a, b, g);
     attn1_load_tile<D>(qown, LDO, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * TILE, TILE, a.T);
     attn1_load_tile<D>(doown, LDO, a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D, (long)a.H * D, qt * TILE, TILE, a.T);
     float lse = i < a.T ? a.lse[((size_t)b * a.H + h) * a.T + i] : INFINITY;
@@ -246,8 +350,8 @@ static __global__ void attention_backward_dq_kernel1(AttentionArgs a) {
     for (int d = 0; d < D; d++) dq[d] = 0.0f;
     for (int kt = 0; kt <= qt; kt++) {
         __syncthreads();
-        attn1_load_tile<D>(ks, D, a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D, a.k_rs, kt * TILE, TILE, a.T);
-        attn1_load_tile<D>(vs, D, a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D, a.v_rs, kt * TILE, TILE, a.T);
+        attn1_load_tile<D>(ks, D, src.k, src.k_rs, kt * TILE, TILE, a.T);
+        attn1_load_v_tile<D>(vs, D, src, kt * TILE, TILE, a.T);
         __syncthreads();
         int jn = min(TILE, i - kt * TILE + 1);
         for (int jj = 0; jj < jn; jj++) {
@@ -332,6 +436,34 @@ __device__ __forceinline__ void att2_load_tile(__nv_bfloat16* dst, const __nv_bf
     }
 }
 
+// V rows of a KVSource into a shared bf16 tile; ResFormer's mix is made here in fp32 from two
+// 16-byte loads and rounded once to bf16 (what the tensor cores read), so no mixed copy exists.
+template <int D>
+__device__ __forceinline__ void att2_load_v_tile(__nv_bfloat16* dst, const KVSource& s, int row0, int T) {
+    if (!s.vmix) {
+        att2_load_tile<D>(dst, s.v, s.v_rs, row0, T);
+        return;
+    }
+    constexpr int LDS = att2_lds(D), CPR = D / 8;
+    for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
+        int r = c / CPR, cc = (c % CPR) * 8, row = row0 + r;
+        uint4 out = make_uint4(0, 0, 0, 0);
+        if (row < T) {
+            uint4 own = *reinterpret_cast<const uint4*>(s.v + (size_t)row * s.v_rs + cc);
+            uint4 mix = *reinterpret_cast<const uint4*>(s.vmix + (size_t)row * s.vmix_rs + cc);
+            const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&own);
+            const __nv_bfloat162* m2 = reinterpret_cast<const __nv_bfloat162*>(&mix);
+            uint32_t* w = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float2 fo = __bfloat1622float2(o2[i]), fm = __bfloat1622float2(m2[i]);
+                w[i] = pack_bf16x2(attn_mix_value(fo.x, fm.x, s.lambda), attn_mix_value(fo.y, fm.y, s.lambda));
+            }
+        }
+        *reinterpret_cast<uint4*>(dst + r * LDS + cc) = out;
+    }
+}
+
 template <int D>
 static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2(AttentionArgs a) {
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;  // NT: n-tiles of 8 keys per tile
@@ -356,13 +488,12 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
     for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};  // rows gr and gr+8 of the warp
     int row = qt * ATT2_TILE + warp * 16 + gr;
-    const __nv_bfloat16* kb = a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D;
-    const __nv_bfloat16* vb = a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D;
+    KVSource src = attn_kv_source(a, b, g);
 
     for (int kt = 0; kt <= qt; kt++) {
         __syncthreads();  // everyone is done with the previous K, V tiles
-        att2_load_tile<D>(Ks, kb, a.k_rs, kt * ATT2_TILE, a.T);
-        att2_load_tile<D>(Vs, vb, a.v_rs, kt * ATT2_TILE, a.T);
+        att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+        att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
         __syncthreads();
         // S = Q K^T  (16 rows x 64 keys per warp)
         float s[NT][4];
@@ -463,8 +594,9 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
     int nqt = CEIL_DIV(a.T, ATT2_TILE);
     const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
 
-    att2_load_tile<D>(Ks, a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D, a.k_rs, kt * ATT2_TILE, a.T);
-    att2_load_tile<D>(Vs, a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D, a.v_rs, kt * ATT2_TILE, a.T);
+    KVSource src = attn_kv_source(a, b, g);
+    att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+    att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; j++)
@@ -535,25 +667,46 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
             }
         }
     }
+    // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda
+    float v_own = a.v_mix ? 1.0f - src.lambda : a.dv_route.own_scale, v_src = a.v_mix ? src.lambda : a.dv_route.src_scale;
+    float dlam = 0.0f;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int kr = key + 8 * r;
         if (kr >= a.T) continue;
-        __nv_bfloat16* dkb = a.dk + ((size_t)b * a.T + kr) * a.dk_rs + (size_t)g * D;
-        __nv_bfloat16* dvb = a.dv + ((size_t)b * a.T + kr) * a.dv_rs + (size_t)g * D;
+        size_t row = (size_t)b * a.T + kr, acc = row * a.Hkv * D + (size_t)g * D;
+        __nv_bfloat16* dkb = a.dk + row * a.dk_rs + (size_t)g * D;
+        __nv_bfloat16* dvb = a.dv ? a.dv + row * a.dv_rs + (size_t)g * D : nullptr;
 #pragma unroll
         for (int j = 0; j < D / 8; j++) {
             int d = j * 8 + 2 * tq;
-            float k0 = dk[j][2 * r] * scale, k1 = dk[j][2 * r + 1] * scale, v0 = dv[j][2 * r], v1 = dv[j][2 * r + 1];
+            float gv0 = dv[j][2 * r], gv1 = dv[j][2 * r + 1];
+            float k0 = attn_route_grad(a.dk_route, g, acc + d, dk[j][2 * r] * scale, a.dk_route.own_scale, a.dk_route.src_scale);
+            float k1 = attn_route_grad(a.dk_route, g, acc + d + 1, dk[j][2 * r + 1] * scale, a.dk_route.own_scale, a.dk_route.src_scale);
+            float v0 = attn_route_grad(a.dv_route, g, acc + d, gv0, v_own, v_src);
+            float v1 = attn_route_grad(a.dv_route, g, acc + d + 1, gv1, v_own, v_src);
+            if (a.dlambda_partial) {
+                const __nv_bfloat16* vr = src.v + (size_t)kr * src.v_rs + d;
+                const __nv_bfloat16* mr = src.vmix + (size_t)kr * src.vmix_rs + d;
+                dlam += gv0 * (__bfloat162float(mr[0]) - __bfloat162float(vr[0])) + gv1 * (__bfloat162float(mr[1]) - __bfloat162float(vr[1]));
+            }
             if (a.accumulate_dkv) {
                 k0 += __bfloat162float(dkb[d]);
                 k1 += __bfloat162float(dkb[d + 1]);
-                v0 += __bfloat162float(dvb[d]);
-                v1 += __bfloat162float(dvb[d + 1]);
             }
             *reinterpret_cast<uint32_t*>(dkb + d) = pack_bf16x2(k0, k1);
-            *reinterpret_cast<uint32_t*>(dvb + d) = pack_bf16x2(v0, v1);
+            if (dvb) {
+                if (a.accumulate_dkv) {
+                    v0 += __bfloat162float(dvb[d]);
+                    v1 += __bfloat162float(dvb[d + 1]);
+                }
+                *reinterpret_cast<uint32_t*>(dvb + d) = pack_bf16x2(v0, v1);
+            }
         }
+    }
+    if (a.dlambda_partial) {
+        float t = block_sum(dlam);  // fixed tree: deterministic
+        if (threadIdx.x == 0) a.dlambda_partial[blockIdx.y * gridDim.x + blockIdx.x] = t;
     }
 }
 
@@ -585,13 +738,12 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_ker
     float dq[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
-    const __nv_bfloat16* kb = a.k + (size_t)b * a.T * a.k_rs + (size_t)g * D;
-    const __nv_bfloat16* vb = a.v + (size_t)b * a.T * a.v_rs + (size_t)g * D;
+    KVSource src = attn_kv_source(a, b, g);
 
     for (int kt = 0; kt <= qt; kt++) {
         __syncthreads();
-        att2_load_tile<D>(Ks, kb, a.k_rs, kt * ATT2_TILE, a.T);
-        att2_load_tile<D>(Vs, vb, a.v_rs, kt * ATT2_TILE, a.T);
+        att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+        att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
         __syncthreads();
         // S = Q K^T, dP = dO V^T (16 queries x 64 keys per warp)
         float s[NT][4], dp[NT][4];
@@ -660,15 +812,34 @@ inline void attention_check_args(const AttentionArgs& a, bool backward, int vers
     KERNEL_ASSERT(0 <= a.h0 && a.h0 < a.h1 && a.h1 <= a.H && a.h0 % G == 0 && a.h1 % G == 0);
     KERNEL_ASSERT(a.q && a.k && a.v && a.out && a.lse);
     KERNEL_ASSERT(a.q_rs >= (long)a.H * a.D && a.k_rs >= (long)a.Hkv * a.D && a.v_rs >= (long)a.Hkv * a.D);
+    // value paths: a second K/V source (SLA) and a value mix (ResFormer) are never combined
+    bool alt = a.kv_alt_from < a.Hkv;
+    KERNEL_ASSERT(!(alt && a.v_mix));
+    if (alt) KERNEL_ASSERT(a.kv_alt_from >= 0 && a.k_alt && a.v_alt && a.k_alt_rs >= (long)a.Hkv * a.D && a.v_alt_rs >= (long)a.Hkv * a.D);
+    if (a.v_mix) KERNEL_ASSERT(a.v_mix_rs >= (long)a.Hkv * a.D);
     if (backward) {
-        KERNEL_ASSERT(a.dout && a.delta && a.dq && a.dk && a.dv);
-        KERNEL_ASSERT(a.dq_rs >= (long)a.H * a.D && a.dk_rs >= (long)a.Hkv * a.D && a.dv_rs >= (long)a.Hkv * a.D);
+        // dv may be NULL only when every head's value gradient is routed away (SVFormer l >= 1)
+        KERNEL_ASSERT(a.dout && a.delta && a.dq && a.dk && (a.dv || (a.dv_route.src && a.dv_route.from_head == 0)));
+        KERNEL_ASSERT(a.dq_rs >= (long)a.H * a.D && a.dk_rs >= (long)a.Hkv * a.D && (!a.dv || a.dv_rs >= (long)a.Hkv * a.D));
+        KERNEL_ASSERT(!a.dlambda_partial || a.v_mix);
     }
     if (version == 2) {  // 16-byte tile loads: 8-element aligned rows and pointers
         auto aligned = [](const void* p) { return ((uintptr_t)p % 16) == 0; };
         KERNEL_ASSERT(a.q_rs % 8 == 0 && a.k_rs % 8 == 0 && a.v_rs % 8 == 0 && aligned(a.q) && aligned(a.k) && aligned(a.v) && aligned(a.out));
-        if (backward) KERNEL_ASSERT(aligned(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && a.dv_rs % 2 == 0);
+        if (alt) KERNEL_ASSERT(a.k_alt_rs % 8 == 0 && a.v_alt_rs % 8 == 0 && aligned(a.k_alt) && aligned(a.v_alt));
+        if (a.v_mix) KERNEL_ASSERT(a.v_mix_rs % 8 == 0 && aligned(a.v_mix));
+        if (backward) KERNEL_ASSERT(aligned(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && (!a.dv || a.dv_rs % 2 == 0));
     }
+}
+
+// Blocks of the dK/dV kernel of the active version for a launch: the length of dlambda_partial.
+inline int attention_dkdv_blocks(int B, int T, int Hkv, int D) {
+#ifdef ENABLE_BF16
+    int tile = ATT2_TILE;
+#else
+    int tile = D <= 64 ? 64 : 32;  // attn1_tile<D>()
+#endif
+    return CEIL_DIV(T, tile) * B * Hkv;
 }
 
 inline AttentionArgs attention_full_range(AttentionArgs a) {

@@ -9,7 +9,7 @@
 // The grid depends only on the shape, never on the GPU, so the result is the same on every run
 // and every device. The partial buffer is model scratch of num_partials(BT) x (widest row) floats.
 //
-// defines: PARTIAL_ROWS, num_partials, reduce_partials, column_partials_finish (device helper)
+// defines: PARTIAL_ROWS, num_partials, reduce_partials, sum_into_scalar, column_partials_finish (device helper)
 #pragma once
 
 #include "kernels/common.cuh"
@@ -46,6 +46,14 @@ static __global__ void reduce_partials_kernel(float* dst, const float* partial, 
     dst[c] += t;
 }
 
+// One block: thread t sums x[t], x[t + 1024], ... in order, then the block's fixed tree.
+static __global__ void sum_into_scalar_kernel(float* dst, const float* x, int n) {
+    float t = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) t += x[i];
+    t = block_sum(t);
+    if (threadIdx.x == 0) *dst += t;
+}
+
 // ----------------------------------------------------------------------------
 // launchers
 
@@ -54,6 +62,14 @@ inline void reduce_partials(float* dst, const float* partial, int R, int ncols, 
     const int block_size = 256;
     KERNEL_ASSERT(R >= 1 && ncols >= 1 && stride >= ncols);
     reduce_partials_kernel<<<CEIL_DIV(ncols, block_size), block_size, 0, stream>>>(dst, partial, R, ncols, stride);
+    cudaCheck(cudaGetLastError());
+}
+
+// *dst += sum of x[0..n) (one scalar gradient from per-block partials, e.g. ResFormer's dlambda_l),
+// deterministic: the order depends only on n.
+inline void sum_into_scalar(float* dst, const float* x, int n, cudaStream_t stream) {
+    KERNEL_ASSERT(n >= 1);
+    sum_into_scalar_kernel<<<1, 1024, 0, stream>>>(dst, x, n);
     cudaCheck(cudaGetLastError());
 }
 

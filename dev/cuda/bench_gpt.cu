@@ -22,7 +22,13 @@ dev/bench_pytorch.py uses the same formula and the same N.
 
 Peak memory: the device memory the model allocated (parameters, gradients, AdamW state,
 activations and scratch, the cuBLASLt workspace), and the device's used memory (total - free)
-at the end, which also counts the CUDA context.
+at the end, which also counts the CUDA context; and, of the allocation, the value path's own
+buffers (train_gpt.cu ValuePathBuffers: accumulators, Depth's v~ and alpha).
+
+Value paths: one binary per path (build/dev/cuda/bf16/bench_gpt_<path>, VALUE_PATH at compile
+time, the path's default settings: SLA (n_l, n_h) = (9, 9), Depth stride 6 on GPT-2 124M,
+ResFormer lambda fixed at 1/2). dev/bench_paths.sh runs them all in one call and prints each
+path's step time relative to vanilla's.
 */
 #define TESTING
 #include "train_gpt.cu"
@@ -122,10 +128,14 @@ int main(int argc, char** argv) {
     double model_gib = (m.bytes_allocated + gpu::matmul_state().workspace_bytes) / 1073741824.0, used_gib = (total_b - free_b) / 1073741824.0;
     printf("median over %zu steps: %.2f ms/step, %.0f tok/s, %.1f TFLOP/s achieved", times.size(), med, tok_s, achieved);
     if (peak > 0) printf(", MFU %.1f%% of %.1f TFLOP/s", 100.0 * achieved / peak, peak);
-    printf("\nmemory: %.2f GiB allocated by the trainer, %.2f GiB used on the device\n", model_gib, used_gib);
+    gpu::ValuePathBuffers vp_plan_only;  // value_path_plan only records where pointers would go
+    double vp_gib = gpu::plan_bytes(gpu::value_path_plan(vp_plan_only, c, B, T)) / 1073741824.0;
+    printf("\nmemory: %.2f GiB allocated by the trainer (value path %s: %.3f GiB of it), %.2f GiB used on the device\n", model_gib,
+           value_path_name(c.vp.path), vp_gib, used_gib);
     // one machine-readable line for make bench / dev/device_check.sh
-    printf("BENCH impl=valuepath precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f\n", PRECISION_NAME,
-           prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib);
+    printf("BENCH impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f "
+           "vp_mem_gib=%.3f\n",
+           value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib);
     gpt_free(&m);
     return 0;
 }

@@ -1,0 +1,237 @@
+// kernels/depth_attention.cuh: Depth-Attention's softmax over depth (value_paths.md section 5),
+// forward and backward, each one fused kernel per layer.
+//
+// For layer l >= 1 with sources S(l) = {anchors j < l} (anchors: 0, s, 2s, ...), per position
+// (b, t) and KV head g, with q_bar the mean of the group's G query heads:
+//   e_n = <q_bar, kappa^n> / sqrt(D)   for n in S(l) and n = l (kappa^n: layer n's key at (b, t, g))
+//   alpha = softmax_n(e),  v~^l = alpha_l v^l + sum_{n in S(l)} alpha_n nu^n
+// where nu^n is what anchor n stores (v^0 for layer 0, else its own v~). The attention core then
+// reads v~^l in place of v^l. Backward, with u = dL/dv~^l (an anchor's u already includes what its
+// readers sent back, added by the attention backward's route):
+//   c_n = <u, nu^n>, c_bar = sum_n alpha_n c_n, de_n = alpha_n (c_n - c_bar)
+//   dv^l = alpha_l u;  dkappa^l += de_l q_bar / sqrt(D);  dq_h += (sum_n de_n kappa^n / sqrt(D)) / G
+//   A_v[n] (=|+=) alpha_n u,  A_k[n] (=|+=) de_n q_bar / sqrt(D)   for n in S(l)
+// PyTorch, one position: a = softmax(stack([q_bar @ k_n for n]) / sqrt(D)); v = (a[:, None] * stack(v_n)).sum(0)
+//
+// One warp per (position, KV head): the whole depth softmax lives in a warp (lane i holds
+// dimensions i, i+32, ...; dot products are warp sums in a fixed tree), so nothing is written
+// between the logits and the mix: the forward reads q, the |S|+1 keys and values once and writes
+// v~ and alpha; the backward reads u, alpha, q, the keys and values once and writes every gradient.
+// The anchors' accumulators get one contribution per (position, head) per layer, from the one
+// warp that owns that position: no atomics. The first contributor in the reverse layer order
+// overwrites (overwrite_mask), so the accumulators never need zeroing.
+//
+// defines: DEPTH_MAX_SOURCES, DepthArgs, depth_attention_forward, depth_attention_backward
+#pragma once
+
+#include "kernels/common.cuh"
+
+namespace gpu {
+
+constexpr int DEPTH_MAX_SOURCES = 64;  // |S(l)| a kernel accepts (anchors below a layer)
+constexpr int DEPTH_WARPS = 4;         // (position, head) items per block of 128 threads
+
+struct DepthArgs {
+    int BT = 0, H = 0, Hkv = 0, D = 0;
+    const floatX* q = nullptr;  // (BT, H*D) rows of q_rs: layer l's queries as the core reads them
+    long q_rs = 0;
+    const floatX* k = nullptr;  // (BT, Hkv*D) rows of k_rs: layer l's keys; every anchor's keys share this layout
+    long k_rs = 0;
+    const floatX* v = nullptr;  // (BT, Hkv*D) rows of v_rs: layer l's raw values
+    long v_rs = 0;
+    int n_src = 0;  // |S(l)|, candidates are [sources..., own]
+    const floatX* src_k[DEPTH_MAX_SOURCES];  // kappa^n, rows of k_rs
+    const floatX* src_v[DEPTH_MAX_SOURCES];  // nu^n
+    long src_v_rs[DEPTH_MAX_SOURCES];
+    float* alpha = nullptr;  // (BT, Hkv, alpha_stride): forward writes, backward reads
+    int alpha_stride = 0;
+    floatX* vmix = nullptr;  // forward out: (BT, Hkv*D) dense
+    // backward
+    const floatX* u = nullptr;  // (BT, Hkv*D) dense
+    floatX* dv = nullptr;       // own raw value's gradient: written
+    long dv_rs = 0;
+    floatX* dk = nullptr;  // own key's gradient: added to
+    long dk_rs = 0;
+    floatX* dq = nullptr;  // queries' gradient: added to
+    long dq_rs = 0;
+    float* acc_k = nullptr;  // (n_src, BT, Hkv*D) fp32: anchor n's accumulators at n*BT*Hkv*D
+    float* acc_v = nullptr;
+    unsigned long long overwrite_mask = 0;  // bit n: anchor n gets its first contribution here
+};
+
+// ----------------------------------------------------------------------------
+// kernels
+
+// lane's dimensions d = lane + 32e, e < EPL; for D = 16 lanes 16..31 hold nothing
+template <int D>
+__host__ __device__ constexpr int depth_epl() { return D >= 32 ? D / 32 : 1; }
+
+// q_bar = mean of the group's query heads (in head order, then / G, as the CPU reference)
+template <int D>
+__device__ __forceinline__ void depth_load_qbar(float (&qb)[depth_epl<D>()], const DepthArgs& a, int row, int g, int lane) {
+    int G = a.H / a.Hkv;
+#pragma unroll
+    for (int e = 0; e < depth_epl<D>(); e++) {
+        int d = lane + 32 * e;
+        float sum = 0.0f;
+        if (d < D)
+            for (int h = g * G; h < (g + 1) * G; h++) sum += to_float(a.q[(size_t)row * a.q_rs + (size_t)h * D + d]);
+        qb[e] = sum / G;
+    }
+}
+
+// <x, rows of p at (row, g)> summed over the warp (every lane gets it)
+template <int D>
+__device__ __forceinline__ float depth_dot(const float (&x)[depth_epl<D>()], const floatX* p, long rs, int row, int g, int lane) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < depth_epl<D>(); e++) {
+        int d = lane + 32 * e;
+        if (d < D) dot += x[e] * to_float(p[(size_t)row * rs + (size_t)g * D + d]);
+    }
+    return warp_sum(dot);
+}
+
+template <int D>
+static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forward_kernel(DepthArgs a) {
+    constexpr int EPL = depth_epl<D>();
+    __shared__ float logits[DEPTH_WARPS][DEPTH_MAX_SOURCES + 1];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    long item = (long)blockIdx.x * DEPTH_WARPS + warp;
+    if (item >= (long)a.BT * a.Hkv) return;  // whole warps only: no block-level sync below
+    int row = (int)(item / a.Hkv), g = (int)(item % a.Hkv), nS = a.n_src, nc = nS + 1;
+    const float scale = 1.0f / sqrtf((float)D);
+    float qb[EPL];
+    depth_load_qbar<D>(qb, a, row, g, lane);
+    float mx = -INFINITY;
+    for (int n = 0; n < nc; n++) {
+        float e = depth_dot<D>(qb, n < nS ? a.src_k[n] : a.k, a.k_rs, row, g, lane) * scale;
+        if (lane == 0) logits[warp][n] = e;
+        mx = fmaxf(mx, e);
+    }
+    __syncwarp();
+    float sum = 0.0f;
+    for (int n = 0; n < nc; n++) sum += expf(logits[warp][n] - mx);
+    float* alpha = a.alpha + ((size_t)row * a.Hkv + g) * a.alpha_stride;
+    // v~ = alpha_own v + sum_n alpha_n nu^n (own term first, as the CPU reference sums)
+    float a_own = expf(logits[warp][nS] - mx) / sum, out[EPL];
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        int d = lane + 32 * e;
+        out[e] = d < D ? a_own * to_float(a.v[(size_t)row * a.v_rs + (size_t)g * D + d]) : 0.0f;
+    }
+    for (int n = 0; n < nS; n++) {
+        float an = expf(logits[warp][n] - mx) / sum;
+        if (lane == 0) alpha[n] = an;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            int d = lane + 32 * e;
+            if (d < D) out[e] += an * to_float(a.src_v[n][(size_t)row * a.src_v_rs[n] + (size_t)g * D + d]);
+        }
+    }
+    if (lane == 0) alpha[nS] = a_own;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        int d = lane + 32 * e;
+        if (d < D) a.vmix[(size_t)row * a.Hkv * D + (size_t)g * D + d] = from_float<floatX>(out[e]);
+    }
+}
+
+template <int D>
+static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backward_kernel(DepthArgs a) {
+    constexpr int EPL = depth_epl<D>();
+    __shared__ float de_s[DEPTH_WARPS][DEPTH_MAX_SOURCES + 1];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    long item = (long)blockIdx.x * DEPTH_WARPS + warp;
+    if (item >= (long)a.BT * a.Hkv) return;
+    int row = (int)(item / a.Hkv), g = (int)(item % a.Hkv), nS = a.n_src, nc = nS + 1, G = a.H / a.Hkv;
+    const float scale = 1.0f / sqrtf((float)D);
+    size_t kv_row = (size_t)row * a.Hkv * D + (size_t)g * D, acc_layer = (size_t)a.BT * a.Hkv * D;
+    const float* alpha = a.alpha + ((size_t)row * a.Hkv + g) * a.alpha_stride;
+    float qb[EPL], u[EPL];
+    depth_load_qbar<D>(qb, a, row, g, lane);
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        int d = lane + 32 * e;
+        u[e] = d < D ? to_float(a.u[kv_row + d]) : 0.0f;
+    }
+    // c_n = <u, nu^n>, c_bar = sum_n alpha_n c_n; de_n = alpha_n (c_n - c_bar)
+    float cbar = 0.0f;
+    for (int n = 0; n < nc; n++) {
+        float c = n < nS ? depth_dot<D>(u, a.src_v[n], a.src_v_rs[n], row, g, lane) : depth_dot<D>(u, a.v, a.v_rs, row, g, lane);
+        if (lane == 0) de_s[warp][n] = c;
+        cbar += alpha[n] * c;
+    }
+    __syncwarp();
+    float dqbar[EPL];
+#pragma unroll
+    for (int e = 0; e < EPL; e++) dqbar[e] = 0.0f;
+    for (int n = 0; n < nc; n++) {
+        float de = alpha[n] * (de_s[warp][n] - cbar);
+        const floatX* kp = n < nS ? a.src_k[n] : a.k;
+        bool first = (a.overwrite_mask >> n) & 1ull;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            int d = lane + 32 * e;
+            if (d >= D) continue;
+            dqbar[e] += de * scale * to_float(kp[(size_t)row * a.k_rs + (size_t)g * D + d]);
+            if (n < nS) {
+                float* ak = a.acc_k + n * acc_layer + kv_row + d;
+                float* av = a.acc_v + n * acc_layer + kv_row + d;
+                *av = (first ? 0.0f : *av) + alpha[n] * u[e];
+                *ak = (first ? 0.0f : *ak) + de * scale * qb[e];
+            } else {
+                // own key and raw value
+                floatX* dk = a.dk + (size_t)row * a.dk_rs + (size_t)g * D + d;
+                *dk = from_float<floatX>(to_float(*dk) + de * scale * qb[e]);
+                a.dv[(size_t)row * a.dv_rs + (size_t)g * D + d] = from_float<floatX>(alpha[n] * u[e]);
+            }
+        }
+    }
+    // every query head of the group gets dq_bar / G
+    for (int h = g * G; h < (g + 1) * G; h++)
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            int d = lane + 32 * e;
+            if (d >= D) continue;
+            floatX* dq = a.dq + (size_t)row * a.dq_rs + (size_t)h * D + d;
+            *dq = from_float<floatX>(to_float(*dq) + dqbar[e] / G);
+        }
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+inline void depth_check_args(const DepthArgs& a, bool backward) {
+    KERNEL_ASSERT(a.BT >= 1 && a.Hkv >= 1 && a.H % a.Hkv == 0 && (a.D == 16 || a.D == 32 || a.D == 64 || a.D == 128));
+    KERNEL_ASSERT(a.n_src >= 1 && a.n_src <= DEPTH_MAX_SOURCES && a.alpha && a.alpha_stride >= a.n_src + 1);
+    KERNEL_ASSERT(a.q && a.k && a.v && a.q_rs >= (long)a.H * a.D && a.k_rs >= (long)a.Hkv * a.D && a.v_rs >= (long)a.Hkv * a.D);
+    for (int n = 0; n < a.n_src; n++) KERNEL_ASSERT(a.src_k[n] && a.src_v[n] && a.src_v_rs[n] >= (long)a.Hkv * a.D);
+    if (!backward) KERNEL_ASSERT(a.vmix);
+    else KERNEL_ASSERT(a.u && a.dv && a.dk && a.dq && a.acc_k && a.acc_v);
+}
+
+template <int D>
+void depth_launch(const DepthArgs& a, bool backward, cudaStream_t stream) {
+    unsigned blocks = (unsigned)CEIL_DIV((long)a.BT * a.Hkv, (long)DEPTH_WARPS);
+    if (backward) depth_attention_backward_kernel<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+    else depth_attention_forward_kernel<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
+
+inline void depth_dispatch(const DepthArgs& a, bool backward, cudaStream_t stream) {
+    depth_check_args(a, backward);
+    switch (a.D) {
+        case 16: depth_launch<16>(a, backward, stream); break;
+        case 32: depth_launch<32>(a, backward, stream); break;
+        case 64: depth_launch<64>(a, backward, stream); break;
+        case 128: depth_launch<128>(a, backward, stream); break;
+    }
+}
+
+// forward: writes vmix (what the core reads) and alpha
+inline void depth_attention_forward(const DepthArgs& a, cudaStream_t stream) { depth_dispatch(a, false, stream); }
+// backward: writes dv, adds into dk and dq, and the anchors' accumulators (= or +=, overwrite_mask)
+inline void depth_attention_backward(const DepthArgs& a, cudaStream_t stream) { depth_dispatch(a, true, stream); }
+
+}  // namespace gpu
