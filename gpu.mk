@@ -63,7 +63,7 @@ nvcc_wrap = $(filter -I% -D% -L% -l%,$(1)) $(patsubst -Wl$(comma)%,-Xlinker %,$(
 NVCC_MPI := -DUSE_MPI $(call nvcc_wrap,$(MPI_SHOWME)) $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib) -lnccl
 # the MPI + NCCL trainer that gpu-compile-check compiles, where MPI and NCCL are installed
 GPU_MPI_TARGETS := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),build/vanilla-mpi/train_bf16,)
-GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) \
+GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) build/tests/test_gpu_routes \
 	$(addprefix build/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),build/dev/cuda/bf16/bench_gpt_$(p))
 
 .PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths
@@ -89,7 +89,7 @@ else
 
 GPU_TEST_TARGETS := gpu-compile-check
 # run by tests/run_all.sh: on a machine without a GPU they print "skipped: no CUDA device"
-GPU_TEST_RUN := $(TEST_GPT_BINS)
+GPU_TEST_RUN := $(TEST_GPT_BINS) build/tests/test_gpu_routes
 
 build/%/train_bf16: $(GPU_SOURCES)
 	@mkdir -p $(dir $@)
@@ -127,6 +127,11 @@ build/tests/test_gpt_gpu_%_bf16: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests
 build/tests/test_gpt_gpu_%_fp32: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_FP32 -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
+
+# the value paths' plumbing of the GPU trainer, run on the CPU (no GPU needed; see the file)
+build/tests/test_gpu_routes: tests/test_gpu_routes.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_FP32 -DVP_ERRORS_THROW $< $(CUDA_LIBS) -o $@
 
 test_gpt: $(TEST_GPT_BINS)
 

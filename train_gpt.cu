@@ -81,7 +81,8 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 namespace gpu {
 
 // ----------------------------------------------------------------------------
-// Run-time options of the GPU build only (parsed from argv in main, before the shared CLI)
+// Run-time options of the GPU build only (from the shared CLI: model_set_run_options; the tests
+// and the benchmark set them directly)
 
 struct GpuOptions {
     int recompute = 0;  // 0: keep every activation; 1: recompute the MLP activation; 2: also the norms
@@ -671,26 +672,44 @@ inline void value_path_after_forward_qkv(GpuModel* m, int l) {
     if (m->config.vp.path == VP_DEPTH && l > 0) depth_attention_forward(depth_args(m, l), m->stream);
 }
 
-// After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq, anchors'
-// accumulators), ResFormer's dlambda_l; then records which accumulators now hold a contribution.
-inline void value_path_after_attention_backward(GpuModel* m, int l) {
+// Which accumulators layer l's backward contributes to (its attention's routes and, for Depth,
+// its depth backward): after it, they hold a contribution, so later writers add (+=).
+// Returns, for Depth, the overwrite mask of the anchors (bit n: first contribution to anchor n).
+inline unsigned long long value_path_record_writes(GpuModel* m, int l) {
     const ModelConfig& c = m->config;
     std::vector<char>& written = m->acc_written;
+    unsigned long long first = 0;
     switch (c.vp.path) {
         case VP_RESFORMER:
         case VP_SVFORMER:
-            if (l > 0) {
-                if (c.vp.path == VP_RESFORMER && c.vp.resformer_learn) {
-                    int blocks = attention_dkdv_blocks(m->B, m->T, c.n_kv_head, c.head_dim);
-                    if (blocks > attention_dkdv_blocks(m->alloc_B, m->alloc_T, c.n_kv_head, c.head_dim))
-                        runtime_error(nullptr, "internal: backward at B=%d T=%d needs more dlambda partials than allocated", m->B, m->T);
-                    sum_into_scalar(m->grads.vp_lambda + l, m->vpb.dlambda_partial, blocks, m->stream);
-                }
-                written[0] = 1;
-            }
+            if (l > 0) written[0] = 1;
             break;
         case VP_SLA:
             if (sla_is_skip_layer(c, l)) written[l - c.vp.sla_layers] = 1;
+            break;
+        case VP_DEPTH:
+            for (int n = 0; n < depth_num_sources(c, l); n++) {
+                if (!written[n]) first |= 1ull << n;
+                written[n] = 1;
+            }
+            break;
+    }
+    return first;
+}
+
+// After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq, anchors'
+// accumulators), ResFormer's dlambda_l; and the bookkeeping of the accumulators.
+inline void value_path_after_attention_backward(GpuModel* m, int l) {
+    const ModelConfig& c = m->config;
+    unsigned long long first = value_path_record_writes(m, l);
+    switch (c.vp.path) {
+        case VP_RESFORMER:
+            if (l > 0 && c.vp.resformer_learn) {
+                int blocks = attention_dkdv_blocks(m->B, m->T, c.n_kv_head, c.head_dim);
+                if (blocks > attention_dkdv_blocks(m->alloc_B, m->alloc_T, c.n_kv_head, c.head_dim))
+                    runtime_error(nullptr, "internal: backward at B=%d T=%d needs more dlambda partials than allocated", m->B, m->T);
+                sum_into_scalar(m->grads.vp_lambda + l, m->vpb.dlambda_partial, blocks, m->stream);
+            }
             break;
         case VP_DEPTH:
             if (l > 0) {
@@ -705,10 +724,7 @@ inline void value_path_after_attention_backward(GpuModel* m, int l) {
                 d.dq_rs = g.qk_rs;
                 d.acc_k = m->vpb.acc_k;
                 d.acc_v = m->vpb.acc_v;
-                for (int n = 0; n < d.n_src; n++) {
-                    if (!written[n]) d.overwrite_mask |= 1ull << n;
-                    written[n] = 1;
-                }
+                d.overwrite_mask = first;
                 depth_attention_backward(d, m->stream);
             }
             break;
@@ -938,6 +954,9 @@ inline std::vector<int> gpt_generate(GpuModel* m, int start_token, int n, int T,
 
 inline const char* model_build_name(const GpuModel*) { return "gpu-" PRECISION_NAME; }
 
+// Flags of the shared CLI that only this build uses: --recompute (activation memory).
+inline void model_set_run_options(GpuModel* m, const RunConfig& rc) { m->options.recompute = rc.recompute; }
+
 // fp32 tensors of num_params floats between host and device
 inline void copy_params_to_host(const float* dev, float* host, size_t n) { cudaCheck(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost)); }
 
@@ -1108,34 +1127,8 @@ using gpu::GpuModel;
 #include "host/train_loop.h"   // defines: train_main, the training program shared with the CPU build
 
 // ----------------------------------------------------------------------------
-// main: the shared CLI, plus the flags of the GPU build only (taken out of argv first)
+// main: the shared training program (host/train_loop.h) with this backend
 
 #ifndef TESTING
-static void print_gpu_flags(FILE* out) {
-    fprintf(out, "\nFlags of the GPU build (%s):\n", PRECISION_NAME);
-    fprintf(out, "  %-22s %s [%s]\n", "--recompute", "0 = keep every activation; 1 = recompute GELU/SwiGLU in backward; 2 = also the norms (least memory; identical results)", "0");
-}
-
-int main(int argc, char** argv) {
-    std::vector<char*> args = {argv[0]};
-    bool help = false;
-    for (int i = 1; i < argc; i++) {
-        std::string a = argv[i];
-        if (a == "--help" || a == "-h") help = true;
-        std::string name = a.substr(0, a.find('='));
-        if (name == "--recompute") {
-            std::string value;
-            if (a.find('=') != std::string::npos) value = a.substr(a.find('=') + 1);
-            else if (i + 1 < argc) value = argv[++i];
-            else usage_error(nullptr, "--recompute needs a value");
-            if (value != "0" && value != "1" && value != "2") usage_error(nullptr, "--recompute must be 0, 1 or 2, got '%s'", value.c_str());
-            gpu::default_gpu_options().recompute = value[0] - '0';
-            continue;
-        }
-        args.push_back(argv[i]);
-    }
-    int rc = train_main<GpuModel>((int)args.size(), args.data());
-    if (help) print_gpu_flags(stdout);
-    return rc;
-}
+int main(int argc, char** argv) { return train_main<GpuModel>(argc, argv); }
 #endif

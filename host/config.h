@@ -80,6 +80,7 @@ struct RunConfig {
     int checkpoint_every, resume, keep_checkpoints;
     // data parallel (mpirun; host/distributed.h)
     int zero;
+    int recompute;  // GPU build: activation recomputation level (the CPU build keeps every activation)
     // value path settings (strings so that "not given" is distinguishable: see value_path.h)
     ValuePathFlags vp_flags;
     // which flags the user gave explicitly (by flag name), to detect conflicts with --init-from/--resume
@@ -149,6 +150,8 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--keep-checkpoints",FLAG_INT,RC_FIELD(keep_checkpoints),"0", "keep only the newest N checkpoints (0 = keep all)"},
     {"--resume",      FLAG_INT,    RC_FIELD(resume),      "0",     "1 = continue from the newest checkpoint in --out-dir (bit-exact)"},
     {"--zero",        FLAG_INT,    RC_FIELD(zero),        "0",     "data parallel under mpirun: 0 = every rank keeps the whole AdamW state, 1 = ZeRO-1 (sharded over the ranks)"},
+    // memory
+    {"--recompute",   FLAG_INT,    RC_FIELD(recompute),   "0",     "GPU build: 0 = keep every activation; 1 = recompute GELU/SwiGLU in backward; 2 = also the norms (least memory, identical results; the CPU build ignores it)"},
     };
 #undef RC_FIELD
 }
@@ -367,6 +370,7 @@ inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
     if (rc.checkpoint_every < 0 || rc.keep_checkpoints < 0) usage_error(nullptr, "--checkpoint-every and --keep-checkpoints must be >= 0");
     if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
     if (rc.zero != 0 && rc.zero != 1) usage_error(nullptr, "--zero must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded over the ranks)");
+    if (rc.recompute < 0 || rc.recompute > 2) usage_error(nullptr, "--recompute must be 0, 1 or 2, got %d", rc.recompute);
     if (rc.resume && rc.out_dir.empty()) usage_error(nullptr, "--resume 1 needs --out-dir (where the checkpoints are)");
     if (rc.resume && !rc.init_from.empty()) usage_error(nullptr, "--resume and --init-from cannot be combined (resume continues a run; init-from starts a new one)");
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");

@@ -18,6 +18,7 @@
 //   void  model_load(Model*, const std::string& path, CheckpointMeta*, bool with_optimizer)
 //   void  model_save(Model*, const std::string& dir, CheckpointMeta*)   fills the tensors of meta's checkpoint
 //   const char* model_build_name(const Model*)               e.g. "cpu-fp32"
+//   void  model_set_run_options(Model*, const RunConfig&)    optional, before gpt_build: flags only one build uses (GPU: --recompute)
 // and the fields model->config, model->num_params, model->mean_loss.
 //
 // Data parallel (host/distributed.h, docs/distributed.md): under mpirun every rank runs this same
@@ -53,6 +54,8 @@
 // per-tensor streams 1000+, the data loader its own seed, samples this one.
 #define RNG_STREAM_SAMPLES 1
 
+template <typename Model>
+void model_set_run_options(Model*, const RunConfig&) {}
 template <typename Model>
 bool model_supports_dist(const Model*) { return false; }
 template <typename Model>
@@ -214,6 +217,7 @@ int train_main(int argc, char** argv) {
 
     if (dist) model_dist_init((const Model*)nullptr);  // collective; the GPU build picks its device here
     Model model;
+    model_set_run_options(&model, rc);
     gpt_build(&model, c);
     int start_step = 0;
     Rng sample_rng = rng_stream(rc.seed, RNG_STREAM_SAMPLES);

@@ -117,7 +117,7 @@ struct KVSource {
     float lambda;
 };
 
-__device__ __forceinline__ KVSource attn_kv_source(const AttentionArgs& a, int b, int g) {
+__host__ __device__ __forceinline__ KVSource attn_kv_source(const AttentionArgs& a, int b, int g) {
     KVSource s;
     bool alt = g >= a.kv_alt_from;
     s.k_rs = alt ? a.k_alt_rs : a.k_rs;
@@ -132,11 +132,13 @@ __device__ __forceinline__ KVSource attn_kv_source(const AttentionArgs& a, int b
 
 // V as the core sees it at (row, d) of a KVSource: (1 - lambda) v + lambda v_mix for ResFormer
 // (the same expression as the CPU reference's mix), v otherwise.
-__device__ __forceinline__ float attn_mix_value(float v, float vmix, float lambda) { return (1.0f - lambda) * v + lambda * vmix; }
+__host__ __device__ __forceinline__ float attn_mix_value(float v, float vmix, float lambda) { return (1.0f - lambda) * v + lambda * vmix; }
 
 // One element of a routed K/V gradient (see KVGradRoute): performs the write to the source
 // accumulator and returns what the own slot receives. idx = (b*T + row)*Hkv*D + g*D + d.
-__device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
+// These three helpers also compile for the host: tests/test_gpu_routes.cu runs the trainer's
+// value-path plumbing with them on the CPU against the reference's policies.
+__host__ __device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
     float in = (r.add && g >= r.add_from_head) ? r.add[idx] : 0.0f;
     float gr = r.chain ? grad + in : grad;
     bool routed = r.src && g >= r.from_head;

@@ -110,6 +110,7 @@ def test_help_lists_every_flag_with_its_default():
     (["--lr"], "--lr needs a value"),
     (["--arch", "gpt2", "--kv-heads", "3", "--heads", "6", "--dim", "12", "--train-data", "x"], "no GQA"),
     (["--max-steps", "5"], "--train-data is required"),
+    (["--recompute", "3", "--train-data", "x"], "--recompute must be 0, 1 or 2"),
 ])
 def test_usage_errors_exit_2_with_a_message(args, needle):
     p = run(args, expect=2)
