@@ -87,10 +87,6 @@ namespace gpu {
 struct GpuOptions {
     int recompute = 0;  // 0: keep every activation; 1: recompute the MLP activation; 2: also the norms
 };
-inline GpuOptions& default_gpu_options() {
-    static GpuOptions o;
-    return o;
-}
 
 // Parameters: the layout, init and per-layer views are host/params.h, shared with the CPU build.
 
@@ -253,7 +249,7 @@ inline std::vector<TensorSpec> scratch_plan(BackwardScratch& s, const ModelConfi
 
 struct GpuModel {
     ModelConfig config;
-    GpuOptions options = default_gpu_options();
+    GpuOptions options;  // set before the first forward (model_set_run_options, or directly by tests)
     std::vector<ParamSpec> specs;
     size_t num_params = 0;
     // parameters: fp32 master weights, the floatX copy the kernels read (the same buffer in the
@@ -908,17 +904,24 @@ inline double gpt_grad_norm(GpuModel* m) {
     return std::sqrt(*m->h_norm);
 }
 
-// AdamW on every tensor: weight decay on spec.decay tensors only; a tensor with its own peak lr
-// follows the same schedule scaled to it (as the CPU reference). step is 1-based.
-inline void gpt_update(GpuModel* m, const AdamWSettings& s, int step) {
-    size_t off = 0;
+// AdamW on parameters [off, off + count) of the flat vector, with m, v indexed from off (ZeRO-1
+// keeps only that shard): weight decay on spec.decay tensors only, each tensor's own lr
+// (tensor_lr), the same kernel and arguments whatever the range, so a sharded step is
+// bit-identical to the full one. step is 1-based.
+inline void gpt_update_range(GpuModel* m, const AdamWSettings& s, int step, size_t off, size_t count) {
+    size_t start = 0;
     for (const ParamSpec& spec : m->specs) {
-        float lr = spec.own_lr > 0 && s.lr_peak > 0 ? (float)(spec.own_lr * (s.lr / s.lr_peak)) : s.lr;
-        adamw_update(m->master + off, m->params_memory + off, m->grads_memory + off, m->adam_m + off, m->adam_v + off, spec.count, lr, s.beta1, s.beta2, step,
-                     s.eps, spec.decay ? s.weight_decay : 0.0f, s.grad_scale, m->stream);
-        off += spec.count;
+        size_t lo = std::max(start, off), hi = std::min(start + spec.count, off + count);
+        start += spec.count;
+        if (lo >= hi) continue;
+        adamw_update(m->master + lo, m->params_memory + lo, m->grads_memory + lo, m->adam_m + (lo - off), m->adam_v + (lo - off), hi - lo, tensor_lr(spec, s),
+                     s.beta1, s.beta2, step, s.eps, spec.decay ? s.weight_decay : 0.0f, s.grad_scale, m->stream);
     }
     m->has_optimizer_state = true;
+}
+
+inline void gpt_update(GpuModel* m, const AdamWSettings& s, int step) {
+    gpt_update_range(m, s, step, 0, m->num_params);
     cudaCheck(cudaStreamSynchronize(m->stream));  // the step's wall time (train_loop's log) includes the update
 }
 
@@ -1059,23 +1062,6 @@ inline void model_dist_shard_optimizer(GpuModel* m) {
     m->adam_v = shard_v;
     m->bytes_allocated = m->bytes_allocated - 2 * n * sizeof(float) + 2 * bytes;
     m->zero_shard = true;
-}
-
-// AdamW on parameters [off, off + count) of the flat vector, with m, v indexed from off. Each
-// tensor's part of the range gets the same kernel with the same arguments as in gpt_update (its
-// own weight decay and lr), so a sharded step is bit-identical to the full one: the CPU build's
-// gpt_update_range, on the GPU.
-inline void gpt_update_range(GpuModel* m, const AdamWSettings& s, int step, size_t off, size_t count) {
-    size_t start = 0;
-    for (const ParamSpec& spec : m->specs) {
-        size_t lo = std::max(start, off), hi = std::min(start + spec.count, off + count);
-        start += spec.count;
-        if (lo >= hi) continue;
-        float lr = spec.own_lr > 0 && s.lr_peak > 0 ? (float)(spec.own_lr * (s.lr / s.lr_peak)) : s.lr;
-        adamw_update(m->master + lo, m->params_memory + lo, m->grads_memory + lo, m->adam_m + (lo - off), m->adam_v + (lo - off), hi - lo, lr, s.beta1,
-                     s.beta2, step, s.eps, spec.decay ? s.weight_decay : 0.0f, s.grad_scale, m->stream);
-    }
-    m->has_optimizer_state = true;
 }
 
 // The optimizer step on summed gradients. ZeRO-0: every rank does the same full update.

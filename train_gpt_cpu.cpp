@@ -878,33 +878,43 @@ double gpt_grad_norm(const GPT<real, VP>* m) {
     return std::sqrt(total);
 }
 
-// AdamW (Loshchilov & Hutter), decoupled weight decay on tensors with spec.decay = 1.
-// PyTorch: torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay). step is 1-based.
+// AdamW (Loshchilov & Hutter), decoupled weight decay on tensors with spec.decay = 1, on the
+// parameters [off, off+count) only, with m, v indexed from off (ZeRO-1 keeps only that slice; the
+// per-element arithmetic does not depend on the range, so a sharded step is bit-identical to the
+// full one). PyTorch: torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay).
+// step is 1-based.
 template <typename real, typename VP>
-void gpt_update(GPT<real, VP>* m, const AdamWSettings& s, int step) {
+void gpt_update_range(GPT<real, VP>* m, const AdamWSettings& s, int step, size_t off, size_t count) {
     if (!m->m_memory) {
-        m->m_memory = (real*)calloc_check(m->num_params, sizeof(real), "AdamW m");
-        m->v_memory = (real*)calloc_check(m->num_params, sizeof(real), "AdamW v");
+        m->m_memory = (real*)calloc_check(std::max<size_t>(1, count), sizeof(real), "AdamW m");
+        m->v_memory = (real*)calloc_check(std::max<size_t>(1, count), sizeof(real), "AdamW v");
     }
     real b1c = (real)(1.0 - std::pow((double)s.beta1, step)), b2c = (real)(1.0 - std::pow((double)s.beta2, step));
-    size_t off = 0;
+    size_t start = 0;
     for (const ParamSpec& spec : m->specs) {
+        size_t lo = std::max(start, off), hi = std::min(start + spec.count, off + count);
+        start += spec.count;
+        if (lo >= hi) continue;
         real wd = spec.decay ? (real)s.weight_decay : (real)0;
-        real lr = spec.own_lr > 0 && s.lr_peak > 0 ? (real)(spec.own_lr * (s.lr / s.lr_peak)) : (real)s.lr;
-        real* p = m->params_memory + off;
-        real* g = m->grads_memory + off;
-        real* mm = m->m_memory + off;
-        real* vv = m->v_memory + off;
+        real lr = (real)tensor_lr(spec, s);
+        real* p = m->params_memory;
+        real* g = m->grads_memory;
+        real* mm = m->m_memory - off;  // indexed by the global position
+        real* vv = m->v_memory - off;
 #pragma omp parallel for
-        for (size_t i = 0; i < spec.count; i++) {
+        for (size_t i = lo; i < hi; i++) {
             real grad = g[i] * (real)s.grad_scale;
             mm[i] = (real)s.beta1 * mm[i] + (real)(1 - s.beta1) * grad;
             vv[i] = (real)s.beta2 * vv[i] + (real)(1 - s.beta2) * grad * grad;
             real mhat = mm[i] / b1c, vhat = vv[i] / b2c;
             p[i] -= lr * (mhat / (std::sqrt(vhat) + (real)s.eps) + wd * p[i]);
         }
-        off += spec.count;
     }
+}
+
+template <typename real, typename VP>
+void gpt_update(GPT<real, VP>* m, const AdamWSettings& s, int step) {
+    gpt_update_range(m, s, step, 0, m->num_params);
 }
 
 // ----------------------------------------------------------------------------
@@ -985,36 +995,6 @@ inline void model_dist_shard_optimizer(CpuModel* m) {
         m->v_memory = (float*)realloc(m->v_memory, sizeof(float) * std::max<size_t>(1, sh.count));
     }
     m->zero_shard = true;
-}
-
-// AdamW on parameters [off, off+count) only, with m, v indexed from off: the same arithmetic per
-// element as gpt_update, so a sharded step is bit-identical to the full one.
-inline void gpt_update_range(CpuModel* m, const AdamWSettings& s, int step, size_t off, size_t count) {
-    if (!m->m_memory) {
-        m->m_memory = (float*)calloc_check(std::max<size_t>(1, count), sizeof(float), "AdamW m shard");
-        m->v_memory = (float*)calloc_check(std::max<size_t>(1, count), sizeof(float), "AdamW v shard");
-    }
-    float b1c = (float)(1.0 - std::pow((double)s.beta1, step)), b2c = (float)(1.0 - std::pow((double)s.beta2, step));
-    size_t start = 0;
-    for (const ParamSpec& spec : m->specs) {
-        size_t lo = std::max(start, off), hi = std::min(start + spec.count, off + count);
-        start += spec.count;
-        if (lo >= hi) continue;
-        float wd = spec.decay ? s.weight_decay : 0.0f;
-        float lr = spec.own_lr > 0 && s.lr_peak > 0 ? (float)(spec.own_lr * (s.lr / s.lr_peak)) : s.lr;
-        float* p = m->params_memory;
-        float* g = m->grads_memory;
-        float* mm = m->m_memory - off;  // indexed by the global position
-        float* vv = m->v_memory - off;
-#pragma omp parallel for
-        for (size_t i = lo; i < hi; i++) {
-            float grad = g[i] * s.grad_scale;
-            mm[i] = s.beta1 * mm[i] + (float)(1 - s.beta1) * grad;
-            vv[i] = s.beta2 * vv[i] + (float)(1 - s.beta2) * grad * grad;
-            float mhat = mm[i] / b1c, vhat = vv[i] / b2c;
-            p[i] -= lr * (mhat / (std::sqrt(vhat) + s.eps) + wd * p[i]);
-        }
-    }
 }
 
 // The optimizer step on reduced gradients. ZeRO-0: every rank updates everything (identically).

@@ -159,6 +159,10 @@ struct AdamWSettings {
     float lr_peak;     // --lr: a tensor with its own peak lr (ParamSpec.own_lr) uses own_lr * lr / lr_peak
 };
 
+// The learning rate of one tensor at this step: lr, or for a tensor with its own peak lr the same
+// schedule scaled to it (own_lr * lr / lr_peak). Computed in float, as every build's AdamW uses it.
+inline float tensor_lr(const ParamSpec& spec, const AdamWSettings& s) { return spec.own_lr > 0 && s.lr_peak > 0 ? spec.own_lr * (s.lr / s.lr_peak) : s.lr; }
+
 
 // Draws a token from the logits row (length V) at the given temperature (0 = argmax).
 template <typename real>

@@ -136,7 +136,7 @@ __host__ __device__ __forceinline__ float attn_mix_value(float v, float vmix, fl
 
 // One element of a routed K/V gradient (see KVGradRoute): performs the write to the source
 // accumulator and returns what the own slot receives. idx = (b*T + row)*Hkv*D + g*D + d.
-// These three helpers also compile for the host: tests/test_gpu_routes.cu runs the trainer's
+// These helpers (and attn_dv_scales below) also compile for the host: tests/test_gpu_routes.cu runs the trainer's
 // value-path plumbing with them on the CPU against the reference's policies.
 __host__ __device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
     float in = (r.add && g >= r.add_from_head) ? r.add[idx] : 0.0f;
@@ -146,6 +146,13 @@ __host__ __device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, 
     return (routed ? own_scale * gr : gr) + (r.chain ? 0.0f : in);
 }
 
+// The own/source scales of the value gradient's route: with a ResFormer mix they follow lambda
+// (own 1 - lambda, the v^0 accumulator lambda), otherwise they are the route's own.
+__host__ __device__ __forceinline__ void attn_dv_scales(const AttentionArgs& a, const KVSource& src, float* own_scale, float* src_scale) {
+    *own_scale = a.v_mix ? 1.0f - src.lambda : a.dv_route.own_scale;
+    *src_scale = a.v_mix ? src.lambda : a.dv_route.src_scale;
+}
+
 // ----------------------------------------------------------------------------
 // kernels, version 1: SIMT, fp32 math, one thread per row
 
@@ -153,8 +160,9 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
 // rows per block of the version-1 kernels: 64 for D <= 64, 32 for D = 128 (registers)
+__host__ __device__ constexpr int attn1_tile_rows(int D) { return D <= 64 ? 64 : 32; }
 template <int D>
-__host__ __device__ constexpr int attn1_tile() { return D <= 64 ? 64 : 32; }
+__host__ __device__ constexpr int attn1_tile() { return attn1_tile_rows(D); }
 
 // copies rows [row0, row0 + nrows) of a strided floatX source into a dense fp32 shared tile
 // (rows of ld floats), zero rows past T; all threads of the block take part
@@ -300,7 +308,8 @@ static __global__ void attention_backward_dkdv_kernel1(AttentionArgs a) {
         }
     }
     // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda
-    float v_own = a.v_mix ? 1.0f - src.lambda : a.dv_route.own_scale, v_src = a.v_mix ? src.lambda : a.dv_route.src_scale;
+    float v_own, v_src;
+    attn_dv_scales(a, src, &v_own, &v_src);
     float dlam = 0.0f;
     if (j < a.T) {
         size_t row = (size_t)b * a.T + j, acc = row * a.Hkv * D + (size_t)g * D;
@@ -670,7 +679,8 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
         }
     }
     // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda
-    float v_own = a.v_mix ? 1.0f - src.lambda : a.dv_route.own_scale, v_src = a.v_mix ? src.lambda : a.dv_route.src_scale;
+    float v_own, v_src;
+    attn_dv_scales(a, src, &v_own, &v_src);
     float dlam = 0.0f;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -839,7 +849,7 @@ inline int attention_dkdv_blocks(int B, int T, int Hkv, int D) {
 #ifdef ENABLE_BF16
     int tile = ATT2_TILE;
 #else
-    int tile = D <= 64 ? 64 : 32;  // attn1_tile<D>()
+    int tile = attn1_tile_rows(D);
 #endif
     return CEIL_DIV(T, tile) * B * Hkv;
 }

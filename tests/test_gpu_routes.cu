@@ -3,8 +3,8 @@
 //
 // A value path on the GPU is (a) pointers and routes that train_gpt.cu's hooks hand to the
 // attention kernels (attention_forward_args / attention_backward_args), (b) what the kernels do
-// with them per element (attn_kv_source, attn_mix_value, attn_route_grad: __host__ __device__, the
-// very functions the kernels call), and (c) the host bookkeeping of which accumulator already
+// with them per element (attn_kv_source, attn_mix_value, attn_dv_scales, attn_route_grad:
+// __host__ __device__, the very functions the kernels call), and (c) the host bookkeeping of which accumulator already
 // holds a contribution (value_path_record_writes). This test points a GpuModel's activation,
 // scratch and value-path buffers into host memory, fills every layer's q/k/v with random values,
 // and checks, layer by layer, against the CPU policy given the same inputs:
@@ -203,7 +203,8 @@ static void check_case(const RouteCase& rc) {
             for (int t = 0; t < RT; t++)
                 for (int gh = 0; gh < Hkv; gh++) {
                     gpu::KVSource src = gpu::attn_kv_source(aa, b, gh);
-                    float v_own = aa.v_mix ? 1.0f - src.lambda : aa.dv_route.own_scale, v_src = aa.v_mix ? src.lambda : aa.dv_route.src_scale;
+                    float v_own, v_src;
+                    gpu::attn_dv_scales(aa, src, &v_own, &v_src);
                     for (int d = 0; d < RD; d++) {
                         size_t row = (size_t)b * RT + t, idx = row * KV + gh * RD + d;
                         float gkv = gk[l][idx], gvv = gv[l][idx];

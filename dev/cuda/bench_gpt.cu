@@ -83,8 +83,8 @@ int main(int argc, char** argv) {
     parse_command_line(&rc, 1, (char**)no_args);  // the defaults: GPT-2 124M shapes
     rc.arch = arch;
     ModelConfig c = model_config_from_flags(rc);
-    gpu::default_gpu_options().recompute = recompute;
     GpuModel m;
+    m.options.recompute = recompute;
     gpt_build(&m, c);
     gpt_init_params(&m, 1337);
     size_t wpe = c.arch == ARCH_GPT2 ? (size_t)c.max_seq_len * c.n_embd : 0;
