@@ -22,7 +22,8 @@
 // session on a GPU can see the margins (and tighten the constants to what it measures).
 //
 // Prints "skipped: no CUDA device" and exits 0 where there is no GPU (CI compiles this, a GPU
-// session runs it). Otherwise "N passed, N failed", exit 1 on any failure.
+// session runs it). Otherwise "N passed, N failed", exit 1 on any failure. The same source also
+// runs on the CPU under the CUDA emulator (emu.mk, tests/emu/): build/emu/<path>/test_gpt_<prec>.
 #define TESTING
 #include "train_gpt_cpu.cpp"
 #include "train_gpt.cu"
@@ -175,12 +176,12 @@ static AdamWSettings test_adamw(float lr, float norm, float clip) {
 
 // One training step (as host/train_loop.h does it). Returns the loss; the norm through *norm.
 template <typename Model>
-static float train_step(Model* m, const std::vector<int>& inp, const std::vector<int>& tgt, int step, float* norm) {
+static float train_step(Model* m, const std::vector<int>& inp, const std::vector<int>& tgt, int step, float* norm, float lr = 1e-3f) {
     gpt_zero_grad(m);
     float loss = forward_loss(m, inp.data(), tgt.data(), TB, TT);
     gpt_backward(m, 1.0f);
     *norm = (float)gpt_grad_norm(m);
-    gpt_update(m, test_adamw(1e-3f, *norm, 1.0f), step);
+    gpt_update(m, test_adamw(lr, *norm, 1.0f), step);
     return loss;
 }
 
@@ -268,11 +269,21 @@ static void check_forward_backward(const TestConfig& tc) {
     gpt_free(&cpu);
 }
 
-TEST(forward_backward_gpt2) { check_forward_backward(test_configs()[0]); }
-TEST(forward_backward_llama_gqa) { check_forward_backward(test_configs()[1]); }
-TEST(forward_backward_llama_gqa_qknorm) { check_forward_backward(test_configs()[2]); }
+// every config of the path (3 for vanilla/SVFormer, up to 7 for SLA): the cross-layer settings are
+// what distinguishes them, so none may be left out
+TEST(forward_backward) {
+    for (const TestConfig& tc : test_configs()) check_forward_backward(tc);
+}
 
 // 10 AdamW steps on one batch from the same init: the loss and gradient norm of every step.
+// lr 3e-4, not the 1e-3 of the bit-exactness tests below: at 1e-3 (clipping at 1, one repeated
+// batch) the GQA + QK-norm config's gradient norm spikes to 20x the clip at step 5 and the
+// trajectory turns unstable -- the FP32 build's step-loss error grows 100x within five steps
+// (2e-7 -> 2.4e-5 under the CUDA emulator) while the other configs stay at 1e-7 -- so a bf16 bound
+// there would measure that sensitivity, not the precision. At 3e-4 the descent is smooth (5.76 ->
+// 2.08 in 10 steps); under the emulator the bf16 build's worst step error is 7.9e-3 for that
+// config and 1.1e-3 for the others (bound TOL_STEPS = 1.6e-2): the margin to watch on a GPU.
+static const float STEPS_LR = 3e-4f;
 static void check_steps(const TestConfig& tc) {
     ModelConfig c = config_from_flags(tc);
     std::vector<int> inp, tgt;
@@ -286,8 +297,8 @@ static void check_steps(const TestConfig& tc) {
     double worst = 0;
     for (int step = 1; step <= 10; step++) {
         float cn, gn;
-        float cl = train_step(&cpu, inp, tgt, step, &cn);
-        float gl = train_step(&gm, inp, tgt, step, &gn);
+        float cl = train_step(&cpu, inp, tgt, step, &cn, STEPS_LR);
+        float gl = train_step(&gm, inp, tgt, step, &gn, STEPS_LR);
         double rel = std::fabs((double)gl - cl) / std::fabs(cl);
         worst = std::max(worst, rel);
         printf("    %-18s step %2d  loss cpu %.6f gpu %.6f (rel %.2e)  norm cpu %.5f gpu %.5f\n", tc.name, step, cl, gl, rel, cn, gn);
@@ -299,9 +310,9 @@ static void check_steps(const TestConfig& tc) {
     gpt_free(&cpu);
 }
 
-TEST(steps_gpt2) { check_steps(test_configs()[0]); }
-TEST(steps_llama_gqa) { check_steps(test_configs()[1]); }
-TEST(steps_llama_gqa_qknorm) { check_steps(test_configs()[2]); }
+TEST(steps) {
+    for (const TestConfig& tc : test_configs()) check_steps(tc);
+}
 
 // ----------------------------------------------------------------------------
 // GPU alone: determinism, resume, checkpoints, recompute, the value-path hook
@@ -416,7 +427,7 @@ TEST(recompute_is_bit_identical) {
 // call over all heads, forward and backward (with dK/dV accumulated into a buffer, as a path's
 // cross-layer accumulator would be).
 TEST(attention_head_ranges) {
-    const TestConfig& tc = test_configs()[1];  // GQA, G = 2
+    const TestConfig tc = test_configs()[1];  // GQA, G = 2 (a copy: test_configs() returns a temporary)
     ModelConfig c = config_from_flags(tc);
     std::vector<int> inp, tgt;
     random_batch(c, 21, &inp, &tgt);

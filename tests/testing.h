@@ -2,7 +2,8 @@
 //
 // A test is a function registered with TEST(name). Inside it, CHECK(cond, fmt, ...) records a
 // failure with a message and goes on; REQUIRE(cond, ...) records and returns from the test.
-// main() comes from TEST_MAIN(): it runs every test (or those whose name contains argv[1]),
+// main() comes from TEST_MAIN(): it runs every test (or those whose name contains one of the
+// comma-separated parts of argv[1]),
 // prints "PASS name" / "FAIL name: why", then the closing line "N passed, N failed", and
 // exits 1 if anything failed, so neither CI nor tests/run_all.sh can miss a failure.
 #pragma once
@@ -71,10 +72,19 @@ inline bool close_enough(double a, double b, double atol, double rtol) {
 }
 
 inline int run_registered_tests(int argc, char** argv) {
-    const char* filter = argc > 1 ? argv[1] : nullptr;
+    // argv[1]: run only the tests whose name contains one of its comma-separated parts
+    std::vector<std::string> filters;
+    for (const char* p = argc > 1 ? argv[1] : nullptr; p && *p;) {
+        const char* comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len) filters.emplace_back(p, len);
+        p = comma ? comma + 1 : p + len;
+    }
     int passed = 0, failed = 0;
     for (const TestCase& t : test_registry()) {
-        if (filter && !strstr(t.name, filter)) continue;
+        bool selected = filters.empty();
+        for (const std::string& f : filters) selected |= strstr(t.name, f.c_str()) != nullptr;
+        if (!selected) continue;
         test_failures().clear();
         fflush(stdout);
 #ifdef VP_ERRORS_THROW
