@@ -32,7 +32,8 @@ __device__ float block_reduce_max(float v) {
     __syncthreads();
     if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
     __syncthreads();
-    v = threadIdx.x < blockDim.x / 32 ? s[threadIdx.x] : -INFINITY;
+    int lane = threadIdx.x % 32;  // every warp reduces the warps' maxima, so every thread gets the max
+    v = lane < (int)blockDim.x / 32 ? s[lane] : -INFINITY;
     return gpu::warp_max(v);
 }
 

@@ -97,6 +97,13 @@ inline double normwise_error(const std::vector<float>& got, const std::vector<fl
     return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// largest |got - ref|: FlashAttention's rule in the max norm (the attention labs)
+inline double max_abs_error(const std::vector<float>& got, const std::vector<float>& ref) {
+    double m = 0;
+    for (size_t i = 0; i < ref.size(); i++) m = std::max(m, (double)std::fabs(got[i] - ref[i]));
+    return m;
+}
+
 // Compares a device result with the CPU reference. Returns false (after printing the first
 // mismatches) if any element is off by more than tol_abs + tol_rel * |ref| or not finite.
 template <typename T>
