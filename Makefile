@@ -3,7 +3,8 @@
 #   make train_cpu [VALUE_PATH=vanilla|resformer|svformer|sla|depth]   the CPU reference trainer
 #   make all-paths        one CPU binary per value path: train_cpu_<path>
 #   make train_cpu USE_MPI=1   the data-parallel CPU trainer (mpicxx; build/<path>-mpi/; docs/distributed.md)
-#   make test             build and run every test (C++ units, model gradient checks, CLI, Python)
+#   make test             build and run every test (C++ units, model gradient checks, CLI, Python,
+#                         the GPU trainer under the CPU CUDA emulator: emu.mk)
 #   make bench-cpu        ms per step of the CPU trainer at GPT-2 124M shapes, B=4, T=64
 #   make quickstart       venv + TinyShakespeare + a small training run with samples
 #
@@ -69,6 +70,9 @@ all-paths: $(addprefix train_cpu_,$(VALUE_PATHS))
 # break fails CI even without a GPU) and runs its TEST_GPT_BINS (they print "skipped: no CUDA
 # device" and exit 0 where there is no GPU).
 include gpu.mk
+# the GPU trainer's real source on the CPU, through the CUDA emulator of tests/emu (no nvcc needed):
+# make test runs its EMU_CI_RUN subset; make test-emu runs everything
+include emu.mk
 
 # ---------------------------------------------------------------------------
 # tests
@@ -103,9 +107,16 @@ PATH_TRAINERS := $(addprefix build/,$(addsuffix /train_cpu,$(VALUE_PATHS)))
 # every path's MPI trainer, where mpicxx and mpirun exist (tests/python/test_distributed.py)
 MPI_TRAINERS := $(if $(HAVE_MPI),$(addprefix build/,$(addsuffix -mpi/train_cpu,$(VALUE_PATHS))),)
 
-test: $(CPP_TESTS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) venv
+# `make test` builds with one job per core by itself (TEST_JOBS; the ~60 binaries, most of them
+# nvcc and emulator builds, are most of CI's time), then runs everything in order.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+test:
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@$(if $(HAVE_MPI),true,echo "✗ no mpicxx/mpirun: the distributed tests are skipped (apt-get install libopenmpi-dev openmpi-bin)")
-	@bash tests/run_all.sh $(CPP_TESTS) $(GPU_TEST_RUN)
+	@bash tests/run_all.sh $(CPP_TESTS) $(GPU_TEST_RUN) $(EMU_CI_RUN)
+
+.PHONY: test-build
+test-build: $(CPP_TESTS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) $(EMU_CI_TARGETS) venv
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt

@@ -401,19 +401,32 @@ constexpr int ATT2_TILE = 64;  // query and key rows per tile
 constexpr int ATT2_THREADS = 128;  // 4 warps x 16 rows
 __host__ __device__ constexpr int att2_lds(int D) { return D + 8; }  // shared row stride (bf16): +16 bytes, so ldmatrix rows hit distinct banks
 
+// (VP_CUDA_EMU: the CUDA emulator of tests/emu runs these three as warp collectives on the CPU)
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
+#ifdef VP_CUDA_EMU
+    vp_emu::ldmatrix_x4(r, p, false);
+#else
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+#endif
 }
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* p) {
+#ifdef VP_CUDA_EMU
+    vp_emu::ldmatrix_x4(r, p, true);
+#else
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+#endif
 }
 // c (16x8 fp32) += a (16x16 bf16) @ b (16x8 bf16)
 __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef VP_CUDA_EMU
+    vp_emu::mma_m16n8k16_bf16(c, a, b0, b1);
+#else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits = the lower column

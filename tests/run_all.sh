@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # tests/run_all.sh: runs every test suite of valuepath and adds up their results.
 #
-#   bash tests/run_all.sh BINARY...     (make test passes the C++ test binaries)
+#   bash tests/run_all.sh [--no-python] BINARY[@FILTER]...   (make test passes the C++ test binaries)
 #
+# BINARY@FILTER runs `BINARY FILTER` (the tests whose names contain one of FILTER's comma-separated
+# parts: tests/testing.h); --no-python skips pytest (make test-emu).
 # Each C++ suite ends with "N passed, N failed"; pytest ends with its own summary. A suite that
 # crashes or exits nonzero counts as a failure even if its counts look fine. The last line is
 # the total, "N passed, N failed", and the exit code is nonzero if anything failed.
@@ -27,22 +29,33 @@ add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file
     echo "== $1: $p passed, $f failed"
 }
 
-for bin in "$@"; do
+run_python=1
+if [ "${1:-}" = "--no-python" ]; then
+    run_python=0
+    shift
+fi
+
+for entry in "$@"; do
+    bin=${entry%%@*}
+    args=()
+    [ "$bin" != "$entry" ] && args=("${entry#*@}")
     log=$(mktemp)
-    echo "== running $bin"
-    "$bin" 2>&1 | tee "$log"
+    echo "== running $bin ${args[*]:-}"
+    "$bin" "${args[@]}" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     # GPU suites on a machine without a GPU: a clean skip, counted as such (CI compiled them)
     if [ "$rc" -eq 0 ] && grep -q "^skipped: no CUDA device" "$log"; then
         total_skip=$((total_skip + 1))
         echo "== $bin: skipped (no CUDA device)"
     else
-        add_counts "$bin" "$rc" "$log"
+        add_counts "$entry" "$rc" "$log"
     fi
     rm -f "$log"
 done
 
-if [ -x .venv/bin/python ]; then
+if [ "$run_python" -eq 0 ]; then
+    :
+elif [ -x .venv/bin/python ]; then
     log=$(mktemp)
     # dev/reference: the PyTorch reference's own checks; they skip cleanly where torch is not installed
     echo "== running pytest tests/python dev/reference"

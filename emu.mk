@@ -1,0 +1,119 @@
+# emu.mk: the GPU trainer run on the CPU by the CUDA emulator (tests/emu/, docs/gpu.md "Without a
+# GPU"). Included by the Makefile after gpu.mk; needs g++ and python3, not nvcc.
+#
+#   make test-emu              every value path's test_gpt, both precisions, every test, under the
+#                              emulator (minutes per binary: run it before a GPU session)
+#   make test-emu EMU_TESTS=forward_backward   only the tests whose names contain it (comma-separated)
+#   make emu-train             build/emu/<path>/train_<prec>: ./train's main under the emulator
+#   make test-emu-labs         the kernel labs of dev/cuda, every version checked against the CPU
+#
+# `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores (~1 minute of builds, ~3 of runs):
+# the emulator's own tests (test_emu); every path and precision on forward_backward (every config:
+# logits, loss, every gradient, each layer's q/k/v) and the attention head-range hook; vanilla
+# bf16's and Depth fp32's 10 steps; and the vanilla bf16 suite once more under AddressSanitizer +
+# UBSan with the threads between barriers in reverse order (VP_EMU_ORDER=forward|reverse
+# overrides either build's order). It also builds the emulated ./train for
+# tests/python/test_gpu_trainer_emu.py and, where MPI exists, the emulated data-parallel ./train
+# for tests/python/test_distributed_gpu_emu.py (NCCL carried over MPI: tests/emu/nccl_emu.cpp).
+#
+# The emulated build compiles the real sources: tests/emu/rewrite_cuda.py rewrites the <<<...>>>
+# launches and `extern __shared__` of test_gpt.cu, train_gpt.cu and kernels/*.cuh into
+# build/emu/src/ (same names, #line kept), and tests/emu/include/ stands in for the CUDA headers.
+
+EMU_CXXFLAGS := -std=c++17 -O1 -g -march=native -fopenmp -Wall -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas
+EMU_SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+EMU_INCLUDES := -Itests/emu/include -Ibuild/emu/src -I.
+EMU_RUNTIME_SRC := tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/cublaslt_emu.h
+EMU_SOURCES := $(addprefix build/emu/src/,test_gpt.cu train_gpt.cu $(KERNEL_HEADERS))
+EMU_TESTS ?=
+
+.PHONY: test-emu emu-train
+.SECONDARY: $(EMU_SOURCES)
+
+build/emu/src/%: % tests/emu/rewrite_cuda.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tests/emu/rewrite_cuda.py $< $@
+
+# the runtime is optimised (its matmul is most of the emulator's time); the kernels are built -O1
+# so that they stay debuggable and the sanitizers see every access
+build/emu/cuda_emu.o: $(EMU_RUNTIME_SRC)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O3 -march=native -fopenmp -g -Itests/emu/include -c $< -o $@
+build/emu/cuda_emu_asan.o: $(EMU_RUNTIME_SRC)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O1 -g -march=native -fopenmp $(EMU_SANITIZE) -DVP_EMU_REVERSE_DEFAULT -Itests/emu/include -c $< -o $@
+
+build/emu/nccl_emu.o: tests/emu/nccl_emu.cpp tests/emu/nccl_emu.h tests/emu/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(MPICXX) -std=c++17 -O2 -g -Itests/emu/include -c $< -o $@
+
+emu_prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
+
+# build/emu/<path>/test_gpt_<prec>[_asan]
+define EMU_TEST_RULES
+build/emu/%/test_gpt_$(1): $$(EMU_SOURCES) build/emu/cuda_emu.o $$(CPU_SOURCES) tests/testing.h
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(EMU_CXXFLAGS) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DVP_ERRORS_THROW -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ build/emu/src/test_gpt.cu -x none build/emu/cuda_emu.o -o $$@
+build/emu/%/test_gpt_$(1)_asan: $$(EMU_SOURCES) build/emu/cuda_emu_asan.o $$(CPU_SOURCES) tests/testing.h
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(EMU_CXXFLAGS) $$(EMU_SANITIZE) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DVP_ERRORS_THROW -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ build/emu/src/test_gpt.cu -x none build/emu/cuda_emu_asan.o -o $$@
+build/emu/%/train_$(1): $$(EMU_SOURCES) build/emu/cuda_emu.o $$(CPU_SOURCES)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(EMU_CXXFLAGS) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ build/emu/src/train_gpt.cu -x none build/emu/cuda_emu.o -o $$@
+# build/emu/<path>-mpi/train_<prec>: the data-parallel trainer, one emulated GPU per MPI rank,
+# NCCL's collectives carried over MPI (tests/emu/nccl_emu.cpp); the shorter stem wins over the
+# rule above, as in gpu.mk
+build/emu/%-mpi/train_$(1): $$(EMU_SOURCES) build/emu/cuda_emu.o build/emu/nccl_emu.o $$(CPU_SOURCES)
+	@$$(if $$(HAVE_MPI),true,echo "✗ $$@ needs MPI (mpicxx, mpirun: apt-get install libopenmpi-dev openmpi-bin)"; exit 1)
+	@mkdir -p $$(dir $$@)
+	$$(MPICXX) $$(EMU_CXXFLAGS) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DUSE_MPI -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ build/emu/src/train_gpt.cu -x none build/emu/cuda_emu.o build/emu/nccl_emu.o -o $$@
+endef
+$(eval $(call EMU_TEST_RULES,fp32))
+$(eval $(call EMU_TEST_RULES,bf16))
+
+# the emulator's own tests (bf16: the tensor-core helpers exist only there)
+build/emu/test_emu: build/emu/src/tests/emu/test_emu.cu $(EMU_SOURCES) build/emu/cuda_emu.o $(HOST_HEADERS) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_INCLUDES) -DENABLE_BF16 -DVP_ERRORS_THROW -x c++ $< -x none build/emu/cuda_emu.o -o $@
+
+EMU_TEST_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/test_gpt_fp32 build/emu/$(p)/test_gpt_bf16)
+
+# run_all.sh entries are BINARY[@FILTER]
+EMU_CI_FILTER := forward_backward,attention_head_ranges
+EMU_CI_RUN := build/emu/test_emu $(addsuffix @$(EMU_CI_FILTER),$(EMU_TEST_BINS)) \
+	build/emu/vanilla/test_gpt_bf16@steps build/emu/depth/test_gpt_fp32@steps \
+	build/emu/vanilla/test_gpt_bf16_asan@$(EMU_CI_FILTER)
+# plus ./train's main under the emulator, for tests/python/test_gpu_trainer_emu.py, and its
+# data-parallel build where MPI exists (tests/python/test_distributed_gpu_emu.py)
+EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) build/emu/vanilla/test_gpt_bf16_asan build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \
+	$(if $(HAVE_MPI),build/emu/vanilla-mpi/train_fp32 build/emu/depth-mpi/train_bf16) $(EMU_BENCH_BINS)
+
+test-emu: build/emu/test_emu $(EMU_TEST_BINS)
+	@bash tests/run_all.sh --no-python $(if $(EMU_TESTS),$(addsuffix @$(EMU_TESTS),$^),$^)
+
+emu-train: $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/train_fp32 build/emu/$(p)/train_bf16)
+
+.PHONY: print-emu-ci-targets print-emu-ci-run
+print-emu-ci-targets:
+	@echo $(EMU_CI_TARGETS)
+print-emu-ci-run:
+	@echo $(EMU_CI_RUN)
+
+# the kernel labs of dev/cuda under the emulator: every version against the CPU (--check; no
+# timings). Not in `make test`: the attention and classifier labs take minutes at their sizes.
+EMU_LABS := $(addprefix build/emu/dev/cuda/,$(DEV_CUDA_LABS))
+build/emu/dev/cuda/%: build/emu/src/dev/cuda/%.cu build/emu/src/dev/cuda/common.h $(EMU_SOURCES) build/emu/cuda_emu.o $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_INCLUDES) -DENABLE_BF16 -x c++ $< -x none build/emu/cuda_emu.o -o $@
+
+# dev/cuda/bench_gpt per path, for the dry run at full size (VP_EMU_DRY_RUN=1: every launcher,
+# cuBLASLt call and allocation of a GPT-2 124M training step checked, nothing computed;
+# tests/python/test_gpu_trainer_emu.py)
+build/emu/dev/cuda/bench_gpt_%: build/emu/src/dev/cuda/bench_gpt.cu $(EMU_SOURCES) build/emu/cuda_emu.o $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) -x c++ $< -x none build/emu/cuda_emu.o -o $@
+EMU_BENCH_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/dev/cuda/bench_gpt_$(p))
+
+.PHONY: test-emu-labs
+test-emu-labs: $(EMU_LABS)
+	@fail=0; for l in $^; do echo "== $$l --check"; ./$$l --check || { echo "✗ $$l"; fail=1; }; done; exit $$fail

@@ -1,0 +1,826 @@
+// tests/emu/cuda_emu.cpp: the CUDA emulator's runtime (see cuda_emu.h for what it is and is not):
+// fibers and the block scheduler, the warp collectives, device memory bookkeeping and the
+// cuBLASLt matmul.
+#include "cuda_emu.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cublaslt_emu.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define VP_EMU_ASAN 1
+#endif
+
+// ----------------------------------------------------------------------------
+// fiber switch (x86-64 System V): save the callee-saved registers on the current stack, store the
+// stack pointer in *from, load `to`, restore that fiber's registers, return into it.
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator's fiber switch is written for x86-64"
+#endif
+extern "C" void vp_emu_switch(void** from, void* to);
+asm(R"(
+.text
+.globl vp_emu_switch
+.type vp_emu_switch,@function
+vp_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size vp_emu_switch,.-vp_emu_switch
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+
+namespace vp_emu {
+
+// ----------------------------------------------------------------------------
+// state
+
+enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+struct EmuThread {
+    void* sp = nullptr;
+    ThreadState state = RUNNABLE;
+    uint3 idx{};
+    unsigned warp_mask = 0;
+    CollectiveKind kind = OP_SYNCWARP;
+    unsigned ops = 0;  // warp collectives this lane has completed (its slot bank is ops % 2)
+};
+struct WarpSlots {
+    alignas(16) unsigned char bank[2][32][SLOT_BYTES];
+};
+
+// per CUDA thread. The kernels keep at most a few KiB of registers-as-locals; the stacks sit in huge
+// pages (1024 separate 4 KiB pages would miss the TLB at every switch), so instead of guard pages
+// each stack's lowest bytes hold a canary that is checked after every block.
+constexpr size_t STACK_BYTES = 64 * 1024;
+constexpr uint64_t STACK_CANARY = 0x5a17ca4a2dee7e11ull;
+constexpr int CANARY_WORDS = 8;
+constexpr int MAX_THREADS = 1024;
+
+struct Emulator {
+    // the launch in progress
+    const char* name = nullptr;
+    void (*body)(void*) = nullptr;
+    void* ctx = nullptr;
+    dim3 grid, block;
+    std::vector<EmuThread> threads;
+    std::vector<WarpSlots> warps;
+    unsigned char* smem = nullptr;
+    size_t smem_bytes = 0;
+    int current = -1;
+    void* sched_sp = nullptr;
+    bool reverse_order = false;
+    unsigned char* stacks = nullptr;
+#ifdef VP_EMU_ASAN
+    const void* sched_stack_bottom = nullptr;
+    size_t sched_stack_size = 0;
+#endif
+    // runtime
+    cudaError_t last_error = cudaSuccess;
+    std::map<uintptr_t, size_t> device_allocs;  // base -> bytes
+    std::map<uintptr_t, size_t> host_allocs;    // cudaMallocHost
+    size_t device_bytes = 0, device_limit = 0;
+    std::map<const void*, int> max_dynamic_smem;
+    // VP_EMU_DRY_RUN=1: launches and matmuls are checked (configuration, shared memory, shapes,
+    // alignment, operands inside device memory) but not computed, and allocations are not filled:
+    // full-size shapes (GPT-2 124M at B=64, T=1024) go through every launcher in seconds, and the
+    // allocation total is the model's device memory. Every number computed is garbage.
+    bool dry_run = false;
+    Emulator() {
+        const char* order = getenv("VP_EMU_ORDER");
+#ifdef VP_EMU_REVERSE_DEFAULT  // the sanitizer build of emu.mk: the other order than the plain builds
+        reverse_order = !order || strcmp(order, "reverse") == 0;
+#else
+        reverse_order = order && strcmp(order, "reverse") == 0;
+#endif
+        const char* dry = getenv("VP_EMU_DRY_RUN");
+        dry_run = dry && strcmp(dry, "1") == 0;
+        const char* mem = getenv("VP_EMU_MEM_BYTES");
+        device_limit = mem ? (size_t)strtoull(mem, nullptr, 10) : (size_t)80 << 30;  // an H100's 80 GB
+    }
+};
+static Emulator& emu() {
+    static Emulator e;
+    return e;
+}
+
+static std::string launch_where() {
+    Emulator& e = emu();
+    char buf[256];
+    if (e.current >= 0) {
+        const EmuThread& t = e.threads[e.current];
+        snprintf(buf, sizeof(buf), "%s, block (%u,%u,%u), thread (%u,%u,%u)", e.name, blockIdx.x, blockIdx.y, blockIdx.z, t.idx.x, t.idx.y, t.idx.z);
+    } else {
+        snprintf(buf, sizeof(buf), "%s, block (%u,%u,%u)", e.name ? e.name : "?", blockIdx.x, blockIdx.y, blockIdx.z);
+    }
+    return buf;
+}
+
+void kernel_fault(const char* fmt, ...) {
+    fflush(stdout);
+    fprintf(stderr, "\nCUDA emulator: kernel fault in %s:\n  ", launch_where().c_str());
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    abort();
+}
+
+// ----------------------------------------------------------------------------
+// fibers
+
+static unsigned char* stack_of(int i) { return emu().stacks + (size_t)i * STACK_BYTES; }
+
+// fiber -> scheduler
+static void yield_to_scheduler(bool dying) {
+    Emulator& e = emu();
+    EmuThread& t = e.threads[e.current];
+#ifdef VP_EMU_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(dying ? nullptr : &fake, e.sched_stack_bottom, e.sched_stack_size);
+    vp_emu_switch(&t.sp, e.sched_sp);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+    (void)dying;
+    vp_emu_switch(&t.sp, e.sched_sp);
+#endif
+}
+
+static void fiber_main() {
+    Emulator& e = emu();
+#ifdef VP_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &e.sched_stack_bottom, &e.sched_stack_size);
+#endif
+    e.body(e.ctx);
+    e.threads[e.current].state = DONE;
+    yield_to_scheduler(true);
+    abort();  // a finished fiber is never resumed
+}
+
+// a fresh fiber for thread i: its first switch "returns" into fiber_main with an ABI-aligned stack
+static void fiber_init(int i) {
+    // stack colouring: stacks are STACK_BYTES apart, so their tops would all fall in the same cache
+    // sets; a per-thread offset of whole cache lines spreads them out (switching is ~3x cheaper)
+    unsigned char* top = stack_of(i) + STACK_BYTES - (size_t)(i % 61) * 64;
+#ifdef VP_EMU_ASAN
+    __asan_unpoison_memory_region(stack_of(i), STACK_BYTES);  // frames of an earlier fiber
+#endif
+    uint64_t* canary = reinterpret_cast<uint64_t*>(stack_of(i));
+    for (int w = 0; w < CANARY_WORDS; w++) canary[w] = STACK_CANARY;
+    void** sp = reinterpret_cast<void**>(top - 16);
+    sp[0] = reinterpret_cast<void*>(&fiber_main);  // where vp_emu_switch's ret lands (rsp % 16 == 8 after)
+    sp[1] = nullptr;
+    sp -= 6;  // rbp rbx r12 r13 r14 r15
+    for (int r = 0; r < 6; r++) sp[r] = nullptr;
+    emu().threads[i].sp = sp;
+}
+
+// scheduler -> fiber i, until it blocks or finishes
+static void run_fiber(int i) {
+    Emulator& e = emu();
+    e.current = i;
+    threadIdx = e.threads[i].idx;
+#ifdef VP_EMU_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, stack_of(i), STACK_BYTES);
+    vp_emu_switch(&e.sched_sp, e.threads[i].sp);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+    vp_emu_switch(&e.sched_sp, e.threads[i].sp);
+#endif
+    e.current = -1;
+}
+
+int lane_id() {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("a device function was called from host code");
+    return e.current % 32;
+}
+
+void* dynamic_smem() {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("dynamic shared memory used outside a kernel");
+    return e.smem;
+}
+
+void block_barrier() {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("__syncthreads outside a kernel");
+    e.threads[e.current].state = AT_BARRIER;
+    yield_to_scheduler(false);
+}
+
+const unsigned char* warp_collective(unsigned mask, CollectiveKind kind, const void* src, size_t bytes) {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("a warp collective outside a kernel");
+    int lane = e.current % 32;
+    if (!(mask >> lane & 1u)) kernel_fault("lane %d runs a warp collective whose mask 0x%08x does not name it", lane, mask);
+    EmuThread& t = e.threads[e.current];
+    WarpSlots& w = e.warps[e.current / 32];
+    if (bytes) memcpy(w.bank[t.ops % 2][lane], src, bytes);
+    t.warp_mask = mask;
+    t.kind = kind;
+    t.state = AT_WARP;
+    yield_to_scheduler(false);
+    return &w.bank[t.ops++ % 2][0][0];
+}
+
+// ----------------------------------------------------------------------------
+// the block scheduler
+
+static const char* state_name(ThreadState s) {
+    switch (s) {
+        case RUNNABLE: return "runnable";
+        case AT_BARRIER: return "at __syncthreads";
+        case AT_WARP: return "at a warp collective";
+        default: return "returned";
+    }
+}
+
+// every lane named by the collective's mask has arrived at it: release them (true), or not yet
+static bool release_warp(int w, int nthreads) {
+    Emulator& e = emu();
+    int first = -1;
+    for (int l = 0; l < 32 && w * 32 + l < nthreads; l++)
+        if (e.threads[w * 32 + l].state == AT_WARP) {
+            first = w * 32 + l;
+            break;
+        }
+    if (first < 0) return false;
+    const EmuThread& f = e.threads[first];
+    for (int l = 0; l < 32; l++) {
+        if (!(f.warp_mask >> l & 1u)) continue;
+        int i = w * 32 + l;
+        if (i >= nthreads) {
+            e.current = first;
+            kernel_fault("warp collective mask 0x%08x names lane %d, which this block (%d threads) does not have", f.warp_mask, l, nthreads);
+        }
+        const EmuThread& t = e.threads[i];
+        if (t.state == DONE) {
+            e.current = first;
+            kernel_fault("warp collective with mask 0x%08x, but lane %d has already returned", f.warp_mask, l);
+        }
+        if (t.state != AT_WARP) return false;
+        if (t.warp_mask != f.warp_mask || t.kind != f.kind || t.ops % 2 != f.ops % 2) {
+            e.current = first;
+            kernel_fault("lanes %d and %d of warp %d are at different warp collectives (kinds %d/%d, masks 0x%08x/0x%08x)", first % 32, l, w, f.kind,
+                         t.kind, f.warp_mask, t.warp_mask);
+        }
+    }
+    unsigned mask = f.warp_mask;
+    for (int l = 0; l < 32; l++)
+        if (mask >> l & 1u) e.threads[w * 32 + l].state = RUNNABLE;
+    return true;
+}
+
+static void run_block(int nthreads) {
+    Emulator& e = emu();
+    for (int i = 0; i < nthreads; i++) {
+        EmuThread& t = e.threads[i];
+        t = EmuThread();
+        t.idx = {i % e.block.x, (i / e.block.x) % e.block.y, i / (e.block.x * e.block.y)};
+        fiber_init(i);
+    }
+    if (e.smem_bytes) memset(e.smem, 0xff, e.smem_bytes);  // NaN: what no thread wrote reads as NaN
+    for (;;) {
+        for (int k = 0; k < nthreads; k++) {
+            int i = e.reverse_order ? nthreads - 1 - k : k;
+            if (e.threads[i].state == RUNNABLE) run_fiber(i);
+        }
+        int done = 0, at_barrier = 0;
+        for (int i = 0; i < nthreads; i++) {
+            done += e.threads[i].state == DONE;
+            at_barrier += e.threads[i].state == AT_BARRIER;
+        }
+        if (done == nthreads) {
+            for (int i = 0; i < nthreads; i++) {
+                const uint64_t* canary = reinterpret_cast<const uint64_t*>(stack_of(i));
+                for (int w = 0; w < CANARY_WORDS; w++)
+                    if (canary[w] != STACK_CANARY) {
+                        e.current = i;
+                        kernel_fault("the thread overflowed its %zu KiB emulator stack (raise STACK_BYTES in tests/emu/cuda_emu.cpp)", STACK_BYTES >> 10);
+                    }
+            }
+            return;
+        }
+        bool released = false;
+        for (int w = 0; w * 32 < nthreads; w++) released |= release_warp(w, nthreads);
+        if (released) continue;
+        if (at_barrier + done == nthreads) {
+            if (done > 0) {
+                for (int i = 0; i < nthreads; i++)
+                    if (e.threads[i].state == AT_BARRIER) e.current = i;
+                kernel_fault("__syncthreads reached by %d threads while %d threads of the block had returned (undefined in CUDA)", at_barrier, done);
+            }
+            for (int i = 0; i < nthreads; i++) e.threads[i].state = RUNNABLE;
+            continue;
+        }
+        // nothing can move: name the first thread in each state
+        std::string msg = "deadlock:";
+        for (int s = RUNNABLE; s <= DONE; s++) {
+            int count = 0, example = -1;
+            for (int i = 0; i < nthreads; i++)
+                if (e.threads[i].state == s) {
+                    count++;
+                    if (example < 0) example = i;
+                }
+            if (count) msg += " " + std::to_string(count) + " " + state_name((ThreadState)s) + " (e.g. thread " + std::to_string(example) + ");";
+        }
+        kernel_fault("%s", msg.c_str());
+    }
+}
+
+cudaError_t set_max_dynamic_smem(const void* fn, int bytes) {
+    if (bytes < 0 || bytes > 232448) return cudaErrorInvalidValue;  // sm_90: at most 227 KiB per block
+    emu().max_dynamic_smem[fn] = bytes;
+    return cudaSuccess;
+}
+
+void launch_impl(const void* fn, const LaunchConfig& cfg, const char* name, void (*body)(void*), void* ctx) {
+    Emulator& e = emu();
+    if (e.current >= 0) kernel_fault("kernel %s launched from device code (dynamic parallelism is not used here)", name);
+    const dim3 &g = cfg.grid, &b = cfg.block;
+    size_t nthreads = (size_t)b.x * b.y * b.z;
+    bool bad_config = g.x == 0 || g.y == 0 || g.z == 0 || g.x > 2147483647u || g.y > 65535 || g.z > 65535 || b.x == 0 || b.y == 0 || b.z == 0 ||
+                      b.x > 1024 || b.y > 1024 || b.z > 64 || nthreads > (size_t)MAX_THREADS;
+    auto it = e.max_dynamic_smem.find(fn);
+    size_t smem_limit = it == e.max_dynamic_smem.end() ? 49152 : (size_t)std::max(it->second, 49152);
+    if (bad_config || cfg.smem > smem_limit) {
+        fprintf(stderr, "CUDA emulator: launch of %s refused: grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of dynamic shared memory (limit %zu)\n", name,
+                g.x, g.y, g.z, b.x, b.y, b.z, cfg.smem, smem_limit);
+        e.last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (e.dry_run) return;
+    if (!e.stacks) {
+        e.stacks = static_cast<unsigned char*>(
+            mmap(nullptr, STACK_BYTES * MAX_THREADS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+        if (e.stacks == MAP_FAILED) {
+            fprintf(stderr, "CUDA emulator: cannot map %zu MiB of fiber stacks\n", STACK_BYTES * MAX_THREADS >> 20);
+            abort();
+        }
+        madvise(e.stacks, STACK_BYTES * MAX_THREADS, MADV_HUGEPAGE);
+    }
+    e.name = name;
+    e.body = body;
+    e.ctx = ctx;
+    e.grid = g;
+    e.block = b;
+    e.threads.assign(nthreads, EmuThread());
+    e.warps.assign((nthreads + 31) / 32, WarpSlots());
+    e.smem_bytes = cfg.smem;
+    e.smem = nullptr;
+    if (cfg.smem && posix_memalign(reinterpret_cast<void**>(&e.smem), 128, cfg.smem) != 0) abort();
+    gridDim = g;
+    blockDim = b;
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++)
+            for (unsigned x = 0; x < g.x; x++) {
+                blockIdx = {x, y, z};
+                run_block((int)nthreads);
+            }
+    free(e.smem);
+    e.smem = nullptr;
+    e.name = nullptr;
+}
+
+// ----------------------------------------------------------------------------
+// tensor-core instructions
+
+void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr, bool trans) {
+    if ((uintptr_t)row_addr % 16) kernel_fault("ldmatrix row address %p is not 16-byte aligned", row_addr);
+    unsigned char row[16];
+    memcpy(row, row_addr, 16);  // the lane's row, read as it arrives (the warp reads all rows at once)
+    const unsigned char* slots = warp_collective(0xffffffffu, trans ? OP_LDMATRIX_TRANS : OP_LDMATRIX, row, 16);
+    int t = lane_id();
+    for (int i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (int j = 0; j < 2; j++) {
+            int rr = trans ? 2 * (t % 4) + j : t / 4;  // row of matrix i
+            int cc = trans ? t / 4 : 2 * (t % 4) + j;  // column of matrix i
+            memcpy(&e[j], slots + (8 * i + rr) * SLOT_BYTES + 2 * cc, 2);
+        }
+        r[i] = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
+    }
+}
+
+static float bf16_half(uint32_t reg, int hi) { return bit_cast<float>(hi ? (reg & 0xffff0000u) : (reg << 16)); }
+
+void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    const unsigned char* slots = warp_collective(0xffffffffu, OP_MMA, mine, sizeof(mine));
+    auto reg = [&](int lane, int i) {
+        uint32_t v;
+        memcpy(&v, slots + lane * SLOT_BYTES + 4 * i, 4);
+        return v;
+    };
+    // A(row, k): lane (row%8)*4 + (k%8)/2, register (row >= 8) + 2 (k >= 8), half k%2
+    auto A = [&](int row, int k) { return bf16_half(reg((row % 8) * 4 + (k % 8) / 2, (row >= 8) + 2 * (k >= 8)), k % 2); };
+    // B(k, n): lane n*4 + (k%8)/2, register 4 + (k >= 8), half k%2
+    auto B = [&](int k, int n) { return bf16_half(reg(n * 4 + (k % 8) / 2, 4 + (k >= 8)), k % 2); };
+    int lane = lane_id(), g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        float acc = c[i];
+        for (int k = 0; k < 16; k++) acc += A(row, k) * B(k, col);
+        c[i] = acc;
+    }
+}
+
+}  // namespace vp_emu
+
+// ----------------------------------------------------------------------------
+// runtime API
+
+using vp_emu::emu;
+
+static cudaError_t set_error(cudaError_t err) {
+    if (err != cudaSuccess) emu().last_error = err;
+    return err;
+}
+
+const char* cudaGetErrorString(cudaError_t err) {
+    switch (err) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorNotReady: return "device not ready";
+        default: return "unspecified launch failure";
+    }
+}
+cudaError_t cudaGetLastError() {
+    cudaError_t err = emu().last_error;
+    emu().last_error = cudaSuccess;
+    return err;
+}
+cudaError_t cudaPeekAtLastError() { return emu().last_error; }
+
+// the allocation that holds [p, p + bytes), or nullptr
+static const std::pair<const uintptr_t, size_t>* find_alloc(const std::map<uintptr_t, size_t>& m, const void* p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return nullptr;
+    --it;
+    if (a + bytes > it->first + it->second) return nullptr;
+    return &*it;
+}
+static bool is_device(const void* p, size_t bytes) { return find_alloc(emu().device_allocs, p, bytes) != nullptr; }
+static bool overlaps_device(const void* p) { return find_alloc(emu().device_allocs, p, 1) != nullptr; }
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    vp_emu::Emulator& e = emu();
+    *p = nullptr;
+    if (e.device_bytes + bytes > e.device_limit) return set_error(cudaErrorMemoryAllocation);
+    if (e.dry_run) {  // reserve address space only: full-size models exceed the host's memory
+        void* m = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) return set_error(cudaErrorMemoryAllocation);
+        *p = m;
+    } else {
+        if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return set_error(cudaErrorMemoryAllocation);
+        memset(*p, 0xff, bytes);  // NaN in fp32 and bf16: reading memory no kernel wrote shows up
+    }
+    e.device_allocs[(uintptr_t)*p] = bytes;
+    e.device_bytes += bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    vp_emu::Emulator& e = emu();
+    auto it = e.device_allocs.find((uintptr_t)p);
+    if (it == e.device_allocs.end()) {
+        fprintf(stderr, "CUDA emulator: cudaFree(%p) of a pointer cudaMalloc did not return\n", p);
+        return set_error(cudaErrorInvalidValue);
+    }
+    e.device_bytes -= it->second;
+    if (e.dry_run) munmap(p, it->second ? it->second : 1);
+    else free(p);
+    e.device_allocs.erase(it);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return set_error(cudaErrorMemoryAllocation);
+    emu().host_allocs[(uintptr_t)*p] = bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+    if (!p) return cudaSuccess;
+    if (!emu().host_allocs.erase((uintptr_t)p)) return set_error(cudaErrorInvalidValue);
+    free(p);
+    return cudaSuccess;
+}
+
+// the direction the caller named must match where the pointers live: a host pointer handed to a
+// kernel path is the bug a shared address space would otherwise hide
+static cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return cudaSuccess;
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) return cudaSuccess;
+    const char* problem = nullptr;
+    if (dst_dev && !is_device(dst, bytes)) problem = "the destination is not (wholly) inside one cudaMalloc allocation";
+    else if (src_dev && !is_device(src, bytes)) problem = "the source is not (wholly) inside one cudaMalloc allocation";
+    else if (!dst_dev && overlaps_device(dst)) problem = "the destination is device memory but the copy kind says host";
+    else if (!src_dev && overlaps_device(src)) problem = "the source is device memory but the copy kind says host";
+    if (problem) {
+        fprintf(stderr, "CUDA emulator: cudaMemcpy(dst %p, src %p, %zu bytes, kind %d): %s\n", dst, src, bytes, (int)kind, problem);
+        return set_error(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    cudaError_t err = check_copy(dst, src, bytes, kind);
+    if (err != cudaSuccess) return err;
+    if (bytes && !(emu().dry_run && kind == cudaMemcpyDeviceToDevice)) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) { return cudaMemcpy(dst, src, bytes, kind); }
+cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, cudaMemcpyKind kind) {
+    if (height == 0 || width == 0) return cudaSuccess;
+    if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidValue);
+    // the whole strided span must lie in one allocation on each device side
+    cudaError_t err = check_copy(dst, src, 0, kind);
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if ((dst_dev && !is_device(dst, (height - 1) * dpitch + width)) || (src_dev && !is_device(src, (height - 1) * spitch + width))) {
+        fprintf(stderr, "CUDA emulator: cudaMemcpy2D: a device span is not inside one cudaMalloc allocation\n");
+        return set_error(cudaErrorInvalidValue);
+    }
+    for (size_t r = 0; r < height && err == cudaSuccess; r++)
+        memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    return err;
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+    if (bytes == 0) return cudaSuccess;
+    if (!is_device(p, bytes)) {
+        fprintf(stderr, "CUDA emulator: cudaMemset(%p, %zu bytes) outside any cudaMalloc allocation\n", p, bytes);
+        return set_error(cudaErrorInvalidValue);
+    }
+    if (!emu().dry_run) memset(p, value, bytes);  // a dry run touches no more memory than it must
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    *total_bytes = emu().device_limit;
+    *free_bytes = emu().device_limit - emu().device_bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceCount(int* n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* dev) {
+    *dev = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice); }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev) {
+    if (dev != 0) return set_error(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof(*prop));
+    snprintf(prop->name, sizeof(prop->name), "CUDA emulator on the CPU (tests/emu; limits of an sm_90 GPU)");
+    prop->totalGlobalMem = emu().device_limit;
+    prop->sharedMemPerBlock = 49152;
+    prop->sharedMemPerBlockOptin = 232448;
+    prop->multiProcessorCount = 132;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->maxThreadsPerBlock = 1024;
+    prop->warpSize = 32;
+    prop->l2CacheSize = 50 << 20;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev) {
+    if (dev != 0) return set_error(cudaErrorInvalidDevice);
+    switch (attr) {
+        case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 232448; return cudaSuccess;
+    }
+    return set_error(cudaErrorInvalidValue);
+}
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int dev) {
+    if (dev != 0) return set_error(cudaErrorInvalidDevice);
+    snprintf(bus_id, len, "emu:%08x", (unsigned)getpid());  // each process is its own GPU (NCCL emulator ranks)
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+struct CUstream_st {
+    int unused;
+};
+struct CUevent_st {
+    double t;
+};
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+    *s = new CUstream_st();
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t* ev) {
+    *ev = new CUevent_st();
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+    delete ev;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t) {
+    ev->t = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = (float)(b->t - a->t);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+
+// ----------------------------------------------------------------------------
+// cuBLASLt
+
+struct VpEmuLtHandle {
+    int unused;
+};
+
+const char* cublasGetStatusString(cublasStatus_t st) {
+    switch (st) {
+        case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+        case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+        default: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
+}
+static cublasStatus_t lt_fail(const char* fmt, ...) {
+    fprintf(stderr, "CUDA emulator: cuBLASLt: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+    *h = new VpEmuLtHandle();
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
+    *d = new VpEmuLtMatmulDesc();
+    (*d)->compute = compute;
+    (*d)->scale = scale;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+template <typename T>
+static cublasStatus_t read_attr(T* dst, const void* buf, size_t bytes) {
+    if (bytes != sizeof(T)) return lt_fail("attribute of %zu bytes where %zu were expected", bytes, sizeof(T));
+    memcpy(dst, buf, sizeof(T));
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void* buf, size_t bytes) {
+    switch (attr) {
+        case CUBLASLT_MATMUL_DESC_TRANSA: return read_attr(&d->trans_a, buf, bytes);
+        case CUBLASLT_MATMUL_DESC_TRANSB: return read_attr(&d->trans_b, buf, bytes);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: return read_attr(&d->epilogue, buf, bytes);
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return read_attr(&d->bias, buf, bytes);
+        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return read_attr(&d->bias_type, buf, bytes);
+    }
+    return lt_fail("matmul descriptor attribute %d is not emulated", (int)attr);
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld) {
+    if (ld < (int64_t)rows) return lt_fail("layout %llu x %llu with leading dimension %lld < rows", (unsigned long long)rows, (unsigned long long)cols, (long long)ld);
+    *l = new VpEmuLtLayout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+    *p = new VpEmuLtPreference();
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, const void* buf, size_t bytes) {
+    switch (attr) {
+        case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return read_attr(&p->max_workspace, buf, bytes);
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return read_attr(&p->min_align[0], buf, bytes);
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return read_attr(&p->min_align[1], buf, bytes);
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return read_attr(&p->min_align[2], buf, bytes);
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return read_attr(&p->min_align[3], buf, bytes);
+    }
+    return lt_fail("preference attribute %d is not emulated", (int)attr);
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results, int* found) {
+    if (!h || !d || !p || requested < 1) return lt_fail("heuristic query without handle, descriptor or preference");
+    memset(&results[0], 0, sizeof(results[0]));
+    for (int i = 0; i < 4; i++) results[0].algo.data[i] = p->min_align[i];
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static float lt_load(const void* p, cudaDataType_t t, size_t i) {
+    return t == CUDA_R_32F ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+static size_t lt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+static size_t lt_span(const VpEmuLtLayout* l) { return ((size_t)(l->cols - 1) * l->ld + l->rows) * lt_size(l->type); }
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha_p, const void* a, cublasLtMatrixLayout_t la, const void* b,
+                              cublasLtMatrixLayout_t lb, const void* beta_p, const void* c, cublasLtMatrixLayout_t lc, void* dd, cublasLtMatrixLayout_t ld,
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+    if (!h) return lt_fail("matmul without a handle");
+    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F) return lt_fail("only CUBLAS_COMPUTE_32F with fp32 scale is emulated");
+    bool ta = d->trans_a == CUBLAS_OP_T, tb = d->trans_b == CUBLAS_OP_T;
+    uint64_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;
+    if ((ta ? la->cols : la->rows) != m || (tb ? lb->cols : lb->rows) != k || (tb ? lb->rows : lb->cols) != n || lc->rows != m || lc->cols != n)
+        return lt_fail("shapes do not chain: op(A) %llux%llu, op(B) %llux%llu, C %llux%llu, D %llux%llu", (unsigned long long)(ta ? la->cols : la->rows),
+                       (unsigned long long)k, (unsigned long long)(tb ? lb->cols : lb->rows), (unsigned long long)(tb ? lb->rows : lb->cols),
+                       (unsigned long long)lc->rows, (unsigned long long)lc->cols, (unsigned long long)m, (unsigned long long)n);
+    if (la->type != lb->type) return lt_fail("A and B types differ");
+    if (lc->type != ld->type) return lt_fail("C and D types differ");
+    const void* ptrs[4] = {a, b, c, dd};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)ptrs[i] % algo->data[i])
+            return lt_fail("operand %c at %p is less aligned than the %llu bytes the preference promised", "ABCD"[i], ptrs[i], (unsigned long long)algo->data[i]);
+    // every operand must lie inside device memory (a host pointer here is a bug)
+    const VpEmuLtLayout* layouts[4] = {la, lb, lc, ld};
+    for (int i = 0; i < 4; i++)
+        if (!is_device(ptrs[i], lt_span(layouts[i]))) return lt_fail("operand %c (%p) is not inside one cudaMalloc allocation", "ABCD"[i], ptrs[i]);
+    uintptr_t d0 = (uintptr_t)dd, d1 = d0 + lt_span(ld);
+    for (int i = 0; i < 2; i++) {
+        uintptr_t p0 = (uintptr_t)ptrs[i], p1 = p0 + lt_span(layouts[i]);
+        if (p0 < d1 && d0 < p1) return lt_fail("D overlaps operand %c", "AB"[i]);
+    }
+    bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    if (bias && !d->bias) return lt_fail("epilogue BIAS without a bias pointer");
+    if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) return lt_fail("epilogue %d is not emulated", (int)d->epilogue);
+    if (emu().dry_run) return CUBLAS_STATUS_SUCCESS;
+    float alpha = *static_cast<const float*>(alpha_p), beta = *static_cast<const float*>(beta_p);
+    // dense fp32 copies, A as m rows of k and B^T as n rows of k, so that each output is one
+    // contiguous dot product (the emulator spends most of its time here)
+    std::vector<float> am(m * k), bt(n * k);
+    for (uint64_t i = 0; i < m; i++)
+        for (uint64_t l = 0; l < k; l++) am[i * k + l] = lt_load(a, la->type, ta ? l + i * la->ld : i + l * la->ld);
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t l = 0; l < k; l++) bt[j * k + l] = lt_load(b, lb->type, tb ? j + l * lb->ld : l + j * lb->ld);
+#pragma omp parallel for schedule(static)
+    for (uint64_t j = 0; j < n; j++) {
+        std::vector<float> out(m);
+        const float* bj = &bt[j * k];
+        for (uint64_t i = 0; i < m; i++) {
+            const float* ai = &am[i * k];
+            float acc = 0.0f;
+            for (uint64_t l = 0; l < k; l++) acc += ai[l] * bj[l];
+            float v = alpha * acc;
+            if (beta != 0.0f) v += beta * lt_load(c, lc->type, i + j * lc->ld);  // C is not read when beta == 0, as in cuBLAS
+            if (bias) v += lt_load(d->bias, d->bias_type, i);
+            out[i] = v;
+        }
+        for (uint64_t i = 0; i < m; i++) {
+            size_t at = i + j * ld->ld;
+            if (ld->type == CUDA_R_32F) static_cast<float*>(dd)[at] = out[i];
+            else static_cast<__nv_bfloat16*>(dd)[at] = __float2bfloat16_rn(out[i]);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,315 @@
+// tests/emu/cuda_emu.h: a CUDA emulator that runs valuepath's kernels on the CPU.
+//
+// Why: most sessions that write GPU code have no GPU. The emulator runs the GPU trainer's real
+// source -- every kernel in kernels/, the host code of train_gpt.cu, test_gpt.cu -- on the CPU, so
+// that indexing, tiling, warp-fragment and value-path routing bugs show up as test failures here
+// instead of in a short, scarce GPU session. It does NOT measure speed, and it cannot show bugs that
+// only a real GPU has (memory-model races between streams, register spills, the hardware's own
+// rounding inside tensor cores). A pass under the emulator is evidence, not a GPU result.
+//
+// How it runs a kernel: every CUDA thread is a fiber (its own stack, switched by a few lines of
+// assembly in cuda_emu.cpp). The blocks of a grid run one after another; inside a block the fibers
+// run in turn until each reaches a barrier (__syncthreads) or a warp collective (__shfl_xor_sync,
+// __syncwarp, ldmatrix, mma), where the scheduler checks the CUDA rules and releases them:
+//   * __syncthreads: every thread of the block must arrive; a thread that returned while others
+//     wait is an error (CUDA leaves that undefined);
+//   * warp collectives: every lane named in the mask must arrive at the same collective;
+//   * a block where nothing can move is a deadlock: the emulator names the threads and stops.
+// __shared__ variables become function statics (the blocks of a grid run one at a time, so the
+// one copy is the block's shared memory); dynamic shared memory is a fresh buffer per block,
+// filled with NaN bytes, as is every cudaMalloc, so reading what no one wrote shows up as NaN.
+// VP_EMU_ORDER=reverse runs the threads between barriers in reverse order: a missing
+// __syncthreads changes the result under one of the two orders.
+//
+// Build: tests/emu/rewrite_cuda.py turns `k<<<grid, block, smem, stream>>>(args)` into a call of
+// vp_emu::launch and `extern __shared__ T x[]` into a pointer to the block's buffer; g++ compiles
+// the result with tests/emu/include first on the include path, so <cuda_runtime.h>, <cuda_bf16.h>,
+// <cublasLt.h> and <cublas_v2.h> resolve to this file. cuBLASLt's matmul is a plain fp32 loop.
+// NCCL is not emulated (the emulated builds are single-process). See docs/gpu.md, "Without a GPU".
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#define VP_CUDA_EMU 1
+
+// ----------------------------------------------------------------------------
+// qualifiers: host code
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+
+// ----------------------------------------------------------------------------
+// vector types and the thread coordinates
+
+struct uint3 {
+    unsigned x, y, z;
+};
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+
+// set by the scheduler each time it switches to a thread (all fibers share one OS thread)
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+constexpr int warpSize = 32;
+
+// ----------------------------------------------------------------------------
+// device math that host libm lacks, and CUDA's min/max overloads
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+namespace vp_emu {
+template <typename To, typename From>
+inline To bit_cast(From x) {  // std::bit_cast is C++20
+    static_assert(sizeof(To) == sizeof(From), "bit_cast between types of one size");
+    To y;
+    memcpy(&y, &x, sizeof(To));
+    return y;
+}
+}  // namespace vp_emu
+inline float __int_as_float(int i) { return vp_emu::bit_cast<float>(i); }
+inline int __float_as_int(float f) { return vp_emu::bit_cast<int>(f); }
+inline unsigned __float_as_uint(float f) { return vp_emu::bit_cast<unsigned>(f); }
+#define VP_EMU_MINMAX(T)                             \
+    inline T min(T a, T b) { return a < b ? a : b; } \
+    inline T max(T a, T b) { return a < b ? b : a; }
+VP_EMU_MINMAX(int)
+VP_EMU_MINMAX(unsigned)
+VP_EMU_MINMAX(long)
+VP_EMU_MINMAX(unsigned long)
+VP_EMU_MINMAX(long long)
+VP_EMU_MINMAX(unsigned long long)
+VP_EMU_MINMAX(float)
+VP_EMU_MINMAX(double)
+#undef VP_EMU_MINMAX
+// the mixed int/long forms CUDA's headers provide (the wider type wins)
+inline long min(int a, long b) { return min((long)a, b); }
+inline long min(long a, int b) { return min(a, (long)b); }
+inline long max(int a, long b) { return max((long)a, b); }
+inline long max(long a, int b) { return max(a, (long)b); }
+
+// ----------------------------------------------------------------------------
+// bf16 (cuda_bf16.h): storage, round-to-nearest-even conversion, as the GPU does it
+
+struct __nv_bfloat16 {
+    unsigned short __x;
+    __nv_bfloat16() = default;
+    __nv_bfloat16(float f);  // NOLINT: implicit, as in cuda_bf16.h
+    operator float() const;  // NOLINT
+};
+struct alignas(4) __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+inline float __bfloat162float(__nv_bfloat16 h) { return vp_emu::bit_cast<float>((uint32_t)h.__x << 16); }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u = vp_emu::bit_cast<uint32_t>(f);
+    __nv_bfloat16 h;
+    if (std::isnan(f)) {
+        h.__x = 0x7fff;  // the canonical NaN the GPU's cvt.rn.bf16.f32 returns
+    } else {
+        u += 0x7fffu + ((u >> 16) & 1u);  // round half to even (overflow rounds to inf, as on the GPU)
+        h.__x = (unsigned short)(u >> 16);
+    }
+    return h;
+}
+inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+inline __nv_bfloat16::__nv_bfloat16(float f) : __x(__float2bfloat16_rn(f).__x) {}
+inline __nv_bfloat16::operator float() const { return __bfloat162float(*this); }
+inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)}; }
+inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }
+inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 lo, __nv_bfloat16 hi) { return {lo, hi}; }
+
+// ----------------------------------------------------------------------------
+// the runtime API (cuda_runtime.h): device memory is host memory; every call is synchronous
+
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNoDevice = 100,
+    cudaErrorNotReady = 600,
+    cudaErrorLaunchFailure = 719,
+};
+typedef cudaError_t cudaError;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+};
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+struct CUevent_st;
+typedef CUevent_st* cudaEvent_t;
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;
+    int multiProcessorCount;
+    int major, minor;
+    int maxThreadsPerBlock;
+    int warpSize;
+    int l2CacheSize;
+};
+
+const char* cudaGetErrorString(cudaError_t err);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+cudaError_t cudaMalloc(void** p, size_t bytes);
+template <typename T>
+inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+    return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+template <typename T>
+inline cudaError_t cudaMallocHost(T** p, size_t bytes) {
+    return cudaMallocHost(reinterpret_cast<void**>(p), bytes);
+}
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, cudaMemcpyKind kind);
+cudaError_t cudaMemset(void* p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaGetDeviceCount(int* n);
+cudaError_t cudaGetDevice(int* dev);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev);
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int dev);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+
+namespace vp_emu {
+// the attribute store behind cudaFuncSetAttribute, keyed by the kernel's address
+cudaError_t set_max_dynamic_smem(const void* fn, int bytes);
+}  // namespace vp_emu
+template <typename F>
+inline cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+    return vp_emu::set_max_dynamic_smem(reinterpret_cast<const void*>(fn), value);
+}
+
+// ----------------------------------------------------------------------------
+// kernel launch, barriers and warp collectives
+
+namespace vp_emu {
+
+struct LaunchConfig {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    LaunchConfig(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = nullptr) : grid(g), block(b), smem(s), stream(st) {}
+};
+
+template <typename F>
+inline const void* fn_id(F* fn) {
+    return reinterpret_cast<const void*>(fn);
+}
+
+// Runs body() once per thread of the grid (each on its own fiber), block after block. `name` is the
+// launch's source text, for messages. Configuration errors set the sticky error that
+// cudaGetLastError returns, as a real launch does; a kernel that breaks a CUDA rule stops the
+// program with a message.
+void launch_impl(const void* fn, const LaunchConfig& cfg, const char* name, void (*body)(void*), void* ctx);
+template <typename Body>
+inline void launch(const void* fn, const LaunchConfig& cfg, const char* name, Body&& body) {
+    using B = std::remove_reference_t<Body>;
+    launch_impl(fn, cfg, name, [](void* c) { (*static_cast<B*>(c))(); }, &body);
+}
+
+void* dynamic_smem();  // the running block's dynamic shared memory
+int lane_id();         // the running thread's lane (linear thread index % 32)
+
+enum CollectiveKind { OP_SYNCWARP = 1, OP_SHFL_XOR, OP_LDMATRIX, OP_LDMATRIX_TRANS, OP_MMA };
+constexpr int SLOT_BYTES = 64;
+// Deposits `bytes` (<= SLOT_BYTES) from src in this lane's slot, waits until every lane in `mask`
+// has reached a collective of the same kind, and returns the warp's 32 slots (lane i's at
+// i * SLOT_BYTES). The slots stay valid until this lane's next collective.
+const unsigned char* warp_collective(unsigned mask, CollectiveKind kind, const void* src, size_t bytes);
+void block_barrier();
+[[noreturn]] void kernel_fault(const char* fmt, ...);
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i..8i+7 give the row addresses of 8x8
+// matrix i (8 contiguous b16 each, 16-byte aligned); register i of lane t gets matrix i's elements
+// (t/4, 2(t%4)) and (t/4, 2(t%4)+1), low half first -- or, with .trans, (2(t%4), t/4) and
+// (2(t%4)+1, t/4). Each lane's 16-byte row is read when the lane arrives.
+void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr, bool trans);
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, c += a @ b, per the PTX fragment layout
+// (g = lane/4, t = lane%4): a[i] holds A(g + 8(i%2), 2t + 8(i/2) + {0,1}); b[j] holds
+// B(2t + 8j + {0,1}, g); c[i] is C(g + 8(i/2), 2t + i%2). Products of bf16 are exact in fp32; the
+// sum runs over k in order in fp32.
+void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+}  // namespace vp_emu
+
+inline void __syncthreads() { vp_emu::block_barrier(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { vp_emu::warp_collective(mask, vp_emu::OP_SYNCWARP, nullptr, 0); }
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    static_assert(sizeof(T) <= vp_emu::SLOT_BYTES && std::is_trivially_copyable<T>::value, "shuffled type");
+    const unsigned char* slots = vp_emu::warp_collective(mask, vp_emu::OP_SHFL_XOR, &v, sizeof(T));
+    int lane = vp_emu::lane_id(), src = lane ^ lane_mask;
+    if (src / width != lane / width) src = lane;  // outside the lane's width segment: its own value
+    if (!(mask >> src & 1u)) vp_emu::kernel_fault("__shfl_xor_sync: lane %d reads lane %d, which is not in mask 0x%08x", lane, src, mask);
+    T out;
+    memcpy(&out, slots + src * vp_emu::SLOT_BYTES, sizeof(T));
+    return out;
+}
+template <typename T>
+inline T atomicAdd(T* p, T v) {  // fibers never preempt one another: a plain add is atomic
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)p; }

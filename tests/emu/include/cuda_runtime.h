@@ -1,0 +1,3 @@
+// the CUDA emulator stands in for the CUDA toolkit header of this name (tests/emu/cuda_emu.h)
+#pragma once
+#include "../cuda_emu.h"

@@ -1,0 +1,42 @@
+// tests/emu/nccl_emu.h: the part of NCCL that kernels/zero.cuh uses, for the CUDA emulator
+// (tests/emu/cuda_emu.h), carried over MPI: each rank is one emulated GPU in its own process
+// (mpirun -np 2 build/emu/vanilla-mpi/train_fp32), device memory is host memory, so a collective
+// is the MPI collective of the same meaning on the same buffers, blocking (the stream argument
+// is ignored). This lets the data-parallel GPU code -- the slot layout, pack/unpack kernels, the
+// sharded AdamW, the gathered checkpoint -- run with several ranks on a machine without GPUs.
+// What it cannot show: NCCL's own behaviour (its summation order, transports, error paths).
+#pragma once
+
+#include <cstddef>
+
+#include "cuda_emu.h"
+
+enum ncclResult_t {
+    ncclSuccess = 0,
+    ncclUnhandledCudaError = 1,
+    ncclSystemError = 2,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+    ncclRemoteError = 6,
+    ncclInProgress = 7,
+};
+enum ncclDataType_t { ncclFloat32 = 7, ncclFloat = 7 };
+enum ncclRedOp_t { ncclSum = 0 };
+struct ncclUniqueId {
+    char internal[128];
+};
+struct VpEmuNcclComm;
+typedef VpEmuNcclComm* ncclComm_t;
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
+ncclResult_t ncclGetVersion(int* version);
+const char* ncclGetErrorString(ncclResult_t r);
+const char* ncclGetLastError(ncclComm_t comm);
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream);

@@ -1,0 +1,319 @@
+// tests/emu/test_emu.cu: the CUDA emulator (tests/emu/cuda_emu.h) checked on its own, so that a
+// pass of test_gpt under it means something. Built by emu.mk through the same rewriter as the
+// trainer (build/emu/test_emu); the bf16 build, because the tensor-core helpers exist only there.
+//
+//   * warp shuffles and block reductions give the sums they must (gpu::warp_sum, gpu::block_sum);
+//   * the tensor-core path the bf16 attention uses -- ldmatrix x4 (plain and .trans) through the
+//     kernels' own address helpers, then mma m16n8k16 -- against a plain matmul, where the
+//     fragments are laid out by the PTX ISA's formulas as written out again here, and on small
+//     integers, so the products and sums are exact and the comparison is equality;
+//   * cuBLASLt through kernels/matmul.cuh (forward with bias and residual, backward dinp and the
+//     fp32 dweight accumulation) against the PyTorch definitions, again on small integers;
+//   * the CUDA rules it enforces, each in a child process that must die with the named message:
+//     __syncthreads after some threads returned, a shuffle naming a returned lane, a deadlock;
+//     and the launches it must refuse (too many threads, too much shared memory without the
+//     attribute) and the copies (a host pointer where the copy kind says device);
+//   * a missing __syncthreads changes the result (NaN-filled shared memory, forward thread order).
+#define TESTING
+#include "train_gpt.cu"
+#include "tests/testing.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+using gpu::floatX;
+
+static std::vector<float> download(const float* d, size_t n) {
+    std::vector<float> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+template <typename T>
+static T* upload(const std::vector<T>& h) {
+    T* d;
+    cudaCheck(cudaMalloc(&d, h.size() * sizeof(T)));
+    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+static int small_int(uint64_t* s) {  // -3..3
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((*s >> 33) % 7) - 3;
+}
+
+// ----------------------------------------------------------------------------
+// warp and block reductions
+
+static __global__ void reductions_kernel(float* out) {
+    float lane_sum = gpu::warp_sum((float)(threadIdx.x % 32));
+    float block_total = gpu::block_sum((float)threadIdx.x);
+    out[2 * threadIdx.x] = lane_sum;
+    out[2 * threadIdx.x + 1] = block_total;
+}
+
+TEST(warp_and_block_sums) {
+    const int n = 256;
+    float* d;
+    cudaCheck(cudaMalloc(&d, 2 * n * sizeof(float)));
+    reductions_kernel<<<1, n>>>(d);
+    cudaCheck(cudaGetLastError());
+    std::vector<float> h = download(d, 2 * n);
+    for (int i = 0; i < n; i++) {
+        CHECK(h[2 * i] == 496.0f, "thread %d: warp sum %g, expected 0+1+...+31 = 496", i, h[2 * i]);
+        CHECK(h[2 * i + 1] == n * (n - 1) / 2.0f, "thread %d: block sum %g, expected %d", i, h[2 * i + 1], n * (n - 1) / 2);
+    }
+    cudaCheck(cudaFree(d));
+}
+
+// ----------------------------------------------------------------------------
+// tensor cores: ldmatrix + mma as the bf16 attention kernels use them
+
+// A (16x16, row-major) in shared memory via frag_a_addr; B either as B^T rows [n][k] via
+// frag_bt_addr (like K in S = QK^T) or row-major [k][n] via frag_b_trans_addr and .trans (like V
+// in O = PV). Writes C (16x16: two n-tiles) and the raw A registers for the layout check.
+static __global__ void mma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, int b_transposed, float* c, uint32_t* a_regs) {
+    constexpr int LDS = 24;  // padded row stride, as the kernels pad theirs
+    __shared__ __align__(16) __nv_bfloat16 as[16 * LDS], bs[16 * LDS];
+    int lane = threadIdx.x;
+    for (int i = lane; i < 256; i += 32) {
+        as[(i / 16) * LDS + i % 16] = a[i];
+        bs[(i / 16) * LDS + i % 16] = b[i];
+    }
+    __syncthreads();
+    uint32_t ra[4], rb[4];
+    gpu::ldsm_x4(ra, gpu::frag_a_addr(as, LDS, 0, 0, lane));
+    if (b_transposed) gpu::ldsm_x4_trans(rb, gpu::frag_b_trans_addr(bs, LDS, 0, 0, lane));
+    else gpu::ldsm_x4(rb, gpu::frag_bt_addr(bs, LDS, 0, 0, lane));
+    float acc[2][4] = {};
+    gpu::mma_bf16_16816(acc[0], ra, rb[0], rb[1]);  // n-tile 0: columns 0..7
+    gpu::mma_bf16_16816(acc[1], ra, rb[2], rb[3]);  // n-tile 1: columns 8..15
+    // C fragment (PTX ISA, m16n8k16 accumulators): c_i is at row groupID + 8 (i >= 2), column
+    // 2 * threadID_in_group + (i & 1), groupID = lane >> 2, threadID_in_group = lane % 4
+    int group = lane >> 2, tig = lane % 4;
+    for (int nt = 0; nt < 2; nt++)
+        for (int i = 0; i < 4; i++) c[(group + 8 * (i >= 2)) * 16 + nt * 8 + 2 * tig + (i & 1)] = acc[nt][i];
+    for (int i = 0; i < 4; i++) a_regs[lane * 4 + i] = ra[i];
+}
+
+static void check_mma(bool b_transposed) {
+    uint64_t seed = b_transposed ? 7 : 3;
+    std::vector<__nv_bfloat16> a(256), b(256);
+    std::vector<float> af(256), bf(256);
+    for (int i = 0; i < 256; i++) {
+        af[i] = (float)small_int(&seed);
+        bf[i] = (float)small_int(&seed);
+        a[i] = __float2bfloat16_rn(af[i]);
+        b[i] = __float2bfloat16_rn(bf[i]);
+    }
+    __nv_bfloat16 *da = upload(a), *db = upload(b);
+    float* dc;
+    uint32_t* dregs;
+    cudaCheck(cudaMalloc(&dc, 256 * sizeof(float)));
+    cudaCheck(cudaMalloc(&dregs, 128 * sizeof(uint32_t)));
+    mma_kernel<<<1, 32>>>(da, db, b_transposed, dc, dregs);
+    cudaCheck(cudaGetLastError());
+    std::vector<float> c = download(dc, 256);
+    std::vector<uint32_t> regs(128);
+    cudaCheck(cudaMemcpy(regs.data(), dregs, regs.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    // C = A @ B with B[k][n] = b[k*16+n] (row-major) or b[n*16+k] (given as B^T)
+    int bad = 0;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float want = 0;
+            for (int k = 0; k < 16; k++) want += af[m * 16 + k] * (b_transposed ? bf[k * 16 + n] : bf[n * 16 + k]);
+            bad += c[m * 16 + n] != want;
+        }
+    CHECK(bad == 0, "ldmatrix%s + mma: %d of 256 outputs differ from A @ B", b_transposed ? ".trans" : "", bad);
+    // A registers (PTX ISA, m16n8k16 .bf16 multiplicand A): element a_j (j = 0..7, two per
+    // register, low half first) is at row groupID + 8 for j in {2,3,6,7}, column
+    // 2 * threadID_in_group + (j & 1) + 8 for j >= 4
+    int bad_regs = 0;
+    for (int lane = 0; lane < 32; lane++)
+        for (int j = 0; j < 8; j++) {
+            int row = lane / 4 + ((j == 2 || j == 3 || j == 6 || j == 7) ? 8 : 0), col = 2 * (lane % 4) + (j & 1) + (j >= 4 ? 8 : 0);
+            uint32_t reg = regs[lane * 4 + j / 2];
+            uint16_t half = (uint16_t)(j % 2 ? reg >> 16 : reg & 0xffff);
+            bad_regs += half != a[row * 16 + col].__x;
+        }
+    CHECK(bad_regs == 0, "ldmatrix: %d of 256 A-fragment elements are not where the PTX layout puts them", bad_regs);
+    cudaCheck(cudaFree(da));
+    cudaCheck(cudaFree(db));
+    cudaCheck(cudaFree(dc));
+    cudaCheck(cudaFree(dregs));
+}
+
+TEST(ldmatrix_mma_against_matmul) {
+    check_mma(false);  // B^T rows (K of S = Q K^T)
+    check_mma(true);   // B row-major through .trans (V of O = P V)
+}
+
+// ----------------------------------------------------------------------------
+// cuBLASLt through kernels/matmul.cuh
+
+TEST(matmul_against_pytorch_definitions) {
+    const int N = 5, C = 12, OC = 7;
+    uint64_t seed = 11;
+    auto ints = [&](size_t n) {
+        std::vector<float> v(n);
+        for (float& x : v) x = (float)small_int(&seed);
+        return v;
+    };
+    std::vector<float> inp = ints(N * C), w = ints(OC * C), bias = ints(OC), res = ints(N * OC), dout = ints(N * OC);
+    auto to_x = [](const std::vector<float>& v) {
+        std::vector<floatX> x(v.size());
+        for (size_t i = 0; i < v.size(); i++) x[i] = gpu::from_float<floatX>(v[i]);
+        return x;
+    };
+    floatX *d_inp = upload(to_x(inp)), *d_w = upload(to_x(w)), *d_bias = upload(to_x(bias)), *d_res = upload(to_x(res)), *d_dout = upload(to_x(dout));
+    floatX *d_out, *d_dinp;
+    float *d_dw, *d_partial;
+    cudaCheck(cudaMalloc(&d_out, N * OC * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&d_dinp, N * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&d_dw, OC * C * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_partial, (size_t)gpu::num_partials(N) * OC * sizeof(float)));
+    std::vector<float> dw0 = ints(OC * C);  // dweight accumulates into what is there
+    cudaCheck(cudaMemcpy(d_dw, dw0.data(), dw0.size() * sizeof(float), cudaMemcpyHostToDevice));
+    gpu::matmul_init();
+    // out = F.linear(inp, w, bias) + res
+    gpu::matmul_forward(d_out, d_inp, d_w, d_bias, d_res, N, C, OC, C, OC, nullptr);
+    // dinp = dout @ w; dweight += dout^T @ inp
+    gpu::matmul_backward(d_dinp, d_dw, nullptr, d_dout, d_inp, d_w, d_partial, N, C, OC, OC, false, 1.0f, nullptr);
+    std::vector<floatX> out(N * OC), dinp(N * C);
+    cudaCheck(cudaMemcpy(out.data(), d_out, out.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(dinp.data(), d_dinp, dinp.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> dw = download(d_dw, OC * C);
+    int bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            float want = bias[o] + res[n * OC + o];
+            for (int c = 0; c < C; c++) want += inp[n * C + c] * w[o * C + c];
+            bad += gpu::to_float(out[n * OC + o]) != want;
+        }
+    CHECK(bad == 0, "matmul_forward: %d outputs differ from inp @ w^T + bias + residual", bad);
+    bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            float want = 0;
+            for (int o = 0; o < OC; o++) want += dout[n * OC + o] * w[o * C + c];
+            bad += gpu::to_float(dinp[n * C + c]) != want;
+        }
+    CHECK(bad == 0, "matmul_backward: %d of dinp differ from dout @ w", bad);
+    bad = 0;
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++) {
+            float want = dw0[o * C + c];
+            for (int n = 0; n < N; n++) want += dout[n * OC + o] * inp[n * C + c];
+            bad += dw[o * C + c] != want;
+        }
+    CHECK(bad == 0, "matmul_backward: %d of dweight differ from dweight + dout^T @ inp", bad);
+    for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_bias, (void*)d_res, (void*)d_dout, (void*)d_out, (void*)d_dinp, (void*)d_dw, (void*)d_partial})
+        cudaCheck(cudaFree(p));
+    gpu::matmul_free();
+}
+
+// ----------------------------------------------------------------------------
+// the rules: a broken kernel must stop the program with the named message
+
+// Runs fn in a child process; true if it died (signal or nonzero exit) with `needle` in stderr.
+template <typename F>
+static bool dies_with(F fn, const char* needle, std::string* err_out) {
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        fn();
+        cudaDeviceSynchronize();
+        _exit(0);
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[4096];
+    ssize_t r;
+    while ((r = read(fds[0], buf, sizeof(buf))) > 0) err.append(buf, (size_t)r);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    *err_out = err;
+    bool died = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    return died && err.find(needle) != std::string::npos;
+}
+
+static __global__ void early_return_kernel(float* out) {
+    if (threadIdx.x >= 16) return;
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+static __global__ void shuffle_after_return_kernel(float* out) {
+    if (threadIdx.x == 5) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+static __global__ void divergent_barriers_kernel(float* out) {
+    if (threadIdx.x < 16) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);  // waits for lanes 16..31,
+    else __syncthreads();                                                           // which wait for lanes 0..15
+}
+
+TEST(broken_kernels_are_stopped_with_a_message) {
+    float* d;
+    cudaCheck(cudaMalloc(&d, 64 * sizeof(float)));
+    std::string err;
+    CHECK(dies_with([&] { early_return_kernel<<<1, 32>>>(d); }, "__syncthreads reached by 16 threads while 16 threads of the block had returned", &err),
+          "early return before __syncthreads: %s", err.c_str());
+    CHECK(dies_with([&] { shuffle_after_return_kernel<<<1, 32>>>(d); }, "lane 5 has already returned", &err), "shuffle with a returned lane: %s",
+          err.c_str());
+    CHECK(dies_with([&] { divergent_barriers_kernel<<<1, 32>>>(d); }, "divergent_barriers_kernel", &err) && err.find("deadlock") != std::string::npos,
+          "deadlock: %s", err.c_str());
+    cudaCheck(cudaFree(d));
+}
+
+static __global__ void noop_kernel() {}
+
+TEST(bad_launches_and_copies_are_refused) {
+    noop_kernel<<<1, 2048>>>();
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "a 2048-thread block was not refused");
+    noop_kernel<<<dim3(1, 70000), 32>>>();
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "grid.y = 70000 was not refused");
+    noop_kernel<<<1, 32, 64 * 1024>>>();
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "64 KiB of dynamic shared memory without the attribute was not refused");
+    cudaCheck(cudaFuncSetAttribute(noop_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+    noop_kernel<<<1, 32, 64 * 1024>>>();
+    CHECK(cudaGetLastError() == cudaSuccess, "64 KiB of dynamic shared memory with the attribute was refused");
+    std::vector<float> host(4);
+    float* d;
+    cudaCheck(cudaMalloc(&d, 4 * sizeof(float)));
+    CHECK(cudaMemcpy(host.data(), host.data(), 16, cudaMemcpyHostToDevice) == cudaErrorInvalidValue, "a host destination passed as device");
+    CHECK(cudaMemcpy(d, host.data(), 32, cudaMemcpyHostToDevice) == cudaErrorInvalidValue, "a copy past the end of the allocation");
+    CHECK(cudaMemcpy(d, host.data(), 16, cudaMemcpyHostToDevice) == cudaSuccess, "a correct copy failed");
+    (void)cudaGetLastError();
+    cudaCheck(cudaFree(d));
+}
+
+// ----------------------------------------------------------------------------
+// a missing __syncthreads shows
+
+static __global__ void neighbour_kernel(float* out, bool sync) {
+    extern __shared__ float s[];
+    s[threadIdx.x] = (float)threadIdx.x;
+    if (sync) __syncthreads();
+    out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+TEST(missing_syncthreads_changes_the_result) {
+    const int n = 64;
+    float* d;
+    cudaCheck(cudaMalloc(&d, n * sizeof(float)));
+    for (int sync = 1; sync >= 0; sync--) {
+        neighbour_kernel<<<1, n, n * sizeof(float)>>>(d, sync);
+        cudaCheck(cudaGetLastError());
+        std::vector<float> h = download(d, n);
+        int right = 0;
+        for (int i = 0; i < n; i++) right += h[i] == (float)((i + 1) % n);
+        if (sync) CHECK(right == n, "with __syncthreads: %d of %d right", right, n);
+        else CHECK(right < n, "without __syncthreads every thread still read its neighbour's value: the race is invisible");
+    }
+    cudaCheck(cudaFree(d));
+}
+
+TEST_MAIN()

@@ -1,0 +1,113 @@
+"""./train -- train_gpt.cu's own main, the GPU trainer -- as a user runs it, on the CPU through the
+CUDA emulator (tests/emu/, docs/gpu.md "Without a GPU"). `make test` builds
+build/emu/vanilla/train_{fp32,bf16}; without them these tests fail and say how to build them.
+
+test_gpt drives the GPU model's functions directly; this adds what only the program does: device
+set-up and the memory check, --recompute through the CLI, logs, checkpoints and --resume, and
+checkpoints moving between ./train and ./train_cpu on the command line. A pass here is not a GPU
+result (see docs/gpu.md for what the emulator cannot show).
+"""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_trainer_cli import checkpoint_tensors, data, read_log  # noqa: F401  (data is a fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_TRAINER = REPO / "build" / "vanilla" / "train_cpu"
+
+# head dim 16: the smallest the GPU attention kernels take
+MODEL = ["--arch", "llama", "--layers", "2", "--heads", "2", "--kv-heads", "1", "--qk-norm", "1", "--dim", "32",
+         "--ffn-dim", "48", "--vocab", "64", "--max-seq", "16", "--seq-len", "16"]
+
+
+def emu_trainer(prec):
+    return REPO / "build" / "emu" / "vanilla" / f"train_{prec}"
+
+
+def run(binary, args, expect=None, env=None, timeout=600):
+    assert Path(binary).exists(), f"{binary} is missing: run 'make test' (or 'make {Path(binary).relative_to(REPO)}')"
+    p = subprocess.run([str(binary)] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})})
+    if expect is not None:
+        assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
+    return p
+
+
+def common(data, steps):
+    return MODEL + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"),
+                    "--total-batch-tokens", "64", "--max-steps", str(steps), "--lr", "3e-3", "--warmup-steps", "2",
+                    "--eval-every", "3", "--eval-batches", "2", "--checkpoint-every", "3"]
+
+
+def train_losses(out_dir, after=0):
+    log = read_log(out_dir)
+    resumed = [i for i, r in enumerate(log) if r.get("event") == "config" and "resumed_from" in r]
+    start = resumed[-1] + 1 if resumed else 0
+    return [(r["step"], r["train_loss"]) for r in log[start:] if "train_loss" in r and r["step"] > after]
+
+
+@pytest.mark.parametrize("prec", ["bf16", "fp32"])
+def test_emulated_trainer_trains_and_resumes_bit_exact(tmp_path, data, prec):
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    p = run(emu_trainer(prec), common(data, 6) + ["--out-dir", straight], expect=0)
+    assert "CUDA emulator" in p.stdout and f", {prec}," in p.stdout  # the device line names the emulator
+    losses = train_losses(straight)
+    assert [s for s, _ in losses] == [1, 2, 3, 4, 5, 6]
+    assert losses[-1][1] < losses[0][1], f"the loss did not fall: {losses}"
+    run(emu_trainer(prec), common(data, 6) + ["--out-dir", broken], expect=0)
+    (broken / "ckpt_00000006.bin").unlink()
+    p2 = run(emu_trainer(prec), common(data, 6) + ["--out-dir", broken, "--resume", "1"], expect=0)
+    assert "(step 3)" in p2.stdout
+    assert train_losses(straight, after=3) == train_losses(broken, after=3)  # bit for bit
+    assert checkpoint_tensors(straight / "ckpt_00000006.bin") == checkpoint_tensors(broken / "ckpt_00000006.bin")
+
+
+def test_recompute_levels_give_identical_losses(tmp_path, data):
+    runs = []
+    for level in ["0", "1", "2"]:
+        out = tmp_path / f"r{level}"
+        run(emu_trainer("bf16"), common(data, 3) + ["--out-dir", out, "--recompute", level], expect=0)
+        runs.append(train_losses(out))
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_checkpoints_move_between_train_cpu_and_train(tmp_path, data):
+    """./train_cpu -> ./train (fp32) and back: the resumed steps match an uninterrupted CPU run to
+    fp32 round-off (different summation orders, so not bit for bit)."""
+    reference, moved = tmp_path / "reference", tmp_path / "moved"
+    run(CPU_TRAINER, common(data, 6) + ["--out-dir", reference], expect=0)
+    run(CPU_TRAINER, common(data, 3) + ["--out-dir", moved], expect=0)
+    run(emu_trainer("fp32"), common(data, 6) + ["--out-dir", moved, "--resume", "1"], expect=0)
+    ref, got = train_losses(reference, after=3), train_losses(moved, after=3)
+    assert [s for s, _ in got] == [4, 5, 6]
+    for (_, a), (_, b) in zip(ref, got):
+        assert abs(a - b) <= 1e-4 * abs(a), f"CPU -> GPU resume: {got} vs {ref}"
+    # and back: the CPU trainer resumes the GPU trainer's step-6 checkpoint
+    p = run(CPU_TRAINER, common(data, 7) + ["--out-dir", moved, "--resume", "1"], expect=0)
+    assert "(step 6)" in p.stdout
+
+
+def test_too_little_device_memory_is_a_clear_error(tmp_path, data):
+    out = tmp_path / "run"
+    p = run(emu_trainer("bf16"), common(data, 2) + ["--out-dir", out], env={"VP_EMU_MEM_BYTES": "2000000"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    msg = p.stdout + p.stderr
+    assert "GiB" in msg and "--batch-size" in msg, msg
+    assert not out.exists() or not list(out.glob("ckpt_*.bin"))
+
+
+@pytest.mark.parametrize("path", ["vanilla", "resformer", "svformer", "sla", "depth"])
+def test_full_size_training_step_passes_every_launcher(path):
+    """GPT-2 124M at T = 1024 (bf16, the bench's model and the path's default settings) through one
+    training step with the emulator's dry run (VP_EMU_DRY_RUN=1): every kernel launch is checked
+    against an sm_90 GPU's limits (threads, grid, shared memory with its attribute), every
+    launcher's shape asserts and every cuBLASLt call's shapes, strides and alignment run, and every
+    allocation is made -- nothing is computed. The small shapes of test_gpt cannot show a launch
+    that only breaks at full size."""
+    binary = REPO / "build" / "emu" / "dev" / "cuda" / f"bench_gpt_{path}"
+    p = run(binary, ["--batch-size", "2", "--seq-len", "1024", "--steps", "1", "--warmup", "0"], expect=0, env={"VP_EMU_DRY_RUN": "1"})
+    assert "BENCH impl=valuepath" in p.stdout and f"path={path}" in p.stdout, p.stdout[-2000:]
+    assert "refused" not in p.stderr, p.stderr[-2000:]
