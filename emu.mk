@@ -26,6 +26,7 @@ EMU_INCLUDES := -Itests/emu/include -Ibuild/emu/src -I.
 EMU_RUNTIME_SRC := tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/cublaslt_emu.h
 EMU_SOURCES := $(addprefix build/emu/src/,test_gpt.cu train_gpt.cu $(KERNEL_HEADERS))
 EMU_TESTS ?=
+EMU_BENCH_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/dev/cuda/bench_gpt_$(p))
 
 .PHONY: test-emu emu-train
 .SECONDARY: $(EMU_SOURCES)
@@ -112,8 +113,6 @@ build/emu/dev/cuda/%: build/emu/src/dev/cuda/%.cu build/emu/src/dev/cuda/common.
 build/emu/dev/cuda/bench_gpt_%: build/emu/src/dev/cuda/bench_gpt.cu $(EMU_SOURCES) build/emu/cuda_emu.o $(CPU_SOURCES)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) -x c++ $< -x none build/emu/cuda_emu.o -o $@
-EMU_BENCH_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/dev/cuda/bench_gpt_$(p))
-
 .PHONY: test-emu-labs
 test-emu-labs: $(EMU_LABS)
 	@fail=0; for l in $^; do echo "== $$l --check"; ./$$l --check || { echo "✗ $$l"; fail=1; }; done; exit $$fail
