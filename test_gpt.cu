@@ -269,8 +269,8 @@ static void check_forward_backward(const TestConfig& tc) {
     gpt_free(&cpu);
 }
 
-// every config of the path (3 for vanilla/SVFormer, up to 7 for SLA): the cross-layer settings are
-// what distinguishes them, so none may be left out
+// every config of the path (3 for vanilla and SVFormer, 4 for ResFormer and Depth, 5 for SLA):
+// the cross-layer settings are what distinguishes them, so none may be left out
 TEST(forward_backward) {
     for (const TestConfig& tc : test_configs()) check_forward_backward(tc);
 }
