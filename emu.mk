@@ -90,7 +90,7 @@ EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) build/emu/vanilla/test_gpt
 	$(if $(HAVE_MPI),build/emu/vanilla-mpi/train_fp32 build/emu/depth-mpi/train_bf16) $(EMU_BENCH_BINS)
 
 test-emu: build/emu/test_emu $(EMU_TEST_BINS)
-	@bash tests/run_all.sh --no-python $(if $(EMU_TESTS),$(addsuffix @$(EMU_TESTS),$^),$^)
+	@bash tests/run_all.sh --no-python build/emu/test_emu $(if $(EMU_TESTS),$(addsuffix @$(EMU_TESTS),$(EMU_TEST_BINS)),$(EMU_TEST_BINS))
 
 emu-train: $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/train_fp32 build/emu/$(p)/train_bf16)
 
