@@ -536,25 +536,25 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 // the direction the caller named must match where the pointers live: a host pointer handed to a
-// kernel path is the bug a shared address space would otherwise hide
-static cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-    if (bytes == 0) return cudaSuccess;
+// kernel path is the bug a shared address space would otherwise hide. dst_span and src_span are the
+// bytes each side covers (equal for a plain copy; rows times pitch for a 2D one).
+static cudaError_t check_copy(void* dst, size_t dst_span, const void* src, size_t src_span, cudaMemcpyKind kind) {
+    if (dst_span == 0 || kind == cudaMemcpyDefault) return cudaSuccess;
     bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if (kind == cudaMemcpyDefault) return cudaSuccess;
     const char* problem = nullptr;
-    if (dst_dev && !is_device(dst, bytes)) problem = "the destination is not (wholly) inside one cudaMalloc allocation";
-    else if (src_dev && !is_device(src, bytes)) problem = "the source is not (wholly) inside one cudaMalloc allocation";
+    if (dst_dev && !is_device(dst, dst_span)) problem = "the destination is not (wholly) inside one cudaMalloc allocation";
+    else if (src_dev && !is_device(src, src_span)) problem = "the source is not (wholly) inside one cudaMalloc allocation";
     else if (!dst_dev && overlaps_device(dst)) problem = "the destination is device memory but the copy kind says host";
     else if (!src_dev && overlaps_device(src)) problem = "the source is device memory but the copy kind says host";
     if (problem) {
-        fprintf(stderr, "CUDA emulator: cudaMemcpy(dst %p, src %p, %zu bytes, kind %d): %s\n", dst, src, bytes, (int)kind, problem);
+        fprintf(stderr, "CUDA emulator: cudaMemcpy(dst %p, src %p, %zu bytes, kind %d): %s\n", dst, src, dst_span, (int)kind, problem);
         return set_error(cudaErrorInvalidValue);
     }
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-    cudaError_t err = check_copy(dst, src, bytes, kind);
+    cudaError_t err = check_copy(dst, bytes, src, bytes, kind);
     if (err != cudaSuccess) return err;
     if (bytes && !(emu().dry_run && kind == cudaMemcpyDeviceToDevice)) memmove(dst, src, bytes);
     return cudaSuccess;
@@ -563,17 +563,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, cudaMemcpyKind kind) {
     if (height == 0 || width == 0) return cudaSuccess;
     if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidValue);
-    // the whole strided span must lie in one allocation on each device side
-    cudaError_t err = check_copy(dst, src, 0, kind);
-    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if ((dst_dev && !is_device(dst, (height - 1) * dpitch + width)) || (src_dev && !is_device(src, (height - 1) * spitch + width))) {
-        fprintf(stderr, "CUDA emulator: cudaMemcpy2D: a device span is not inside one cudaMalloc allocation\n");
-        return set_error(cudaErrorInvalidValue);
-    }
-    for (size_t r = 0; r < height && err == cudaSuccess; r++)
-        memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
-    return err;
+    cudaError_t err = check_copy(dst, (height - 1) * dpitch + width, src, (height - 1) * spitch + width, kind);
+    if (err != cudaSuccess) return err;
+    for (size_t r = 0; r < height; r++) memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;

@@ -24,9 +24,10 @@ def mpi_trainer(path):
     return REPO / "build" / f"{path}-mpi" / "train_cpu"
 
 
-def mpirun_cmd(np_, args, path="vanilla", env=None):
-    binary = mpi_trainer(path)
-    assert binary.exists(), f"{binary} is missing: run 'make test' (it builds every path's MPI trainer where mpicxx exists)"
+def mpirun_cmd(np_, args, path="vanilla", env=None, binary=None):
+    """mpirun of the CPU MPI trainer of `path`, or of `binary` (the emulated GPU one's tests pass theirs)."""
+    binary = binary or mpi_trainer(path)
+    assert binary.exists(), f"{binary} is missing: run 'make test' (it builds every MPI trainer where mpicxx exists)"
     xs = []
     for k in ["OMP_NUM_THREADS"] + list(env or {}):
         xs += ["-x", k]
@@ -34,9 +35,9 @@ def mpirun_cmd(np_, args, path="vanilla", env=None):
     return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + xs + [str(binary)] + [str(a) for a in args]
 
 
-def mpirun(np_, args, expect=0, path="vanilla", timeout=120, env=None):
+def mpirun(np_, args, expect=0, path="vanilla", timeout=120, env=None, binary=None):
     e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    p = subprocess.run(mpirun_cmd(np_, args, path, env), capture_output=True, text=True, timeout=timeout, env=e)
+    p = subprocess.run(mpirun_cmd(np_, args, path, env, binary), capture_output=True, text=True, timeout=timeout, env=e)
     if expect is not None:
         assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
     return p

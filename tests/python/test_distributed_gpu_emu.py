@@ -9,46 +9,24 @@ the gathered checkpoint -- with the same assertions as the CPU build's tests/pyt
 It says nothing about NCCL itself (its transports, its summation order, its failure modes) or
 about several real GPUs: those still need a multi-GPU machine.
 """
-import os
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 
-from test_gpu_trainer_emu import MODEL, REPO, emu_trainer
-from test_trainer_cli import checkpoint_tensors, data, read_log  # noqa: F401  (data is a fixture)
+from test_distributed import MPIRUN, losses
+from test_distributed import mpirun as mpirun_trainer
+from test_gpu_trainer_emu import MODEL, REPO, emu_trainer, run
+from test_trainer_cli import checkpoint_tensors, data  # noqa: F401  (data is a fixture)
 
-MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
 
 
-def mpi_binary(path, prec):
-    return REPO / "build" / "emu" / f"{path}-mpi" / f"train_{prec}"
+def mpirun(np_, args, path="vanilla", prec="fp32", env=None):
+    binary = REPO / "build" / "emu" / f"{path}-mpi" / f"train_{prec}"
+    return mpirun_trainer(np_, args, timeout=600, env=env, binary=binary)
 
 
-def mpirun(np_, args, path="vanilla", prec="fp32", env=None, timeout=600):
-    binary = mpi_binary(path, prec)
-    assert binary.exists(), f"{binary} is missing: run 'make test' (or 'make {binary.relative_to(REPO)}')"
-    xs = []
-    for k in ["OMP_NUM_THREADS"] + list(env or {}):
-        xs += ["-x", k]
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + xs + [str(binary)] + [str(a) for a in args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
-    return p
-
-
-def single(args, prec="fp32", path="vanilla"):
-    binary = REPO / "build" / "emu" / path / f"train_{prec}" if path != "vanilla" else emu_trainer(prec)
-    p = subprocess.run([str(binary)] + [str(a) for a in args], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-    return p
-
-
-def losses(out_dir):
-    return [r["train_loss"] for r in read_log(out_dir) if "train_loss" in r]
+def single(args, prec="fp32"):
+    return run(emu_trainer(prec), args, expect=0, env={"OMP_NUM_THREADS": "1"})
 
 
 def common(data, steps):

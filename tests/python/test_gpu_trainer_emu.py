@@ -7,13 +7,12 @@ set-up and the memory check, --recompute through the CLI, logs, checkpoints and 
 checkpoints moving between ./train and ./train_cpu on the command line. A pass here is not a GPU
 result (see docs/gpu.md for what the emulator cannot show).
 """
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from test_trainer_cli import checkpoint_tensors, data, read_log  # noqa: F401  (data is a fixture)
+from test_trainer_cli import run as run_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_TRAINER = REPO / "build" / "vanilla" / "train_cpu"
@@ -23,17 +22,12 @@ MODEL = ["--arch", "llama", "--layers", "2", "--heads", "2", "--kv-heads", "1", 
          "--ffn-dim", "48", "--vocab", "64", "--max-seq", "16", "--seq-len", "16"]
 
 
-def emu_trainer(prec):
-    return REPO / "build" / "emu" / "vanilla" / f"train_{prec}"
+def emu_trainer(prec, path="vanilla"):
+    return REPO / "build" / "emu" / path / f"train_{prec}"
 
 
-def run(binary, args, expect=None, env=None, timeout=600):
-    assert Path(binary).exists(), f"{binary} is missing: run 'make test' (or 'make {Path(binary).relative_to(REPO)}')"
-    p = subprocess.run([str(binary)] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})})
-    if expect is not None:
-        assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
-    return p
+def run(binary, args, expect=None, env=None):
+    return run_trainer(args, expect, timeout=600, binary=binary, env=env)
 
 
 def common(data, steps):

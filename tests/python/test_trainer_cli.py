@@ -42,11 +42,12 @@ TINY_LLAMA = ["--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", 
               "--ffn-dim", "24", "--vocab", "64", "--max-seq", "16", "--seq-len", "8"]
 
 
-def run(args, expect=None, timeout=300, path="vanilla"):
-    binary = trainer(path)
-    assert binary.exists(), f"{binary} is missing: run 'make test' (it builds every path's trainer first)"
+def run(args, expect=None, timeout=300, path="vanilla", binary=None, env=None):
+    """Runs a trainer: the CPU one of `path`, or `binary` (the emulated GPU trainer's tests pass theirs)."""
+    binary = Path(binary) if binary else trainer(path)
+    assert binary.exists(), f"{binary} is missing: run 'make test' (it builds every trainer the tests run first)"
     p = subprocess.run([str(binary)] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, "OMP_NUM_THREADS": "2"})
+                       env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})})
     if expect is not None:
         assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
     return p
