@@ -76,7 +76,7 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/global_norm.cuh"  // defines: global_norm_squared
 #include "kernels/adamw.cuh"        // defines: adamw_update, params_from_master
 // data parallel
-#include "kernels/zero.cuh"         // defines: nccl_init, nccl_reduce_scatter_sum, nccl_all_gather, nccl_wait, zero_slots, zero_pack, zero_unpack (one rank without USE_MPI)
+#include "kernels/zero.cuh"         // defines: nccl_init, nccl_allreduce_sum_slices, nccl_all_gather, nccl_wait, GradSlice, zero_slots, zero_unpack (one rank without USE_MPI)
 
 namespace gpu {
 
@@ -288,6 +288,11 @@ struct GpuModel {
     bool keep_logits = false;    // tests: leave the logits in place (no dlogits)
     cudaStream_t stream = nullptr;
     size_t bytes_allocated = 0;  // device memory held by this model (the cuBLASLt workspace aside)
+    // data parallel (model_dist_*): during the last backward of a step, each layer's gradients are
+    // summed over the ranks on comm_stream while the backward goes on to the layers below
+    bool reduce_during_backward = false;
+    cudaStream_t comm_stream = nullptr;  // created on first use, after `stream`
+    cudaEvent_t grads_ready = nullptr;   // recorded on `stream` when a layer's gradients are final
 };
 
 // Device memory check before a large allocation: a clear error with the figure it needed.
@@ -392,6 +397,8 @@ inline void gpt_free(GpuModel* m) {
     cudaCheck(cudaFreeHost(m->h_norm));
     cudaCheck(cudaFreeHost(m->h_buckets));
     if (m->stream) cudaCheck(cudaStreamDestroy(m->stream));
+    if (m->comm_stream) cudaCheck(cudaStreamDestroy(m->comm_stream));
+    if (m->grads_ready) cudaCheck(cudaEventDestroy(m->grads_ready));
     *m = GpuModel();
 }
 
@@ -826,6 +833,8 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
 
 inline void gpt_zero_grad(GpuModel* m) { cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_params * sizeof(float), m->stream)); }
 
+inline void dist_reduce_grads_async(GpuModel* m, int layer);  // Data parallel, below
+
 // Backward of the last forward; accumulates (+=) into the fp32 gradients. loss_scale multiplies
 // d(mean loss): 1/grad_accum_steps.
 inline void gpt_backward(GpuModel* m, float loss_scale) {
@@ -889,6 +898,9 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
         if (lp.v_w) matmul_backward(s.dln, lg.v_w, lg.v_b, s.dqkv + QK, la.ln1, lp.v_w, s.partial, BT, C, KV, W, true, 1.0f, st);
         norm_backward(m, s.dresidual, lg.ln1_w, lg.ln1_b, s.dln, la.x, lp.ln1_w, la.ln1_mean, la.ln1_rstd, BT);
         // s.dresidual now holds dL/d(x): the gradient of the block's input
+        // layer l's parameter gradients are final (the value paths route gradients into earlier
+        // layers' activations, never into their weights): data parallel sums them now
+        if (m->reduce_during_backward) dist_reduce_grads_async(m, l);
     }
     encoder_backward(g.wte, g.wpe, s.dresidual, s.bucket_token, s.bucket_start, s.bucket_pos, m->num_buckets, B, T, C, st);
     m->dlogits_ready = false;  // dlogits were consumed (a second backward would need a new forward)
@@ -1014,9 +1026,13 @@ inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta
 // the CPU build) gives the ranks, the watchdog and the host-side gather of a checkpoint. Without
 // USE_MPI every collective is the identity of one rank.
 //
-// Gradients are summed as reduce-scatter + all-gather over zero.cuh's slot layout (PyTorch DDP's
-// all_reduce of the gradients, written as its two halves), under ZeRO-0 and ZeRO-1 alike: both
-// settings add in the same order, so they give bit-identical weights, as in the CPU build, and
+// Gradients are summed with NCCL all-reduces (PyTorch DDP's bucketed all_reduce), overlapped with
+// the backward: train_loop.h calls model_dist_last_backward before a step's last backward, which
+// then hands each layer's gradient slices (host/params.h param_slices, one NCCL group per layer,
+// ~7M floats for GPT-2 124M) to comm_stream as soon as that layer is done, behind an event on the
+// compute stream; model_dist_reduce_grads adds the tensors outside the layers (the embeddings,
+// which the backward finishes last, the final norm, the head, ResFormer's lambdas) and waits.
+// ZeRO-0 and ZeRO-1 sum alike, so they give bit-identical weights, as in the CPU build, and
 // every rank ends with the full summed gradient, which gpt_grad_norm reads.
 //
 // ZeRO-1 (--zero 1; PyTorch: ZeroRedundancyOptimizer): AdamW m and v are kept only for this
@@ -1035,15 +1051,32 @@ inline bool model_supports_dist(const GpuModel*) { return true; }
 inline void model_dist_init(const GpuModel*) { nccl_init(); }
 inline void model_dist_finalize(const GpuModel*) { nccl_finalize(); }
 
+// Sums the gradient slices of `layer` (-1: the tensors outside the layers) over the ranks, on
+// comm_stream after the compute stream's work so far. PyTorch: a DDP bucket's all_reduce.
+inline void dist_reduce_grads_async(GpuModel* m, int layer) {
+    if (!m->comm_stream) {
+        cudaCheck(cudaStreamCreate(&m->comm_stream));
+        cudaCheck(cudaEventCreateWithFlags(&m->grads_ready, cudaEventDisableTiming));  // an ordering point only: no timestamp
+    }
+    std::vector<GradSlice> slices;
+    for (const auto& sl : param_slices(m->grads, m->specs, m->config, layer)) slices.push_back({sl.first, sl.second});
+    cudaCheck(cudaEventRecord(m->grads_ready, m->stream));
+    cudaCheck(cudaStreamWaitEvent(m->comm_stream, m->grads_ready, 0));  // the comm stream waits for the layer's backward
+    nccl_allreduce_sum_slices(slices, m->comm_stream);
+}
+
+// The next gpt_backward is the step's last: it starts each layer's all-reduce as it goes.
+inline void model_dist_last_backward(GpuModel* m) { m->reduce_during_backward = true; }
+
 // grads (n fp32, each rank's backward already scaled by 1/world) = their sum over the ranks.
 inline void model_dist_reduce_grads(GpuModel* m) {
-    cudaCheck(cudaStreamSynchronize(m->stream));  // backward has finished: nccl_wait below times communication only
-    ZeroSlots& z = zero_slots(m->num_params);
-    zero_pack(z, m->grads_memory, m->stream);
-    nccl_reduce_scatter_sum(z.buf, z.slot, m->stream);
-    nccl_all_gather(z.buf, z.slot, m->stream);
-    zero_unpack(z, m->grads_memory, m->stream);
-    nccl_wait(m->stream, "the gradient reduce-scatter + all-gather");
+    if (!m->reduce_during_backward)  // no model_dist_last_backward: every layer now
+        for (int l = m->config.n_layer - 1; l >= 0; l--) dist_reduce_grads_async(m, l);
+    m->reduce_during_backward = false;
+    dist_reduce_grads_async(m, -1);
+    // The compute stream has nothing queued after the last event, so once comm_stream is done the
+    // backward is too; what the host issues next (the grad norm) comes after both.
+    nccl_wait(m->comm_stream, "the gradient all-reduce");
 }
 
 // ZeRO-1: cut AdamW m, v (full size, from gpt_build or a loaded checkpoint) down to this rank's shard.

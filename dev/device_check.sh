@@ -179,8 +179,8 @@ fi
 # 5. data parallel (MPI + NCCL) ------------------------------------------------------------
 # One GPU cannot hold two NCCL ranks (NCCL refuses two ranks on one device), so with one GPU the
 # MPI + NCCL build runs as mpirun -np 1: plainly (its one-process path) and with VP_DIST_FORCE=1,
-# which runs the data-parallel code with one rank: communicator setup, the gradient
-# reduce-scatter + all-gather, the ZeRO-1 shard update and parameter all-gather, the gathered
+# which runs the data-parallel code with one rank: communicator setup, the per-layer gradient
+# all-reduce overlapped with the backward, the ZeRO-1 shard update and parameter all-gather, the gathered
 # checkpoint. With one rank every sum over ranks has one term, so losses and checkpoint tensors
 # must be bit-identical to the plain ./train's. With >= 2 GPUs: 2 ranks x B=4 against one GPU
 # with B=4 x accumulation 2 (the first loss exact, the rest to bf16 round-off) and ZeRO-0 == ZeRO-1.

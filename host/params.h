@@ -3,7 +3,9 @@
 // same table, so a checkpoint written by one resumes in the other.
 #pragma once
 
+#include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -109,30 +111,52 @@ struct LayerParams {
     real *ln1_w, *ln1_b, *qk_w, *qk_b, *v_w, *v_b, *q_norm_w, *k_norm_w, *attproj_w, *attproj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 };
 
-template <typename real>
-LayerParams<real> layer_params(const ParamTensors<real>& p, const ModelConfig& c, int l) {
+// The per-layer tensors are ParamTensors' fields ln1_w .. fcproj_b, in LayerParams' order.
+#define FIRST_LAYER_TENSOR 2
+#define NUM_LAYER_TENSORS 16
+static_assert(sizeof(LayerParams<float>) == NUM_LAYER_TENSORS * sizeof(float*), "LayerParams must be exactly its pointers");
+static_assert(offsetof(ParamTensors<float>, ln1_w) == FIRST_LAYER_TENSOR * sizeof(float*) &&
+                  offsetof(ParamTensors<float>, fcproj_b) == (FIRST_LAYER_TENSOR + NUM_LAYER_TENSORS - 1) * sizeof(float*),
+              "ParamTensors' per-layer fields must match LayerParams");
+
+// Elements in layer l's slice of each per-layer tensor, in LayerParams' order (0: none in layer l;
+// SVFormer has a value projection in layer 0 only).
+inline std::array<size_t, NUM_LAYER_TENSORS> layer_tensor_sizes(const ModelConfig& c, int l) {
     size_t C = c.n_embd, D = c.head_dim, QK = (size_t)(c.n_head + c.n_kv_head) * D, KV = (size_t)c.n_kv_head * D, F = c.ffn_dim;
     size_t FW = c.arch == ARCH_GPT2 ? F : 2 * F;
-    auto at = [l](real* base, size_t per_layer) { return base ? base + (size_t)l * per_layer : nullptr; };
+    bool has_v = l < value_path_value_proj_layers(c.vp, c.n_layer);
+    //       ln1_w ln1_b qk_w    qk_b v_w               v_b            q_norm k_norm attproj_w         attproj_b ln2_w ln2_b fc_w    fc_b fcproj_w fcproj_b
+    return {C, C, QK * C, QK, has_v ? KV * C : 0, has_v ? KV : 0, D, D, C * c.n_head * D, C, C, C, FW * C, FW, C * F, C};
+}
+
+template <typename real>
+LayerParams<real> layer_params(const ParamTensors<real>& p, const ModelConfig& c, int l) {
+    std::array<size_t, NUM_LAYER_TENSORS> sizes = layer_tensor_sizes(c, l);
+    real* const* base = reinterpret_cast<real* const*>(&p) + FIRST_LAYER_TENSOR;
     LayerParams<real> lp;
-    lp.ln1_w = at(p.ln1_w, C);
-    lp.ln1_b = at(p.ln1_b, C);
-    lp.qk_w = at(p.qk_w, QK * C);
-    lp.qk_b = at(p.qk_b, QK);
-    bool has_v = l < value_path_value_proj_layers(c.vp, c.n_layer);  // SVFormer: layer 0 only
-    lp.v_w = has_v ? at(p.v_w, KV * C) : nullptr;
-    lp.v_b = has_v ? at(p.v_b, KV) : nullptr;
-    lp.q_norm_w = at(p.q_norm_w, D);
-    lp.k_norm_w = at(p.k_norm_w, D);
-    lp.attproj_w = at(p.attproj_w, C * c.n_head * D);
-    lp.attproj_b = at(p.attproj_b, C);
-    lp.ln2_w = at(p.ln2_w, C);
-    lp.ln2_b = at(p.ln2_b, C);
-    lp.fc_w = at(p.fc_w, FW * C);
-    lp.fc_b = at(p.fc_b, FW);
-    lp.fcproj_w = at(p.fcproj_w, C * F);
-    lp.fcproj_b = at(p.fcproj_b, C);
+    real** out = reinterpret_cast<real**>(&lp);
+    for (int i = 0; i < NUM_LAYER_TENSORS; i++) out[i] = base[i] && sizes[i] ? base[i] + (size_t)l * sizes[i] : nullptr;  // absent: nullptr
     return lp;
+}
+
+// (pointer, elements) of layer l's slice of every per-layer tensor that layer has, or with l = -1
+// of every tensor outside the layers (embeddings, final norm, head, ResFormer's lambdas). Data
+// parallel sums a layer's gradients as soon as the backward is done with that layer.
+template <typename real>
+std::vector<std::pair<real*, size_t>> param_slices(const ParamTensors<real>& p, const std::vector<ParamSpec>& specs, const ModelConfig& c, int l) {
+    std::vector<std::pair<real*, size_t>> out;
+    real* const* ptrs = reinterpret_cast<real* const*>(&p);
+    if (l >= 0) {
+        LayerParams<real> lp = layer_params(p, c, l);
+        real* const* lptrs = reinterpret_cast<real* const*>(&lp);
+        std::array<size_t, NUM_LAYER_TENSORS> sizes = layer_tensor_sizes(c, l);
+        for (int i = 0; i < NUM_LAYER_TENSORS; i++)
+            if (lptrs[i]) out.push_back({lptrs[i], sizes[i]});
+        return out;
+    }
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+        if ((i < FIRST_LAYER_TENSOR || i >= FIRST_LAYER_TENSOR + NUM_LAYER_TENSORS) && ptrs[i]) out.push_back({ptrs[i], specs[i].count});
+    return out;
 }
 
 // Fills a flat parameter buffer (spec order) from the seed: every tensor draws from its own RNG

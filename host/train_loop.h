@@ -26,6 +26,8 @@
 //   bool  model_supports_dist(const Model*)                  true
 //   void  model_dist_init(const Model*)                      before gpt_build: the backend's own setup (GPU: this rank's device, NCCL)
 //   void  model_dist_finalize(const Model*)                  before dist_finalize
+//   void  model_dist_last_backward(Model*)                   the next gpt_backward is the step's last (GPU: it starts
+//                                                            summing each layer's gradients over the ranks as it goes)
 //   void  model_dist_reduce_grads(Model*)                    sum the gradients over ranks
 //   void  model_dist_shard_optimizer(Model*)                 --zero 1: keep only this rank's m, v slice
 //   void  model_dist_update(Model*, const AdamWSettings&, int step)   update (own slice + all-gather under ZeRO-1)
@@ -62,6 +64,8 @@ template <typename Model>
 void model_dist_init(const Model*) {}
 template <typename Model>
 void model_dist_finalize(const Model*) {}
+template <typename Model>
+void model_dist_last_backward(Model*) {}
 template <typename Model>
 void model_dist_reduce_grads(Model*) {}
 template <typename Model>
@@ -269,11 +273,12 @@ int train_main(int argc, char** argv) {
             dataloader_next_batch(&train, inputs.data(), targets.data());
             gpt_forward(&model, inputs.data(), targets.data(), B, T);
             loss += model.mean_loss;
+            if (dist && micro == grad_accum - 1) model_dist_last_backward(&model);
             gpt_backward(&model, 1.0f / (grad_accum * world));
         }
         if (dist) {
-            dist_allreduce_sum(&loss, 1);
             model_dist_reduce_grads(&model);  // the sum over ranks: every rank now holds the same gradients
+            dist_allreduce_sum(&loss, 1);     // after it: a rank that never came is reported by the gradients' wait (GPU: nccl_wait)
         }
         loss /= grad_accum * world;
         float norm = (float)gpt_grad_norm(&model);

@@ -4,14 +4,15 @@
 //   nccl_init                 after dist_init (host/distributed.h, MPI): picks this rank's GPU,
 //                             creates the NCCL communicator, checks it with one all-reduce
 //   nccl_finalize             destroys it (before MPI_Finalize)
-//   nccl_reduce_scatter_sum   in place over the slot layout: slot r = sum over ranks of slot r, on rank r
-//                             PyTorch: dist.reduce_scatter_tensor(out, inp, op=SUM)
+//   nccl_allreduce_sum_slices in place, a list of (pointer, count) slices summed over the ranks as
+//                             one NCCL group: the gradients of a layer, while the backward goes on
+//                             PyTorch: DDP's bucketed dist.all_reduce of the gradients
 //   nccl_all_gather           in place: every rank's own slot to every rank
 //                             PyTorch: dist.all_gather_into_tensor(out, inp)
 //   nccl_allreduce_sum        in place, whole buffer (the start-up check)   PyTorch: dist.all_reduce
 //   nccl_wait                 waits for the collectives of a stream, watching for NCCL errors and
 //                             for a peer that never arrives (VP_DIST_TIMEOUT)
-//   zero_slots, zero_pack, zero_unpack   the slot layout below and its staging buffer
+//   zero_slots, zero_unpack   the slot layout below and its staging buffer (ZeRO-1's weight all-gather)
 //
 // Process model: mpirun (or srun) starts one process per GPU; MPI gives the rank, the world and
 // the node-local rank (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED): the ranks sharing this node's
@@ -24,12 +25,12 @@
 //
 // The slot layout and its padding: ZeRO-1 shards the flat parameter vector of n floats exactly
 // as the CPU build does, dist_shard(n, r, W) (host/distributed.h: contiguous, the first n % W
-// ranks one element more). NCCL's reduce-scatter and all-gather take one count for every rank
-// (equal chunks), so the vector travels in a staging buffer of W slots of
-// slot = ceil(n / W) floats: slot r holds shard r followed by zeros up to the slot size (at most
-// one padding float per slot). The padding sums to zero and is never copied back. zero_pack
-// writes the slots from a flat vector, zero_unpack copies them back. The staging buffer costs
-// 4 bytes per parameter of device memory, allocated on first use.
+// ranks one element more). NCCL's all-gather takes one count for every rank (equal chunks), so
+// the updated shards travel in a staging buffer of W slots of slot = ceil(n / W) floats: rank r
+// writes its shard into slot r (the padding, at most one float per slot, is never copied back),
+// the all-gather fills the others, zero_unpack copies them back into the flat vector. The
+// staging buffer costs 4 bytes per parameter of device memory, allocated on first use (ZeRO-1
+// only; the gradients are all-reduced in place).
 //
 // Determinism (what NCCL promises, as far as its maintainers have stated it; none of this has
 // been measured here yet):
@@ -71,8 +72,8 @@
 // Without USE_MPI (the plain GPU build) every call is the identity of a single rank, as in
 // host/distributed.h.
 //
-// defines: nccl_init, nccl_finalize, nccl_reduce_scatter_sum, nccl_all_gather, nccl_allreduce_sum, nccl_wait,
-//          ZeroSlots, zero_slots, zero_pack, zero_unpack
+// defines: nccl_init, nccl_finalize, nccl_allreduce_sum_slices, nccl_all_gather, nccl_allreduce_sum, nccl_wait,
+//          GradSlice, ZeroSlots, zero_slots, zero_unpack
 #pragma once
 
 #include <cstdarg>
@@ -95,15 +96,6 @@ namespace gpu {
 // ----------------------------------------------------------------------------
 // kernels
 
-// slots (W, slot): row r = x[offsets[r] .. offsets[r+1]) then zeros. Grid (ceil(slot/block), W).
-static __global__ void zero_pack_kernel1(float* slots, const float* x, const size_t* offsets, size_t slot) {
-    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int r = blockIdx.y;
-    if (j >= slot) return;
-    size_t off = offsets[r], count = offsets[r + 1] - off;
-    slots[(size_t)r * slot + j] = j < count ? x[off + j] : 0.0f;
-}
-
 // x[offsets[r] + j] = slots[r, j] for j < the shard's count (the padding stays behind).
 static __global__ void zero_unpack_kernel1(float* x, const float* slots, const size_t* offsets, size_t slot) {
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -114,6 +106,11 @@ static __global__ void zero_unpack_kernel1(float* x, const float* slots, const s
 
 // ----------------------------------------------------------------------------
 // the slot layout (see the top of the file)
+
+struct GradSlice {
+    float* ptr;
+    size_t count;
+};
 
 struct ZeroSlots {
     size_t n = 0;               // floats in the flat vector
@@ -156,15 +153,6 @@ inline void zero_slots_free() {
 }
 
 // launchers
-
-inline void zero_pack(const ZeroSlots& z, const float* x, cudaStream_t stream) {
-    const int block_size = 512;
-    KERNEL_ASSERT(z.buf && z.world >= 1 && z.world <= 65535);
-    if (z.slot == 0) return;
-    dim3 grid((unsigned)CEIL_DIV(z.slot, (size_t)block_size), (unsigned)z.world);
-    zero_pack_kernel1<<<grid, block_size, 0, stream>>>(z.buf, x, z.offsets, z.slot);
-    cudaCheck(cudaGetLastError());
-}
 
 inline void zero_unpack(const ZeroSlots& z, float* x, cudaStream_t stream) {
     const int block_size = 512;
@@ -250,10 +238,13 @@ inline void nccl_wait(cudaStream_t stream, const char* what) {
     }
 }
 
-// In place: buf holds dist_world() slots of `slot` floats; afterwards this rank's slot holds the
-// sum over all ranks of that slot (the other slots are left undefined).
-inline void nccl_reduce_scatter_sum(float* buf, size_t slot, cudaStream_t stream) {
-    ncclCheck(ncclReduceScatter(buf, buf + (size_t)dist_rank() * slot, slot, ncclFloat32, ncclSum, nccl_comm(), stream));
+// In place: every slice x[0..count) = its sum over the ranks. One NCCL group: the slices of a
+// layer (up to 16 tensors) go out as one operation instead of 16 small ones. Every rank must
+// pass the same slices in the same order.
+inline void nccl_allreduce_sum_slices(const std::vector<GradSlice>& slices, cudaStream_t stream) {
+    ncclCheck(ncclGroupStart());
+    for (const GradSlice& s : slices) ncclCheck(ncclAllReduce(s.ptr, s.ptr, s.count, ncclFloat32, ncclSum, nccl_comm(), stream));
+    ncclCheck(ncclGroupEnd());
 }
 
 // In place: every rank's own slot of buf to the same slot on every rank.
@@ -354,7 +345,7 @@ inline void nccl_finalize() {
 
 inline void nccl_init() {}
 inline void nccl_finalize() { zero_slots_free(); }
-inline void nccl_reduce_scatter_sum(float*, size_t, cudaStream_t) {}
+inline void nccl_allreduce_sum_slices(const std::vector<GradSlice>&, cudaStream_t) {}
 inline void nccl_all_gather(float*, size_t, cudaStream_t) {}
 inline void nccl_allreduce_sum(float*, size_t, cudaStream_t) {}
 inline void nccl_wait(cudaStream_t stream, const char*) { cudaCheck(cudaStreamSynchronize(stream)); }

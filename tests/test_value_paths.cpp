@@ -244,4 +244,36 @@ TEST(param_counts_per_path) {
     CHECK(full - count_params(param_specs(g)) == 6496512u, "GPT-2 124M SVFormer saves %zu", full - count_params(param_specs(g)));
 }
 
+// Data parallel sums the gradients slice by slice (host/params.h param_slices: each layer's as
+// the backward finishes it, then the rest). Together the slices must cover every parameter
+// exactly once, for every family and path (SVFormer's value projection sits in layer 0 only), and
+// layer_params must point into its own layer's slices.
+TEST(param_slices_cover_the_flat_vector_once) {
+    for (int arch : FAMILIES)
+        for (int path : {VP_VANILLA, VP_RESFORMER, VP_SVFORMER, VP_SLA, VP_DEPTH}) {
+            ModelConfig c = path_config(arch, path, 2, 2, 0, 2, path == VP_RESFORMER);
+            std::vector<ParamSpec> specs = param_specs(c);
+            size_t n = count_params(specs);
+            std::vector<float> flat(n);
+            ParamTensors<float> t;
+            point_param_tensors(&t, flat.data(), specs);
+            std::vector<int> covered(n, 0);
+            for (int l = -1; l < c.n_layer; l++)
+                for (const auto& sl : param_slices(t, specs, c, l)) {
+                    size_t off = (size_t)(sl.first - flat.data());
+                    CHECK(off + sl.second <= n, "arch %d path %d layer %d: a slice past the end", arch, path, l);
+                    for (size_t i = off; i < off + sl.second && i < n; i++) covered[i]++;
+                }
+            size_t once = 0;
+            for (int k : covered) once += k == 1;
+            CHECK(once == n, "arch %d path %d: %zu of %zu parameters covered exactly once", arch, path, once, n);
+            LayerParams<float> l2 = layer_params(t, c, 2);
+            size_t fc_w_count = 0;
+            for (const ParamSpec& sp : specs)
+                if (!strcmp(sp.name, "fc_w")) fc_w_count = sp.count;
+            CHECK(l2.fc_w == t.fc_w + 2 * (fc_w_count / c.n_layer), "layer 2's fc_w slice");
+            CHECK((layer_params(t, c, 1).v_w == nullptr) == (path == VP_SVFORMER), "layer 1's value projection");
+        }
+}
+
 TEST_MAIN()

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdarg>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -53,6 +54,31 @@ vp_emu_switch:
 .text
 )");
 
+// ----------------------------------------------------------------------------
+// streams and events (the policy is described at "Streams" in cuda_emu.h)
+
+namespace vp_emu {
+struct StreamItem {
+    std::function<void()> work;          // empty: a cudaStreamWaitEvent
+    uint64_t wait_stream = 0;            // the wait is over once the stream of this id has completed
+    uint64_t wait_seq = 0;               // this many of its items (or is destroyed: it finished first)
+    std::function<bool()> finished;      // set: work only starts the operation (an emulated NCCL
+                                         // collective); it is in flight until this returns true
+    bool started = false;
+};
+enum StreamMode { INLINE, HOLD_FIRST, HOLD_OTHERS };
+}  // namespace vp_emu
+struct CUstream_st {
+    uint64_t id = 0;         // 1, 2, ... in creation order; never reused
+    uint64_t issued = 0, done = 0;  // items issued to it, items completed (in order)
+    std::deque<vp_emu::StreamItem> queue;
+};
+struct CUevent_st {
+    uint64_t stream = 0;  // the id of the stream it was recorded on (0: nothing to wait for)
+    uint64_t seq = 0;     // complete once that stream has done seq items, or is destroyed
+    double t = 0;
+};
+
 namespace vp_emu {
 
 // ----------------------------------------------------------------------------
@@ -82,8 +108,7 @@ constexpr int MAX_THREADS = 1024;
 struct Emulator {
     // the launch in progress
     const char* name = nullptr;
-    void (*body)(void*) = nullptr;
-    void* ctx = nullptr;
+    const std::function<void()>* body = nullptr;
     dim3 grid, block;
     std::vector<EmuThread> threads;
     std::vector<WarpSlots> warps;
@@ -103,6 +128,9 @@ struct Emulator {
     std::map<uintptr_t, size_t> host_allocs;    // cudaMallocHost
     size_t device_bytes = 0, device_limit = 0;
     std::map<const void*, int> max_dynamic_smem;
+    StreamMode stream_mode = INLINE;
+    std::map<uint64_t, CUstream_st*> streams;  // the live ones by id: in creation order
+    uint64_t last_stream_id = 0;
     // VP_EMU_DRY_RUN=1: launches and matmuls are checked (configuration, shared memory, shapes,
     // alignment, operands inside device memory) but not computed, and allocations are not filled:
     // full-size shapes (GPT-2 124M at B=64, T=1024) go through every launcher in seconds, and the
@@ -121,8 +149,18 @@ struct Emulator {
         device_limit = mem ? (size_t)strtoull(mem, nullptr, 10) : (size_t)80 << 30;  // an H100's 80 GB
     }
 };
+bool set_stream_policy(const char* name);
 static Emulator& emu() {
     static Emulator e;
+    static bool streams_set = false;
+    if (!streams_set) {
+        streams_set = true;
+        const char* sm = getenv("VP_EMU_STREAMS");
+        if (sm && !set_stream_policy(sm)) {
+            fprintf(stderr, "CUDA emulator: VP_EMU_STREAMS=%s: use inline, hold-first or hold-others\n", sm);
+            exit(2);
+        }
+    }
     return e;
 }
 
@@ -174,7 +212,7 @@ static void fiber_main() {
 #ifdef VP_EMU_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &e.sched_stack_bottom, &e.sched_stack_size);
 #endif
-    e.body(e.ctx);
+    (*e.body)();
     e.threads[e.current].state = DONE;
     yield_to_scheduler(true);
     abort();  // a finished fiber is never resumed
@@ -359,7 +397,43 @@ cudaError_t set_max_dynamic_smem(const void* fn, int bytes) {
     return cudaSuccess;
 }
 
-void launch_impl(const void* fn, const LaunchConfig& cfg, const char* name, void (*body)(void*), void* ctx) {
+// Runs a grid now (the stream machinery below decides when).
+static void run_grid(const char* name, dim3 g, dim3 b, size_t smem, const std::function<void()>& body) {
+    Emulator& e = emu();
+    size_t nthreads = (size_t)b.x * b.y * b.z;
+    if (!e.stacks) {
+        e.stacks = static_cast<unsigned char*>(
+            mmap(nullptr, STACK_BYTES * MAX_THREADS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+        if (e.stacks == MAP_FAILED) {
+            fprintf(stderr, "CUDA emulator: cannot map %zu MiB of fiber stacks\n", STACK_BYTES * MAX_THREADS >> 20);
+            abort();
+        }
+        madvise(e.stacks, STACK_BYTES * MAX_THREADS, MADV_HUGEPAGE);
+    }
+    e.name = name;
+    e.body = &body;
+    e.grid = g;
+    e.block = b;
+    e.threads.assign(nthreads, EmuThread());
+    e.warps.assign((nthreads + 31) / 32, WarpSlots());
+    e.smem_bytes = smem;
+    e.smem = nullptr;
+    if (smem && posix_memalign(reinterpret_cast<void**>(&e.smem), 128, smem) != 0) abort();
+    gridDim = g;
+    blockDim = b;
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++)
+            for (unsigned x = 0; x < g.x; x++) {
+                blockIdx = {x, y, z};
+                run_block((int)nthreads);
+            }
+    free(e.smem);
+    e.smem = nullptr;
+    e.name = nullptr;
+    e.body = nullptr;
+}
+
+void launch_impl(const void* fn, const LaunchConfig& cfg, const char* name, std::function<void()> body) {
     Emulator& e = emu();
     if (e.current >= 0) kernel_fault("kernel %s launched from device code (dynamic parallelism is not used here)", name);
     const dim3 &g = cfg.grid, &b = cfg.block;
@@ -375,37 +449,101 @@ void launch_impl(const void* fn, const LaunchConfig& cfg, const char* name, void
         return;
     }
     if (e.dry_run) return;
-    if (!e.stacks) {
-        e.stacks = static_cast<unsigned char*>(
-            mmap(nullptr, STACK_BYTES * MAX_THREADS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-        if (e.stacks == MAP_FAILED) {
-            fprintf(stderr, "CUDA emulator: cannot map %zu MiB of fiber stacks\n", STACK_BYTES * MAX_THREADS >> 20);
-            abort();
-        }
-        madvise(e.stacks, STACK_BYTES * MAX_THREADS, MADV_HUGEPAGE);
-    }
-    e.name = name;
-    e.body = body;
-    e.ctx = ctx;
-    e.grid = g;
-    e.block = b;
-    e.threads.assign(nthreads, EmuThread());
-    e.warps.assign((nthreads + 31) / 32, WarpSlots());
-    e.smem_bytes = cfg.smem;
-    e.smem = nullptr;
-    if (cfg.smem && posix_memalign(reinterpret_cast<void**>(&e.smem), 128, cfg.smem) != 0) abort();
-    gridDim = g;
-    blockDim = b;
-    for (unsigned z = 0; z < g.z; z++)
-        for (unsigned y = 0; y < g.y; y++)
-            for (unsigned x = 0; x < g.x; x++) {
-                blockIdx = {x, y, z};
-                run_block((int)nthreads);
-            }
-    free(e.smem);
-    e.smem = nullptr;
-    e.name = nullptr;
+    size_t smem = cfg.smem;
+    enqueue(cfg.stream, [name, g, b, smem, body = std::move(body)]() { run_grid(name, g, b, smem, body); });
 }
+
+// Held streams run only when something waits for them: under hold-first the oldest stream not yet
+// destroyed, under hold-others every other one.
+static bool is_held(const CUstream_st* s) {
+    Emulator& e = emu();
+    if (e.stream_mode == INLINE) return false;
+    return (s == e.streams.begin()->second) == (e.stream_mode == HOLD_FIRST);
+}
+// The live stream of this id, or nullptr (destroyed: CUDA finished its work first).
+CUstream_st* live_stream(uint64_t id) {
+    auto it = emu().streams.find(id);
+    return it == emu().streams.end() ? nullptr : it->second;
+}
+// Whether the stream of this id has done `seq` items.
+bool wait_over(uint64_t id, uint64_t seq) {
+    CUstream_st* w = live_stream(id);
+    return !w || w->done >= seq;
+}
+
+// Moves stream s on until it has completed `seq` items; false if it has to stop short. force: a
+// wait for another stream makes that stream move on too (the host is waiting for s); otherwise
+// the wait must already be over. block: an operation in flight is waited for (the host blocks, as
+// cudaStreamSynchronize does on a collective whose peer never comes); otherwise it stops there.
+// A wait names work issued before it (cudaStreamWaitEvent takes the event as it is at the call),
+// so the recursion cannot come back to s.
+static bool advance(CUstream_st* s, uint64_t seq, bool force, bool block) {
+    while (s->done < seq) {
+        StreamItem& f = s->queue.front();
+        if (!f.work) {
+            if (!wait_over(f.wait_stream, f.wait_seq) && (!force || !advance(live_stream(f.wait_stream), f.wait_seq, force, block))) return false;
+        } else {
+            if (!f.started) {
+                f.started = true;
+                f.work();
+            }
+            if (f.finished && !f.finished()) {
+                if (!block) return false;
+                while (!f.finished()) usleep(50);
+            }
+        }
+        s->queue.pop_front();
+        s->done++;
+    }
+    return true;
+}
+
+void drain(CUstream_st* s, uint64_t seq) { advance(s, seq, true, true); }
+void drain_all() {
+    for (auto& kv : emu().streams) drain(kv.second, kv.second->issued);
+}
+// Runs what the streams that are not held can run now, without waiting.
+void pump() {
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (auto& kv : emu().streams) {
+            CUstream_st* s = kv.second;
+            if (s->queue.empty() || is_held(s)) continue;
+            uint64_t before = s->done;
+            advance(s, s->issued, false, false);
+            progress = progress || s->done != before;
+        }
+    }
+}
+// cudaStreamQuery: moves s on as far as it can without blocking.
+bool stream_idle(CUstream_st* s) {
+    bool idle = advance(s, s->issued, true, false);
+    pump();
+    return idle;
+}
+bool set_stream_policy(const char* name) {
+    Emulator& e = emu();
+    StreamMode mode;
+    if (!strcmp(name, "inline")) mode = INLINE;
+    else if (!strcmp(name, "hold-first")) mode = HOLD_FIRST;
+    else if (!strcmp(name, "hold-others")) mode = HOLD_OTHERS;
+    else return false;
+    drain_all();
+    e.stream_mode = mode;
+    return true;
+}
+void enqueue_async(cudaStream_t s, std::function<void()> start, std::function<bool()> finished) {
+    if (!s) {  // the legacy default stream: after everything issued before, and before everything after
+        drain_all();
+        start();
+        while (finished && !finished()) usleep(50);
+        return;
+    }
+    s->queue.push_back(StreamItem{std::move(start), 0, 0, std::move(finished)});
+    s->issued++;
+    pump();  // inline (nothing held): runs now, unless it waits for an operation in flight
+}
+void enqueue(cudaStream_t s, std::function<void()> work) { enqueue_async(s, std::move(work), nullptr); }
 
 // ----------------------------------------------------------------------------
 // tensor-core instructions
@@ -511,6 +649,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
+    vp_emu::drain_all();  // cudaFree waits for the device, as on a GPU
     vp_emu::Emulator& e = emu();
     auto it = e.device_allocs.find((uintptr_t)p);
     if (it == e.device_allocs.end()) {
@@ -530,6 +669,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* p) {
     if (!p) return cudaSuccess;
+    vp_emu::drain_all();
     if (!emu().host_allocs.erase((uintptr_t)p)) return set_error(cudaErrorInvalidValue);
     free(p);
     return cudaSuccess;
@@ -553,31 +693,35 @@ static cudaError_t check_copy(void* dst, size_t dst_span, const void* src, size_
     }
     return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+// The host side of an async copy is read or written when the stream runs it, as with pinned memory
+// on a GPU: the host must not touch it before it has waited for the stream.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
     cudaError_t err = check_copy(dst, bytes, src, bytes, kind);
     if (err != cudaSuccess) return err;
-    if (bytes && !(emu().dry_run && kind == cudaMemcpyDeviceToDevice)) memmove(dst, src, bytes);
+    if (bytes && !(emu().dry_run && kind == cudaMemcpyDeviceToDevice)) vp_emu::enqueue(stream, [=]() { memmove(dst, src, bytes); });
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) { return cudaMemcpy(dst, src, bytes, kind); }
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) { return cudaMemcpyAsync(dst, src, bytes, kind, nullptr); }
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, cudaMemcpyKind kind) {
     if (height == 0 || width == 0) return cudaSuccess;
     if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidValue);
     cudaError_t err = check_copy(dst, (height - 1) * dpitch + width, src, (height - 1) * spitch + width, kind);
     if (err != cudaSuccess) return err;
-    for (size_t r = 0; r < height; r++) memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    vp_emu::enqueue(nullptr, [=]() {
+        for (size_t r = 0; r < height; r++) memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    });
     return cudaSuccess;
 }
-cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
     if (bytes == 0) return cudaSuccess;
     if (!is_device(p, bytes)) {
         fprintf(stderr, "CUDA emulator: cudaMemset(%p, %zu bytes) outside any cudaMalloc allocation\n", p, bytes);
         return set_error(cudaErrorInvalidValue);
     }
-    if (!emu().dry_run) memset(p, value, bytes);  // a dry run touches no more memory than it must
+    if (!emu().dry_run) vp_emu::enqueue(stream, [=]() { memset(p, value, bytes); });  // a dry run touches no more memory than it must
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+cudaError_t cudaMemset(void* p, int value, size_t bytes) { return cudaMemsetAsync(p, value, bytes, nullptr); }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = emu().device_limit;
     *free_bytes = emu().device_limit - emu().device_bytes;
@@ -620,41 +764,77 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int dev) {
     snprintf(bus_id, len, "emu:%08x", (unsigned)getpid());  // each process is its own GPU (NCCL emulator ranks)
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-struct CUstream_st {
-    int unused;
-};
-struct CUevent_st {
-    double t;
-};
+cudaError_t cudaDeviceSynchronize() {
+    vp_emu::drain_all();
+    return cudaSuccess;
+}
 cudaError_t cudaStreamCreate(cudaStream_t* s) {
-    *s = new CUstream_st();
+    vp_emu::Emulator& e = emu();
+    CUstream_st* st = new CUstream_st();
+    st->id = ++e.last_stream_id;
+    e.streams[st->id] = st;
+    *s = st;
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s || !vp_emu::live_stream(s->id)) return set_error(cudaErrorInvalidValue);
+    vp_emu::drain(s, s->issued);  // CUDA finishes the queued work first
+    vp_emu::pump();
+    emu().streams.erase(s->id);  // waits and events that name it count as over
     delete s;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (s) vp_emu::drain(s, s->issued);
+    else vp_emu::drain_all();
+    vp_emu::pump();
+    return cudaSuccess;
+}
+// The emulated device finishes whatever the host asks about, so a polling loop ends.
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    if (!s) {
+        vp_emu::drain_all();
+        return cudaSuccess;
+    }
+    return vp_emu::stream_idle(s) ? cudaSuccess : cudaErrorNotReady;
+}
 cudaError_t cudaEventCreate(cudaEvent_t* ev) {
     *ev = new CUevent_st();
     return cudaSuccess;
 }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned) { return cudaEventCreate(ev); }
 cudaError_t cudaEventDestroy(cudaEvent_t ev) {
     delete ev;
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+    if (!s) vp_emu::drain_all();  // the legacy stream: everything issued so far
+    ev->stream = s ? s->id : 0;
+    ev->seq = s ? s->issued : 0;
     ev->t = 0;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+    if (CUstream_st* w = vp_emu::live_stream(ev->stream)) vp_emu::drain(w, ev->seq);
+    vp_emu::pump();
+    return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     *ms = (float)(b->t - a->t);
     return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned) {
+    if (vp_emu::wait_over(ev->stream, ev->seq) || (s && ev->stream == s->id)) return cudaSuccess;  // nothing to wait for
+    if (!s) {  // the legacy stream waits on the host's behalf
+        vp_emu::drain(vp_emu::live_stream(ev->stream), ev->seq);
+        vp_emu::pump();
+        return cudaSuccess;
+    }
+    s->queue.push_back(vp_emu::StreamItem{nullptr, ev->stream, ev->seq, nullptr});
+    s->issued++;
+    vp_emu::pump();
+    return cudaSuccess;
+}
 
 // ----------------------------------------------------------------------------
 // cuBLASLt
@@ -758,9 +938,40 @@ static float lt_load(const void* p, cudaDataType_t t, size_t i) {
 static size_t lt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 static size_t lt_span(const VpEmuLtLayout* l) { return ((size_t)(l->cols - 1) * l->ld + l->rows) * lt_size(l->type); }
 
+// D = alpha op(A) op(B) + beta C (+ bias per row), in fp32, on copies of the layouts
+static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, VpEmuLtLayout B, bool tb, const void* c, VpEmuLtLayout Cl, void* dd,
+                       VpEmuLtLayout Dl, uint64_t m, uint64_t n, uint64_t k, float alpha, float beta, const void* bias, cudaDataType_t bias_type) {
+    // dense fp32 copies, A as m rows of k and B^T as n rows of k, so that each output is one
+    // contiguous dot product (the emulator spends most of its time here)
+    std::vector<float> am(m * k), bt(n * k);
+    for (uint64_t i = 0; i < m; i++)
+        for (uint64_t l = 0; l < k; l++) am[i * k + l] = lt_load(a, A.type, ta ? l + i * A.ld : i + l * A.ld);
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t l = 0; l < k; l++) bt[j * k + l] = lt_load(b, B.type, tb ? j + l * B.ld : l + j * B.ld);
+#pragma omp parallel for schedule(static)
+    for (uint64_t j = 0; j < n; j++) {
+        std::vector<float> out(m);
+        const float* bj = &bt[j * k];
+        for (uint64_t i = 0; i < m; i++) {
+            const float* ai = &am[i * k];
+            float acc = 0.0f;
+            for (uint64_t l = 0; l < k; l++) acc += ai[l] * bj[l];
+            float v = alpha * acc;
+            if (beta != 0.0f) v += beta * lt_load(c, Cl.type, i + j * Cl.ld);  // C is not read when beta == 0, as in cuBLAS
+            if (bias) v += lt_load(bias, bias_type, i);
+            out[i] = v;
+        }
+        for (uint64_t i = 0; i < m; i++) {
+            size_t at = i + j * Dl.ld;
+            if (Dl.type == CUDA_R_32F) static_cast<float*>(dd)[at] = out[i];
+            else static_cast<__nv_bfloat16*>(dd)[at] = __float2bfloat16_rn(out[i]);
+        }
+    }
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha_p, const void* a, cublasLtMatrixLayout_t la, const void* b,
                               cublasLtMatrixLayout_t lb, const void* beta_p, const void* c, cublasLtMatrixLayout_t lc, void* dd, cublasLtMatrixLayout_t ld,
-                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
     if (!h) return lt_fail("matmul without a handle");
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F) return lt_fail("only CUBLAS_COMPUTE_32F with fp32 scale is emulated");
     bool ta = d->trans_a == CUBLAS_OP_T, tb = d->trans_b == CUBLAS_OP_T;
@@ -788,32 +999,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (bias && !d->bias) return lt_fail("epilogue BIAS without a bias pointer");
     if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) return lt_fail("epilogue %d is not emulated", (int)d->epilogue);
     if (emu().dry_run) return CUBLAS_STATUS_SUCCESS;
+    // alpha and beta are read now (host pointer mode), the descriptor and layouts copied: the caller
+    // may change or destroy them once this returns; the product runs when the stream gets to it
     float alpha = *static_cast<const float*>(alpha_p), beta = *static_cast<const float*>(beta_p);
-    // dense fp32 copies, A as m rows of k and B^T as n rows of k, so that each output is one
-    // contiguous dot product (the emulator spends most of its time here)
-    std::vector<float> am(m * k), bt(n * k);
-    for (uint64_t i = 0; i < m; i++)
-        for (uint64_t l = 0; l < k; l++) am[i * k + l] = lt_load(a, la->type, ta ? l + i * la->ld : i + l * la->ld);
-    for (uint64_t j = 0; j < n; j++)
-        for (uint64_t l = 0; l < k; l++) bt[j * k + l] = lt_load(b, lb->type, tb ? j + l * lb->ld : l + j * lb->ld);
-#pragma omp parallel for schedule(static)
-    for (uint64_t j = 0; j < n; j++) {
-        std::vector<float> out(m);
-        const float* bj = &bt[j * k];
-        for (uint64_t i = 0; i < m; i++) {
-            const float* ai = &am[i * k];
-            float acc = 0.0f;
-            for (uint64_t l = 0; l < k; l++) acc += ai[l] * bj[l];
-            float v = alpha * acc;
-            if (beta != 0.0f) v += beta * lt_load(c, lc->type, i + j * lc->ld);  // C is not read when beta == 0, as in cuBLAS
-            if (bias) v += lt_load(d->bias, d->bias_type, i);
-            out[i] = v;
-        }
-        for (uint64_t i = 0; i < m; i++) {
-            size_t at = i + j * ld->ld;
-            if (ld->type == CUDA_R_32F) static_cast<float*>(dd)[at] = out[i];
-            else static_cast<__nv_bfloat16*>(dd)[at] = __float2bfloat16_rn(out[i]);
-        }
-    }
+    VpEmuLtLayout A = *la, B = *lb, Cl = *lc, Dl = *ld;
+    const void* bias_ptr = d->bias;
+    cudaDataType_t bias_type = d->bias_type;
+    vp_emu::enqueue(stream, [=]() { lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type); });
     return CUBLAS_STATUS_SUCCESS;
 }

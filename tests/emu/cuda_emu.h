@@ -25,7 +25,7 @@
 // vp_emu::launch and `extern __shared__ T x[]` into a pointer to the block's buffer; g++ compiles
 // the result with tests/emu/include first on the include path, so <cuda_runtime.h>, <cuda_bf16.h>,
 // <cublasLt.h> and <cublas_v2.h> resolve to this file. cuBLASLt's matmul is a plain fp32 loop.
-// NCCL is not emulated (the emulated builds are single-process). See docs/gpu.md, "Without a GPU".
+// NCCL's collectives run over MPI in the -mpi builds (nccl_emu.h). See docs/gpu.md, "Without a GPU".
 #pragma once
 
 #include <cmath>
@@ -34,6 +34,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <tuple>
 #include <type_traits>
 
 #define VP_CUDA_EMU 1
@@ -224,6 +227,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamQuery(cudaStream_t s);
 cudaError_t cudaEventCreate(cudaEvent_t* e);
+#define cudaEventDisableTiming 0x02
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
@@ -257,16 +262,42 @@ inline const void* fn_id(F* fn) {
     return reinterpret_cast<const void*>(fn);
 }
 
-// Runs body() once per thread of the grid (each on its own fiber), block after block. `name` is the
-// launch's source text, for messages. Configuration errors set the sticky error that
-// cudaGetLastError returns, as a real launch does; a kernel that breaks a CUDA rule stops the
-// program with a message.
-void launch_impl(const void* fn, const LaunchConfig& cfg, const char* name, void (*body)(void*), void* ctx);
-template <typename Body>
-inline void launch(const void* fn, const LaunchConfig& cfg, const char* name, Body&& body) {
-    using B = std::remove_reference_t<Body>;
-    launch_impl(fn, cfg, name, [](void* c) { (*static_cast<B*>(c))(); }, &body);
+// Queues body() to run once per thread of the grid (each on its own fiber), block after block,
+// when cfg.stream gets to it (see "Streams" below). `name` is the launch's source text, for
+// messages. Configuration errors set the sticky error that cudaGetLastError returns, as a real
+// launch does; a kernel that breaks a CUDA rule stops the program with a message.
+void launch_impl(const void* fn, const LaunchConfig& cfg, const char* name, std::function<void()> body);
+// kernel<<<cfg>>>(args) as tests/emu/rewrite_cuda.py writes it: the arguments are converted to the
+// kernel's parameter types and copied now, at the launch, as CUDA copies them into the launch's
+// parameter buffer; every thread then gets its own copy of them (parameters are per thread).
+template <typename... P, typename... A>
+inline void launch(const void* fn, const LaunchConfig& cfg, const char* name, void (*kernel)(P...), A&&... args) {
+    auto bound = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
+    launch_impl(fn, cfg, name, [kernel, bound]() {
+        std::tuple<std::decay_t<P>...> mine = *bound;
+        std::apply(kernel, mine);
+    });
 }
+
+// Streams. By default (VP_EMU_STREAMS=inline) every operation runs the moment it is issued, which
+// hides a missing dependency between two streams. VP_EMU_STREAMS=hold-first queues the work of the
+// oldest stream cudaStreamCreate made (and that is not destroyed yet); hold-others queues the work
+// of every other stream. Queued work runs only when the host waits for it (cudaStreamSynchronize,
+// cudaStreamQuery, cudaEventSynchronize, cudaDeviceSynchronize, a blocking copy, cudaFree) or when
+// another stream's cudaStreamWaitEvent needs it; the streams that are not held run as soon as what
+// they wait for is done. Between them, the two settings make each stream in turn the slow one, as a
+// real GPU may on any run: work that reads what another stream writes, without an event between
+// them, reads stale data, and the tests that compare results fail. The host reads a device-to-host
+// cudaMemcpyAsync's destination only after waiting, or it too sees stale data. The legacy default
+// stream (0) waits for every stream and every stream for it.
+void enqueue(cudaStream_t stream, std::function<void()> work);
+// An operation that stays in flight after start() until finished() returns true (the emulated
+// NCCL collectives: their peers may not have arrived). Later work on the stream waits for it;
+// cudaStreamQuery says cudaErrorNotReady meanwhile, and cudaStreamSynchronize blocks, as on a GPU.
+void enqueue_async(cudaStream_t stream, std::function<void()> start, std::function<bool()> finished);
+// The same setting from a test ("inline", "hold-first", "hold-others"; false for another name).
+// The oldest stream not destroyed counts as the first. Finishes the queued work before it switches.
+bool set_stream_policy(const char* name);
 
 void* dynamic_smem();  // the running block's dynamic shared memory
 int lane_id();         // the running thread's lane (linear thread index % 32)

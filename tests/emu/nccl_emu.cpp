@@ -3,14 +3,56 @@
 
 #include <mpi.h>
 
+#include <signal.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 struct VpEmuNcclComm {
     MPI_Comm comm;
     int rank, nranks;
+    long collectives = 0;           // started so far on this rank
+    bool async_error = false;       // an injected fault has "closed a peer connection"
 };
+
+// Fault injection for the tests of the trainer's failure handling (nccl_wait in kernels/zero.cuh):
+// VP_EMU_NCCL_FAULT=hang:R:N stops rank R (SIGSTOP) as it starts its N-th collective, so its
+// peers' collectives never complete, as with a frozen node; error:R:N makes rank R's
+// ncclCommGetAsyncError report ncclRemoteError from its N-th collective on, as when NCCL sees a
+// peer's connection close. Collectives count from 1 after ncclCommInitRank, the start-up check
+// included.
+struct Fault {
+    char kind = 0;  // 'h', 'e' or 0
+    int rank = -1;
+    long at = 0;
+};
+static Fault fault() {
+    static Fault f = [] {
+        Fault x;
+        const char* v = getenv("VP_EMU_NCCL_FAULT");
+        char kind[16] = {0};
+        if (v && (sscanf(v, "%15[a-z]:%d:%ld", kind, &x.rank, &x.at) != 3 || (strcmp(kind, "hang") && strcmp(kind, "error")))) {
+            fprintf(stderr, "NCCL emulator: VP_EMU_NCCL_FAULT=%s: use hang:RANK:N or error:RANK:N\n", v);
+            exit(2);
+        }
+        if (v) x.kind = kind[0];
+        return x;
+    }();
+    return f;
+}
+static void count_collective(ncclComm_t comm) {
+    long n = ++comm->collectives;
+    Fault f = fault();
+    if (comm->rank != f.rank || n != f.at) return;
+    if (f.kind == 'e') comm->async_error = true;
+    if (f.kind == 'h') {
+        fprintf(stderr, "NCCL emulator: rank %d stops itself at collective %ld (VP_EMU_NCCL_FAULT)\n", comm->rank, n);
+        raise(SIGSTOP);
+    }
+}
 
 static ncclResult_t mpi_result(int err, const char* what) {
     if (err == MPI_SUCCESS) return ncclSuccess;
@@ -55,7 +97,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
     if (!comm) return ncclInvalidArgument;
-    *async_error = ncclSuccess;  // every collective here completes (or fails) before it returns
+    *async_error = comm->async_error ? ncclRemoteError : ncclSuccess;
     return ncclSuccess;
 }
 ncclResult_t ncclGetVersion(int* version) {
@@ -71,7 +113,9 @@ const char* ncclGetErrorString(ncclResult_t r) {
         default: return "NCCL emulator error";
     }
 }
-const char* ncclGetLastError(ncclComm_t) { return ""; }
+const char* ncclGetLastError(ncclComm_t comm) {
+    return comm && comm->async_error ? "a peer closed its connection (injected by VP_EMU_NCCL_FAULT)" : "";
+}
 
 static ncclResult_t check_args(ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm) {
     if (!comm || type != ncclFloat32 || op != ncclSum) {
@@ -81,24 +125,50 @@ static ncclResult_t check_args(ncclDataType_t type, ncclRedOp_t op, ncclComm_t c
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-    if (ncclResult_t r = check_args(type, op, comm)) return r;
-    return mpi_result(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_FLOAT, MPI_SUM, comm->comm), "MPI_Allreduce");
+// A collective starts when its stream gets to it (cuda_emu.h, "Streams") as a nonblocking MPI
+// collective, and stays in flight until MPI_Test says it is complete: like NCCL's kernels, it
+// waits for its peers without blocking the host, so the trainer's own polling (nccl_wait) and
+// its timeout run as they would on a GPU. An MPI failure then has no caller to return to, so it
+// ends the process, as MPI's default error handler would.
+static void run_mpi(int err, const char* what) {
+    if (mpi_result(err, what) != ncclSuccess) abort();
+}
+template <typename Start>
+static void enqueue_collective(ncclComm_t comm, cudaStream_t stream, const char* what, Start start) {
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    vp_emu::enqueue_async(
+        stream,
+        [=]() {
+            count_collective(comm);
+            run_mpi(start(req.get()), what);
+        },
+        [=]() {
+            int done = 0;
+            run_mpi(MPI_Test(req.get(), &done, MPI_STATUS_IGNORE), what);
+            return done != 0;
+        });
 }
 
-// NCCL's in-place form: recv == send + rank * recv_count
-ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+// Groups only batch launches in NCCL; the emulated collectives are queued in issue order anyway.
+ncclResult_t ncclGroupStart() { return ncclSuccess; }
+ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     if (ncclResult_t r = check_args(type, op, comm)) return r;
-    std::vector<float> mine(recv_count);
-    ncclResult_t r = mpi_result(MPI_Reduce_scatter_block(send, mine.data(), (int)recv_count, MPI_FLOAT, MPI_SUM, comm->comm), "MPI_Reduce_scatter_block");
-    if (r == ncclSuccess) memcpy(recv, mine.data(), recv_count * sizeof(float));
-    return r;
+    MPI_Comm mc = comm->comm;
+    enqueue_collective(comm, stream, "MPI_Iallreduce", [=](MPI_Request* req) {
+        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_FLOAT, MPI_SUM, mc, req);
+    });
+    return ncclSuccess;
 }
 
 // NCCL's in-place form: send == recv + rank * send_count
-ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
     if (ncclResult_t r = check_args(type, ncclSum, comm)) return r;
     const void* in_place = static_cast<const char*>(recv) + (size_t)comm->rank * send_count * sizeof(float);
-    return mpi_result(MPI_Allgather(send == in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv, (int)send_count, MPI_FLOAT, comm->comm),
-                      "MPI_Allgather");
+    MPI_Comm mc = comm->comm;
+    enqueue_collective(comm, stream, "MPI_Iallgather", [=](MPI_Request* req) {
+        return MPI_Iallgather(send == in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv, (int)send_count, MPI_FLOAT, mc, req);
+    });
+    return ncclSuccess;
 }

@@ -1,10 +1,13 @@
 // tests/emu/nccl_emu.h: the part of NCCL that kernels/zero.cuh uses, for the CUDA emulator
 // (tests/emu/cuda_emu.h), carried over MPI: each rank is one emulated GPU in its own process
 // (mpirun -np 2 build/emu/vanilla-mpi/train_fp32), device memory is host memory, so a collective
-// is the MPI collective of the same meaning on the same buffers, blocking (the stream argument
-// is ignored). This lets the data-parallel GPU code -- the slot layout, pack/unpack kernels, the
-// sharded AdamW, the gathered checkpoint -- run with several ranks on a machine without GPUs.
-// What it cannot show: NCCL's own behaviour (its summation order, transports, error paths).
+// is the nonblocking MPI collective of the same meaning on the same buffers, started when its
+// stream gets to it (cuda_emu.h, "Streams") and in flight until its peers arrive. This lets the
+// data-parallel GPU code -- the per-layer all-reduce on its own stream, the sharded AdamW and its
+// all-gather, the gathered checkpoint, the polling wait with its timeout -- run with several
+// ranks on a machine without GPUs. VP_EMU_NCCL_FAULT (nccl_emu.cpp) injects a frozen rank or a
+// closed connection. What it cannot show: NCCL's own behaviour (its summation order, transports,
+// its real error paths).
 #pragma once
 
 #include <cstddef>
@@ -37,6 +40,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
 ncclResult_t ncclGetVersion(int* version);
 const char* ncclGetErrorString(ncclResult_t r);
 const char* ncclGetLastError(ncclComm_t comm);
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream);

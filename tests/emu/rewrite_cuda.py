@@ -6,7 +6,7 @@ and functions in cuda_emu.h:
 
     kernel<T><<<grid, block, smem, stream>>>(args);
  -> vp_emu::launch(vp_emu::fn_id(kernel<T>), vp_emu::LaunchConfig(grid, block, smem, stream),
-                   "kernel<T>", [&]() { kernel<T>(args); });
+                   "kernel<T>", kernel<T>, args);
 
     extern __shared__ __align__(16) unsigned char smem[];
  -> unsigned char* smem = static_cast<unsigned char*>(vp_emu::dynamic_smem());
@@ -78,8 +78,10 @@ def rewrite_launches(text, path):
         args = text[ap + 1 : ae - 1]
         one_line = lambda s: " ".join(s.split())
         replaced = text[cs:ae]
+        # the kernel's arguments are evaluated here, at the launch, as CUDA does (the launch may run
+        # later, when its stream gets to it: see "Streams" in cuda_emu.h)
         new = (f'vp_emu::launch(vp_emu::fn_id({callee}), vp_emu::LaunchConfig({config}), "{one_line(callee)}", '
-               f"[&]() {{ {callee}({args}); }})")
+               f"{callee}{', ' + args if args.strip() else ''})")
         new += "\n" * (replaced.count("\n") - new.count("\n"))  # keep the line count
         out.append(text[pos:cs])
         out.append(new)

@@ -13,7 +13,10 @@
 //     __syncthreads after some threads returned, a shuffle naming a returned lane, a deadlock;
 //     and the launches it must refuse (too many threads, too much shared memory without the
 //     attribute) and the copies (a host pointer where the copy kind says device);
-//   * a missing __syncthreads changes the result (NaN-filled shared memory, forward thread order).
+//   * a missing __syncthreads changes the result (NaN-filled shared memory, forward thread order);
+//   * under VP_EMU_STREAMS' hold policies, a missing event between two streams, or a host read of
+//     an async copy's destination before the wait, changes the result; a correct event does not;
+//     an operation in flight holds back its stream and cudaStreamQuery reports it.
 #define TESTING
 #include "train_gpt.cu"
 #include "tests/testing.h"
@@ -314,6 +317,100 @@ TEST(missing_syncthreads_changes_the_result) {
         else CHECK(right < n, "without __syncthreads every thread still read its neighbour's value: the race is invisible");
     }
     cudaCheck(cudaFree(d));
+}
+
+// ----------------------------------------------------------------------------
+// a missing event between two streams shows (VP_EMU_STREAMS, cuda_emu.h "Streams")
+
+static __global__ void fill_kernel(float* x, float v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+static __global__ void copy_kernel(float* dst, const float* src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+
+// producer writes 7 into a on stream p; consumer copies a into b on stream c, with or without an
+// event between them. Returns how many of b's elements are 7.
+static int producer_consumer(bool with_event) {
+    const int n = 64;
+    float *a, *b;
+    cudaCheck(cudaMalloc(&a, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&b, n * sizeof(float)));
+    cudaCheck(cudaMemset(a, 0, n * sizeof(float)));
+    cudaStream_t p, c;
+    cudaEvent_t written;
+    cudaCheck(cudaStreamCreate(&p));
+    cudaCheck(cudaStreamCreate(&c));
+    cudaCheck(cudaEventCreate(&written));
+    fill_kernel<<<1, n, 0, p>>>(a, 7.0f, n);
+    cudaCheck(cudaEventRecord(written, p));
+    if (with_event) cudaCheck(cudaStreamWaitEvent(c, written, 0));
+    copy_kernel<<<1, n, 0, c>>>(b, a, n);
+    cudaCheck(cudaStreamSynchronize(c));
+    cudaCheck(cudaStreamSynchronize(p));
+    std::vector<float> h = download(b, n);
+    int sevens = 0;
+    for (float v : h) sevens += v == 7.0f;
+    cudaCheck(cudaEventDestroy(written));
+    cudaCheck(cudaStreamDestroy(c));
+    cudaCheck(cudaStreamDestroy(p));
+    cudaCheck(cudaFree(a));
+    cudaCheck(cudaFree(b));
+    return sevens;
+}
+
+TEST(missing_stream_event_changes_the_result) {
+    // the producer's stream is the older one: hold-first delays it, so the consumer overtakes it
+    CHECK(vp_emu::set_stream_policy("hold-first"), "hold-first refused");
+    CHECK(producer_consumer(true) == 64, "hold-first, with the event: the consumer did not see the producer's writes");
+    CHECK(producer_consumer(false) == 0, "hold-first, without the event: the consumer still saw the writes; the race is invisible");
+    CHECK(vp_emu::set_stream_policy("hold-others"), "hold-others refused");
+    CHECK(producer_consumer(true) == 64, "hold-others, with the event");
+    CHECK(vp_emu::set_stream_policy("inline"), "inline refused");
+    CHECK(producer_consumer(false) == 64, "inline runs in issue order");
+    CHECK(!vp_emu::set_stream_policy("sometimes"), "an unknown policy was accepted");
+}
+
+TEST(async_copy_lands_only_after_the_wait) {
+    CHECK(vp_emu::set_stream_policy("hold-first"), "hold-first refused");
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    float* d;
+    cudaCheck(cudaMalloc(&d, 4 * sizeof(float)));
+    fill_kernel<<<1, 4, 0, s>>>(d, 3.0f, 4);
+    float h[4] = {0, 0, 0, 0};
+    cudaCheck(cudaMemcpyAsync(h, d, sizeof(h), cudaMemcpyDeviceToHost, s));
+    CHECK(h[0] == 0.0f, "the copy landed before the host waited for the stream");
+    cudaCheck(cudaStreamSynchronize(s));
+    CHECK(h[0] == 3.0f && h[3] == 3.0f, "after the wait: %g %g", h[0], h[3]);
+    cudaCheck(cudaFree(d));
+    cudaCheck(cudaStreamDestroy(s));
+    CHECK(vp_emu::set_stream_policy("inline"), "inline refused");
+}
+
+// an operation in flight (an emulated NCCL collective whose peers have not arrived) holds back
+// the work queued behind it, and cudaStreamQuery says so, as the trainer's nccl_wait expects
+TEST(an_operation_in_flight_holds_its_stream) {
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    float* d;
+    cudaCheck(cudaMalloc(&d, 4 * sizeof(float)));
+    cudaCheck(cudaMemset(d, 0, 4 * sizeof(float)));
+    bool arrived = false;
+    vp_emu::enqueue_async(s, [] {}, [&arrived] { return arrived; });
+    fill_kernel<<<1, 4, 0, s>>>(d, 5.0f, 4);
+    CHECK(cudaStreamQuery(s) == cudaErrorNotReady, "the stream reports idle while its first operation is in flight");
+    float h = -1;
+    memcpy(&h, d, sizeof(float));  // the emulated device memory, read behind the stream's back
+    CHECK(h == 0.0f, "the kernel queued behind the operation in flight ran: %g", h);
+    arrived = true;
+    CHECK(cudaStreamQuery(s) == cudaSuccess, "the stream is not idle once the operation completed");
+    memcpy(&h, d, sizeof(float));
+    CHECK(h == 5.0f, "the kernel did not run after the operation completed: %g", h);
+    cudaCheck(cudaFree(d));
+    cudaCheck(cudaStreamDestroy(s));
 }
 
 TEST_MAIN()

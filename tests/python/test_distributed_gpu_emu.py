@@ -3,12 +3,17 @@ ranks, on a machine without GPUs: each MPI rank runs the GPU trainer on the CUDA
 (tests/emu/), and NCCL's collectives are carried over MPI (tests/emu/nccl_emu.cpp). `make test`
 builds build/emu/{vanilla-mpi/train_fp32, depth-mpi/train_bf16} where mpicxx and mpirun exist.
 
-This runs the GPU side of data parallelism for real -- the slot layout with its padding, the
-pack/unpack kernels, the reduce-scatter/all-gather sequence, the sharded AdamW per tensor range,
-the gathered checkpoint -- with the same assertions as the CPU build's tests/python/test_distributed.py.
-It says nothing about NCCL itself (its transports, its summation order, its failure modes) or
-about several real GPUs: those still need a multi-GPU machine.
+This runs the GPU side of data parallelism for real -- each layer's gradient all-reduce on its own
+stream during the backward, the sharded AdamW per tensor range, the slot layout of ZeRO-1's weight
+all-gather, the gathered checkpoint -- with the same assertions as the CPU build's
+tests/python/test_distributed.py. The overlapped all-reduce is also run with each of the two
+streams held back in turn (VP_EMU_STREAMS, tests/emu/cuda_emu.h "Streams"): a missing event
+between the backward and the all-reduce, or between the all-reduce and the optimizer, then changes
+the numbers. It says nothing about NCCL itself (its transports, its summation order, its failure
+modes), about real concurrency, or about several real GPUs: those still need a multi-GPU machine.
 """
+import time
+
 import numpy as np
 import pytest
 
@@ -20,9 +25,9 @@ from test_trainer_cli import checkpoint_tensors, data  # noqa: F401  (data is a 
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
 
 
-def mpirun(np_, args, path="vanilla", prec="fp32", env=None):
+def mpirun(np_, args, path="vanilla", prec="fp32", env=None, expect=0, timeout=600):
     binary = REPO / "build" / "emu" / f"{path}-mpi" / f"train_{prec}"
-    return mpirun_trainer(np_, args, timeout=600, env=env, binary=binary)
+    return mpirun_trainer(np_, args, expect=expect, timeout=timeout, env=env, binary=binary)
 
 
 def single(args, prec="fp32"):
@@ -52,6 +57,20 @@ def test_two_emulated_gpus_equal_one_with_accumulation(tmp_path, data):
     one, two = np.frombuffer(t["one"], np.float32), np.frombuffer(t["two_z0"], np.float32)
     n = len(one) // 3
     np.testing.assert_allclose(two[:n], one[:n], rtol=1e-4, atol=1e-6)  # the weights
+
+
+def test_overlapped_all_reduce_is_the_same_whichever_stream_runs_late(tmp_path, data):
+    """The per-layer all-reduces run on a second stream, ordered against the backward and the
+    update by events only. Holding back the compute stream (the all-reduce would overtake the
+    backward without its event) or the communication stream (the grad norm and AdamW would read
+    unsummed gradients without the wait) must change no bit of the losses or the weights."""
+    args = common(data, 3) + ["--total-batch-tokens", "128"]  # 2 accumulation steps: only the last backward overlaps
+    runs = {}
+    for policy in ("inline", "hold-first", "hold-others"):
+        mpirun(2, args + ["--out-dir", tmp_path / policy], env={"VP_EMU_STREAMS": policy})
+        runs[policy] = (losses(tmp_path / policy), checkpoint_tensors(tmp_path / policy / "ckpt_00000003.bin"))
+    assert len(runs["inline"][0]) == 3
+    assert runs["hold-first"] == runs["inline"] and runs["hold-others"] == runs["inline"]
 
 
 def test_resume_under_two_emulated_gpus_is_bit_exact(tmp_path, data):
@@ -85,3 +104,26 @@ def test_depth_bf16_two_emulated_gpus_zero1_equal_zero0(tmp_path, data):
         mpirun(2, args + ["--zero", zero, "--out-dir", tmp_path / f"z{zero}"], path="depth", prec="bf16")
     assert losses(tmp_path / "z0") == losses(tmp_path / "z1") and len(losses(tmp_path / "z0")) == 3
     assert checkpoint_tensors(tmp_path / "z0" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "z1" / "ckpt_00000003.bin")
+
+
+def test_a_frozen_rank_is_reported_by_the_gradient_wait(tmp_path, data):
+    """Rank 1 freezes (SIGSTOP, injected by the emulated NCCL at its 5th collective: inside step 1's
+    overlapped all-reduce): rank 0's collectives never complete, and its polling wait (nccl_wait,
+    VP_DIST_TIMEOUT=3) must report it, abort the communicator and exit 1, which ends the job."""
+    t0 = time.time()
+    p = mpirun(2, common(data, 50) + ["--out-dir", tmp_path / "run"], expect=None, timeout=120,
+               env={"VP_EMU_NCCL_FAULT": "hang:1:5", "VP_DIST_TIMEOUT": "3"})
+    assert p.returncode != 0 and time.time() - t0 < 60
+    assert "rank 1 stops itself at collective 5" in p.stderr
+    assert "rank 0: the gradient all-reduce has waited" in p.stderr and "died or hangs" in p.stderr, p.stderr[-3000:]
+    assert "rank 0: NCCL failed (see above); the communicator was aborted" in p.stderr
+
+
+def test_a_closed_connection_is_reported_by_the_rank_that_sees_it(tmp_path, data):
+    """ncclCommGetAsyncError reports a closed peer connection on rank 1 (injected at its 5th
+    collective): rank 1 names the failed collective, aborts and exits 1, and the job ends."""
+    t0 = time.time()
+    p = mpirun(2, common(data, 50) + ["--out-dir", tmp_path / "run"], expect=None, timeout=120,
+               env={"VP_EMU_NCCL_FAULT": "error:1:5", "VP_DIST_TIMEOUT": "30"})
+    assert p.returncode != 0 and time.time() - t0 < 60
+    assert "rank 1: the gradient all-reduce failed" in p.stderr and "a peer closed its connection" in p.stderr, p.stderr[-3000:]

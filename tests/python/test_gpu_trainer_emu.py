@@ -68,6 +68,20 @@ def test_recompute_levels_give_identical_losses(tmp_path, data):
     assert runs[0] == runs[1] == runs[2]
 
 
+def test_host_reads_device_results_only_after_waiting(tmp_path, data):
+    """VP_EMU_STREAMS=hold-first holds the trainer's stream until the host waits for it
+    (tests/emu/cuda_emu.h, "Streams"): a loss, grad norm, eval or checkpoint read from a pinned
+    buffer before its copy was waited for would differ from the inline run."""
+    for policy in ["inline", "hold-first"]:
+        run(emu_trainer("bf16"), common(data, 3) + ["--out-dir", tmp_path / policy], expect=0, env={"VP_EMU_STREAMS": policy})
+    held, inline = read_log(tmp_path / "hold-first"), read_log(tmp_path / "inline")
+    assert len(train_losses(tmp_path / "inline")) == 3
+    def numbers(log):  # the step and eval records, without the timings
+        return [{k: v for k, v in r.items() if k not in ("ms", "tok_per_s")} for r in log if "train_loss" in r or "val_loss" in r]
+    assert len(numbers(inline)) >= 4 and numbers(held) == numbers(inline)
+    assert checkpoint_tensors(tmp_path / "hold-first" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "inline" / "ckpt_00000003.bin")
+
+
 def test_checkpoints_move_between_train_cpu_and_train(tmp_path, data):
     """./train_cpu -> ./train (fp32) and back: the resumed steps match an uninterrupted CPU run to
     fp32 round-off (different summation orders, so not bit for bit)."""
