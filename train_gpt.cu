@@ -86,6 +86,7 @@ namespace gpu {
 
 struct GpuOptions {
     int recompute = 0;  // 0: keep every activation; 1: recompute the MLP activation; 2: also the norms
+    bool overlap_reduce = true;  // data parallel: each layer's gradient all-reduce during the backward (--overlap-reduce)
 };
 
 // Parameters: the layout, init and per-layer views are host/params.h, shared with the CPU build.
@@ -970,7 +971,10 @@ inline std::vector<int> gpt_generate(GpuModel* m, int start_token, int n, int T,
 inline const char* model_build_name(const GpuModel*) { return "gpu-" PRECISION_NAME; }
 
 // Flags of the shared CLI that only this build uses: --recompute (activation memory).
-inline void model_set_run_options(GpuModel* m, const RunConfig& rc) { m->options.recompute = rc.recompute; }
+inline void model_set_run_options(GpuModel* m, const RunConfig& rc) {
+    m->options.recompute = rc.recompute;
+    m->options.overlap_reduce = rc.overlap_reduce != 0;
+}
 
 // fp32 tensors of num_params floats between host and device
 inline void copy_params_to_host(const float* dev, float* host, size_t n) { cudaCheck(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost)); }
@@ -1065,8 +1069,9 @@ inline void dist_reduce_grads_async(GpuModel* m, int layer) {
     nccl_allreduce_sum_slices(slices, m->comm_stream);
 }
 
-// The next gpt_backward is the step's last: it starts each layer's all-reduce as it goes.
-inline void model_dist_last_backward(GpuModel* m) { m->reduce_during_backward = true; }
+// The next gpt_backward is the step's last: it starts each layer's all-reduce as it goes (unless
+// --overlap-reduce 0: then model_dist_reduce_grads issues the same all-reduces after it).
+inline void model_dist_last_backward(GpuModel* m) { m->reduce_during_backward = m->options.overlap_reduce; }
 
 // grads (n fp32, each rank's backward already scaled by 1/world) = their sum over the ranks.
 inline void model_dist_reduce_grads(GpuModel* m) {

@@ -81,6 +81,7 @@ struct RunConfig {
     // data parallel (mpirun; host/distributed.h)
     int zero;
     int recompute;  // GPU build: activation recomputation level (the CPU build keeps every activation)
+    int overlap_reduce;  // GPU data parallel: 1 = each layer's gradient all-reduce during the backward, 0 = after it
     // value path settings (strings so that "not given" is distinguishable: see value_path.h)
     ValuePathFlags vp_flags;
     // which flags the user gave explicitly (by flag name), to detect conflicts with --init-from/--resume
@@ -150,6 +151,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--keep-checkpoints",FLAG_INT,RC_FIELD(keep_checkpoints),"0", "keep only the newest N checkpoints (0 = keep all)"},
     {"--resume",      FLAG_INT,    RC_FIELD(resume),      "0",     "1 = continue from the newest checkpoint in --out-dir (bit-exact)"},
     {"--zero",        FLAG_INT,    RC_FIELD(zero),        "0",     "data parallel under mpirun: 0 = every rank keeps the whole AdamW state, 1 = ZeRO-1 (sharded over the ranks)"},
+    {"--overlap-reduce",FLAG_INT,  RC_FIELD(overlap_reduce),"1",   "GPU data parallel: 1 = sum each layer's gradients over the ranks during the backward; 0 = after it (identical results; to measure the overlap)"},
     // memory
     {"--recompute",   FLAG_INT,    RC_FIELD(recompute),   "0",     "GPU build: 0 = keep every activation; 1 = recompute GELU/SwiGLU in backward; 2 = also the norms (least memory, identical results; the CPU build ignores it)"},
     };
@@ -371,6 +373,7 @@ inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
     if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
     if (rc.zero != 0 && rc.zero != 1) usage_error(nullptr, "--zero must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded over the ranks)");
     if (rc.recompute < 0 || rc.recompute > 2) usage_error(nullptr, "--recompute must be 0, 1 or 2, got %d", rc.recompute);
+    if (rc.overlap_reduce != 0 && rc.overlap_reduce != 1) usage_error(nullptr, "--overlap-reduce must be 0 or 1, got %d", rc.overlap_reduce);
     if (rc.resume && rc.out_dir.empty()) usage_error(nullptr, "--resume 1 needs --out-dir (where the checkpoints are)");
     if (rc.resume && !rc.init_from.empty()) usage_error(nullptr, "--resume and --init-from cannot be combined (resume continues a run; init-from starts a new one)");
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");

@@ -18,7 +18,7 @@
 //   void  model_load(Model*, const std::string& path, CheckpointMeta*, bool with_optimizer)
 //   void  model_save(Model*, const std::string& dir, CheckpointMeta*)   fills the tensors of meta's checkpoint
 //   const char* model_build_name(const Model*)               e.g. "cpu-fp32"
-//   void  model_set_run_options(Model*, const RunConfig&)    optional, before gpt_build: flags only one build uses (GPU: --recompute)
+//   void  model_set_run_options(Model*, const RunConfig&)    optional, before gpt_build: flags only one build uses (GPU: --recompute, --overlap-reduce)
 // and the fields model->config, model->num_params, model->mean_loss.
 //
 // Data parallel (host/distributed.h, docs/distributed.md): under mpirun every rank runs this same

@@ -63,14 +63,17 @@ def test_overlapped_all_reduce_is_the_same_whichever_stream_runs_late(tmp_path, 
     """The per-layer all-reduces run on a second stream, ordered against the backward and the
     update by events only. Holding back the compute stream (the all-reduce would overtake the
     backward without its event) or the communication stream (the grad norm and AdamW would read
-    unsummed gradients without the wait) must change no bit of the losses or the weights."""
+    unsummed gradients without the wait) must change no bit of the losses or the weights; nor must
+    --overlap-reduce 0, which issues the same all-reduces after the backward."""
     args = common(data, 3) + ["--total-batch-tokens", "128"]  # 2 accumulation steps: only the last backward overlaps
     runs = {}
-    for policy in ("inline", "hold-first", "hold-others"):
-        mpirun(2, args + ["--out-dir", tmp_path / policy], env={"VP_EMU_STREAMS": policy})
-        runs[policy] = (losses(tmp_path / policy), checkpoint_tensors(tmp_path / policy / "ckpt_00000003.bin"))
+    for name, policy, overlap in (("inline", "inline", 1), ("hold-first", "hold-first", 1), ("hold-others", "hold-others", 1),
+                                  ("after", "inline", 0)):
+        mpirun(2, args + ["--overlap-reduce", overlap, "--out-dir", tmp_path / name], env={"VP_EMU_STREAMS": policy})
+        runs[name] = (losses(tmp_path / name), checkpoint_tensors(tmp_path / name / "ckpt_00000003.bin"))
     assert len(runs["inline"][0]) == 3
     assert runs["hold-first"] == runs["inline"] and runs["hold-others"] == runs["inline"]
+    assert runs["after"] == runs["inline"]  # --overlap-reduce 0: the same all-reduces after the backward
 
 
 def test_resume_under_two_emulated_gpus_is_bit_exact(tmp_path, data):
