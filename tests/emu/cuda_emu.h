@@ -279,8 +279,9 @@ inline void launch(const void* fn, const LaunchConfig& cfg, const char* name, vo
     });
 }
 
-// Streams. By default (VP_EMU_STREAMS=inline) every operation runs the moment it is issued, which
-// hides a missing dependency between two streams. VP_EMU_STREAMS=hold-first queues the work of the
+// Streams. By default (VP_EMU_STREAMS=inline) every operation runs the moment it is issued (or, if
+// its stream has an operation in flight, the moment that completes), which hides a missing
+// dependency between two streams. VP_EMU_STREAMS=hold-first queues the work of the
 // oldest stream cudaStreamCreate made (and that is not destroyed yet); hold-others queues the work
 // of every other stream. Queued work runs only when the host waits for it (cudaStreamSynchronize,
 // cudaStreamQuery, cudaEventSynchronize, cudaDeviceSynchronize, a blocking copy, cudaFree) or when
