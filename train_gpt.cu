@@ -76,7 +76,7 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/global_norm.cuh"  // defines: global_norm_squared
 #include "kernels/adamw.cuh"        // defines: adamw_update, params_from_master
 // data parallel
-#include "kernels/zero.cuh"         // defines: nccl_init, nccl_allreduce_sum_slices, nccl_all_gather, nccl_wait, GradSlice, zero_slots, zero_unpack (one rank without USE_MPI)
+#include "kernels/zero.cuh"         // defines: nccl_init, nccl_allreduce_sum_slices, nccl_all_gather, nccl_wait, zero_slots, zero_unpack (one rank without USE_MPI)
 
 namespace gpu {
 
@@ -1062,8 +1062,7 @@ inline void dist_reduce_grads_async(GpuModel* m, int layer) {
         cudaCheck(cudaStreamCreate(&m->comm_stream));
         cudaCheck(cudaEventCreateWithFlags(&m->grads_ready, cudaEventDisableTiming));  // an ordering point only: no timestamp
     }
-    std::vector<GradSlice> slices;
-    for (const auto& sl : param_slices(m->grads, m->specs, m->config, layer)) slices.push_back({sl.first, sl.second});
+    std::vector<std::pair<float*, size_t>> slices = param_slices(m->grads, m->specs, m->config, layer);
     cudaCheck(cudaEventRecord(m->grads_ready, m->stream));
     cudaCheck(cudaStreamWaitEvent(m->comm_stream, m->grads_ready, 0));  // the comm stream waits for the layer's backward
     nccl_allreduce_sum_slices(slices, m->comm_stream);

@@ -73,12 +73,13 @@
 // host/distributed.h.
 //
 // defines: nccl_init, nccl_finalize, nccl_allreduce_sum_slices, nccl_all_gather, nccl_allreduce_sum, nccl_wait,
-//          GradSlice, ZeroSlots, zero_slots, zero_unpack
+//          ZeroSlots, zero_slots, zero_unpack
 #pragma once
 
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "host/distributed.h"
@@ -106,11 +107,6 @@ static __global__ void zero_unpack_kernel1(float* x, const float* slots, const s
 
 // ----------------------------------------------------------------------------
 // the slot layout (see the top of the file)
-
-struct GradSlice {
-    float* ptr;
-    size_t count;
-};
 
 struct ZeroSlots {
     size_t n = 0;               // floats in the flat vector
@@ -238,12 +234,12 @@ inline void nccl_wait(cudaStream_t stream, const char* what) {
     }
 }
 
-// In place: every slice x[0..count) = its sum over the ranks. One NCCL group: the slices of a
-// layer (up to 16 tensors) go out as one operation instead of 16 small ones. Every rank must
-// pass the same slices in the same order.
-inline void nccl_allreduce_sum_slices(const std::vector<GradSlice>& slices, cudaStream_t stream) {
+// In place: every (pointer, count) slice = its sum over the ranks. One NCCL group: the slices of
+// a layer (up to 16 tensors, host/params.h param_slices) go out as one operation instead of 16
+// small ones. Every rank must pass the same slices in the same order.
+inline void nccl_allreduce_sum_slices(const std::vector<std::pair<float*, size_t>>& slices, cudaStream_t stream) {
     ncclCheck(ncclGroupStart());
-    for (const GradSlice& s : slices) ncclCheck(ncclAllReduce(s.ptr, s.ptr, s.count, ncclFloat32, ncclSum, nccl_comm(), stream));
+    for (const auto& s : slices) ncclCheck(ncclAllReduce(s.first, s.first, s.second, ncclFloat32, ncclSum, nccl_comm(), stream));
     ncclCheck(ncclGroupEnd());
 }
 
@@ -345,7 +341,7 @@ inline void nccl_finalize() {
 
 inline void nccl_init() {}
 inline void nccl_finalize() { zero_slots_free(); }
-inline void nccl_allreduce_sum_slices(const std::vector<GradSlice>&, cudaStream_t) {}
+inline void nccl_allreduce_sum_slices(const std::vector<std::pair<float*, size_t>>&, cudaStream_t) {}
 inline void nccl_all_gather(float*, size_t, cudaStream_t) {}
 inline void nccl_allreduce_sum(float*, size_t, cudaStream_t) {}
 inline void nccl_wait(cudaStream_t stream, const char*) { cudaCheck(cudaStreamSynchronize(stream)); }

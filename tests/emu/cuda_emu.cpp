@@ -471,6 +471,11 @@ bool wait_over(uint64_t id, uint64_t seq) {
     return !w || w->done >= seq;
 }
 
+// The host blocks until an operation in flight completes (cudaStreamSynchronize on a collective).
+static void block_until(const std::function<bool()>& finished) {
+    while (!finished()) usleep(50);
+}
+
 // Moves stream s on until it has completed `seq` items; false if it has to stop short. force: a
 // wait for another stream makes that stream move on too (the host is waiting for s); otherwise
 // the wait must already be over. block: an operation in flight is waited for (the host blocks, as
@@ -489,7 +494,7 @@ static bool advance(CUstream_st* s, uint64_t seq, bool force, bool block) {
             }
             if (f.finished && !f.finished()) {
                 if (!block) return false;
-                while (!f.finished()) usleep(50);
+                block_until(f.finished);
             }
         }
         s->queue.pop_front();
@@ -536,7 +541,7 @@ void enqueue_async(cudaStream_t s, std::function<void()> start, std::function<bo
     if (!s) {  // the legacy default stream: after everything issued before, and before everything after
         drain_all();
         start();
-        while (finished && !finished()) usleep(50);
+        if (finished) block_until(finished);
         return;
     }
     s->queue.push_back(StreamItem{std::move(start), 0, 0, std::move(finished)});

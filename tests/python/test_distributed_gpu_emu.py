@@ -109,14 +109,21 @@ def test_depth_bf16_two_emulated_gpus_zero1_equal_zero0(tmp_path, data):
     assert checkpoint_tensors(tmp_path / "z0" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "z1" / "ckpt_00000003.bin")
 
 
+def run_with_fault(tmp_path, data, fault, timeout_s):
+    """A long 2-rank run with VP_EMU_NCCL_FAULT=fault (tests/emu/nccl_emu.cpp): it must fail, and
+    within 60 s. Returns the finished process."""
+    t0 = time.time()
+    p = mpirun(2, common(data, 50) + ["--out-dir", tmp_path / "run"], expect=None, timeout=120,
+               env={"VP_EMU_NCCL_FAULT": fault, "VP_DIST_TIMEOUT": timeout_s})
+    assert p.returncode != 0 and time.time() - t0 < 60
+    return p
+
+
 def test_a_frozen_rank_is_reported_by_the_gradient_wait(tmp_path, data):
     """Rank 1 freezes (SIGSTOP, injected by the emulated NCCL at its 5th collective: inside step 1's
     overlapped all-reduce): rank 0's collectives never complete, and its polling wait (nccl_wait,
     VP_DIST_TIMEOUT=3) must report it, abort the communicator and exit 1, which ends the job."""
-    t0 = time.time()
-    p = mpirun(2, common(data, 50) + ["--out-dir", tmp_path / "run"], expect=None, timeout=120,
-               env={"VP_EMU_NCCL_FAULT": "hang:1:5", "VP_DIST_TIMEOUT": "3"})
-    assert p.returncode != 0 and time.time() - t0 < 60
+    p = run_with_fault(tmp_path, data, "hang:1:5", "3")
     assert "rank 1 stops itself at collective 5" in p.stderr
     assert "rank 0: the gradient all-reduce has waited" in p.stderr and "died or hangs" in p.stderr, p.stderr[-3000:]
     assert "rank 0: NCCL failed (see above); the communicator was aborted" in p.stderr
@@ -125,8 +132,5 @@ def test_a_frozen_rank_is_reported_by_the_gradient_wait(tmp_path, data):
 def test_a_closed_connection_is_reported_by_the_rank_that_sees_it(tmp_path, data):
     """ncclCommGetAsyncError reports a closed peer connection on rank 1 (injected at its 5th
     collective): rank 1 names the failed collective, aborts and exits 1, and the job ends."""
-    t0 = time.time()
-    p = mpirun(2, common(data, 50) + ["--out-dir", tmp_path / "run"], expect=None, timeout=120,
-               env={"VP_EMU_NCCL_FAULT": "error:1:5", "VP_DIST_TIMEOUT": "30"})
-    assert p.returncode != 0 and time.time() - t0 < 60
+    p = run_with_fault(tmp_path, data, "error:1:5", "30")
     assert "rank 1: the gradient all-reduce failed" in p.stderr and "a peer closed its connection" in p.stderr, p.stderr[-3000:]
