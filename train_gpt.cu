@@ -17,7 +17,8 @@ diffs this file against the reference layer by layer, gradient by gradient, step
   seed give bit-identical losses, and --resume continues bit-exactly.
 
   Memory: parameters, gradients and optimizer state are allocated at build (18 bytes per
-  parameter in bf16, 16 in fp32); activations at the first forward for its (B, T). Before each
+  parameter in bf16, 16 in fp32; under data parallel --zero 1 over W GPUs 6 + 12/W in bf16,
+  8 + 8/W in fp32); activations at the first forward for its (B, T). Before each
   allocation the free device memory is checked, and the error gives the bytes it needed.
   --recompute 1 recomputes the MLP activation (GELU / SwiGLU) in backward; --recompute 2 also
   recomputes both norms of each block: less activation memory, bit-identical results.
@@ -76,7 +77,7 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/global_norm.cuh"  // defines: global_norm_squared
 #include "kernels/adamw.cuh"        // defines: adamw_update, params_from_master
 // data parallel
-#include "kernels/zero.cuh"         // defines: nccl_init, nccl_allreduce_sum_slices, nccl_all_gather, nccl_wait, zero_slots, zero_unpack (one rank without USE_MPI)
+#include "kernels/zero.cuh"         // defines: nccl_init, nccl_allreduce_sum_slices, nccl_reduce_sum_slices_to_owners, nccl_all_gather, nccl_broadcast_from_owners, nccl_wait (one rank without USE_MPI)
 
 namespace gpu {
 
@@ -87,6 +88,7 @@ namespace gpu {
 struct GpuOptions {
     int recompute = 0;  // 0: keep every activation; 1: recompute the MLP activation; 2: also the norms
     bool overlap_reduce = true;  // data parallel: each layer's gradient all-reduce during the backward (--overlap-reduce)
+    bool zero1 = false;  // data parallel --zero 1: gpt_build keeps the master weights and AdamW m, v of this rank's shard only
 };
 
 // Parameters: the layout, init and per-layer views are host/params.h, shared with the CPU build.
@@ -253,15 +255,19 @@ struct GpuModel {
     GpuOptions options;  // set before the first forward (model_set_run_options, or directly by tests)
     std::vector<ParamSpec> specs;
     size_t num_params = 0;
-    // parameters: fp32 master weights, the floatX copy the kernels read (the same buffer in the
-    // FP32 build), fp32 gradients and AdamW moments; all in param_specs order
+    // parameters, all in param_specs order: the floatX weights the kernels read (every element),
+    // fp32 gradients (every element), and the fp32 master weights and AdamW moments of the
+    // elements [shard_offset, shard_offset + shard_count): all of them (0, num_params), or under
+    // ZeRO-1 (zero_shard) this rank's dist_shard only ("Data parallel (NCCL)"). In the FP32 build
+    // the master weights are the weights: master is a view into params_memory.
     float* master = nullptr;
-    floatX* params_memory = nullptr;
+    floatX* params_memory = nullptr;  // num_params, padded under ZeRO-1 to W * slot (the in-place all-gather)
     float* grads_memory = nullptr;
     float* adam_m = nullptr;
     float* adam_v = nullptr;
+    size_t shard_offset = 0, shard_count = 0;
     bool has_optimizer_state = false;  // false until the first update (or a load with optimizer state), as the CPU build
-    bool zero_shard = false;           // ZeRO-1: adam_m, adam_v hold only this rank's dist_shard of the parameters ("Data parallel (NCCL)")
+    bool zero_shard = false;
     ParamTensors<floatX> params;
     ParamTensors<float> grads;
     float* rope_cos = nullptr;  // (maxT, D/2) Llama
@@ -272,7 +278,10 @@ struct GpuModel {
     BackwardScratch scratch;
     ValuePathBuffers vpb;
     std::vector<char> acc_written;  // backward: accumulator j has had its first contribution (then +=)
-    ParamTensors<float> master_tensors;  // views of the fp32 master weights (ResFormer's learnable lambdas)
+    // ResFormer's learnable lambdas (L) in fp32, as the attention kernels read them: a view into
+    // the master weights, or under ZeRO-1 (where one rank holds them) a copy on every rank
+    float* lambda_f32 = nullptr;
+    bool lambda_f32_owned = false;
     char* acts_memory = nullptr;
     // host side: pinned staging buffers, the encoder's token buckets
     int* h_inputs = nullptr;
@@ -311,6 +320,9 @@ inline void* model_device_alloc(GpuModel* m, size_t bytes, const char* what) {
     return p;
 }
 
+// Where ResFormer's lambdas (the vp_lambda tensor, L floats) start in the flat parameter vector.
+inline size_t lambda_offset(const GpuModel* m) { return (size_t)(m->params.vp_lambda - m->params_memory); }
+
 inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     if (c.vp.path != VALUE_PATH_ID)
         runtime_error("rebuild with make train VALUE_PATH=... for this model's path", "a VALUE_PATH=%s model in a binary built for VALUE_PATH=%s",
@@ -333,21 +345,38 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     cudaCheck(cudaStreamCreate(&m->stream));
     matmul_init();
 
-    size_t n = m->num_params, bytes = n * (4 * sizeof(float) + (FLOATX_IS_FLOAT ? 0 : sizeof(floatX)));
-    check_device_memory(bytes, "the parameters, gradients and AdamW state", "use a smaller model");
-    m->master = (float*)model_device_alloc(m, n * sizeof(float), "master weights");
-    m->params_memory = FLOATX_IS_FLOAT ? (floatX*)m->master : (floatX*)model_device_alloc(m, n * sizeof(floatX), "weights (floatX copy)");
+    // ZeRO-1: the master weights and moments of this rank's shard only, the weights padded to
+    // W slots; otherwise one shard of everything
+    size_t n = m->num_params;
+    int shards = m->options.zero1 ? dist_world() : 1;
+    DistShard own = dist_shard(n, m->options.zero1 ? dist_rank() : 0, shards);
+    size_t n_padded = dist_slot(n, shards) * shards, sc = std::max<size_t>(1, own.count);
+    m->zero_shard = m->options.zero1;
+    m->shard_offset = own.offset;
+    m->shard_count = own.count;
+    size_t bytes = n_padded * sizeof(floatX) + n * sizeof(float) + sc * sizeof(float) * (FLOATX_IS_FLOAT ? 2 : 3);
+    check_device_memory(bytes, "the weights, gradients, master weights and AdamW state",
+                        m->options.zero1 || dist_world() == 1 ? "use a smaller model, or more GPUs" : "use a smaller model, or --zero 1");
+    m->params_memory = (floatX*)model_device_alloc(m, n_padded * sizeof(floatX), "weights");
+    m->master = FLOATX_IS_FLOAT ? (float*)m->params_memory + own.offset : (float*)model_device_alloc(m, sc * sizeof(float), "master weights");
     m->grads_memory = (float*)model_device_alloc(m, n * sizeof(float), "gradients");
-    m->adam_m = (float*)model_device_alloc(m, n * sizeof(float), "AdamW m");
-    m->adam_v = (float*)model_device_alloc(m, n * sizeof(float), "AdamW v");
-    cudaCheck(cudaMemset(m->master, 0, n * sizeof(float)));
+    m->adam_m = (float*)model_device_alloc(m, sc * sizeof(float), "AdamW m");
+    m->adam_v = (float*)model_device_alloc(m, sc * sizeof(float), "AdamW v");
+    cudaCheck(cudaMemset(m->params_memory, 0, n_padded * sizeof(floatX)));
+    if (!FLOATX_IS_FLOAT) cudaCheck(cudaMemset(m->master, 0, sc * sizeof(float)));
     cudaCheck(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(m->adam_m, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(m->adam_v, 0, n * sizeof(float)));
-    params_from_master(m->params_memory, m->master, n, m->stream);
+    cudaCheck(cudaMemset(m->adam_m, 0, sc * sizeof(float)));
+    cudaCheck(cudaMemset(m->adam_v, 0, sc * sizeof(float)));
     point_param_tensors(&m->params, m->params_memory, m->specs);
     point_param_tensors(&m->grads, m->grads_memory, m->specs);
-    point_param_tensors(&m->master_tensors, m->master, m->specs);
+    if (m->params.vp_lambda) {
+        if (m->zero_shard) {
+            m->lambda_f32 = (float*)model_device_alloc(m, c.n_layer * sizeof(float), "ResFormer's lambdas (fp32 copy)");
+            m->lambda_f32_owned = true;
+        } else {
+            m->lambda_f32 = m->master + lambda_offset(m);
+        }
+    }
     if (c.arch == ARCH_LLAMA) {
         // the same tables as the CPU reference: computed in double, rounded to float
         int half = c.head_dim / 2;
@@ -370,6 +399,29 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     cudaCheck(cudaGetDeviceProperties(&prop, dev));
     printf("device: %s (%d SMs, %.1f GiB), %s, --recompute %d\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, PRECISION_NAME,
            m->options.recompute);
+    if (m->zero_shard)
+        printf("ZeRO-1: master weights and AdamW state of %zu of %zu parameters on this rank; weights, gradients and state: %zu bytes\n", m->shard_count, n,
+               bytes);
+}
+
+// All num_params fp32 weights from the host (an init or a checkpoint) into the model: the floatX
+// weights the kernels read, the master weights of this rank's shard, ResFormer's fp32 lambdas.
+// BF16 build: the weights are rounded on the device from a copy staged in the gradient buffer
+// (free at this point: a load comes before any backward; it is zeroed afterwards), so that no
+// extra num_params floats of device memory are needed.
+inline void upload_params(GpuModel* m, const float* host) {
+    size_t n = m->num_params;
+    if (FLOATX_IS_FLOAT) {
+        cudaCheck(cudaMemcpy(m->params_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));  // master is a view into it
+    } else {
+        cudaCheck(cudaMemcpy(m->grads_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));
+        params_from_master(m->params_memory, m->grads_memory, n, m->stream);
+        cudaCheck(cudaMemcpyAsync(m->master, m->grads_memory + m->shard_offset, m->shard_count * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+        cudaCheck(cudaMemsetAsync(m->grads_memory, 0, n * sizeof(float), m->stream));
+    }
+    if (m->lambda_f32_owned)
+        cudaCheck(cudaMemcpy(m->lambda_f32, host + lambda_offset(m), m->config.n_layer * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
 // Fills the parameters from the seed exactly as the CPU reference does (on the host, then one
@@ -377,15 +429,14 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
 inline void gpt_init_params(GpuModel* m, uint64_t seed) {
     std::vector<float> host(m->num_params);
     init_params_from_seed(m->specs, m->config, host.data(), seed);
-    cudaCheck(cudaMemcpy(m->master, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-    params_from_master(m->params_memory, m->master, m->num_params, m->stream);
-    cudaCheck(cudaStreamSynchronize(m->stream));
+    upload_params(m, host.data());
 }
 
 inline void gpt_free(GpuModel* m) {
     cudaCheck(cudaDeviceSynchronize());
-    if (!FLOATX_IS_FLOAT) cudaCheck(cudaFree(m->params_memory));
-    cudaCheck(cudaFree(m->master));
+    cudaCheck(cudaFree(m->params_memory));
+    if (!FLOATX_IS_FLOAT) cudaCheck(cudaFree(m->master));  // FP32: a view into params_memory
+    if (m->lambda_f32_owned) cudaCheck(cudaFree(m->lambda_f32));
     cudaCheck(cudaFree(m->grads_memory));
     cudaCheck(cudaFree(m->adam_m));
     cudaCheck(cudaFree(m->adam_v));
@@ -538,7 +589,7 @@ inline AttentionArgs attention_forward_args(GpuModel* m, int l) {
             aa.v_mix = first.v;
             aa.v_mix_rs = first.v_rs;
             aa.lambda = 0.5f;
-            aa.lambda_ptr = c.vp.resformer_learn ? m->master_tensors.vp_lambda + l : nullptr;
+            aa.lambda_ptr = c.vp.resformer_learn ? m->lambda_f32 + l : nullptr;
             break;
         }
         case VP_SVFORMER: {  // V = v^0, read in place
@@ -907,28 +958,37 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
     m->dlogits_ready = false;  // dlogits were consumed (a second backward would need a new forward)
 }
 
-// Global L2 norm of all gradients (fixed-order, in double).
-inline double gpt_grad_norm(GpuModel* m) {
+// Sum of the squared gradients [off, off + count) (fixed-order, in double). Data parallel adds the
+// ranks' shards of it (host/train_loop.h).
+inline double gpt_grad_sumsq(GpuModel* m, size_t off, size_t count) {
     double* result = m->scratch.norm_scratch + GLOBAL_NORM_BLOCKS;
     if (!m->acts_memory) runtime_error(nullptr, "internal: grad norm before any forward");
-    global_norm_squared(result, m->scratch.norm_scratch, m->grads_memory, m->num_params, m->stream);
+    if (off + count > m->num_params) runtime_error(nullptr, "internal: grad norm of [%zu, %zu) beyond %zu parameters", off, off + count, m->num_params);
+    global_norm_squared(result, m->scratch.norm_scratch, m->grads_memory + off, count, m->stream);
     cudaCheck(cudaMemcpyAsync(m->h_norm, result, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
-    return std::sqrt(*m->h_norm);
+    return *m->h_norm;
 }
 
-// AdamW on parameters [off, off + count) of the flat vector, with m, v indexed from off (ZeRO-1
-// keeps only that shard): weight decay on spec.decay tensors only, each tensor's own lr
-// (tensor_lr), the same kernel and arguments whatever the range, so a sharded step is
-// bit-identical to the full one. step is 1-based.
+// Global L2 norm of all gradients. PyTorch: torch.nn.utils.clip_grad_norm_'s total norm.
+inline double gpt_grad_norm(GpuModel* m) { return std::sqrt(gpt_grad_sumsq(m, 0, m->num_params)); }
+
+// AdamW on parameters [off, off + count) of the flat vector, which must lie in the model's
+// master shard (the master weights and m, v are indexed from shard_offset): weight decay on
+// spec.decay tensors only, each tensor's own lr (tensor_lr), the same kernel and arguments
+// whatever the range, so a sharded step is bit-identical to the full one. step is 1-based.
 inline void gpt_update_range(GpuModel* m, const AdamWSettings& s, int step, size_t off, size_t count) {
+    if (off < m->shard_offset || off + count > m->shard_offset + m->shard_count)
+        runtime_error(nullptr, "internal: update of [%zu, %zu) outside this rank's master shard [%zu, %zu)", off, off + count, m->shard_offset,
+                      m->shard_offset + m->shard_count);
     size_t start = 0;
     for (const ParamSpec& spec : m->specs) {
         size_t lo = std::max(start, off), hi = std::min(start + spec.count, off + count);
         start += spec.count;
         if (lo >= hi) continue;
-        adamw_update(m->master + lo, m->params_memory + lo, m->grads_memory + lo, m->adam_m + (lo - off), m->adam_v + (lo - off), hi - lo, tensor_lr(spec, s),
-                     s.beta1, s.beta2, step, s.eps, spec.decay ? s.weight_decay : 0.0f, s.grad_scale, m->stream);
+        size_t at = lo - m->shard_offset;  // index into the shard's master, m, v
+        adamw_update(m->master + at, m->params_memory + lo, m->grads_memory + lo, m->adam_m + at, m->adam_v + at, hi - lo, tensor_lr(spec, s), s.beta1,
+                     s.beta2, step, s.eps, spec.decay ? s.weight_decay : 0.0f, s.grad_scale, m->stream);
     }
     m->has_optimizer_state = true;
 }
@@ -974,6 +1034,7 @@ inline const char* model_build_name(const GpuModel*) { return "gpu-" PRECISION_N
 inline void model_set_run_options(GpuModel* m, const RunConfig& rc) {
     m->options.recompute = rc.recompute;
     m->options.overlap_reduce = rc.overlap_reduce != 0;
+    m->options.zero1 = rc.zero == 1 && (dist_world() > 1 || dist_forced());  // train_loop.h's data-parallel condition
 }
 
 // fp32 tensors of num_params floats between host and device
@@ -985,20 +1046,18 @@ inline void model_load(GpuModel* m, const std::string& path, CheckpointMeta* met
     if ((size_t)check.num_params != m->num_params)
         runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
                       (long long)check.num_params, m->num_params);
-    size_t n = m->num_params;
+    size_t n = m->num_params, off = m->shard_offset, count = m->shard_count;
     std::vector<float> host_p(n), host_m(with_optimizer ? n : 0), host_v(with_optimizer ? n : 0);
     checkpoint_read(path, meta, host_p.data(), with_optimizer ? host_m.data() : nullptr, with_optimizer ? host_v.data() : nullptr);
-    cudaCheck(cudaMemcpy(m->master, host_p.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    if (with_optimizer) {
-        cudaCheck(cudaMemcpy(m->adam_m, host_m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(m->adam_v, host_v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    upload_params(m, host_p.data());
+    if (with_optimizer) {  // this rank's shard of the moments (all of them without ZeRO-1)
+        cudaCheck(cudaMemcpy(m->adam_m, host_m.data() + off, count * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->adam_v, host_v.data() + off, count * sizeof(float), cudaMemcpyHostToDevice));
     } else {
-        cudaCheck(cudaMemset(m->adam_m, 0, n * sizeof(float)));
-        cudaCheck(cudaMemset(m->adam_v, 0, n * sizeof(float)));
+        cudaCheck(cudaMemset(m->adam_m, 0, count * sizeof(float)));
+        cudaCheck(cudaMemset(m->adam_v, 0, count * sizeof(float)));
     }
     m->has_optimizer_state = with_optimizer;
-    params_from_master(m->params_memory, m->master, n, m->stream);
-    cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
 inline bool model_dist_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta);  // "Data parallel (NCCL)" below
@@ -1030,24 +1089,32 @@ inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta
 // the CPU build) gives the ranks, the watchdog and the host-side gather of a checkpoint. Without
 // USE_MPI every collective is the identity of one rank.
 //
-// Gradients are summed with NCCL all-reduces (PyTorch DDP's bucketed all_reduce), overlapped with
-// the backward: train_loop.h calls model_dist_last_backward before a step's last backward, which
-// then hands each layer's gradient slices (host/params.h param_slices, one NCCL group per layer,
-// ~7M floats for GPT-2 124M) to comm_stream as soon as that layer is done, behind an event on the
-// compute stream; model_dist_reduce_grads adds the tensors outside the layers (the embeddings,
-// which the backward finishes last, the final norm, the head, ResFormer's lambdas) and waits.
-// ZeRO-0 and ZeRO-1 sum alike, so they give bit-identical weights, as in the CPU build, and
-// every rank ends with the full summed gradient, which gpt_grad_norm reads.
+// Gradients are summed during the backward, overlapped with it: train_loop.h calls
+// model_dist_last_backward before a step's last backward, which then hands each layer's gradient
+// slices (host/params.h param_slices, one NCCL group per layer, ~7M floats for GPT-2 124M) to
+// comm_stream as soon as that layer is done, behind an event on the compute stream;
+// model_dist_reduce_grads adds the tensors outside the layers (the embeddings, which the backward
+// finishes last, the final norm, the head, ResFormer's lambdas) and waits. The gradient norm is
+// then summed by shards in both modes (train_loop.h: each rank's dist_shard, added in rank order).
 //
-// ZeRO-1 (--zero 1; PyTorch: ZeroRedundancyOptimizer): AdamW m and v are kept only for this
-// rank's contiguous shard dist_shard(n, rank, W) of the flat parameters (their 8 bytes per
-// parameter become 8/W), the update runs on that shard only, then the updated fp32 master weights
-// are all-gathered and rounded to the floatX copy. Gathering the whole gradient is one all-gather
-// more than ZeRO-1 needs (its update reads only its shard); dropping it needs a sharded grad norm
-// (a rank-ordered sum of per-shard partial norms), left for later.
+// ZeRO-0 (--zero 0; PyTorch DDP): every slice is all-reduced, every rank does the whole update.
 //
-// Checkpoints stay one ordinary file: rank 0 gathers the m, v shards over MPI in host memory (as
-// the CPU build does) and writes it, so any world size, one process or the CPU build resumes it.
+// ZeRO-1 (--zero 1; PyTorch: ZeroRedundancyOptimizer): rank r owns the contiguous shard
+// dist_shard(n, r, W) of the flat parameters and keeps the fp32 master weights and AdamW m, v of
+// that shard only (gpt_build: 12 of the 18 bytes per parameter become 12/W in bf16). Each part
+// of a gradient slice is summed onto its owner only (NCCL reduce: half the traffic of an
+// all-reduce, which is a reduce-scatter plus an all-gather); the owner updates its shard, writing
+// its floatX weights, and the floatX weights are then all-gathered in place (bf16 in the BF16
+// build: half the bytes of the fp32 master). Per step that moves 1.5x the gradient's bytes in
+// the BF16 build (2x in FP32) against ZeRO-0's 2x. ResFormer's learnable lambdas, which the
+// attention kernels read in fp32, are broadcast from their owners after each update. With 2
+// ranks ZeRO-0 and ZeRO-1 give bit-identical weights (each reduce adds the same two numbers as
+// the all-reduce), as the CPU build does for any W; with more GPUs NCCL's reduce may add in
+// another order than its all-reduce (docs/distributed.md).
+//
+// Checkpoints stay one ordinary file: rank 0 gathers the master and m, v shards over MPI in host
+// memory (as the CPU build gathers m, v) and writes it, so any world size, one process or the
+// CPU build resumes it.
 
 inline bool model_supports_dist(const GpuModel*) { return true; }
 
@@ -1056,7 +1123,8 @@ inline void model_dist_init(const GpuModel*) { nccl_init(); }
 inline void model_dist_finalize(const GpuModel*) { nccl_finalize(); }
 
 // Sums the gradient slices of `layer` (-1: the tensors outside the layers) over the ranks, on
-// comm_stream after the compute stream's work so far. PyTorch: a DDP bucket's all_reduce.
+// comm_stream after the compute stream's work so far: onto every rank (ZeRO-0), or each part
+// onto the rank that owns it (ZeRO-1). PyTorch: a DDP bucket's all_reduce.
 inline void dist_reduce_grads_async(GpuModel* m, int layer) {
     if (!m->comm_stream) {
         cudaCheck(cudaStreamCreate(&m->comm_stream));
@@ -1065,14 +1133,16 @@ inline void dist_reduce_grads_async(GpuModel* m, int layer) {
     std::vector<std::pair<float*, size_t>> slices = param_slices(m->grads, m->specs, m->config, layer);
     cudaCheck(cudaEventRecord(m->grads_ready, m->stream));
     cudaCheck(cudaStreamWaitEvent(m->comm_stream, m->grads_ready, 0));  // the comm stream waits for the layer's backward
-    nccl_allreduce_sum_slices(slices, m->comm_stream);
+    if (m->zero_shard) nccl_reduce_sum_slices_to_owners(slices, m->grads_memory, m->num_params, m->comm_stream);
+    else nccl_allreduce_sum_slices(slices, m->comm_stream);
 }
 
 // The next gpt_backward is the step's last: it starts each layer's all-reduce as it goes (unless
 // --overlap-reduce 0: then model_dist_reduce_grads issues the same all-reduces after it).
 inline void model_dist_last_backward(GpuModel* m) { m->reduce_during_backward = m->options.overlap_reduce; }
 
-// grads (n fp32, each rank's backward already scaled by 1/world) = their sum over the ranks.
+// grads (n fp32, each rank's backward already scaled by 1/world) = their sum over the ranks
+// (ZeRO-1: on this rank's shard; the rest keeps partial sums that nothing reads).
 inline void model_dist_reduce_grads(GpuModel* m) {
     if (!m->reduce_during_backward)  // no model_dist_last_backward: every layer now
         for (int l = m->config.n_layer - 1; l >= 0; l--) dist_reduce_grads_async(m, l);
@@ -1080,60 +1150,47 @@ inline void model_dist_reduce_grads(GpuModel* m) {
     dist_reduce_grads_async(m, -1);
     // The compute stream has nothing queued after the last event, so once comm_stream is done the
     // backward is too; what the host issues next (the grad norm) comes after both.
-    nccl_wait(m->comm_stream, "the gradient all-reduce");
+    nccl_wait(m->comm_stream, m->zero_shard ? "the gradient reduce" : "the gradient all-reduce");
 }
 
-// ZeRO-1: cut AdamW m, v (full size, from gpt_build or a loaded checkpoint) down to this rank's shard.
+// ZeRO-1: gpt_build already allocated this rank's shard only (model_set_run_options set
+// options.zero1 before it, and model_load / gpt_init_params fill the shard).
 inline void model_dist_shard_optimizer(GpuModel* m) {
-    if (m->zero_shard) return;
-    size_t n = m->num_params;
-    DistShard sh = dist_shard(n, dist_rank(), dist_world());
-    size_t bytes = std::max<size_t>(1, sh.count) * sizeof(float);
-    float* shard_m = (float*)cuda_malloc_check(bytes, "AdamW m shard");
-    float* shard_v = (float*)cuda_malloc_check(bytes, "AdamW v shard");
-    cudaCheck(cudaMemcpy(shard_m, m->adam_m + sh.offset, sh.count * sizeof(float), cudaMemcpyDeviceToDevice));
-    cudaCheck(cudaMemcpy(shard_v, m->adam_v + sh.offset, sh.count * sizeof(float), cudaMemcpyDeviceToDevice));
-    cudaCheck(cudaFree(m->adam_m));
-    cudaCheck(cudaFree(m->adam_v));
-    m->adam_m = shard_m;
-    m->adam_v = shard_v;
-    m->bytes_allocated = m->bytes_allocated - 2 * n * sizeof(float) + 2 * bytes;
-    m->zero_shard = true;
+    if (!m->zero_shard) runtime_error(nullptr, "internal: --zero 1, but the model was built unsharded (model_set_run_options must come before gpt_build)");
 }
 
 // The optimizer step on summed gradients. ZeRO-0: every rank does the same full update.
-// ZeRO-1: every rank updates its shard, then the master weights are all-gathered.
+// ZeRO-1: every rank updates its shard (master weights, m, v and its floatX weights), then the
+// floatX weights are all-gathered in place and ResFormer's fp32 lambdas broadcast.
 inline void model_dist_update(GpuModel* m, const AdamWSettings& s, int step) {
     if (!m->zero_shard) {
         gpt_update(m, s, step);
         return;
     }
-    DistShard sh = dist_shard(m->num_params, dist_rank(), dist_world());
-    gpt_update_range(m, s, step, sh.offset, sh.count);
-    ZeroSlots& z = zero_slots(m->num_params);
-    cudaCheck(cudaMemcpyAsync(z.buf + (size_t)dist_rank() * z.slot, m->master + sh.offset, sh.count * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
-    nccl_all_gather(z.buf, z.slot, m->stream);
-    zero_unpack(z, m->master, m->stream);
-    params_from_master(m->params_memory, m->master, m->num_params, m->stream);  // floatX copy of the other ranks' shards
-    nccl_wait(m->stream, "the parameter all-gather");
+    gpt_update_range(m, s, step, m->shard_offset, m->shard_count);
+    nccl_all_gather(m->params_memory, dist_slot(m->num_params, dist_world()), m->stream);
+    if (m->lambda_f32_owned) nccl_broadcast_from_owners(m->lambda_f32, m->master, lambda_offset(m), m->config.n_layer, m->num_params, m->stream);
+    nccl_wait(m->stream, "the weight all-gather");
 }
 
 // The collective part of model_save (every rank calls it): true when it has dealt with the save.
 // Replicated optimizer state: rank 0 saves as one process would, the others skip. ZeRO-1: rank 0
-// gathers the m, v shards into full host arrays (host/distributed.h, MPI) and writes.
+// gathers the master weight and m, v shards into full host arrays (host/distributed.h, MPI) and
+// writes.
 inline bool model_dist_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
     bool root = dist_rank() == 0;
     if (!m->zero_shard) return !root;
-    size_t n = m->num_params;
+    size_t n = m->num_params, off = m->shard_offset, count = m->shard_count;
     bool opt = m->has_optimizer_state;
-    DistShard sh = dist_shard(n, dist_rank(), dist_world());
-    // rank r fills [offset, offset + count) of its array; dist_gather_to_root reads that range
-    std::vector<float> host_p(root ? n : 0), host_m(opt ? (root ? n : sh.offset + sh.count) : 0), host_v(host_m.size());
+    // rank r fills [off, off + count) of its arrays; dist_gather_to_root reads that range
+    size_t len = root ? n : off + count;
+    std::vector<float> host_p(len), host_m(opt ? len : 0), host_v(opt ? len : 0);
     cudaCheck(cudaStreamSynchronize(m->stream));
-    if (root) copy_params_to_host(m->master, host_p.data(), n);  // every rank holds the same full master weights
+    copy_params_to_host(m->master, host_p.data() + off, count);
+    dist_gather_to_root(host_p.data(), n);
     if (opt) {
-        copy_params_to_host(m->adam_m, host_m.data() + sh.offset, sh.count);
-        copy_params_to_host(m->adam_v, host_v.data() + sh.offset, sh.count);
+        copy_params_to_host(m->adam_m, host_m.data() + off, count);
+        copy_params_to_host(m->adam_v, host_v.data() + off, count);
         dist_gather_to_root(host_m.data(), n);
         dist_gather_to_root(host_v.data(), n);
     }

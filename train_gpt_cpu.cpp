@@ -860,22 +860,29 @@ void gpt_backward(GPT<real, VP>* m, real loss_scale) {
     encoder_backward(g.wte, g.wpe, s.dresidual, m->inputs.data(), B, T, C);
 }
 
-// Global L2 norm of all gradients. Summed in double over fixed chunks, then the chunks in order,
-// so the result does not depend on the thread count.
+// Sum of the squared gradients [off, off + count), in double over fixed chunks from off, then the
+// chunks in order, so the result does not depend on the thread count. Data parallel adds the
+// ranks' shards of it (host/train_loop.h).
 template <typename real, typename VP>
-double gpt_grad_norm(const GPT<real, VP>* m) {
+double gpt_grad_sumsq(const GPT<real, VP>* m, size_t off, size_t count) {
     const size_t chunk = 1 << 16;
-    size_t n = m->num_params, nchunks = CEIL_DIV(n, chunk);
+    size_t end = off + count, nchunks = CEIL_DIV(count, chunk);
     std::vector<double> partial(nchunks);
 #pragma omp parallel for
     for (size_t ci = 0; ci < nchunks; ci++) {
         double s = 0;
-        for (size_t i = ci * chunk; i < std::min(n, (ci + 1) * chunk); i++) s += (double)m->grads_memory[i] * m->grads_memory[i];
+        for (size_t i = off + ci * chunk; i < std::min(end, off + (ci + 1) * chunk); i++) s += (double)m->grads_memory[i] * m->grads_memory[i];
         partial[ci] = s;
     }
     double total = 0;
     for (double s : partial) total += s;
-    return std::sqrt(total);
+    return total;
+}
+
+// Global L2 norm of all gradients. PyTorch: torch.nn.utils.clip_grad_norm_'s total norm.
+template <typename real, typename VP>
+double gpt_grad_norm(const GPT<real, VP>* m) {
+    return std::sqrt(gpt_grad_sumsq(m, 0, m->num_params));
 }
 
 // AdamW (Loshchilov & Hutter), decoupled weight decay on tensors with spec.decay = 1, on the
@@ -981,8 +988,14 @@ inline void model_save(CpuModel* m, const std::string& dir, CheckpointMeta* meta
 
 inline bool model_supports_dist(const CpuModel*) { return true; }
 
-// Gradients: the sum over ranks (each rank's backward already scaled by 1/world).
-inline void model_dist_reduce_grads(CpuModel* m) { dist_allreduce_sum(m->grads_memory, m->num_params); }
+// Gradients: the sum over ranks (each rank's backward already scaled by 1/world). ZeRO-1 needs
+// only its own shard summed (its update and its share of the norm read nothing else): the
+// reduce-scatter alone, half the traffic of the all-reduce (= reduce-scatter + all-gather), whose
+// shard values are the same bits.
+inline void model_dist_reduce_grads(CpuModel* m) {
+    if (m->zero_shard) dist_reduce_scatter_sum(m->grads_memory, m->num_params);
+    else dist_allreduce_sum(m->grads_memory, m->num_params);
+}
 
 // ZeRO-1: keep AdamW m, v only for this rank's contiguous slice of the flat parameters (a loaded
 // full optimizer state is cut down to it).

@@ -252,33 +252,38 @@ print(f"{'ok' if ok else 'FAILED'}: first loss {'equal' if z0[:1] == a[:1] else 
 EOF
             )
             row "mpirun -np 2 (2 GPUs, B=4 each) vs one GPU with accumulation 2" "$np2"
-            # what the overlapped all-reduce hides, at GPT-2 124M shapes (B=16 per rank, T=1024):
-            # median ms per step over steps 4..12 with --overlap-reduce 1 and 0, and whether their
-            # losses agree bit for bit (they must: the same all-reduces, issued earlier or later)
+            # what the overlapped all-reduce hides, and what ZeRO-1 (reduce to the owners + bf16
+            # all-gather) costs or saves, at GPT-2 124M shapes (B=16 per rank, T=1024): median ms
+            # per step over steps 4..12 with --overlap-reduce 1 and 0 (ZeRO-0) and with --zero 1,
+            # and whether their losses agree bit for bit (they must with 2 ranks: the same sums)
             OFLAGS=(--arch gpt2 --batch-size 16 --seq-len 1024 --max-steps 12 --lr 3e-4 --warmup-steps 2 --seed 7 --train-data "$W/synth_train_*.bin")
             for ov in 1 0; do
                 VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, GPT-2 124M, --overlap-reduce $ov" 300 "$DLOG" "${MPIRUN[@]}" -np 2 \
                     ./build/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --overlap-reduce $ov --out-dir "$W/overlap$ov"
             done
+            VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, GPT-2 124M, --zero 1" 300 "$DLOG" "${MPIRUN[@]}" -np 2 \
+                ./build/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --zero 1 --out-dir "$W/zero1"
             ovl=$(python3 - "$W" <<'EOF'
 import json, statistics, sys
 def steps(d):
     return [json.loads(l) for l in open(f"{sys.argv[1]}/{d}/log.jsonl") if '"train_loss"' in l]
 try:
-    a, b = steps("overlap1"), steps("overlap0")
+    a, b, z = steps("overlap1"), steps("overlap0"), steps("zero1")
 except OSError as e:
     print(f"FAILED: {e}")
     sys.exit()
-if len(a) != 12 or len(b) != 12:
-    print(f"FAILED: {len(a)} and {len(b)} of 12 steps logged (see dist.log)")
+if len(a) != 12 or len(b) != 12 or len(z) != 12:
+    print(f"FAILED: {len(a)}, {len(b)} and {len(z)} of 12 steps logged (see dist.log)")
     sys.exit()
 ms = lambda s: statistics.median(r["ms"] for r in s[3:])
-same = [r["train_loss"] for r in a] == [r["train_loss"] for r in b]
-print(f"{'ok' if same else 'FAILED'}: {ms(a):.1f} ms/step overlapped, {ms(b):.1f} after the backward "
-      f"(ratio {ms(a) / ms(b):.3f}); losses {'bit-identical' if same else 'DIFFER'}")
+loss = lambda s: [r["train_loss"] for r in s]
+same = loss(a) == loss(b) == loss(z)
+print(f"{'ok' if same else 'FAILED'}: ZeRO-0 {ms(a):.1f} ms/step overlapped, {ms(b):.1f} after the backward "
+      f"(ratio {ms(a) / ms(b):.3f}); ZeRO-1 overlapped {ms(z):.1f} (ratio to ZeRO-0 {ms(z) / ms(a):.3f}); "
+      f"losses {'bit-identical' if same else 'DIFFER'}")
 EOF
             )
-            row "2 GPUs, GPT-2 124M B=16: --overlap-reduce 1 vs 0 (ms/step)" "$ovl"
+            row "2 GPUs, GPT-2 124M B=16: --overlap-reduce 1 vs 0, --zero 1 (ms/step)" "$ovl"
         else
             row "mpirun -np 2 (2 GPUs)" "not run: $ngpu GPU(s) on this machine"
         fi

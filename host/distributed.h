@@ -46,13 +46,35 @@ struct DistShard {
     size_t offset, count;
 };
 
-// Rank r's contiguous slice of n elements: the first n % world ranks get one more.
+// The slot of the shard layout: ceil(n / world) elements.
+inline size_t dist_slot(size_t n, int world) { return (n + world - 1) / world; }
+
+// Rank r's contiguous slice of n elements: [r * slot, (r + 1) * slot) clipped to n, so every
+// shard but the last is exactly one slot long and starts at r * slot. NCCL's all-gather moves
+// equal counts from every rank, so with this layout the GPU build gathers the weights in place
+// into a buffer padded to world * slot (kernels/zero.cuh); the last shard may be shorter, even
+// empty when n < world.
 inline DistShard dist_shard(size_t n, int r, int world) {
-    size_t base = n / world, extra = n % world;
+    size_t slot = dist_slot(n, world);
     DistShard s;
-    s.offset = base * r + std::min<size_t>(r, extra);
-    s.count = base + ((size_t)r < extra ? 1 : 0);
+    s.offset = std::min(n, slot * r);
+    s.count = std::min(n, slot * (r + 1)) - s.offset;
     return s;
+}
+
+// The parts of a slice [a, a + count) of a flat vector of n elements that each rank's
+// dist_shard holds, in rank order: f(rank, offset of the part in the slice, its count). ZeRO-1
+// sends each part of a gradient slice to its owner (kernels/zero.cuh).
+template <typename F>
+inline void dist_for_each_owner_part(size_t a, size_t count, size_t n, int world, F f) {
+    if (count == 0) return;
+    size_t slot = dist_slot(n, world);
+    for (int r = (int)(a / slot); r < world; r++) {
+        DistShard sh = dist_shard(n, r, world);
+        size_t lo = std::max(a, sh.offset), hi = std::min(a + count, sh.offset + sh.count);
+        if (lo >= a + count) break;
+        if (lo < hi) f(r, lo - a, hi - lo);
+    }
 }
 
 #ifdef USE_MPI

@@ -11,7 +11,7 @@
 //   void  gpt_forward(Model*, inputs, targets, B, T)         sets model->mean_loss
 //   void  gpt_zero_grad(Model*)
 //   void  gpt_backward(Model*, float loss_scale)             accumulate gradients of loss * loss_scale
-//   double gpt_grad_norm(Model*)                             global L2 norm of the gradients
+//   double gpt_grad_sumsq(Model*, size_t off, size_t count)  sum of squares of gradients [off, off + count), in double
 //   void  gpt_update(Model*, const AdamWSettings&, int step) step is 1-based
 //   std::vector<int> gpt_generate(Model*, int start_token, int n, int T, float temperature, Rng*)
 //   void  gpt_free(Model*)
@@ -28,9 +28,13 @@
 //   void  model_dist_finalize(const Model*)                  before dist_finalize
 //   void  model_dist_last_backward(Model*)                   the next gpt_backward is the step's last (GPU: it starts
 //                                                            summing each layer's gradients over the ranks as it goes)
-//   void  model_dist_reduce_grads(Model*)                    sum the gradients over ranks
-//   void  model_dist_shard_optimizer(Model*)                 --zero 1: keep only this rank's m, v slice
+//   void  model_dist_reduce_grads(Model*)                    sum the gradients over ranks: every element (ZeRO-0),
+//                                                            or at least this rank's dist_shard (ZeRO-1)
+//   void  model_dist_shard_optimizer(Model*)                 --zero 1: keep only this rank's optimizer slice
 //   void  model_dist_update(Model*, const AdamWSettings&, int step)   update (own slice + all-gather under ZeRO-1)
+// The gradient norm is then sharded the same way in both ZeRO modes: each rank sums the squares
+// of its own dist_shard and the partial sums are added in rank order (dist_allreduce_sum), so
+// ZeRO-1 needs the summed gradient of its own shard only, and ZeRO-0 and ZeRO-1 agree bit for bit.
 // and a model_save that every rank calls (collective) and only rank 0 writes. The fallbacks below
 // serve a backend without them: one process only (or nothing to set up).
 // VP_DIST_FORCE=1 (MPI builds) runs this data-parallel code even with one rank, so that a machine
@@ -276,12 +280,21 @@ int train_main(int argc, char** argv) {
             if (dist && micro == grad_accum - 1) model_dist_last_backward(&model);
             gpt_backward(&model, 1.0f / (grad_accum * world));
         }
+        double sumsq = 0;  // of the summed gradients
         if (dist) {
-            model_dist_reduce_grads(&model);  // the sum over ranks: every rank now holds the same gradients
-            dist_allreduce_sum(&loss, 1);     // after it: a rank that never came is reported by the gradients' wait (GPU: nccl_wait)
+            model_dist_reduce_grads(&model);  // the sum over ranks, of this rank's shard at least
+            // the loss and this rank's share of the norm in one rank-ordered sum, after the
+            // gradients: a rank that never came is reported by the gradients' wait (GPU: nccl_wait)
+            DistShard own = dist_shard(model.num_params, dist_rank(), world);
+            double sums[2] = {loss, gpt_grad_sumsq(&model, own.offset, own.count)};
+            dist_allreduce_sum(sums, 2);
+            loss = sums[0];
+            sumsq = sums[1];
+        } else {
+            sumsq = gpt_grad_sumsq(&model, 0, model.num_params);
         }
         loss /= grad_accum * world;
-        float norm = (float)gpt_grad_norm(&model);
+        float norm = (float)std::sqrt(sumsq);
         if (!std::isfinite(loss) || !std::isfinite(norm))
             runtime_error("lower --lr or raise --warmup-steps; the last checkpoint is intact", "step %d: the loss (%g) or gradient norm (%g) is not finite", step + 1, loss, norm);
         AdamWSettings opt;

@@ -6,13 +6,18 @@
 //   nccl_finalize             destroys it (before MPI_Finalize)
 //   nccl_allreduce_sum_slices in place, a list of (pointer, count) slices summed over the ranks as
 //                             one NCCL group: the gradients of a layer, while the backward goes on
-//                             PyTorch: DDP's bucketed dist.all_reduce of the gradients
-//   nccl_all_gather           in place: every rank's own slot to every rank
-//                             PyTorch: dist.all_gather_into_tensor(out, inp)
+//                             (ZeRO-0). PyTorch: DDP's bucketed dist.all_reduce of the gradients
+//   nccl_reduce_sum_slices_to_owners   the same slices of a flat vector, each part summed onto
+//                             the rank whose dist_shard holds it only (ZeRO-1: half the traffic of
+//                             the all-reduce). PyTorch: dist.reduce(t, dst=owner) per part
+//   nccl_all_gather           in place: every rank's own slot of a flat vector to every rank
+//                             (ZeRO-1's weights after the update, bf16 in the BF16 build)
+//                             PyTorch: dist.all_gather_into_tensor(out, out[slot of rank])
+//   nccl_broadcast_from_owners   a range of a flat vector, from the ranks whose shards hold it,
+//                             into a full copy on every rank (ResFormer's fp32 lambdas under ZeRO-1)
 //   nccl_allreduce_sum        in place, whole buffer (the start-up check)   PyTorch: dist.all_reduce
 //   nccl_wait                 waits for the collectives of a stream, watching for NCCL errors and
 //                             for a peer that never arrives (VP_DIST_TIMEOUT)
-//   zero_slots, zero_unpack   the slot layout below and its staging buffer (ZeRO-1's weight all-gather)
 //
 // Process model: mpirun (or srun) starts one process per GPU; MPI gives the rank, the world and
 // the node-local rank (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED): the ranks sharing this node's
@@ -23,14 +28,11 @@
 // communicator. MPI stays the launcher and carries the small host-side traffic (the loss, the
 // optimizer-state gather of a checkpoint); NCCL carries the per-step device traffic.
 //
-// The slot layout and its padding: ZeRO-1 shards the flat parameter vector of n floats exactly
-// as the CPU build does, dist_shard(n, r, W) (host/distributed.h: contiguous, the first n % W
-// ranks one element more). NCCL's all-gather takes one count for every rank (equal chunks), so
-// the updated shards travel in a staging buffer of W slots of slot = ceil(n / W) floats: rank r
-// writes its shard into slot r (the padding, at most one float per slot, is never copied back),
-// the all-gather fills the others, zero_unpack copies them back into the flat vector. The
-// staging buffer costs 4 bytes per parameter of device memory, allocated on first use (ZeRO-1
-// only; the gradients are all-reduced in place).
+// The shard layout: ZeRO-1 shards the flat parameter vector of n floats exactly as the CPU build
+// does, dist_shard(n, r, W) (host/distributed.h): rank r owns [r * slot, (r + 1) * slot) clipped
+// to n, slot = ceil(n / W). NCCL's all-gather takes one count for every rank, so the trainer pads
+// its floatX weights to W * slot elements (at most W - 1 of padding, never read by a kernel) and
+// gathers them in place: rank r's slot is its shard, no staging buffer and no unpacking.
 //
 // Determinism (what NCCL promises, as far as its maintainers have stated it; none of this has
 // been measured here yet):
@@ -72,10 +74,11 @@
 // Without USE_MPI (the plain GPU build) every call is the identity of a single rank, as in
 // host/distributed.h.
 //
-// defines: nccl_init, nccl_finalize, nccl_allreduce_sum_slices, nccl_all_gather, nccl_allreduce_sum, nccl_wait,
-//          ZeroSlots, zero_slots, zero_unpack
+// defines: nccl_init, nccl_finalize, nccl_allreduce_sum_slices, nccl_reduce_sum_slices_to_owners, nccl_all_gather,
+//          nccl_broadcast_from_owners, nccl_allreduce_sum, nccl_wait
 #pragma once
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
@@ -93,71 +96,6 @@
 #endif
 
 namespace gpu {
-
-// ----------------------------------------------------------------------------
-// kernels
-
-// x[offsets[r] + j] = slots[r, j] for j < the shard's count (the padding stays behind).
-static __global__ void zero_unpack_kernel1(float* x, const float* slots, const size_t* offsets, size_t slot) {
-    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int r = blockIdx.y;
-    size_t off = offsets[r], count = offsets[r + 1] - off;
-    if (j < count) x[off + j] = slots[(size_t)r * slot + j];
-}
-
-// ----------------------------------------------------------------------------
-// the slot layout (see the top of the file)
-
-struct ZeroSlots {
-    size_t n = 0;               // floats in the flat vector
-    int world = 0;
-    size_t slot = 0;            // ceil(n / world): floats per slot
-    size_t* offsets = nullptr;  // device, world + 1 entries: shard r is [offsets[r], offsets[r+1]) (dist_shard)
-    float* buf = nullptr;       // device, world * slot floats: the staging buffer the collectives run in place on
-};
-inline ZeroSlots& zero_slots_state() {
-    static ZeroSlots z;
-    return z;
-}
-
-// The layout for a flat vector of n floats over dist_world() ranks; allocated on the first call
-// (one per process: a trainer holds one model).
-inline ZeroSlots& zero_slots(size_t n) {
-    ZeroSlots& z = zero_slots_state();
-    int W = dist_world();
-    if (z.buf && z.n == n && z.world == W) return z;
-    if (z.buf) runtime_error(nullptr, "internal: zero_slots for %zu floats, but the staging buffer was made for %zu", n, z.n);
-    std::vector<size_t> offsets(W + 1);
-    for (int r = 0; r < W; r++) offsets[r] = dist_shard(n, r, W).offset;
-    offsets[W] = n;
-    z.n = n;
-    z.world = W;
-    z.slot = dist_shard(n, 0, W).count;  // rank 0's shard is the largest: ceil(n / W)
-    z.offsets = (size_t*)cuda_malloc_check(offsets.size() * sizeof(size_t), "the shard offsets");
-    z.buf = (float*)cuda_malloc_check((size_t)W * z.slot * sizeof(float), "the data-parallel staging buffer (4 bytes per parameter)");
-    cudaCheck(cudaMemcpy(z.offsets, offsets.data(), offsets.size() * sizeof(size_t), cudaMemcpyHostToDevice));
-    return z;
-}
-
-inline void zero_slots_free() {
-    ZeroSlots& z = zero_slots_state();
-    if (z.buf) {
-        cudaCheck(cudaFree(z.buf));
-        cudaCheck(cudaFree(z.offsets));
-    }
-    z = ZeroSlots();
-}
-
-// launchers
-
-inline void zero_unpack(const ZeroSlots& z, float* x, cudaStream_t stream) {
-    const int block_size = 512;
-    KERNEL_ASSERT(z.buf && z.world >= 1 && z.world <= 65535);
-    if (z.slot == 0) return;
-    dim3 grid((unsigned)CEIL_DIV(z.slot, (size_t)block_size), (unsigned)z.world);
-    zero_unpack_kernel1<<<grid, block_size, 0, stream>>>(x, z.buf, z.offsets, z.slot);
-    cudaCheck(cudaGetLastError());
-}
 
 #ifdef USE_MPI
 // ----------------------------------------------------------------------------
@@ -243,9 +181,44 @@ inline void nccl_allreduce_sum_slices(const std::vector<std::pair<float*, size_t
     ncclCheck(ncclGroupEnd());
 }
 
-// In place: every rank's own slot of buf to the same slot on every rank.
-inline void nccl_all_gather(float* buf, size_t slot, cudaStream_t stream) {
-    ncclCheck(ncclAllGather(buf + (size_t)dist_rank() * slot, buf, slot, ncclFloat32, nccl_comm(), stream));
+// Each (pointer, count) slice of the flat vector `base` of n floats: every part of it summed
+// over the ranks onto the rank whose dist_shard holds that part (in place there; the other ranks'
+// copies are left as they were, partial sums). One NCCL group, like the all-reduce above; a
+// slice crossing a shard boundary becomes one ncclReduce per owner. With 2 ranks a reduce adds
+// the same two numbers as the all-reduce (bit-identical); with more, NCCL may add them in
+// another order than its all-reduce (fp32 round-off, still fixed run to run).
+inline void nccl_reduce_sum_slices_to_owners(const std::vector<std::pair<float*, size_t>>& slices, float* base, size_t n, cudaStream_t stream) {
+    ncclCheck(ncclGroupStart());
+    for (const auto& s : slices)
+        dist_for_each_owner_part((size_t)(s.first - base), s.second, n, dist_world(), [&](int owner, size_t at, size_t count) {
+            ncclCheck(ncclReduce(s.first + at, s.first + at, count, ncclFloat32, ncclSum, owner, nccl_comm(), stream));
+        });
+    ncclCheck(ncclGroupEnd());
+}
+
+inline ncclDataType_t nccl_type_of(const float*) { return ncclFloat32; }
+#ifdef ENABLE_BF16
+inline ncclDataType_t nccl_type_of(const floatX*) { return ncclBfloat16; }
+#endif
+
+// In place: rank r's slot [r * slot, (r + 1) * slot) of buf (W * slot elements) to every rank.
+template <typename T>
+inline void nccl_all_gather(T* buf, size_t slot, cudaStream_t stream) {
+    ncclCheck(ncclAllGather(buf + (size_t)dist_rank() * slot, buf, slot, nccl_type_of(buf), nccl_comm(), stream));
+}
+
+// dst[0, count) = the flat vector's [a, a + count) on every rank, where each rank holds only its
+// own dist_shard of that vector (of n floats), at own_shard (its element a' at own_shard[a' -
+// offset]). One broadcast per owner of a part, as one group.
+inline void nccl_broadcast_from_owners(float* dst, const float* own_shard, size_t a, size_t count, size_t n, cudaStream_t stream) {
+    int me = dist_rank();
+    size_t my_offset = dist_shard(n, me, dist_world()).offset;
+    ncclCheck(ncclGroupStart());
+    dist_for_each_owner_part(a, count, n, dist_world(), [&](int owner, size_t at, size_t part) {
+        const float* send = owner == me ? own_shard + (a + at - my_offset) : dst + at;  // NCCL reads send on the root only
+        ncclCheck(ncclBroadcast(send, dst + at, part, ncclFloat32, owner, nccl_comm(), stream));
+    });
+    ncclCheck(ncclGroupEnd());
 }
 
 // In place: buf[i] = sum over ranks of buf[i].
@@ -331,7 +304,6 @@ inline void nccl_init() {
 }
 
 inline void nccl_finalize() {
-    zero_slots_free();
     NcclState& s = nccl_state();
     if (s.comm) ncclCheck(ncclCommDestroy(s.comm));  // every operation has completed (nccl_wait)
     s.comm = nullptr;
@@ -340,9 +312,15 @@ inline void nccl_finalize() {
 #else  // a single process: every collective is the identity
 
 inline void nccl_init() {}
-inline void nccl_finalize() { zero_slots_free(); }
+inline void nccl_finalize() {}
 inline void nccl_allreduce_sum_slices(const std::vector<std::pair<float*, size_t>>&, cudaStream_t) {}
-inline void nccl_all_gather(float*, size_t, cudaStream_t) {}
+inline void nccl_reduce_sum_slices_to_owners(const std::vector<std::pair<float*, size_t>>&, float*, size_t, cudaStream_t) {}
+template <typename T>
+inline void nccl_all_gather(T*, size_t, cudaStream_t) {}
+// one rank owns everything: its shard is the vector
+inline void nccl_broadcast_from_owners(float* dst, const float* own_shard, size_t a, size_t count, size_t, cudaStream_t stream) {
+    cudaCheck(cudaMemcpyAsync(dst, own_shard + a, count * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}
 inline void nccl_allreduce_sum(float*, size_t, cudaStream_t) {}
 inline void nccl_wait(cudaStream_t stream, const char*) { cudaCheck(cudaStreamSynchronize(stream)); }
 

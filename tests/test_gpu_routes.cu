@@ -112,8 +112,7 @@ static void host_model_init(HostGpuModel* h, const ModelConfig& c, Rng* rng) {
     if (m.vpb.acc_v) std::fill(m.vpb.acc_v, m.vpb.acc_v + nacc, NAN);
     h->lambdas.resize(c.n_layer);
     for (int l = 0; l < c.n_layer; l++) h->lambdas[l] = 0.2f + 0.15f * l;  // distinct per layer, away from 0 and 1
-    memset(&m.master_tensors, 0, sizeof(m.master_tensors));
-    m.master_tensors.vp_lambda = c.vp.resformer_learn ? h->lambdas.data() : nullptr;
+    m.lambda_f32 = c.vp.resformer_learn ? h->lambdas.data() : nullptr;
 }
 
 static bool near(double a, double b) { return std::fabs(a - b) <= 1e-5 * (1.0 + std::fabs(b)); }

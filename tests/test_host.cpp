@@ -1,10 +1,12 @@
-// tests/test_host.cpp: the host-side data path: token shards (host/dataloader.h) and the
-// tokenizer used for printing samples (host/tokenizer.h).
+// tests/test_host.cpp: the host-side data path: token shards (host/dataloader.h), the
+// tokenizer used for printing samples (host/tokenizer.h), and the shard layout of data-parallel
+// training (host/distributed.h dist_shard).
 // Build (errors throw VpError so bad inputs can be checked):
 //   g++ -O2 -std=c++17 -DVP_ERRORS_THROW -I. tests/test_host.cpp -o /tmp/test_host && /tmp/test_host
 // The fixture shards and tokenizer files are written into a fresh mkdtemp directory. The GPT-2
 // encoder.json test reads the shared data copy (VP_DATA_DIR, else shared/data or /work/shared/data).
 #include "host/dataloader.h"
+#include "host/distributed.h"
 #include "host/tokenizer.h"
 #include "tests/testing.h"
 
@@ -680,6 +682,55 @@ TEST(tokenizer_errors_name_the_file) {
         tokenizer_init(&tok, (tmp_dir() + "/no_such_tokenizer.json").c_str());
     });
     CHECK(e.code == 1 && contains(e.msg, "no_such_tokenizer.json"), "missing file: code %d '%s'", e.code, e.msg.c_str());
+}
+
+// ----------------------------------------------------------------------------
+// data-parallel shard layout (host/distributed.h)
+
+// ZeRO-1 and the CPU build's reduce-scatter cut the flat parameter vector with dist_shard; the GPU
+// build's in-place all-gather relies on every shard but the last being one full slot at r * slot.
+// Checked against the layout written out here element by element: each element's owner is
+// i / slot, so shard r is exactly the elements whose owner is r.
+TEST(dist_shard_tiles_the_vector_in_slots) {
+    for (size_t n : {0ul, 1ul, 2ul, 3ul, 7ul, 8ul, 10ul, 1000ul, 124475904ul})
+        for (int W : {1, 2, 3, 4, 7, 8, 16}) {
+            size_t slot = (n + W - 1) / W, covered = 0;
+            CHECK(dist_slot(n, W) == slot, "n=%zu W=%d: slot %zu, want %zu", n, W, dist_slot(n, W), slot);
+            for (int r = 0; r < W; r++) {
+                DistShard s = dist_shard(n, r, W);
+                CHECK(s.offset == covered, "n=%zu W=%d r=%d: offset %zu, want %zu (contiguous)", n, W, r, s.offset, covered);
+                size_t want = 0;  // elements i < n with i / slot == r
+                if (slot && (size_t)r * slot < n) want = std::min(n, (size_t)(r + 1) * slot) - (size_t)r * slot;
+                CHECK(s.count == want, "n=%zu W=%d r=%d: count %zu, want %zu", n, W, r, s.count, want);
+                if (s.count) CHECK(s.offset == (size_t)r * slot, "n=%zu W=%d r=%d: a non-empty shard must start at r * slot", n, W, r);
+                covered += s.count;
+            }
+            CHECK(covered == n, "n=%zu W=%d: the shards cover %zu elements", n, W, covered);
+        }
+}
+
+// The parts of a slice by owner (ZeRO-1's reduce of each gradient slice to the rank that holds
+// it): for every slice of a small vector, each element must appear in exactly one part, that of
+// the rank whose dist_shard contains it, with the parts in rank order and none empty.
+TEST(dist_owner_parts_match_the_shards) {
+    for (size_t n : {1ul, 5ul, 12ul, 13ul})
+        for (int W : {1, 2, 3, 5})
+            for (size_t a = 0; a < n; a++)
+                for (size_t count = 0; a + count <= n; count++) {
+                    std::vector<int> owner(count, -1);
+                    int last_rank = -1;
+                    bool ok = true;
+                    dist_for_each_owner_part(a, count, n, W, [&](int r, size_t at, size_t part) {
+                        ok = ok && part > 0 && r > last_rank && at + part <= count;
+                        last_rank = r;
+                        for (size_t j = at; j < at + part && j < count; j++) ok = ok && owner[j] == -1, owner[j] = r;
+                    });
+                    for (size_t j = 0; j < count; j++) {
+                        DistShard s = dist_shard(n, owner[j] < 0 ? 0 : owner[j], W);
+                        ok = ok && owner[j] >= 0 && a + j >= s.offset && a + j < s.offset + s.count;
+                    }
+                    CHECK(ok, "n=%zu W=%d slice [%zu, %zu): parts do not match the shards", n, W, a, a + count);
+                }
 }
 
 TEST_MAIN()

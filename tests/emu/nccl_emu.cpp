@@ -117,9 +117,21 @@ const char* ncclGetLastError(ncclComm_t comm) {
     return comm && comm->async_error ? "a peer closed its connection (injected by VP_EMU_NCCL_FAULT)" : "";
 }
 
-static ncclResult_t check_args(ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm) {
-    if (!comm || type != ncclFloat32 || op != ncclSum) {
-        fprintf(stderr, "NCCL emulator: only float32 sums on an initialised communicator are emulated\n");
+// Reductions: float32 sums. Moves (all-gather, broadcast): float32 or bf16, carried as 16-bit
+// words (MPI has no bf16; nothing is added). Returns the MPI type and the element size in bytes.
+static ncclResult_t check_args(ncclDataType_t type, bool reduction, ncclRedOp_t op, ncclComm_t comm, MPI_Datatype* mpi_type, size_t* bytes) {
+    bool ok = comm && (type == ncclFloat32 || (type == ncclBfloat16 && !reduction)) && op == ncclSum;
+    if (!ok) {
+        fprintf(stderr, "NCCL emulator: only float32 sums, and float32 or bf16 gathers and broadcasts, on an initialised communicator are emulated\n");
+        return ncclInvalidArgument;
+    }
+    *mpi_type = type == ncclFloat32 ? MPI_FLOAT : MPI_UINT16_T;
+    *bytes = type == ncclFloat32 ? 4 : 2;
+    return ncclSuccess;
+}
+static ncclResult_t check_root(int root, ncclComm_t comm) {
+    if (root < 0 || root >= comm->nranks) {
+        fprintf(stderr, "NCCL emulator: root %d outside the %d ranks\n", root, comm->nranks);
         return ncclInvalidArgument;
     }
     return ncclSuccess;
@@ -154,21 +166,54 @@ ncclResult_t ncclGroupStart() { return ncclSuccess; }
 ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    if (ncclResult_t r = check_args(type, op, comm)) return r;
+    MPI_Datatype mt;
+    size_t bytes;
+    if (ncclResult_t r = check_args(type, true, op, comm, &mt, &bytes)) return r;
     MPI_Comm mc = comm->comm;
     enqueue_collective(comm, stream, "MPI_Iallreduce", [=](MPI_Request* req) {
-        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_FLOAT, MPI_SUM, mc, req);
+        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mt, MPI_SUM, mc, req);
     });
     return ncclSuccess;
 }
 
 // NCCL's in-place form: send == recv + rank * send_count
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
-    if (ncclResult_t r = check_args(type, ncclSum, comm)) return r;
-    const void* in_place = static_cast<const char*>(recv) + (size_t)comm->rank * send_count * sizeof(float);
+    MPI_Datatype mt;
+    size_t bytes;
+    if (ncclResult_t r = check_args(type, false, ncclSum, comm, &mt, &bytes)) return r;
+    const void* in_place = static_cast<const char*>(recv) + (size_t)comm->rank * send_count * bytes;
     MPI_Comm mc = comm->comm;
     enqueue_collective(comm, stream, "MPI_Iallgather", [=](MPI_Request* req) {
-        return MPI_Iallgather(send == in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv, (int)send_count, MPI_FLOAT, mc, req);
+        return MPI_Iallgather(send == in_place ? MPI_IN_PLACE : send, (int)send_count, mt, recv, (int)send_count, mt, mc, req);
+    });
+    return ncclSuccess;
+}
+
+// recv (on root only) = the sum of every rank's send; in place on root when send == recv.
+ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+    MPI_Datatype mt;
+    size_t bytes;
+    if (ncclResult_t r = check_args(type, true, op, comm, &mt, &bytes)) return r;
+    if (ncclResult_t r = check_root(root, comm)) return r;
+    bool in_place = comm->rank == root && send == recv;
+    MPI_Comm mc = comm->comm;
+    enqueue_collective(comm, stream, "MPI_Ireduce", [=](MPI_Request* req) {
+        return MPI_Ireduce(in_place ? MPI_IN_PLACE : send, recv, (int)count, mt, MPI_SUM, root, mc, req);
+    });
+    return ncclSuccess;
+}
+
+// recv on every rank = root's send (NCCL reads send on root only).
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
+    MPI_Datatype mt;
+    size_t bytes;
+    if (ncclResult_t r = check_args(type, false, ncclSum, comm, &mt, &bytes)) return r;
+    if (ncclResult_t r = check_root(root, comm)) return r;
+    bool copy_first = comm->rank == root && send != recv;
+    MPI_Comm mc = comm->comm;
+    enqueue_collective(comm, stream, "MPI_Ibcast", [=](MPI_Request* req) {
+        if (copy_first) memmove(recv, send, count * bytes);  // MPI broadcasts one buffer in place
+        return MPI_Ibcast(recv, (int)count, mt, root, mc, req);
     });
     return ncclSuccess;
 }

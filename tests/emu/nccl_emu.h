@@ -3,8 +3,9 @@
 // (mpirun -np 2 build/emu/vanilla-mpi/train_fp32), device memory is host memory, so a collective
 // is the nonblocking MPI collective of the same meaning on the same buffers, started when its
 // stream gets to it (cuda_emu.h, "Streams") and in flight until its peers arrive. This lets the
-// data-parallel GPU code -- the per-layer all-reduce on its own stream, the sharded AdamW and its
-// all-gather, the gathered checkpoint, the polling wait with its timeout -- run with several
+// data-parallel GPU code -- the per-layer all-reduce (or ZeRO-1's reduce to the owners) on its own
+// stream, the sharded AdamW and its bf16 all-gather, the lambdas' broadcast, the gathered
+// checkpoint, the polling wait with its timeout -- run with several
 // ranks on a machine without GPUs. VP_EMU_NCCL_FAULT (nccl_emu.cpp) injects a frozen rank or a
 // closed connection. What it cannot show: NCCL's own behaviour (its summation order, transports,
 // its real error paths).
@@ -24,7 +25,7 @@ enum ncclResult_t {
     ncclRemoteError = 6,
     ncclInProgress = 7,
 };
-enum ncclDataType_t { ncclFloat32 = 7, ncclFloat = 7 };
+enum ncclDataType_t { ncclFloat32 = 7, ncclFloat = 7, ncclBfloat16 = 9 };  // NCCL's own values
 enum ncclRedOp_t { ncclSum = 0 };
 struct ncclUniqueId {
     char internal[128];
@@ -44,3 +45,5 @@ ncclResult_t ncclGroupStart();
 ncclResult_t ncclGroupEnd();
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream);

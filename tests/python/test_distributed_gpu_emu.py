@@ -1,17 +1,20 @@
 """Data parallel on the GPU build (NCCL, ZeRO-1: kernels/zero.cuh, docs/distributed.md) with several
 ranks, on a machine without GPUs: each MPI rank runs the GPU trainer on the CUDA emulator
 (tests/emu/), and NCCL's collectives are carried over MPI (tests/emu/nccl_emu.cpp). `make test`
-builds build/emu/{vanilla-mpi/train_fp32, depth-mpi/train_bf16} where mpicxx and mpirun exist.
+builds build/emu/{vanilla-mpi/train_fp32, depth-mpi/train_bf16, resformer-mpi/train_bf16} where
+mpicxx and mpirun exist.
 
-This runs the GPU side of data parallelism for real -- each layer's gradient all-reduce on its own
-stream during the backward, the sharded AdamW per tensor range, the slot layout of ZeRO-1's weight
-all-gather, the gathered checkpoint -- with the same assertions as the CPU build's
+This runs the GPU side of data parallelism for real -- each layer's gradient all-reduce (ZeRO-1:
+reduce to the shard's owner) on its own stream during the backward, the sharded master weights
+and AdamW, the in-place all-gather of the bf16 weights, the broadcast of ResFormer's lambdas, the
+gathered checkpoint -- with the same assertions as the CPU build's
 tests/python/test_distributed.py. The overlapped all-reduce is also run with each of the two
 streams held back in turn (VP_EMU_STREAMS, tests/emu/cuda_emu.h "Streams"): a missing event
 between the backward and the all-reduce, or between the all-reduce and the optimizer, then changes
 the numbers. It says nothing about NCCL itself (its transports, its summation order, its failure
 modes), about real concurrency, or about several real GPUs: those still need a multi-GPU machine.
 """
+import re
 import time
 
 import numpy as np
@@ -107,6 +110,39 @@ def test_depth_bf16_two_emulated_gpus_zero1_equal_zero0(tmp_path, data):
         mpirun(2, args + ["--zero", zero, "--out-dir", tmp_path / f"z{zero}"], path="depth", prec="bf16")
     assert losses(tmp_path / "z0") == losses(tmp_path / "z1") and len(losses(tmp_path / "z0")) == 3
     assert checkpoint_tensors(tmp_path / "z0" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "z1" / "ckpt_00000003.bin")
+
+
+def test_resformer_bf16_learnable_lambda_zero1_equal_zero0(tmp_path, data):
+    """ResFormer with learnable lambdas in bf16: under ZeRO-1 the lambdas live in one rank's master
+    shard, yet every rank's attention reads them in fp32 (broadcast after each update). If that
+    broadcast were missing, the other rank would keep the initial lambdas and the weights would
+    part from ZeRO-0's."""
+    args = common(data, 3) + ["--resformer-lambda", "learn"]
+    for zero in (0, 1):
+        mpirun(2, args + ["--zero", zero, "--out-dir", tmp_path / f"z{zero}"], path="resformer", prec="bf16")
+    assert losses(tmp_path / "z0") == losses(tmp_path / "z1") and len(losses(tmp_path / "z0")) == 3
+    assert checkpoint_tensors(tmp_path / "z0" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "z1" / "ckpt_00000003.bin")
+
+
+@pytest.mark.parametrize("prec", ["fp32", "bf16"])
+def test_zero1_device_memory_is_sharded(tmp_path, data, prec):
+    """ZeRO-1 keeps the fp32 master weights and AdamW m, v of its own shard only: rank 0's
+    figure must be exactly the layout of kernels/zero.cuh and host/distributed.h -- weights padded to
+    2 slots of ceil(n/2) (floatX), the full fp32 gradients, and per shard element m, v (and in
+    bf16 the master weight) -- i.e. 6 + 12/W bytes per parameter in bf16, 8 + 8/W in fp32, instead
+    of 18 and 16."""
+    path = "depth" if prec == "bf16" else "vanilla"
+    args = common(data, 1) + (["--depth-stride", "1"] if path == "depth" else [])
+    p = mpirun(2, args + ["--zero", 1, "--out-dir", tmp_path / "z1"], path=path, prec=prec)
+    n = int(re.search(r"\| (\d+) parameters", p.stdout).group(1))
+    m = re.search(r"ZeRO-1: master weights and AdamW state of (\d+) of (\d+) parameters on this rank; .*: (\d+) bytes", p.stdout)
+    assert m, p.stdout[-2000:]
+    slot = (n + 1) // 2
+    x, per_shard = (4, 2) if prec == "fp32" else (2, 3)  # floatX bytes; fp32 arrays per shard element
+    assert int(m.group(1)) == slot and int(m.group(2)) == n
+    assert int(m.group(3)) == 2 * slot * x + 4 * n + 4 * per_shard * slot
+    p0 = mpirun(2, args + ["--zero", 0, "--out-dir", tmp_path / "z0"], path=path, prec=prec)
+    assert "ZeRO-1:" not in p0.stdout
 
 
 def run_with_fault(tmp_path, data, fault, timeout_s):
