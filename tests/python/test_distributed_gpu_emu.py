@@ -62,6 +62,38 @@ def test_two_emulated_gpus_equal_one_with_accumulation(tmp_path, data):
     np.testing.assert_allclose(two[:n], one[:n], rtol=1e-4, atol=1e-6)  # the weights
 
 
+def test_three_emulated_gpus_uneven_shards(tmp_path, data):
+    """3 ranks: the shards are slots of ceil(n/3) with a shorter last one, the bf16/fp32 weight
+    buffer is padded past n, and gradient slices cross shard boundaries at other places than with
+    2 ranks. 3 ranks x B=2 must equal 1 process x B=2 x 3 accumulation steps to fp32 round-off,
+    under ZeRO-0 and ZeRO-1 alike (not even the first loss bit for bit: rank r reads sequences
+    r, r+3, ..., the one process consecutive ones, so the per-batch means are other float sums). (With 3 ranks MPI may add the reduce
+    and the all-reduce in different orders, so ZeRO-0 and ZeRO-1 agree to round-off here, not
+    bit for bit.)"""
+    single(common(data, 4) + ["--total-batch-tokens", "96", "--out-dir", tmp_path / "one"])
+    for zero in (0, 1):
+        p = mpirun(3, common(data, 4) + ["--zero", zero, "--out-dir", tmp_path / f"three_z{zero}"])
+        assert f"3 ranks, ZeRO-{zero}" in p.stdout
+    a, b0, b1 = (losses(tmp_path / d) for d in ["one", "three_z0", "three_z1"])
+    assert len(a) == 4 and len(b0) == 4 and len(b1) == 4
+    np.testing.assert_allclose(b0, a, rtol=1e-5)
+    np.testing.assert_allclose(b1, a, rtol=1e-5)
+    # Weights, m and v against the one process's, normwise: 3 AdamW steps divide each gradient by
+    # sqrt(v), so an element with a tiny gradient turns the sum's round-off into a visible change
+    # (up to 7e-6 absolute on a weight, 1e-2 relative on a tiny v, seen here), while the normwise
+    # error stays at fp32 round-off (6.5e-7 for the weights when written). A shard left out of the
+    # update or gathered to the wrong place would be off by about lr = 1e-2 relative.
+    t = {d: np.frombuffer(checkpoint_tensors(tmp_path / d / "ckpt_00000004.bin"), np.float32).astype(np.float64)
+         for d in ["one", "three_z0", "three_z1"]}
+    n = len(t["one"]) // 3
+    assert n % 3 != 0, "the test model must have a parameter count that 3 does not divide (padding, uneven shards)"
+    rel = lambda x, y: np.linalg.norm(x - y) / np.linalg.norm(y)
+    for d in ("three_z0", "three_z1"):
+        for name, part in (("weights", slice(0, n)), ("m", slice(n, 2 * n)), ("v", slice(2 * n, 3 * n))):
+            err = rel(t[d][part], t["one"][part])
+            assert err < 1e-5, f"{d} {name}: normwise relative error {err:.2e} against one process (bound 1e-5)"
+
+
 def test_overlapped_all_reduce_is_the_same_whichever_stream_runs_late(tmp_path, data):
     """The per-layer all-reduces run on a second stream, ordered against the backward and the
     update by events only. Holding back the compute stream (the all-reduce would overtake the
