@@ -310,8 +310,8 @@ inline void check_device_memory(size_t needed, const char* what, const char* hin
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     if (needed > free_b)
-        runtime_error(hint, "not enough GPU memory for %s: needs %.3f GiB, the device has %.3f GiB free of %.3f GiB", what, needed / 1073741824.0,
-                      free_b / 1073741824.0, total_b / 1073741824.0);
+        runtime_error(hint, "not enough GPU memory for %s: needs %s, the device has %s free of %s", what, human_bytes(needed).c_str(),
+                      human_bytes(free_b).c_str(), human_bytes(total_b).c_str());
 }
 
 inline void* model_device_alloc(GpuModel* m, size_t bytes, const char* what) {
@@ -355,8 +355,10 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     m->shard_offset = own.offset;
     m->shard_count = own.count;
     size_t bytes = n_padded * sizeof(floatX) + n * sizeof(float) + sc * sizeof(float) * (FLOATX_IS_FLOAT ? 2 : 3);
-    check_device_memory(bytes, "the weights, gradients, master weights and AdamW state",
-                        m->options.zero1 || dist_world() == 1 ? "use a smaller model, or more GPUs" : "use a smaller model, or --zero 1");
+    const char* hint = m->options.zero1     ? "use a smaller model, or more GPUs"
+                       : dist_world() > 1 ? "use a smaller model, or --zero 1 (shards the master weights and AdamW state)"
+                                          : "use a smaller model, or several GPUs under mpirun with --zero 1 (docs/distributed.md)";
+    check_device_memory(bytes, "the weights, gradients, master weights and AdamW state", hint);
     m->params_memory = (floatX*)model_device_alloc(m, n_padded * sizeof(floatX), "weights");
     m->master = FLOATX_IS_FLOAT ? (float*)m->params_memory + own.offset : (float*)model_device_alloc(m, sc * sizeof(float), "master weights");
     m->grads_memory = (float*)model_device_alloc(m, n * sizeof(float), "gradients");

@@ -86,6 +86,18 @@ inline void fwrite_check(const void* src, size_t size, size_t n, FILE* f, const 
     }
 }
 
+// A byte count for messages, in the largest binary unit that keeps it >= 1: "2.500 GiB",
+// "416.2 MiB", "12.0 KiB", "512 bytes" (a GiB figure with three decimals would print a small
+// model's 0.4 MiB as "0.000 GiB").
+inline std::string human_bytes(size_t bytes) {
+    char buf[64];
+    if (bytes >= (1ull << 30)) snprintf(buf, sizeof(buf), "%.3f GiB", bytes / 1073741824.0);
+    else if (bytes >= (1ull << 20)) snprintf(buf, sizeof(buf), "%.1f MiB", bytes / 1048576.0);
+    else if (bytes >= (1ull << 10)) snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
+    else snprintf(buf, sizeof(buf), "%zu bytes", bytes);
+    return buf;
+}
+
 inline void* malloc_check(size_t bytes, const char* what) {
     void* p = malloc(bytes ? bytes : 1);
     if (!p) runtime_error("use a smaller --batch-size, --seq-len or model", "out of memory allocating %zu bytes for %s", bytes, what);

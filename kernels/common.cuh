@@ -78,9 +78,9 @@ inline void* cuda_malloc_check(size_t bytes, const char* what) {
         (void)cudaGetLastError();  // clear the sticky-free error state of a failed allocation
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
-        runtime_error("use a smaller --batch-size or --seq-len, or --recompute 2 (see ./train --help)",
-                      "out of GPU memory allocating %s: needed %.3f GiB, %.3f GiB free of %.3f GiB (%s)", what, bytes / 1073741824.0,
-                      free_b / 1073741824.0, total_b / 1073741824.0, cudaGetErrorString(err));
+        runtime_error("free the GPU (nvidia-smi lists other processes), or use a smaller model, --batch-size or --seq-len, or --recompute 2",
+                      "out of GPU memory allocating %s: needed %s, %s free of %s (%s)", what, human_bytes(bytes).c_str(), human_bytes(free_b).c_str(),
+                      human_bytes(total_b).c_str(), cudaGetErrorString(err));
     }
     return p;
 }

@@ -99,12 +99,22 @@ def test_checkpoints_move_between_train_cpu_and_train(tmp_path, data):
 
 
 def test_too_little_device_memory_is_a_clear_error(tmp_path, data):
+    """The emulated device (VP_EMU_MEM_BYTES) runs out at each of the three allocations of a run,
+    in order: the 32 MiB cuBLASLt workspace, the weights, gradients and optimizer state (about
+    0.43 MB for this model: 18 bytes per parameter in bf16), the activations (about 0.1-0.3 MB at
+    B=4, T=16). Each must be an error that names what did not fit, with a figure and a hint that
+    fits that stage, and leave no checkpoint behind."""
     out = tmp_path / "run"
-    p = run(emu_trainer("bf16"), common(data, 2) + ["--out-dir", out], env={"VP_EMU_MEM_BYTES": "2000000"})
-    assert p.returncode == 1, p.stdout + p.stderr
-    msg = p.stdout + p.stderr
-    assert "GiB" in msg and "--batch-size" in msg, msg
-    assert not out.exists() or not list(out.glob("ckpt_*.bin"))
+    workspace = 32 << 20
+    for budget, must_say in ((2_000_000, ["cuBLASLt workspace", "MiB", "nvidia-smi"]),
+                             (workspace + 100_000, ["the weights, gradients, master weights and AdamW state", "KiB", "--zero 1"]),
+                             (workspace + 500_000, ["the activations of B=4 T=16", "KiB", "--batch-size", "--recompute 2"])):
+        p = run(emu_trainer("bf16"), common(data, 2) + ["--out-dir", out], env={"VP_EMU_MEM_BYTES": str(budget)})
+        msg = p.stdout + p.stderr
+        assert p.returncode == 1, msg
+        for text in must_say:
+            assert text in msg, f"VP_EMU_MEM_BYTES={budget}: the message lacks '{text}':\n{msg[-2000:]}"
+        assert not out.exists() or not list(out.glob("ckpt_*.bin"))
 
 
 @pytest.mark.parametrize("path", ["vanilla", "resformer", "svformer", "sla", "depth"])
