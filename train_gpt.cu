@@ -1036,7 +1036,7 @@ inline const char* model_build_name(const GpuModel*) { return "gpu-" PRECISION_N
 inline void model_set_run_options(GpuModel* m, const RunConfig& rc) {
     m->options.recompute = rc.recompute;
     m->options.overlap_reduce = rc.overlap_reduce != 0;
-    m->options.zero1 = rc.zero == 1 && (dist_world() > 1 || dist_forced());  // train_loop.h's data-parallel condition
+    m->options.zero1 = rc.zero == 1 && dist_active();
 }
 
 // fp32 tensors of num_params floats between host and device
@@ -1062,23 +1062,31 @@ inline void model_load(GpuModel* m, const std::string& path, CheckpointMeta* met
     m->has_optimizer_state = with_optimizer;
 }
 
-inline bool model_dist_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta);  // "Data parallel (NCCL)" below
-
+// Every rank calls this (collective under ZeRO-1); rank 0 writes. The master weights and m, v of
+// [shard_offset, shard_offset + shard_count) come to the host at their place in full-length
+// arrays: everything in one process or with replicated state (ZeRO-0: rank 0 alone writes what
+// it holds), this rank's shard under ZeRO-1, where rank 0 then gathers the other shards over MPI
+// (host/distributed.h), so a checkpoint is always the whole state, whatever the world.
 inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
-    if (model_dist_save(m, dir, meta)) return;  // data parallel: collective, rank 0 writes one gathered checkpoint
-    size_t n = m->num_params;
-    std::vector<float> host_p(n), host_m, host_v;
+    bool root = dist_rank() == 0;
+    if (!m->zero_shard && !root) return;
+    size_t n = m->num_params, off = m->shard_offset, count = m->shard_count;
+    bool opt = m->has_optimizer_state;
+    size_t len = root ? n : off + count;  // dist_gather_to_root reads [off, off + count) of a non-root's array
+    std::vector<float> host_p(len), host_m(opt ? len : 0), host_v(opt ? len : 0);
     cudaCheck(cudaStreamSynchronize(m->stream));
-    copy_params_to_host(m->master, host_p.data(), n);
-    if (m->has_optimizer_state) {
-        host_m.resize(n);
-        host_v.resize(n);
-        copy_params_to_host(m->adam_m, host_m.data(), n);
-        copy_params_to_host(m->adam_v, host_v.data(), n);
+    auto fetch = [&](const float* dev, std::vector<float>& host) {
+        copy_params_to_host(dev, host.data() + off, count);
+        if (m->zero_shard) dist_gather_to_root(host.data(), n);
+    };
+    fetch(m->master, host_p);
+    if (opt) {
+        fetch(m->adam_m, host_m);
+        fetch(m->adam_v, host_v);
     }
     meta->num_params = (int64_t)n;
-    meta->has_optimizer = m->has_optimizer_state;
-    checkpoint_write(dir, *meta, host_p.data(), m->has_optimizer_state ? host_m.data() : nullptr, m->has_optimizer_state ? host_v.data() : nullptr);
+    meta->has_optimizer = opt;
+    if (root) checkpoint_write(dir, *meta, host_p.data(), opt ? host_m.data() : nullptr, opt ? host_v.data() : nullptr);
 }
 
 // ----------------------------------------------------------------------------
@@ -1173,33 +1181,6 @@ inline void model_dist_update(GpuModel* m, const AdamWSettings& s, int step) {
     nccl_all_gather(m->params_memory, dist_slot(m->num_params, dist_world()), m->stream);
     if (m->lambda_f32_owned) nccl_broadcast_from_owners(m->lambda_f32, m->master, lambda_offset(m), m->config.n_layer, m->num_params, m->stream);
     nccl_wait(m->stream, "the weight all-gather");
-}
-
-// The collective part of model_save (every rank calls it): true when it has dealt with the save.
-// Replicated optimizer state: rank 0 saves as one process would, the others skip. ZeRO-1: rank 0
-// gathers the master weight and m, v shards into full host arrays (host/distributed.h, MPI) and
-// writes.
-inline bool model_dist_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
-    bool root = dist_rank() == 0;
-    if (!m->zero_shard) return !root;
-    size_t n = m->num_params, off = m->shard_offset, count = m->shard_count;
-    bool opt = m->has_optimizer_state;
-    // rank r fills [off, off + count) of its arrays; dist_gather_to_root reads that range
-    size_t len = root ? n : off + count;
-    std::vector<float> host_p(len), host_m(opt ? len : 0), host_v(opt ? len : 0);
-    cudaCheck(cudaStreamSynchronize(m->stream));
-    copy_params_to_host(m->master, host_p.data() + off, count);
-    dist_gather_to_root(host_p.data(), n);
-    if (opt) {
-        copy_params_to_host(m->adam_m, host_m.data() + off, count);
-        copy_params_to_host(m->adam_v, host_v.data() + off, count);
-        dist_gather_to_root(host_m.data(), n);
-        dist_gather_to_root(host_v.data(), n);
-    }
-    meta->num_params = (int64_t)n;
-    meta->has_optimizer = opt;
-    if (root) checkpoint_write(dir, *meta, host_p.data(), opt ? host_m.data() : nullptr, opt ? host_v.data() : nullptr);
-    return true;
 }
 
 }  // namespace gpu

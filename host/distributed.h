@@ -143,6 +143,8 @@ inline void dist_finalize() { MPI_Finalize(); }
 inline int dist_rank() { return dist_state().rank; }
 inline int dist_world() { return dist_state().world; }
 inline bool dist_forced() { return dist_state().forced; }
+// The data-parallel code path runs: several ranks, or VP_DIST_FORCE=1 with one (tests).
+inline bool dist_active() { return dist_world() > 1 || dist_forced(); }
 
 inline void dist_barrier() {
     DistBusy busy("a barrier");
@@ -241,6 +243,7 @@ inline void dist_finalize() {}
 inline int dist_rank() { return 0; }
 inline int dist_world() { return 1; }
 inline bool dist_forced() { return false; }
+inline bool dist_active() { return false; }
 inline void dist_barrier() {}
 inline void dist_reduce_scatter_sum(float*, size_t) {}
 inline void dist_allgather(float*, size_t) {}

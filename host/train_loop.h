@@ -185,7 +185,7 @@ int train_main(int argc, char** argv) {
     dist_init(&argc, &argv);
     int world = dist_world();
     bool rank0 = dist_rank() == 0;
-    bool dist = world > 1 || dist_forced();  // the data-parallel code path (VP_DIST_FORCE=1: also with one rank)
+    bool dist = dist_active();
     if (dist && !model_supports_dist((const Model*)nullptr))
         usage_error("run it as one process", "%s has no data-parallel training yet (world %d)", model_build_name((const Model*)nullptr), world);
     RunConfig rc;
