@@ -13,7 +13,8 @@
 //   * --resume: save after 5 steps, reload, rerun steps 6..10: bit-identical to the uninterrupted run;
 //   * checkpoints move between builds: GPU -> CPU and CPU -> GPU give bit-identical weights;
 //   * --recompute 1 and 2 give bit-identical losses and gradients to --recompute 0;
-//   * the value-path hook: attention split over two head ranges equals one call, bit for bit.
+//   * the value-path hook: attention split over two head ranges equals one call, bit for bit;
+//     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3.
 //
 // Tolerances (stated where they are set, below): the FP32 build computes the same function as the
 // reference in the same precision, so only summation order and libm differ: tight bounds. The BF16
@@ -425,7 +426,7 @@ TEST(recompute_is_bit_identical) {
 
 // The hook value paths use: attention over heads [0, H/2) and [H/2, H) in two calls must equal one
 // call over all heads, forward and backward (with dK/dV accumulated into a buffer, as a path's
-// cross-layer accumulator would be).
+// cross-layer accumulator would be). In bf16, also: backward versions 2 and 3 agree bit for bit.
 TEST(attention_head_ranges) {
     const TestConfig tc = test_configs()[1];  // GQA, G = 2 (a copy: test_configs() returns a temporary)
     ModelConfig c = config_from_flags(tc);
@@ -501,6 +502,17 @@ TEST(attention_head_ranges) {
     CHECK(bits_equal(download(dq, BT, H * D, H * D), download(dq_f, BT, H * D, H * D)), "dq over two head ranges differs");
     CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk over two head ranges differs");
     CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv over two head ranges differs");
+#ifdef ENABLE_BF16
+    // the trainer's backward (version 3: the dK/dV kernel takes 16 queries at a time) must equal
+    // version 2 (one pass over each query tile) bit for bit: the same sums in the same order
+    gpu::AttentionArgs v2 = one;
+    v2.dq = dq, v2.dk = dk, v2.dv = dv;
+    gpu::attention_backward2(v2, gm.stream);
+    cudaCheck(cudaStreamSynchronize(gm.stream));
+    CHECK(bits_equal(download(dq, BT, H * D, H * D), download(dq_f, BT, H * D, H * D)), "dq of attention backward versions 2 and 3 differs");
+    CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions 2 and 3 differs");
+    CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions 2 and 3 differs");
+#endif
     for (void* p : {(void*)out, (void*)dq, (void*)dk, (void*)dv, (void*)lse, (void*)dq_f, (void*)dk_f, (void*)dv_f}) cudaCheck(cudaFree(p));
     gpt_free(&gm);
 }

@@ -316,6 +316,18 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     while IFS= read -r t; do ROWS+=("$t"); done < <(grep '^| [a-z]* | [0-9]' "$BENCH" | sed 's/^| \([a-z]*\) |/| path \1 |/')
 fi
 
+# 7. attention backward, version 2 (dK/dV in one pass) against version 3 (16 queries at a time, the
+# trainer's since 2026-11-23, chosen from ptxas figures alone): the lab's timings per shape. If
+# version 2 wins here, make attention_backward call attention_backward2 (kernels/attention.cuh).
+if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x build/dev/cuda/bf16/attention_backward ]; then
+    LAB="$OUT_DIR/attention_backward_timed.log"
+    run_step "lab attention_backward (timed)" 120 "$LAB" ./build/dev/cuda/bf16/attention_backward
+    while IFS= read -r t; do row "attention backward ${t%%|*}" "${t#*|}"; done < <(awk '
+        /^attention backward:/ { if (shape != "") print shape "|" times; shape = $3 " " $4 " " $5 " " $6 " " $7; times = "" }
+        /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
+        END { if (shape != "") print shape "|" times }' "$LAB")
+fi
+
 write_summary
 echo
 echo "device check finished in $(($(date +%s) - START))s; logs in $OUT_DIR"

@@ -23,7 +23,10 @@
 //   version 2 (tensor cores, bf16): FlashAttention-2 tiling, 64x64 tiles, 4 warps of 16 rows,
 //     mma.sync.m16n8k16 bf16 -> fp32 with ldmatrix fragments, the score accumulators re-used in
 //     registers as the A operand of P @ V (no shared-memory round trip), exp2 with the scale folded
-//     into log2(e). The BF16 build uses it.
+//     into log2(e).
+//   version 3 (tensor cores, bf16): version 2 with the backward's dK/dV kernel taking each query
+//     tile 16 queries at a time, to hold fewer registers (see the kernel); bit-identical results.
+//     The BF16 build uses version 2's forward and version 3's backward.
 // Backward, both versions: three kernels: delta = rowsum(dO * O); dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
 // fixed order (the group sum is deterministic, no atomics); dQ with one block per (b, query head,
@@ -32,7 +35,7 @@
 // backward FLOPs) so that results are bit-reproducible.
 //
 // defines: AttentionArgs, attention_head_dim_supported, attention_forward, attention_backward
-//          (and attention_forward1/2, attention_backward1/2 for the dev labs)
+//          (and attention_forward1/2, attention_backward1/2/3 for the dev labs)
 #pragma once
 
 #include "kernels/common.cuh"
@@ -601,9 +604,11 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
 // dK, dV: block = (b, KV head g, 64-key tile), 4 warps x 16 keys; loops over the G query heads of
 // the group and the query tiles at or after the key tile. Computes transposed scores S^T (keys x
 // queries) so that P^T and dS^T come out in the C layout that is the A operand of dV += P^T dO and
-// dK += dS^T Q.
-template <int D>
+// dK += dS^T Q. Each query tile is taken QSTEP queries at a time (64: version 2, one pass; 16:
+// version 3, the trainer's), see below.
+template <int D, int QSTEP>
 static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_kernel2(AttentionArgs a) {
+    static_assert(QSTEP % 16 == 0 && ATT2_TILE % QSTEP == 0, "QSTEP: whole mma k-steps that tile the query tile");
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem2);
@@ -639,54 +644,67 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
                 delta_s[r] = qrow < a.T ? a.delta[((size_t)b * a.H + h) * a.T + qrow] : 0.0f;
             }
             __syncthreads();
-            // S^T = K Q^T and dP^T = V dO^T (16 keys x 64 queries per warp)
-            float st[NT][4], dpt[NT][4];
+            // Per group of QSTEP queries (NPG steps of 16), all in registers:
+            //   S^T = K Q^T, P^T = exp(S^T - lse) with the causal mask (query >= key),
+            //   dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+            // Why groups: the dK and dV accumulators of 16 keys x D take D fp32 registers per
+            // thread; P^T and dP^T of all 64 queries add 32 more, and with them D = 128 spills and
+            // D = 64 needs 214 registers (2 blocks per SM). With QSTEP = 16 they add 8: D = 64 takes
+            // 136 (3 blocks per SM) and D = 128 251, without spills (nvcc 13.0, sm_90a; ptxas_report.sh).
+            // The price: the K and V fragments are read from shared memory once per group, 4 times
+            // instead of once, which is 33% more ldmatrix for the same mma count at D = 64. Every sum
+            // runs in the same order as in one pass, so both versions give the same bits.
+            // Unrolling 2 of the 4 groups, not all: fully unrolled, ptxas schedules the groups'
+            // loads together and the registers come back (D = 128 spills again).
+            constexpr int NPG = QSTEP / 16;
+#pragma unroll 2
+            for (int q0 = 0; q0 < NT / 2; q0 += NPG) {
+                float pt[2 * NPG][4], dpt[2 * NPG][4];
 #pragma unroll
-            for (int j = 0; j < NT; j++)
+                for (int j = 0; j < 2 * NPG; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
+                    for (int e = 0; e < 4; e++) pt[j][e] = dpt[j][e] = 0.0f;
 #pragma unroll
-            for (int ks = 0; ks < D / 16; ks++) {
-                uint32_t kf[4], vf[4];
-                ldsm_x4(kf, frag_a_addr(Ks, LDS, warp * 16, ks * 16, lane));
-                ldsm_x4(vf, frag_a_addr(Vs, LDS, warp * 16, ks * 16, lane));
+                for (int ks = 0; ks < D / 16; ks++) {
+                    uint32_t kf[4], vf[4];
+                    ldsm_x4(kf, frag_a_addr(Ks, LDS, warp * 16, ks * 16, lane));
+                    ldsm_x4(vf, frag_a_addr(Vs, LDS, warp * 16, ks * 16, lane));
 #pragma unroll
-                for (int np = 0; np < NT / 2; np++) {
-                    uint32_t qf[4], df[4];
-                    ldsm_x4(qf, frag_bt_addr(Qs, LDS, np * 16, ks * 16, lane));
-                    ldsm_x4(df, frag_bt_addr(dOs, LDS, np * 16, ks * 16, lane));
-                    mma_bf16_16816(st[2 * np], kf, qf[0], qf[1]);
-                    mma_bf16_16816(st[2 * np + 1], kf, qf[2], qf[3]);
-                    mma_bf16_16816(dpt[2 * np], vf, df[0], df[1]);
-                    mma_bf16_16816(dpt[2 * np + 1], vf, df[2], df[3]);
+                    for (int np = 0; np < NPG; np++) {
+                        uint32_t qf[4], df[4];
+                        ldsm_x4(qf, frag_bt_addr(Qs, LDS, (q0 + np) * 16, ks * 16, lane));
+                        ldsm_x4(df, frag_bt_addr(dOs, LDS, (q0 + np) * 16, ks * 16, lane));
+                        mma_bf16_16816(pt[2 * np], kf, qf[0], qf[1]);
+                        mma_bf16_16816(pt[2 * np + 1], kf, qf[2], qf[3]);
+                        mma_bf16_16816(dpt[2 * np], vf, df[0], df[1]);
+                        mma_bf16_16816(dpt[2 * np + 1], vf, df[2], df[3]);
+                    }
                 }
-            }
-            // P^T = exp(S^T - lse) with the causal mask (query >= key); dS^T = P^T (dP^T - delta)
 #pragma unroll
-            for (int j = 0; j < NT; j++)
+                for (int j = 0; j < 2 * NPG; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int kr = key + (e >= 2 ? 8 : 0), ql = j * 8 + 2 * tq + (e & 1), qrow = qt * ATT2_TILE + ql;
-                    float p = qrow >= kr ? exp2f(st[j][e] * sl2 - lse_s[ql]) : 0.0f;  // qrow >= T: lse = inf -> 0
-                    st[j][e] = p;
-                    dpt[j][e] = p * (dpt[j][e] - delta_s[ql]);
-                }
-            // dV += P^T dO, dK += dS^T Q  (k = the 64 queries, in 4 steps of 16)
+                    for (int e = 0; e < 4; e++) {
+                        int kr = key + (e >= 2 ? 8 : 0), ql = (2 * q0 + j) * 8 + 2 * tq + (e & 1), qrow = qt * ATT2_TILE + ql;
+                        float p = qrow >= kr ? exp2f(pt[j][e] * sl2 - lse_s[ql]) : 0.0f;  // qrow >= T: lse = inf -> 0
+                        pt[j][e] = p;
+                        dpt[j][e] = p * (dpt[j][e] - delta_s[ql]);
+                    }
 #pragma unroll
-            for (int kk = 0; kk < NT / 2; kk++) {
-                uint32_t pa[4] = {pack_bf16x2(st[2 * kk][0], st[2 * kk][1]), pack_bf16x2(st[2 * kk][2], st[2 * kk][3]),
-                                  pack_bf16x2(st[2 * kk + 1][0], st[2 * kk + 1][1]), pack_bf16x2(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-                uint32_t sa[4] = {pack_bf16x2(dpt[2 * kk][0], dpt[2 * kk][1]), pack_bf16x2(dpt[2 * kk][2], dpt[2 * kk][3]),
-                                  pack_bf16x2(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]), pack_bf16x2(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+                for (int np = 0; np < NPG; np++) {
+                    uint32_t pa[4] = {pack_bf16x2(pt[2 * np][0], pt[2 * np][1]), pack_bf16x2(pt[2 * np][2], pt[2 * np][3]),
+                                      pack_bf16x2(pt[2 * np + 1][0], pt[2 * np + 1][1]), pack_bf16x2(pt[2 * np + 1][2], pt[2 * np + 1][3])};
+                    uint32_t sa[4] = {pack_bf16x2(dpt[2 * np][0], dpt[2 * np][1]), pack_bf16x2(dpt[2 * np][2], dpt[2 * np][3]),
+                                      pack_bf16x2(dpt[2 * np + 1][0], dpt[2 * np + 1][1]), pack_bf16x2(dpt[2 * np + 1][2], dpt[2 * np + 1][3])};
 #pragma unroll
-                for (int dp = 0; dp < D / 16; dp++) {
-                    uint32_t df[4], qf[4];
-                    ldsm_x4_trans(df, frag_b_trans_addr(dOs, LDS, kk * 16, dp * 16, lane));
-                    ldsm_x4_trans(qf, frag_b_trans_addr(Qs, LDS, kk * 16, dp * 16, lane));
-                    mma_bf16_16816(dv[2 * dp], pa, df[0], df[1]);
-                    mma_bf16_16816(dv[2 * dp + 1], pa, df[2], df[3]);
-                    mma_bf16_16816(dk[2 * dp], sa, qf[0], qf[1]);
-                    mma_bf16_16816(dk[2 * dp + 1], sa, qf[2], qf[3]);
+                    for (int dp = 0; dp < D / 16; dp++) {
+                        uint32_t df[4], qf[4];
+                        ldsm_x4_trans(df, frag_b_trans_addr(dOs, LDS, (q0 + np) * 16, dp * 16, lane));
+                        ldsm_x4_trans(qf, frag_b_trans_addr(Qs, LDS, (q0 + np) * 16, dp * 16, lane));
+                        mma_bf16_16816(dv[2 * dp], pa, df[0], df[1]);
+                        mma_bf16_16816(dv[2 * dp + 1], pa, df[2], df[3]);
+                        mma_bf16_16816(dk[2 * dp], sa, qf[0], qf[1]);
+                        mma_bf16_16816(dk[2 * dp + 1], sa, qf[2], qf[3]);
+                    }
                 }
             }
         }
@@ -938,12 +956,13 @@ void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
     cudaCheck(cudaGetLastError());
 }
 
-template <int D>
+template <int D, int QSTEP>
 void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
     int G = a.H / a.Hkv;
     size_t smem_kv = 4 * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + 2 * ATT2_TILE * sizeof(float);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    attention_backward_dkdv_kernel2<D><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
+    auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP>;
+    cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    attention_backward_dkdv_kernel2<D, QSTEP><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
     cudaCheck(cudaGetLastError());
     size_t smem_q = 4 * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16);
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
@@ -963,17 +982,22 @@ inline void attention_forward2(AttentionArgs a, cudaStream_t stream) {
     }
 }
 
-inline void attention_backward2(AttentionArgs a, cudaStream_t stream) {
+// version 2 (dK/dV in one pass over each query tile) and version 3 (16 queries at a time: the
+// trainer's); the same dQ kernel, the same results bit for bit
+template <int QSTEP>
+void attention_backward_tc(AttentionArgs a, cudaStream_t stream) {
     a = attention_full_range(a);
     attention_check_args(a, true, 2);
     attention_backward_preprocess(a, stream);
     switch (a.D) {
-        case 16: attention_backward2_d<16>(a, stream); break;
-        case 32: attention_backward2_d<32>(a, stream); break;
-        case 64: attention_backward2_d<64>(a, stream); break;
-        case 128: attention_backward2_d<128>(a, stream); break;
+        case 16: attention_backward2_d<16, QSTEP>(a, stream); break;
+        case 32: attention_backward2_d<32, QSTEP>(a, stream); break;
+        case 64: attention_backward2_d<64, QSTEP>(a, stream); break;
+        case 128: attention_backward2_d<128, QSTEP>(a, stream); break;
     }
 }
+inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE>(a, stream); }
+inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16>(a, stream); }
 #endif  // ENABLE_BF16
 
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
@@ -989,7 +1013,7 @@ inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 
 inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    attention_backward2(a, stream);
+    attention_backward3(a, stream);
 #else
     attention_backward1(a, stream);
 #endif
