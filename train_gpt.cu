@@ -1137,7 +1137,14 @@ inline void model_dist_finalize(const GpuModel*) { nccl_finalize(); }
 // onto the rank that owns it (ZeRO-1). PyTorch: a DDP bucket's all_reduce.
 inline void dist_reduce_grads_async(GpuModel* m, int layer) {
     if (!m->comm_stream) {
-        cudaCheck(cudaStreamCreate(&m->comm_stream));
+        // the highest priority the device has: when an SM frees up, the block scheduler gives it
+        // to NCCL's reduction kernels before the next GEMM tile of the backward, so the overlapped
+        // reduce is not starved until the backward ends (PyTorch: ProcessGroupNCCL's
+        // is_high_priority_stream). Priorities only order blocks waiting to start; results are
+        // the same.
+        int least_priority = 0, greatest_priority = 0;
+        cudaCheck(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+        cudaCheck(cudaStreamCreateWithPriority(&m->comm_stream, cudaStreamDefault, greatest_priority));
         cudaCheck(cudaEventCreateWithFlags(&m->grads_ready, cudaEventDisableTiming));  // an ordering point only: no timestamp
     }
     std::vector<std::pair<float*, size_t>> slices = param_slices(m->grads, m->specs, m->config, layer);

@@ -781,6 +781,16 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) {
     *s = st;
     return cudaSuccess;
 }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
+    (void)priority;  // CUDA clamps it to the range; there is nothing to order here
+    if (flags != cudaStreamDefault) return set_error(cudaErrorInvalidValue);  // non-blocking streams: not emulated
+    return cudaStreamCreate(s);
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    return cudaSuccess;
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s || !vp_emu::live_stream(s->id)) return set_error(cudaErrorInvalidValue);
     vp_emu::drain(s, s->issued);  // CUDA finishes the queued work first

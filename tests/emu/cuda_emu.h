@@ -223,6 +223,11 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev);
 cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int dev);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamCreate(cudaStream_t* s);
+// priorities are accepted and ignored: the emulator runs one block at a time, so there is no
+// block scheduler to order; the range is the one an H100 reports (0 least, -5 greatest)
+#define cudaStreamDefault 0x00
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamQuery(cudaStream_t s);
