@@ -311,6 +311,8 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     if (c.n_layer < 1) usage_error(nullptr, "--layers must be >= 1, got %d", c.n_layer);
     if (c.n_head < 1) usage_error(nullptr, "--heads must be >= 1, got %d", c.n_head);
     if (c.n_embd < 1 || c.n_embd % c.n_head) usage_error(nullptr, "--dim %d must be a positive multiple of --heads %d", c.n_embd, c.n_head);
+    if (rc.kv_heads < 0) usage_error(nullptr, "--kv-heads must be >= 0 (0 = the same as --heads), got %d", rc.kv_heads);
+    if (rc.ffn_dim < 0) usage_error(nullptr, "--ffn-dim must be >= 0 (0 = the family's default), got %d", rc.ffn_dim);
     if (c.n_head % c.n_kv_head) usage_error(nullptr, "--heads %d must be a multiple of --kv-heads %d", c.n_head, c.n_kv_head);
     if (c.vocab_size < 2) usage_error(nullptr, "--vocab must be >= 2, got %d", c.vocab_size);
     if (c.max_seq_len < 1) usage_error(nullptr, "--max-seq must be >= 1, got %d", c.max_seq_len);
