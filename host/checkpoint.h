@@ -11,6 +11,13 @@
 //   params  float32[num_params]
 //   m       float32[num_params]         (only if has_optimizer)
 //   v       float32[num_params]         (only if has_optimizer)
+// Two CRC-32s (host/crc32.h, the same as Python's zlib.crc32) in the header, since version 2:
+//   header_crc  over the header (with both CRC fields zero) and the run text: checked whenever a
+//               checkpoint is opened, before any field is trusted (a flipped bit in a shape would
+//               otherwise become a wrong model);
+//   data_crc    over params, m, v in file order: checked when the tensors are read.
+// So a file damaged on disk or in a copy, but still of the right length, is refused with a clear
+// error instead of training on from wrong weights. Version 1 files (no CRCs) are still read.
 // Written to DIR/.ckpt_SSSSSSSS.bin.tmp, flushed, fsync'ed, then renamed to DIR/ckpt_SSSSSSSS.bin
 // and the directory fsync'ed: a kill at any moment leaves either the old set of checkpoints or
 // the old set plus the complete new one, never a half-written file under a checkpoint name.
@@ -23,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -30,12 +38,14 @@
 #include <vector>
 
 #include "host/config.h"
+#include "host/crc32.h"
 #include "host/dataloader.h"
 #include "host/rng.h"
 #include "host/utils.h"
 
 #define CHECKPOINT_MAGIC 20261101
-#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_VERSION 2          // written; 2 adds the CRCs
+#define CHECKPOINT_VERSION_NO_CRC 1   // still read, without the checks
 
 static_assert(std::is_trivially_copyable<ModelConfig>::value, "ModelConfig is written raw into checkpoints");
 static_assert(std::is_trivially_copyable<DataLoaderState>::value, "DataLoaderState is written raw into checkpoints");
@@ -51,8 +61,20 @@ struct CheckpointHeader {
     ModelConfig model;
     Rng sample_rng;
     DataLoaderState train_data;
-    int32_t reserved[64];
+    uint32_t header_crc;      // version 2: CRC-32 of this header (both CRCs zero) + run_text
+    uint32_t data_crc;        // version 2: CRC-32 of params [, m, v]
+    int32_t reserved[62];
 };
+static_assert(sizeof(CheckpointHeader) == 552, "the checkpoint header's layout is the file format (dev/reference/model.py reads it)");
+
+// over the header's bytes as they are in the file (padding included), with both CRC fields zero
+inline uint32_t checkpoint_header_crc(const CheckpointHeader& h, const std::string& run_text) {
+    unsigned char bytes[sizeof(CheckpointHeader)];
+    memcpy(bytes, &h, sizeof(h));
+    memset(bytes + offsetof(CheckpointHeader, header_crc), 0, sizeof(h.header_crc));
+    memset(bytes + offsetof(CheckpointHeader, data_crc), 0, sizeof(h.data_crc));
+    return crc32_update(crc32_update(0, bytes, sizeof(bytes)), run_text.data(), run_text.size());
+}
 
 // What a checkpoint says about a run, apart from the big tensors.
 struct CheckpointMeta {
@@ -63,6 +85,8 @@ struct CheckpointMeta {
     Rng sample_rng{};
     DataLoaderState train_data{};
     std::string run_text;
+    int version = 0;        // as read from a file (checkpoint_open); the writer always writes CHECKPOINT_VERSION
+    uint32_t data_crc = 0;  // as read: the header's CRC of the tensors, checked by checkpoint_read
 };
 
 inline std::string checkpoint_path(const std::string& dir, int64_t step) {
@@ -132,9 +156,13 @@ inline void checkpoint_write(const std::string& dir, const CheckpointMeta& meta,
     h.sample_rng = meta.sample_rng;
     h.train_data = meta.train_data;
 
+    size_t n = (size_t)meta.num_params;
+    h.data_crc = crc32_update(0, params, n * sizeof(float));
+    if (meta.has_optimizer) h.data_crc = crc32_update(crc32_update(h.data_crc, m, n * sizeof(float)), v, n * sizeof(float));
+    h.header_crc = checkpoint_header_crc(h, meta.run_text);
+
     FILE* f = fopen(tmp_path.c_str(), "wb");
     if (!f) runtime_error("check that --out-dir is writable", "cannot create '%s': %s", tmp_path.c_str(), strerror(errno));
-    size_t n = (size_t)meta.num_params;
     bool ok = fwrite(&h, sizeof(h), 1, f) == 1 && fwrite(meta.run_text.data(), 1, meta.run_text.size(), f) == meta.run_text.size() &&
               fwrite(params, sizeof(float), n, f) == n;
     if (ok && meta.has_optimizer) ok = fwrite(m, sizeof(float), n, f) == n && fwrite(v, sizeof(float), n, f) == n;
@@ -173,12 +201,26 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
         fclose(f);
         runtime_error(hint, "'%s' is not a valuepath checkpoint (bad magic %d, expected %d)", path.c_str(), got >= 4 ? h.magic : 0, CHECKPOINT_MAGIC);
     }
-    if (h.version != CHECKPOINT_VERSION || h.header_bytes != (int32_t)sizeof(CheckpointHeader)) {
+    if ((h.version != CHECKPOINT_VERSION && h.version != CHECKPOINT_VERSION_NO_CRC) || h.header_bytes != (int32_t)sizeof(CheckpointHeader)) {
         fclose(f);
-        runtime_error("use the valuepath version that wrote it", "checkpoint '%s' has version %d (header %d bytes); this build reads version %d (%d bytes)",
-                      path.c_str(), h.version, h.header_bytes, CHECKPOINT_VERSION, (int)sizeof(CheckpointHeader));
+        runtime_error("use the valuepath version that wrote it", "checkpoint '%s' has version %d (header %d bytes); this build reads versions %d and %d (%d bytes)",
+                      path.c_str(), h.version, h.header_bytes, CHECKPOINT_VERSION_NO_CRC, CHECKPOINT_VERSION, (int)sizeof(CheckpointHeader));
     }
-    if (got != sizeof(h) || h.num_params <= 0 || h.run_text_bytes < 0 || h.run_text_bytes > (1 << 20) || (h.has_optimizer != 0 && h.has_optimizer != 1)) {
+    if (got != sizeof(h) || h.run_text_bytes < 0 || h.run_text_bytes > (1 << 20)) {
+        fclose(f);
+        runtime_error(hint, "checkpoint '%s' has a corrupt header", path.c_str());
+    }
+    meta->run_text.assign((size_t)h.run_text_bytes, '\0');
+    if (h.run_text_bytes && fread(&meta->run_text[0], 1, (size_t)h.run_text_bytes, f) != (size_t)h.run_text_bytes) {
+        fclose(f);
+        runtime_error(hint, "checkpoint '%s' is cut short inside its header", path.c_str());
+    }
+    if (h.version == CHECKPOINT_VERSION && checkpoint_header_crc(h, meta->run_text) != h.header_crc) {
+        fclose(f);
+        runtime_error("the file was damaged after it was written (disk, copy): restore it from a copy, or move it out of the directory so that --resume takes the one before it",
+                      "checkpoint '%s' is corrupt: the CRC-32 of its header does not match", path.c_str());
+    }
+    if (h.num_params <= 0 || (h.has_optimizer != 0 && h.has_optimizer != 1)) {
         fclose(f);
         runtime_error(hint, "checkpoint '%s' has a corrupt header", path.c_str());
     }
@@ -195,25 +237,41 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
     meta->has_optimizer = h.has_optimizer;
     meta->sample_rng = h.sample_rng;
     meta->train_data = h.train_data;
-    meta->run_text.assign((size_t)h.run_text_bytes, '\0');
-    if (h.run_text_bytes) fread_check(&meta->run_text[0], 1, (size_t)h.run_text_bytes, f, path.c_str());
+    meta->version = h.version;
+    meta->data_crc = h.data_crc;
     return f;
 }
 
 inline void checkpoint_read_meta(const std::string& path, CheckpointMeta* meta) { fclose(checkpoint_open(path, meta)); }
 
-// Reads the tensors. m and v may be NULL to skip the optimizer state (--init-from).
+// Reads the tensors and checks their CRC (version 2). m and v may be NULL to skip the optimizer
+// state (--init-from); its bytes are then still read through the CRC, in chunks.
 inline void checkpoint_read(const std::string& path, CheckpointMeta* meta, float* params, float* m, float* v) {
     FILE* f = checkpoint_open(path, meta);
     size_t n = (size_t)meta->num_params;
+    if (m && v && !meta->has_optimizer) {
+        fclose(f);
+        runtime_error("resume from a training checkpoint, or use --init-from", "checkpoint '%s' has no optimizer state", path.c_str());
+    }
     fread_check(params, sizeof(float), n, f, path.c_str());
-    if (m && v) {
-        if (!meta->has_optimizer) {
-            fclose(f);
-            runtime_error("resume from a training checkpoint, or use --init-from", "checkpoint '%s' has no optimizer state", path.c_str());
+    uint32_t crc = crc32_update(0, params, n * sizeof(float));
+    if (meta->has_optimizer) {
+        if (m && v) {
+            fread_check(m, sizeof(float), n, f, path.c_str());
+            fread_check(v, sizeof(float), n, f, path.c_str());
+            crc = crc32_update(crc32_update(crc, m, n * sizeof(float)), v, n * sizeof(float));
+        } else if (meta->version == CHECKPOINT_VERSION) {
+            std::vector<unsigned char> chunk(1 << 20);
+            for (size_t left = 2 * n * sizeof(float); left > 0;) {
+                size_t k = std::min(left, chunk.size());
+                fread_check(chunk.data(), 1, k, f, path.c_str());
+                crc = crc32_update(crc, chunk.data(), k);
+                left -= k;
+            }
         }
-        fread_check(m, sizeof(float), n, f, path.c_str());
-        fread_check(v, sizeof(float), n, f, path.c_str());
     }
     fclose(f);
+    if (meta->version == CHECKPOINT_VERSION && crc != meta->data_crc)
+        runtime_error("the file was damaged after it was written (disk, copy): restore it from a copy, or move it out of the directory so that --resume takes the one before it",
+                      "checkpoint '%s' is corrupt: the CRC-32 of its weights%s does not match", path.c_str(), meta->has_optimizer ? " and optimizer state" : "");
 }

@@ -1,12 +1,14 @@
 // tests/test_host.cpp: the host-side data path: token shards (host/dataloader.h), the
 // tokenizer used for printing samples (host/tokenizer.h), and the shard layout of data-parallel
-// training (host/distributed.h dist_shard).
+// training (host/distributed.h dist_shard), and the CRC-32 of checkpoints (host/crc32.h).
 // Build (errors throw VpError so bad inputs can be checked):
 //   g++ -O2 -std=c++17 -DVP_ERRORS_THROW -I. tests/test_host.cpp -o /tmp/test_host && /tmp/test_host
 // The fixture shards and tokenizer files are written into a fresh mkdtemp directory. The GPT-2
 // encoder.json test reads the shared data copy (VP_DATA_DIR, else shared/data or /work/shared/data).
+#include "host/crc32.h"
 #include "host/dataloader.h"
 #include "host/distributed.h"
+#include "host/rng.h"
 #include "host/tokenizer.h"
 #include "tests/testing.h"
 
@@ -121,6 +123,44 @@ static void read_batches(DataLoader* dl, int nbatches, std::vector<int>& in, std
 
 // ----------------------------------------------------------------------------
 // data loader: stream contents
+
+// ----------------------------------------------------------------------------
+// CRC-32 (the checkpoints' checksums)
+
+// The CRC one bit at a time, straight from the definition (reflected polynomial 0xEDB88320,
+// initial value and final xor 0xFFFFFFFF): the reference for the table-driven code.
+static uint32_t crc32_bitwise(const unsigned char* p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+
+TEST(crc32_matches_the_definition) {
+    // the standard check value of CRC-32/ISO-HDLC (zlib.crc32(b"123456789"))
+    CHECK(crc32_update(0, "123456789", 9) == 0xCBF43926u, "%08x", crc32_update(0, "123456789", 9));
+    CHECK(crc32_update(0, "", 0) == 0, "empty input");
+    std::vector<unsigned char> buf(1000);
+    Rng rng;
+    rng_init(&rng, 12345);
+    for (auto& b : buf) b = (unsigned char)(rng_next_u64(&rng) >> 56);
+    // every length (the 8-byte loop, its tail) and every start offset (unaligned loads)
+    for (size_t off = 0; off < 8; off++)
+        for (size_t n = 0; n + off <= 200; n++)
+            CHECK(crc32_update(0, buf.data() + off, n) == crc32_bitwise(buf.data() + off, n), "off %zu n %zu", off, n);
+    // chaining: the CRC of a + b from the CRC of a, as the checkpoint writer and zlib.crc32 do
+    for (size_t cut : {0, 1, 7, 8, 9, 500, 999, 1000})
+        CHECK(crc32_update(crc32_update(0, buf.data(), cut), buf.data() + cut, 1000 - cut) == crc32_bitwise(buf.data(), 1000), "cut %zu", cut);
+    // every single-bit flip changes it
+    uint32_t whole = crc32_update(0, buf.data(), buf.size());
+    for (size_t bit = 0; bit < 8 * buf.size(); bit += 13) {
+        buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        CHECK(crc32_update(0, buf.data(), buf.size()) != whole, "bit %zu", bit);
+        buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    }
+}
 
 TEST(shard_v1_round_trip) {
     // 5 full sequences of T=4 (21 tokens needed) plus 3 tokens that make no full sequence

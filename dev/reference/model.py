@@ -19,6 +19,7 @@ B batch, T sequence length.
 
 import math
 import struct
+import zlib
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -527,15 +528,17 @@ def train_steps(cfg, params, idx, targets, steps, lr, warmup, max_steps, min_lr_
 # valuepath checkpoints (host/checkpoint.h): CheckpointHeader, run_text, params [, m, v]
 
 CHECKPOINT_MAGIC = 20261101
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2          # 2 adds two CRC-32s (zlib.crc32) to the header; 1 is still read
+CHECKPOINT_VERSION_NO_CRC = 1
 # struct ModelConfig: 10 int32, float rope_theta, int32 qk_norm, float norm_eps, then
 # ValuePathConfig: int32 path, resformer_learn, float resformer_lambda_lr, int32 sla_layers,
 # sla_heads, sla_chain, depth_stride, reserved[9]                                   (116 bytes)
 _MODEL_FMT = "<10ifif" + "iifiiii9i"
 # CheckpointHeader: int32 magic, version, header_bytes, has_optimizer; int64 step, num_params,
 # run_text_bytes; ModelConfig (116); 4 bytes padding (Rng is 8-aligned); Rng {uint64 state};
-# DataLoaderState (16 uint64, 128 bytes); int32 reserved[64]                        (552 bytes)
-_HEADER_FMT = "<4i3q" + _MODEL_FMT[1:] + "4xQ16Q64i"
+# DataLoaderState (16 uint64, 128 bytes); uint32 header_crc, data_crc; int32 reserved[62] (552 bytes)
+_HEADER_FMT = "<4i3q" + _MODEL_FMT[1:] + "4xQ16QII62i"
+_CRC_OFFSET = struct.calcsize("<4i3q" + _MODEL_FMT[1:] + "4xQ16Q")  # header_crc, then data_crc
 CHECKPOINT_HEADER_BYTES = struct.calcsize(_HEADER_FMT)
 assert struct.calcsize(_MODEL_FMT) == 116 and CHECKPOINT_HEADER_BYTES == 552
 
@@ -555,6 +558,13 @@ def _config_from_fields(v):
     return Config(**dict(zip(names, vals)))
 
 
+def _header_crc(header, run_text):
+    """CRC-32 of the header with both CRC fields zero, then the run text (host/checkpoint.h)."""
+    h = bytearray(header)
+    h[_CRC_OFFSET:_CRC_OFFSET + 8] = bytes(8)
+    return zlib.crc32(bytes(run_text), zlib.crc32(bytes(h)))
+
+
 def read_checkpoint(path):
     """Returns (cfg, params float32 numpy (num_params,), meta dict with step, has_optimizer, run_text)."""
     with open(path, "rb") as f:
@@ -563,9 +573,15 @@ def read_checkpoint(path):
     magic, version, header_bytes, has_opt, step, n, text_bytes = h[:7]
     if magic != CHECKPOINT_MAGIC:
         raise ValueError(f"{path}: not a valuepath checkpoint (magic {magic})")
-    if version != CHECKPOINT_VERSION or header_bytes != CHECKPOINT_HEADER_BYTES:
+    if version not in (CHECKPOINT_VERSION, CHECKPOINT_VERSION_NO_CRC) or header_bytes != CHECKPOINT_HEADER_BYTES:
         raise ValueError(f"{path}: checkpoint version {version} / header {header_bytes} bytes; this reader knows "
-                         f"version {CHECKPOINT_VERSION} / {CHECKPOINT_HEADER_BYTES} bytes")
+                         f"versions {CHECKPOINT_VERSION_NO_CRC} and {CHECKPOINT_VERSION} / {CHECKPOINT_HEADER_BYTES} bytes")
+    if version == CHECKPOINT_VERSION:
+        header_crc, data_crc = struct.unpack_from("<II", raw, _CRC_OFFSET)
+        if _header_crc(raw[:header_bytes], raw[header_bytes:header_bytes + text_bytes]) != header_crc:
+            raise ValueError(f"{path}: corrupt: the CRC-32 of its header does not match")
+        if zlib.crc32(raw[header_bytes + text_bytes:]) != data_crc:
+            raise ValueError(f"{path}: corrupt: the CRC-32 of its tensors does not match")
     cfg = _config_from_fields(h[7:7 + 29]).validate()
     if n != num_params(cfg):
         raise ValueError(f"{path}: {n} params, but its config has {num_params(cfg)}")
@@ -586,12 +602,15 @@ def write_checkpoint(path, cfg, params, step=0, run_text=""):
     if params.size != num_params(cfg):
         raise ValueError(f"{params.size} params, config needs {num_params(cfg)}")
     text = run_text.encode()
-    hdr = struct.pack(_HEADER_FMT, CHECKPOINT_MAGIC, CHECKPOINT_VERSION, CHECKPOINT_HEADER_BYTES, 0, step,
-                      params.size, len(text), *_config_to_fields(cfg), 0, *([0] * 16), *([0] * 64))
+    data = params.tobytes()
+    fields_before_crc = [CHECKPOINT_MAGIC, CHECKPOINT_VERSION, CHECKPOINT_HEADER_BYTES, 0, step, params.size, len(text),
+                         *_config_to_fields(cfg), 0, *([0] * 16)]
+    hdr = struct.pack(_HEADER_FMT, *fields_before_crc, 0, 0, *([0] * 62))
+    hdr = struct.pack(_HEADER_FMT, *fields_before_crc, _header_crc(hdr, text), zlib.crc32(data), *([0] * 62))
     with open(path, "wb") as f:
         f.write(hdr)
         f.write(text)
-        f.write(params.tobytes())
+        f.write(data)
 
 
 __all__ = ["Config", "make_config", "param_layout", "param_offsets", "num_params", "unflatten", "decay_mask",

@@ -396,7 +396,7 @@ CPP_LAYOUT = r"""
 #include "host/checkpoint.h"
 int main() {
     printf("%zu %zu %zu %zu %zu %zu %zu %zu\n", sizeof(CheckpointHeader), sizeof(ModelConfig), offsetof(CheckpointHeader, model),
-           offsetof(CheckpointHeader, sample_rng), offsetof(CheckpointHeader, train_data), offsetof(CheckpointHeader, reserved),
+           offsetof(CheckpointHeader, sample_rng), offsetof(CheckpointHeader, train_data), offsetof(CheckpointHeader, header_crc),
            offsetof(ModelConfig, vp), offsetof(ModelConfig, norm_eps));
     CheckpointMeta meta;
     std::vector<float> p(%NPARAMS%);
@@ -430,6 +430,7 @@ def test_checkpoint_readable_by_host_code():
         cfg2, p2, meta = M.read_checkpoint(os.path.join(d, "out", "ckpt_00000009.bin"))
     assert cfg2 == cfg and np.array_equal(p2, p) and meta["step"] == 9
     assert out[0].split() == ["552", "116", "40", "160", "168", "296", "52", "48"]
+    assert M._CRC_OFFSET == 296  # where model.py reads and writes the two CRCs
     got = out[1].split()
     want = [1, 5, 4, 2, 16, 4, 32, 97, 128, 16, 500, 1, 1e-05, 1, 1, 0.03, 0, 0, 0, 0, 3]
     assert [float(x) for x in got[:21]] == pytest.approx(want, rel=1e-6)

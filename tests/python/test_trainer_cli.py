@@ -332,6 +332,77 @@ def test_half_written_checkpoint_is_ignored(tmp_path, data):
     assert "(step 2)" in p.stdout
 
 
+CRC_OFFSET = 296  # host/checkpoint.h: header_crc, data_crc (uint32) follow DataLoaderState
+
+
+def checkpoint_regions(raw):
+    """(header_bytes, run_text_bytes) of a checkpoint's bytes."""
+    return struct.unpack_from("<i", raw, 8)[0], struct.unpack_from("<q", raw, 32)[0]
+
+
+def test_checkpoint_crcs_are_zlibs(tmp_path, data):
+    """The two CRC-32s in a checkpoint's header equal Python's zlib.crc32 (an independent
+    implementation) of the header with both fields zero plus the run text, and of the tensors."""
+    import zlib
+    out = tmp_path / "run"
+    run(TINY_LLAMA + ["--train-data", str(data / "train_*.bin"), "--out-dir", out, "--max-steps", "2"], expect=0)
+    raw = (out / "ckpt_00000002.bin").read_bytes()
+    hb, tb = checkpoint_regions(raw)
+    version = struct.unpack_from("<i", raw, 4)[0]
+    header_crc, data_crc = struct.unpack_from("<II", raw, CRC_OFFSET)
+    zeroed = bytearray(raw[:hb])
+    zeroed[CRC_OFFSET:CRC_OFFSET + 8] = bytes(8)
+    assert version == 2
+    assert header_crc == zlib.crc32(raw[hb:hb + tb], zlib.crc32(bytes(zeroed)))
+    assert data_crc == zlib.crc32(raw[hb + tb:])
+
+
+def test_damaged_checkpoint_is_refused_and_nothing_is_overwritten(tmp_path, data):
+    """One flipped bit anywhere in a checkpoint of the right length (a header field, the run text,
+    the weights, m, v): --resume and --init-from both refuse it with exit 1 and say it is corrupt,
+    and the run directory is left as it was. Restored, the same file resumes."""
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
+    run(base + ["--max-steps", "2"], expect=0)
+    ckpt = out / "ckpt_00000002.bin"
+    good = ckpt.read_bytes()
+    hb, tb = checkpoint_regions(good)
+    n = (len(good) - hb - tb) // 12
+    places = {"num_params": 24, "model config": 60, "data loader state": 200, "run text": hb + tb // 2,
+              "weights": hb + tb + 4 * (n // 2) + 1, "m": hb + tb + 4 * n + 4 * (n // 3) + 2, "v": len(good) - 1}
+    for where, offset in places.items():
+        bad = bytearray(good)
+        bad[offset] ^= 0x04
+        ckpt.write_bytes(bytes(bad))
+        before = dir_digest(out)
+        p = run(base + ["--max-steps", "4", "--resume", "1"], expect=1)
+        assert "is corrupt: the CRC-32" in p.stderr and "ckpt_00000002.bin" in p.stderr, (where, p.stderr)
+        assert dir_digest(out) == before, where
+        p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--init-from", ckpt, "--max-steps", "1"], expect=1)
+        assert "is corrupt: the CRC-32" in p.stderr, (where, p.stderr)
+    ckpt.write_bytes(good)
+    run(base + ["--max-steps", "4", "--resume", "1"], expect=0)
+
+
+def test_checkpoint_of_version_1_is_still_read(tmp_path, data):
+    """Files written before the CRCs (version 1: the two fields were reserved zeros) resume, and
+    give the same training as the version-2 file they were made from."""
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
+    run(base + ["--max-steps", "2"], expect=0)
+    ckpt = out / "ckpt_00000002.bin"
+    v1 = bytearray(ckpt.read_bytes())
+    struct.pack_into("<i", v1, 4, 1)
+    struct.pack_into("<II", v1, CRC_OFFSET, 0, 0)
+    ref = run(base + ["--max-steps", "4", "--resume", "1"], expect=0)
+    for f in out.glob("ckpt_0000000[34].bin"):
+        f.unlink()
+    ckpt.write_bytes(bytes(v1))
+    p = run(base + ["--max-steps", "4", "--resume", "1"], expect=0)
+    losses = lambda text: re.findall(r"step +\d+/\d+ \| loss (\S+)", text)
+    assert losses(p.stdout) == losses(ref.stdout) and len(losses(p.stdout)) == 2
+
+
 def test_init_from_starts_a_new_run(tmp_path, data):
     out = tmp_path / "run"
     run(TINY_LLAMA + ["--train-data", str(data / "train_*.bin"), "--out-dir", out, "--max-steps", "20", "--lr", "1e-2"],
