@@ -1063,28 +1063,25 @@ inline void model_load(GpuModel* m, const std::string& path, CheckpointMeta* met
 }
 
 // Every rank calls this (collective under ZeRO-1); rank 0 writes. The master weights and m, v of
-// [shard_offset, shard_offset + shard_count) come to the host at their place in full-length
-// arrays: everything in one process or with replicated state (ZeRO-0: rank 0 alone writes what
-// it holds), this rank's shard under ZeRO-1, where rank 0 then gathers the other shards over MPI
-// (host/distributed.h), so a checkpoint is always the whole state, whatever the world.
+// [shard_offset, shard_offset + shard_count) come to the host: everything in one process or with
+// replicated state (ZeRO-0: rank 0 alone writes what it holds), this rank's shard under ZeRO-1,
+// where rank 0 gathers the other shards over MPI (host/distributed.h), so a checkpoint is always
+// the whole state, whatever the world.
 inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
     bool root = dist_rank() == 0;
     if (!m->zero_shard && !root) return;
-    size_t n = m->num_params, off = m->shard_offset, count = m->shard_count;
     bool opt = m->has_optimizer_state;
-    size_t len = root ? n : off + count;  // dist_gather_to_root reads [off, off + count) of a non-root's array
-    std::vector<float> host_p(len), host_m(opt ? len : 0), host_v(opt ? len : 0);
     cudaCheck(cudaStreamSynchronize(m->stream));
-    auto fetch = [&](const float* dev, std::vector<float>& host) {
-        copy_params_to_host(dev, host.data() + off, count);
-        if (m->zero_shard) dist_gather_to_root(host.data(), n);
+    auto fetch = [&](const float* dev) {
+        return dist_gather_shards_to_root(m->num_params, m->shard_offset, m->shard_count, m->zero_shard,
+                                          [&](float* dst) { copy_params_to_host(dev, dst, m->shard_count); });
     };
-    fetch(m->master, host_p);
+    std::vector<float> host_p = fetch(m->master), host_m, host_v;
     if (opt) {
-        fetch(m->adam_m, host_m);
-        fetch(m->adam_v, host_v);
+        host_m = fetch(m->adam_m);
+        host_v = fetch(m->adam_v);
     }
-    meta->num_params = (int64_t)n;
+    meta->num_params = (int64_t)m->num_params;
     meta->has_optimizer = opt;
     if (root) checkpoint_write(dir, *meta, host_p.data(), opt ? host_m.data() : nullptr, opt ? host_v.data() : nullptr);
 }

@@ -972,13 +972,11 @@ inline void model_save(CpuModel* m, const std::string& dir, CheckpointMeta* meta
         if (dist_rank() == 0) checkpoint_write(dir, *meta, m->params_memory, m->m_memory, m->v_memory);
         return;
     }
-    size_t n = m->num_params;
-    DistShard sh = dist_shard(n, dist_rank(), dist_world());
-    std::vector<float> full_m(dist_rank() == 0 ? n : sh.offset + sh.count), full_v(full_m.size());
-    memcpy(full_m.data() + sh.offset, m->m_memory, sizeof(float) * sh.count);
-    memcpy(full_v.data() + sh.offset, m->v_memory, sizeof(float) * sh.count);
-    dist_gather_to_root(full_m.data(), n);
-    dist_gather_to_root(full_v.data(), n);
+    DistShard sh = dist_shard(m->num_params, dist_rank(), dist_world());
+    auto gather = [&](const float* shard) {
+        return dist_gather_shards_to_root(m->num_params, sh.offset, sh.count, true, [&](float* dst) { memcpy(dst, shard, sizeof(float) * sh.count); });
+    };
+    std::vector<float> full_m = gather(m->m_memory), full_v = gather(m->v_memory);
     if (dist_rank() == 0) checkpoint_write(dir, *meta, m->params_memory, full_m.data(), full_v.data());
 }
 

@@ -252,3 +252,16 @@ inline void dist_allreduce_sum(float*, size_t) {}
 inline void dist_allreduce_sum(double*, int) {}
 
 #endif
+
+// A sharded n-float array made whole on rank 0, for a checkpoint. Collective when `sharded`:
+// every rank's fill_shard(dst) writes its shard [offset, offset + count) at dst, its place in the
+// array, then rank 0 gathers the other shards. Rank 0 gets the whole array; another rank gets one
+// that ends at its shard (all that dist_gather_to_root reads there). Not sharded (one process, or
+// state every rank holds whole): offset 0, count n, and no communication.
+template <class FillShard>
+std::vector<float> dist_gather_shards_to_root(size_t n, size_t offset, size_t count, bool sharded, FillShard fill_shard) {
+    std::vector<float> full(dist_rank() == 0 ? n : offset + count);
+    fill_shard(full.data() + offset);
+    if (sharded) dist_gather_to_root(full.data(), n);
+    return full;
+}
