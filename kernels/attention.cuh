@@ -491,6 +491,36 @@ __device__ __forceinline__ void att2_load_v_tile(__nv_bfloat16* dst, const KVSou
     }
 }
 
+// The backward's two score products, for one warp: c1 = A1 B1^T and c2 = A2 B2^T, with A1, A2 the
+// warp's 16 rows [a_row0, a_row0 + 16) of two shared tiles, B1, B2 the rows [b_row0, b_row0 + 16 NP)
+// of two others, and k running over the D head dims. The dQ kernel computes S = Q K^T and
+// dP = dO V^T with it; the dK/dV kernel the transposed S^T = K Q^T and dP^T = V dO^T.
+template <int D, int NP>
+__device__ __forceinline__ void att2_paired_products(float (&c1)[2 * NP][4], float (&c2)[2 * NP][4], const __nv_bfloat16* A1, const __nv_bfloat16* A2,
+                                                     int a_row0, const __nv_bfloat16* B1, const __nv_bfloat16* B2, int b_row0, int lane) {
+    constexpr int LDS = att2_lds(D);
+#pragma unroll
+    for (int j = 0; j < 2 * NP; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) c1[j][e] = c2[j][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        uint32_t a1[4], a2[4];
+        ldsm_x4(a1, frag_a_addr(A1, LDS, a_row0, ks * 16, lane));
+        ldsm_x4(a2, frag_a_addr(A2, LDS, a_row0, ks * 16, lane));
+#pragma unroll
+        for (int np = 0; np < NP; np++) {
+            uint32_t b1[4], b2[4];
+            ldsm_x4(b1, frag_bt_addr(B1, LDS, b_row0 + np * 16, ks * 16, lane));
+            ldsm_x4(b2, frag_bt_addr(B2, LDS, b_row0 + np * 16, ks * 16, lane));
+            mma_bf16_16816(c1[2 * np], a1, b1[0], b1[1]);
+            mma_bf16_16816(c1[2 * np + 1], a1, b1[2], b1[3]);
+            mma_bf16_16816(c2[2 * np], a2, b2[0], b2[1]);
+            mma_bf16_16816(c2[2 * np + 1], a2, b2[2], b2[3]);
+        }
+    }
+}
+
 template <int D>
 static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2(AttentionArgs a) {
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;  // NT: n-tiles of 8 keys per tile
@@ -660,26 +690,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
 #pragma unroll 2
             for (int q0 = 0; q0 < NT / 2; q0 += NPG) {
                 float pt[2 * NPG][4], dpt[2 * NPG][4];
-#pragma unroll
-                for (int j = 0; j < 2 * NPG; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) pt[j][e] = dpt[j][e] = 0.0f;
-#pragma unroll
-                for (int ks = 0; ks < D / 16; ks++) {
-                    uint32_t kf[4], vf[4];
-                    ldsm_x4(kf, frag_a_addr(Ks, LDS, warp * 16, ks * 16, lane));
-                    ldsm_x4(vf, frag_a_addr(Vs, LDS, warp * 16, ks * 16, lane));
-#pragma unroll
-                    for (int np = 0; np < NPG; np++) {
-                        uint32_t qf[4], df[4];
-                        ldsm_x4(qf, frag_bt_addr(Qs, LDS, (q0 + np) * 16, ks * 16, lane));
-                        ldsm_x4(df, frag_bt_addr(dOs, LDS, (q0 + np) * 16, ks * 16, lane));
-                        mma_bf16_16816(pt[2 * np], kf, qf[0], qf[1]);
-                        mma_bf16_16816(pt[2 * np + 1], kf, qf[2], qf[3]);
-                        mma_bf16_16816(dpt[2 * np], vf, df[0], df[1]);
-                        mma_bf16_16816(dpt[2 * np + 1], vf, df[2], df[3]);
-                    }
-                }
+                att2_paired_products<D, NPG>(pt, dpt, Ks, Vs, warp * 16, Qs, dOs, q0 * 16, lane);
 #pragma unroll
                 for (int j = 0; j < 2 * NPG; j++)
 #pragma unroll
@@ -790,26 +801,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_ker
         __syncthreads();
         // S = Q K^T, dP = dO V^T (16 queries x 64 keys per warp)
         float s[NT][4], dp[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks++) {
-            uint32_t qf[4], df[4];
-            ldsm_x4(qf, frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
-            ldsm_x4(df, frag_a_addr(dOs, LDS, warp * 16, ks * 16, lane));
-#pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                uint32_t kf[4], vf[4];
-                ldsm_x4(kf, frag_bt_addr(Ks, LDS, np * 16, ks * 16, lane));
-                ldsm_x4(vf, frag_bt_addr(Vs, LDS, np * 16, ks * 16, lane));
-                mma_bf16_16816(s[2 * np], qf, kf[0], kf[1]);
-                mma_bf16_16816(s[2 * np + 1], qf, kf[2], kf[3]);
-                mma_bf16_16816(dp[2 * np], df, vf[0], vf[1]);
-                mma_bf16_16816(dp[2 * np + 1], df, vf[2], vf[3]);
-            }
-        }
+        att2_paired_products<D, NT / 2>(s, dp, Qs, dOs, warp * 16, Ks, Vs, 0, lane);
         // dS = P (dP - delta), P = exp(S - lse) with the causal mask
 #pragma unroll
         for (int j = 0; j < NT; j++)
