@@ -158,6 +158,7 @@ quickstart: venv train_cpu
 	./train_cpu --train-data 'data/tinyshakespeare/tinyshakespeare_train_*.bin' \
 		--val-data 'data/tinyshakespeare/tinyshakespeare_val_*.bin' \
 		--tokenizer data/tinyshakespeare/gpt2.vptok --out-dir runs/quickstart $(QUICKSTART_FLAGS)
+	$(VENV_PY) scripts/plot_runs.py runs/quickstart --out runs/quickstart/plot.png
 
 clean:
 	rm -rf build train_cpu train_cpu_*

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/compare_paths.sh: the same small model, seed, data and steps under every value path,
-# and one table of final train loss, final val loss and median step time.
+# one table (final train and val loss, each path's val loss minus vanilla's, median step time)
+# and, where matplotlib is installed, the curves in $OUT.png (scripts/plot_runs.py).
 #
 #   bash scripts/compare_paths.sh                  # CPU trainers (build/<path>/train_cpu)
 #   TRAINER='build/{path}/train' bash scripts/compare_paths.sh   # another build, {path} substituted
@@ -30,7 +31,7 @@ if [[ "$TRAINER" == build/*/train_cpu || "$TRAINER" == "build/{path}/train_cpu" 
     make -s $(for p in $PATHS; do echo "build/$p/train_cpu"; done)
 fi
 
-rows=()
+dirs=()
 for path in $PATHS; do
     bin=${TRAINER//\{path\}/$path}
     dir=$OUT/$path
@@ -41,23 +42,20 @@ for path in $PATHS; do
         echo "error: $path failed, see $OUT.$path.log" >&2
         exit 1
     }
-    rows+=("$(python3 - "$dir/log.jsonl" "$path" <<'PY'
-import json, sys, statistics
-log = [json.loads(l) for l in open(sys.argv[1])]
-cfg = log[0]
-steps = [r for r in log if "train_loss" in r]
-val = [r for r in log if "val_loss" in r][-1]
-ms = statistics.median(r["ms"] for r in steps[1:])
-settings = {k: v for k, v in cfg.items() if k.startswith(("resformer", "sla", "depth"))}
-print(f"| {sys.argv[2]} | {cfg['num_params']:,} | {steps[-1]['train_loss']:.4f} | {val['val_loss']:.4f} | {ms:.1f} | "
-      + (", ".join(f"{k}={v}" for k, v in settings.items()) or "-") + " |")
-PY
-)")
+    dirs+=("$path=$dir")
 done
 
 echo
 echo "$(date -u +%Y-%m-%d), $(uname -m), $(nproc) cores, $STEPS steps, model: $MODEL $EXTRA"
 echo
-echo "| path | params | final train loss | val loss | median ms/step | settings |"
-echo "|---|---:|---:|---:|---:|---|"
-printf '%s\n' "${rows[@]}"
+# the table (and, where matplotlib is installed, the curves) from the runs' log.jsonl
+baseline=()
+[[ " $PATHS " == *" vanilla "* ]] && baseline=(--baseline vanilla)
+PY=python3
+[ -x .venv/bin/python ] && PY=.venv/bin/python
+if "$PY" -c "import matplotlib" >/dev/null 2>&1; then
+    "$PY" scripts/plot_runs.py "${dirs[@]}" "${baseline[@]}" --out "$OUT.png"
+else
+    "$PY" scripts/plot_runs.py "${dirs[@]}" "${baseline[@]}" --table
+    echo "(no matplotlib: table only; pip install -r requirements.txt for $OUT.png)"
+fi

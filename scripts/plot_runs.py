@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""Plot and tabulate training runs from their log.jsonl, to compare value paths or settings.
+
+    python scripts/plot_runs.py runs/compare_paths/*                       # plot.png + a table
+    python scripts/plot_runs.py base=runs/a sla=runs/b --x tokens --baseline base --out cmp.svg
+    python scripts/plot_runs.py runs/a runs/b --table                      # the table only
+
+A RUN is a run directory (the --out-dir of a trainer, holding log.jsonl) or a .jsonl file, and
+NAME=RUN labels it (default label: the directory's name). The log format is host/logger.h's: a
+config line, then one line per optimizer step and one per evaluation. A resumed run appends a
+config line with "resumed_from": S; the steps and evals after S logged before the interruption
+are superseded by the resumed ones, so the curves are those of an uninterrupted run (for
+valuepath's bit-exact resume, identical to them).
+
+The table (markdown, on stdout) needs only the standard library; the plot needs matplotlib
+(requirements.txt). Panels: train loss (smoothed by a debiased EMA, raw behind it), val loss
+(every named set), learning rate, gradient norm, throughput, and with --baseline each run's val
+loss minus the baseline's at the steps both evaluated. The file is written under a temporary
+name and renamed, so an existing plot is replaced only by a complete one.
+
+Exit codes as the trainers: 0 success, 1 a missing or damaged log, 2 a usage error.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+
+PANELS = ["train", "val", "lr", "norm", "speed", "delta"]
+X_AXES = {"step": "optimizer step", "tokens": "tokens", "time": "training time (min, evals excluded)"}
+PATH_SETTING_PREFIXES = ("resformer", "sla", "depth")
+
+
+class LogError(Exception):
+    """A run whose log cannot be read: exit 1 with this message."""
+
+
+def fail(message, hint, code):
+    print(f"error: {message}\n---> HINT: {hint}", file=sys.stderr)
+    sys.exit(code)
+
+
+def warn(message):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def ema(values, weight):
+    """Exponential moving average, debiased as Adam's moments are: with a = weight,
+    s_t = a s_{t-1} + (1 - a) x_t from s_{-1} = 0, reported as s_t / (1 - a^(t+1)).
+    weight 0 returns the values unchanged. (TensorBoard's smoothing slider, without its
+    time-gap rescaling: every logged step counts as one.)"""
+    out, s = [], 0.0
+    for t, x in enumerate(values):
+        s = weight * s + (1.0 - weight) * x
+        out.append(s / (1.0 - weight ** (t + 1)) if weight > 0 else x)
+    return out
+
+
+class Run:
+    """One run's log with resumed segments spliced: the newest record of every step."""
+
+    def __init__(self, label, log_path):
+        self.label = label
+        self.log_path = log_path
+        self.config = None           # the newest config line
+        self.steps = {}              # step -> step record (train_loss, lr, grad_norm, ms, tok_per_s)
+        self.evals = {}              # step -> eval record (val_loss, val_loss_NAME...)
+        self.tokens_per_step = {}    # step -> tokens per step of the segment that logged it
+        self.segment_first = set()   # the first step each segment logged (its ms includes warm-up)
+        self._read()
+
+    def _read(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            raise LogError(f"cannot read {self.log_path}: {e.strerror}")
+        if not raw.strip():
+            raise LogError(f"{self.log_path} is empty (the run wrote nothing yet?)")
+        lines = raw.split(b"\n")
+        ends_complete = raw.endswith(b"\n")
+        if ends_complete:
+            lines.pop()
+        segment_first_pending = False
+        for number, line in enumerate(lines, start=1):
+            last = number == len(lines)
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError("not an object")
+            except (ValueError, UnicodeDecodeError) as e:
+                if last and not ends_complete:
+                    # a run killed while writing its newest line: everything before it stands
+                    warn(f"{self.log_path}:{number}: ignoring an incomplete last line (a run killed while writing it?)")
+                    break
+                raise LogError(f"{self.log_path}:{number}: not a JSON object ({e}); the log is damaged: "
+                               f"delete that line to plot the rest")
+            if number == 1 and record.get("event") != "config":
+                raise LogError(f"{self.log_path}:1: the first line is not a config line; is this a valuepath log.jsonl?")
+            if record.get("event") == "config":
+                self._start_segment(record, number)
+                segment_first_pending = True
+            elif "event" in record:
+                continue  # an event this script does not know: written by a newer trainer
+            elif "train_loss" in record:
+                step = self._step_of(record, number)
+                self.steps[step] = record
+                self.tokens_per_step[step] = self.config["tokens_per_step"]
+                if segment_first_pending:
+                    self.segment_first.add(step)
+                    segment_first_pending = False
+            elif any(k == "val_loss" or k.startswith("val_loss_") for k in record):
+                self.evals[self._step_of(record, number)] = record
+            else:
+                raise LogError(f"{self.log_path}:{number}: neither a step nor an eval record: {line[:120]!r}")
+
+    def _start_segment(self, record, number):
+        for key in ("tokens_per_step", "num_params", "value_path", "max_steps"):
+            if key not in record:
+                raise LogError(f"{self.log_path}:{number}: the config line has no \"{key}\"; "
+                               "was it written by an older trainer? re-run it, or add the field by hand")
+        if number > 1:
+            if "resumed_from" not in record:
+                raise LogError(f"{self.log_path}:{number}: a second config line without \"resumed_from\": "
+                               "two runs wrote to one log; split the file at that line")
+            resumed = int(record["resumed_from"])
+            # what the interrupted segment logged after its checkpoint is replaced by the resumed one
+            self.steps = {s: r for s, r in self.steps.items() if s <= resumed}
+            self.evals = {s: r for s, r in self.evals.items() if s <= resumed}
+            self.tokens_per_step = {s: t for s, t in self.tokens_per_step.items() if s <= resumed}
+            self.segment_first = {s for s in self.segment_first if s <= resumed}
+        self.config = record
+
+    def _step_of(self, record, number):
+        step = record.get("step")
+        if not isinstance(step, int) or step < 0:
+            raise LogError(f"{self.log_path}:{number}: \"step\" is not a step number: {step!r}")
+        return step
+
+    # ---- the series, ordered by step
+
+    def step_numbers(self):
+        return sorted(self.steps)
+
+    def series(self, key):
+        return [self.steps[s][key] for s in self.step_numbers()]
+
+    def tokens_at(self, step):
+        """Tokens trained on after `step` optimizer steps. Steps missing from the log (none, for a
+        complete one) count with the tokens per step of the next logged step."""
+        total, previous = 0, 0
+        for s in self.step_numbers():
+            if s > step:
+                break
+            total += (s - previous) * self.tokens_per_step[s]
+            previous = s
+        return total + (step - previous) * self.config["tokens_per_step"]
+
+    def minutes_at(self, step):
+        """Training time (the steps' own ms, no evals or checkpoints) up to `step`, in minutes."""
+        return sum(self.steps[s]["ms"] for s in self.steps if s <= step) / 60000.0
+
+    def x_of(self, steps, axis):
+        if axis == "step":
+            return list(steps)
+        if axis == "tokens":
+            return [self.tokens_at(s) for s in steps]
+        return [self.minutes_at(s) for s in steps]
+
+    def val_sets(self):
+        """The val keys in the order the log gives them: "val_loss", "val_loss_NAME"..."""
+        keys = []
+        for s in sorted(self.evals):
+            for k in self.evals[s]:
+                if (k == "val_loss" or k.startswith("val_loss_")) and k not in keys:
+                    keys.append(k)
+        return keys
+
+    def val_curve(self, key):
+        steps = [s for s in sorted(self.evals) if key in self.evals[s]]
+        return steps, [self.evals[s][key] for s in steps]
+
+    def settings(self):
+        c = self.config
+        out = {k: v for k, v in c.items() if k.startswith(PATH_SETTING_PREFIXES)}
+        if c.get("world", 1) > 1:
+            out.update(world=c["world"], zero=c.get("zero", 0))
+        return out
+
+
+def load_runs(specs):
+    runs = []
+    for spec in specs:
+        label, path = None, spec
+        if not os.path.exists(spec) and "=" in spec:
+            label, path = spec.split("=", 1)
+        if os.path.isdir(path):
+            log = os.path.join(path, "log.jsonl")
+            if not os.path.isfile(log):
+                raise LogError(f"{path} has no log.jsonl (a trainer writes it where --out-dir points)")
+        elif os.path.isfile(path):
+            log = path
+        else:
+            raise LogError(f"no run at {path}: give a run directory (the trainer's --out-dir) or its log.jsonl")
+        if label is None:
+            label = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))))
+        runs.append(Run(label, log))
+    labels = [r.label for r in runs]
+    for label in labels:
+        if labels.count(label) > 1:
+            fail(f"two runs are labelled '{label}'", "name them: NAME=RUN, e.g. a=runs/x/vanilla b=runs/y/vanilla", 2)
+    return runs
+
+
+# ---------------------------------------------------------------------------
+# the table
+
+def baseline_delta(run, base, key):
+    """(steps, run's val loss - base's) at the steps where both evaluated set `key`."""
+    steps, losses = run.val_curve(key)
+    base_steps, base_losses = base.val_curve(key)
+    base_at = dict(zip(base_steps, base_losses))
+    common = [(s, l - base_at[s]) for s, l in zip(steps, losses) if s in base_at]
+    return [s for s, _ in common], [d for _, d in common]
+
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def table(runs, baseline=None):
+    """Markdown: one row per run; floats as the log holds them, rounded for reading."""
+    val_keys = []
+    for r in runs:
+        val_keys += [k for k in r.val_sets() if k not in val_keys]
+    head = ["run", "path", "arch", "params", "steps", "tokens", "train loss"]
+    head += [k.replace("val_loss_", "val ").replace("val_loss", "val loss") for k in val_keys]
+    if baseline:
+        head += [f"Δ val vs {baseline.label}"]
+    head += ["ms/step", "tok/s", "settings"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 3 else "---:" for i in range(len(head) - 1)) + "|---|"]
+    for r in runs:
+        c = r.config
+        steps = r.step_numbers()
+        last = steps[-1] if steps else None
+        cells = [r.label, c["value_path"], c.get("arch", "-"), f"{c['num_params']:,}",
+                 f"{last if last is not None else 0}/{c['max_steps']}", f"{r.tokens_at(last) if last else 0:,}",
+                 fmt(r.steps[last]["train_loss"] if steps else None, ".4f")]
+        for k in val_keys:
+            s, losses = r.val_curve(k)
+            cells.append(fmt(losses[-1] if losses else None, ".4f"))
+        if baseline:
+            key = next((k for k in baseline.val_sets() if k in r.val_sets()), None)
+            d_steps, deltas = baseline_delta(r, baseline, key) if key else ([], [])
+            cells.append(fmt(deltas[-1], "+.4f") + f" @{d_steps[-1]}" if deltas else "-")
+        # the first step of each segment pays for warm-up (allocation, page faults): left out
+        timed = [r.steps[s] for s in steps if s not in r.segment_first] or [r.steps[s] for s in steps]
+        cells.append(fmt(statistics.median(x["ms"] for x in timed) if timed else None, ".1f"))
+        cells.append(fmt(statistics.median(x["tok_per_s"] for x in timed) if timed else None, ",.0f"))
+        cells.append(", ".join(f"{k}={v}" for k, v in r.settings().items()) or "-")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------
+# the plot
+
+def import_pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        fail("plotting needs matplotlib, which is not installed",
+             "pip install -r requirements.txt (or: pip install matplotlib); --table needs nothing", 1)
+    matplotlib.use("Agg")  # files only: no display on a cluster node
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text, editable in a paper's figure
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, logx=False):
+    """The figure; one axis per panel, each run one colour in every panel. Returns (fig, {panel: ax})."""
+    plt = import_pyplot()
+    panels = [p for p in panels if p != "delta" or baseline is not None]
+    cols = 2 if len(panels) > 1 else 1
+    rows = math.ceil(len(panels) / cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(6.4 * cols, 3.6 * rows), squeeze=False)
+    axes = {p: grid[i // cols][i % cols] for i, p in enumerate(panels)}
+    for i in range(len(panels), rows * cols):
+        grid[i // cols][i % cols].set_visible(False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ["-", "--", ":", "-."]
+    for n, run in enumerate(runs):
+        colour = colours[n % len(colours)]
+        steps = run.step_numbers()
+        if not steps:
+            continue
+        x = run.x_of(steps, x_axis)
+        if "train" in axes:
+            raw = run.series("train_loss")
+            if smooth > 0:
+                axes["train"].plot(x, raw, color=colour, alpha=0.25, linewidth=0.8)
+            axes["train"].plot(x, ema(raw, smooth), color=colour, label=run.label)
+        if "val" in axes:
+            for k, key in enumerate(run.val_sets()):
+                vs, losses = run.val_curve(key)
+                name = key.replace("val_loss_", "").replace("val_loss", "val")
+                axes["val"].plot(run.x_of(vs, x_axis), losses, styles[k % len(styles)], marker="o", markersize=3,
+                                 color=colour, label=run.label if name == "val" else f"{run.label} {name}")
+        for panel, key in (("lr", "lr"), ("norm", "grad_norm"), ("speed", "tok_per_s")):
+            if panel in axes:
+                axes[panel].plot(x, run.series(key), color=colour, label=run.label, linewidth=1.0)
+        if "delta" in axes and run is not baseline:
+            key = next((k for k in baseline.val_sets() if k in run.val_sets()), None)
+            if key:
+                ds, deltas = baseline_delta(run, baseline, key)
+                axes["delta"].plot(run.x_of(ds, x_axis), deltas, marker="o", markersize=3, color=colour, label=run.label)
+    titles = {"train": f"train loss (EMA {smooth})" if smooth > 0 else "train loss", "val": "val loss",
+              "lr": "learning rate", "norm": "gradient norm (before clipping)", "speed": "tokens/s",
+              "delta": f"val loss − {baseline.label if baseline else ''}'s"}
+    for panel, ax in axes.items():
+        ax.set_title(titles[panel])
+        ax.set_xlabel(X_AXES[x_axis])
+        ax.grid(alpha=0.3)
+        if logx:
+            ax.set_xscale("log")
+        if panel in ("train", "val") and loss_ylim:
+            ax.set_ylim(*loss_ylim)
+        if panel == "delta":
+            ax.axhline(0.0, color="black", linewidth=0.8)
+        if ax.has_data():
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, axes
+
+
+def save_figure(fig, out):
+    """Write under a temporary name in the same directory, then rename over `out`."""
+    directory = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(directory):
+        raise LogError(f"cannot write {out}: no directory {directory}")
+    ext = os.path.splitext(out)[1]
+    fd, tmp = tempfile.mkstemp(prefix=".plot_runs.", suffix=ext, dir=directory)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the plot from the group
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 2)[2])
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory or log.jsonl, optionally NAME=RUN")
+    p.add_argument("--out", default="plot.png", help="image to write; .png, .svg or .pdf [plot.png]")
+    p.add_argument("--table", action="store_true", help="print the table only, write no plot (needs no matplotlib)")
+    p.add_argument("--x", dest="x_axis", choices=sorted(X_AXES), default="step", help="x axis [step]")
+    p.add_argument("--smooth", type=float, default=0.9, help="EMA weight for the train loss, in [0, 1); 0 = raw [0.9]")
+    p.add_argument("--panels", default="train,val,lr,norm,speed,delta",
+                   help="comma-separated, from " + ",".join(PANELS) + " (delta only with --baseline) [all]")
+    p.add_argument("--baseline", metavar="LABEL", help="plot and tabulate each run's val loss minus this run's")
+    p.add_argument("--loss-ylim", metavar="LO,HI", help="y range of the loss panels, e.g. 3,4.5")
+    p.add_argument("--logx", action="store_true", help="logarithmic x axis")
+    a = p.parse_args(argv)
+    if not 0 <= a.smooth < 1:
+        p.error(f"--smooth must be in [0, 1), got {a.smooth}")
+    a.panels = [x.strip() for x in a.panels.split(",") if x.strip()]
+    unknown = [x for x in a.panels if x not in PANELS]
+    if unknown or not a.panels:
+        p.error(f"--panels: unknown {','.join(unknown) or '(none given)'}; choose from {','.join(PANELS)}")
+    if a.loss_ylim:
+        try:
+            lo, hi = (float(v) for v in a.loss_ylim.split(","))
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ValueError
+        except ValueError:
+            p.error(f"--loss-ylim expects LO,HI with LO < HI, got '{a.loss_ylim}'")
+        a.loss_ylim = (lo, hi)
+    if not a.table and os.path.splitext(a.out)[1].lower() not in (".png", ".svg", ".pdf"):
+        p.error(f"--out must end in .png, .svg or .pdf, got '{a.out}'")
+    return a
+
+
+def main(argv=None):
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        runs = load_runs(a.runs)
+    except LogError as e:
+        fail(str(e), "check the path, or leave that run out", 1)
+    baseline = None
+    if a.baseline is not None:
+        baseline = next((r for r in runs if r.label == a.baseline), None)
+        if baseline is None:
+            fail(f"--baseline '{a.baseline}' is none of the runs' labels ({', '.join(r.label for r in runs)})",
+                 "give one of those labels, or label a run with NAME=RUN", 2)
+    for r in runs:
+        if not r.steps:
+            warn(f"{r.log_path}: no step logged yet; its row is empty and it is left out of the plot")
+    print(table(runs, baseline))
+    if a.table:
+        return 0
+    if not any(r.steps for r in runs):
+        fail("no run has a logged step: nothing to plot", "wait for the first step, or use --table", 1)
+    fig, _ = make_figure(runs, a.panels, a.x_axis, a.smooth, baseline, a.loss_ylim, a.logx)
+    try:
+        save_figure(fig, a.out)
+    except (LogError, OSError) as e:
+        fail(f"cannot write the plot: {e}", "check that the --out directory exists and is writable", 1)
+    print(f"plot: {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""scripts/plot_runs.py on logs written by the CPU trainer: the table and the drawn curves are the
+log's numbers, a resumed run comes out as its uninterrupted twin, and every bad log or flag is a
+clear error that leaves an existing plot alone. Also scripts/compare_paths.sh end to end."""
+import importlib.util
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from test_trainer_cli import PATHS, REPO, TINY_GPT2, data, read_log, run, write_shard, pattern_tokens  # noqa: F401
+
+SCRIPT = REPO / "scripts" / "plot_runs.py"
+_spec = importlib.util.spec_from_file_location("plot_runs", SCRIPT)
+plot_runs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plot_runs)
+
+
+def plot(args, expect=None, python_prefix=None):
+    """Runs the script as a user does; python_prefix runs code first (to hide matplotlib)."""
+    argv = [sys.executable]
+    if python_prefix:
+        argv += ["-c", python_prefix + f"\nimport runpy, sys; sys.argv = {[str(SCRIPT)] + [str(a) for a in args]!r}\n"
+                 f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"]
+    else:
+        argv += [str(SCRIPT)] + [str(a) for a in args]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if expect is not None:
+        assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+def table_rows(stdout):
+    """{label: {column: cell}} from the markdown table on stdout."""
+    lines = [l for l in stdout.splitlines() if l.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(head, cells))
+    return rows
+
+
+def test_ema_is_the_debiased_closed_form():
+    x = np.random.default_rng(0).normal(3.0, 1.0, 200)
+    for a in [0.0, 0.5, 0.9, 0.99]:
+        got = np.array(plot_runs.ema(list(x), a))
+        # s_t = sum_i (1 - a) a^(t - i) x_i over i <= t, divided by 1 - a^(t + 1) (the weights' sum)
+        want = np.array([sum((1 - a) * a ** (t - i) * x[i] for i in range(t + 1)) / (1 - a ** (t + 1)) if a > 0 else x[t]
+                         for t in range(len(x))])
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    # debiased: a constant series stays that constant from the first point on (no ramp from 0)
+    np.testing.assert_allclose(plot_runs.ema([2.5] * 50, 0.99), [2.5] * 50, rtol=1e-12)
+
+
+COMMON = TINY_GPT2 + ["--total-batch-tokens", "64", "--max-steps", "12", "--lr", "3e-3", "--warmup-steps", "3",
+                      "--eval-every", "4", "--checkpoint-every", "5"]
+
+
+@pytest.fixture()
+def straight_and_resumed(tmp_path, data):
+    """The same 12 steps run straight, and run to the end, cut back to step 5 and resumed: the
+    resumed log holds steps 6..12 twice, the second copy from the resumed segment."""
+    args = COMMON + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    run(args + ["--out-dir", straight], expect=0)
+    run(args + ["--out-dir", broken], expect=0)
+    for name in ["ckpt_00000010.bin", "ckpt_00000012.bin"]:
+        (broken / name).unlink()
+    run(args + ["--out-dir", broken, "--resume", "1"], expect=0)
+    return straight, broken
+
+
+def test_resumed_run_is_spliced_into_its_uninterrupted_twin(straight_and_resumed):
+    straight, broken = straight_and_resumed
+    raw_steps = [r["step"] for r in read_log(broken) if "train_loss" in r]
+    assert raw_steps == list(range(1, 13)) + list(range(6, 13))  # the splice is really exercised
+    a, b = plot_runs.Run("a", straight / "log.jsonl"), plot_runs.Run("b", broken / "log.jsonl")
+    assert a.step_numbers() == b.step_numbers() == list(range(1, 13))
+    for key in ["train_loss", "lr", "grad_norm"]:
+        assert a.series(key) == b.series(key)  # bit-exact resume: equal floats
+    assert a.val_sets() == b.val_sets() == ["val_loss"]
+    assert a.val_curve("val_loss") == b.val_curve("val_loss") and a.val_curve("val_loss")[0] == [0, 4, 8, 12]
+    # the segment that counts for the broken run's steps 6..12 is the resumed one
+    resumed = [r for r in read_log(broken)][-(7 + 2):]
+    assert [r["train_loss"] for r in resumed if "train_loss" in r] == b.series("train_loss")[5:]
+    assert b.segment_first == {1, 6}
+
+
+def test_resumed_run_still_behind_its_interruption(straight_and_resumed, tmp_path):
+    """Mid-way through the resumed segment (at its step 8), the interrupted segment's steps 9..12
+    and its eval at 12 are not the run's: they are left out, not mixed in."""
+    straight, broken = straight_and_resumed
+    lines = (broken / "log.jsonl").read_text().splitlines()
+    resumed_at = max(i for i, l in enumerate(lines) if '"resumed_from"' in l)
+    upto = next(i for i in range(resumed_at, len(lines)) if lines[i].startswith('{"step":8,"val_loss"'))
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(l + "\n" for l in lines[: upto + 1]))
+    a, b = plot_runs.Run("a", straight / "log.jsonl"), plot_runs.Run("b", partial)
+    assert b.step_numbers() == list(range(1, 9))
+    assert b.series("train_loss") == a.series("train_loss")[:8]
+    assert b.val_curve("val_loss") == ([0, 4, 8], a.val_curve("val_loss")[1][:3])
+    assert b.tokens_at(8) == 8 * 64
+
+
+def test_drawn_curves_are_the_logs_numbers(straight_and_resumed):
+    straight, broken = straight_and_resumed
+    log = read_log(straight)
+    steps = [r for r in log if "train_loss" in r]
+    evals = [r for r in log if "val_loss" in r]
+    runs = [plot_runs.Run("straight", straight / "log.jsonl"), plot_runs.Run("broken", broken / "log.jsonl")]
+    fig, axes = plot_runs.make_figure(runs, plot_runs.PANELS, "tokens", 0.9, baseline=runs[0])
+    # train panel: per run a raw line then its EMA; x = tokens = step * 64 (--total-batch-tokens)
+    raw, smooth = axes["train"].lines[0], axes["train"].lines[1]
+    np.testing.assert_array_equal(raw.get_xdata(), [64 * r["step"] for r in steps])
+    np.testing.assert_array_equal(raw.get_ydata(), [r["train_loss"] for r in steps])
+    np.testing.assert_allclose(smooth.get_ydata(), plot_runs.ema([r["train_loss"] for r in steps], 0.9), rtol=0)
+    assert smooth.get_label() == "straight"
+    val = axes["val"].lines[0]
+    np.testing.assert_array_equal(val.get_xdata(), [64 * r["step"] for r in evals])
+    np.testing.assert_array_equal(val.get_ydata(), [r["val_loss"] for r in evals])
+    np.testing.assert_array_equal(axes["lr"].lines[0].get_ydata(), [r["lr"] for r in steps])
+    np.testing.assert_array_equal(axes["speed"].lines[1].get_ydata(), runs[1].series("tok_per_s"))
+    # the baseline is left out of its own delta panel; the twin's delta is zero at every eval
+    delta = axes["delta"].lines
+    assert [l.get_label() for l in delta if l.get_label() in ("straight", "broken")] == ["broken"]
+    np.testing.assert_array_equal([l for l in delta if l.get_label() == "broken"][0].get_ydata(), [0.0] * 4)
+    # time axis: the steps' own milliseconds, summed
+    np.testing.assert_allclose(runs[0].x_of([1, 12], "time"), [steps[0]["ms"] / 60000, sum(r["ms"] for r in steps) / 60000])
+
+
+def test_table_holds_the_logs_last_values(straight_and_resumed):
+    straight, broken = straight_and_resumed
+    p = plot(["a=" + str(straight), "b=" + str(broken / "log.jsonl"), "--table", "--baseline", "a"], expect=0)
+    rows = table_rows(p.stdout)
+    log = read_log(straight)
+    steps = [r for r in log if "train_loss" in r]
+    assert set(rows) == {"a", "b"}
+    for label in "ab":
+        row = rows[label]
+        assert row["path"] == "vanilla" and row["arch"] == "gpt2" and row["steps"] == "12/12" and row["tokens"] == "768"
+        assert row["params"] == f"{log[0]['num_params']:,}"
+        assert row["train loss"] == f"{steps[-1]['train_loss']:.4f}"
+        assert row["val loss"] == f"{[r for r in log if 'val_loss' in r][-1]['val_loss']:.4f}"
+        assert row["Δ val vs a"] == "+0.0000 @12"
+    # ms/step: the median of every step but the first (warm-up)
+    assert rows["a"]["ms/step"] == f"{statistics.median(r['ms'] for r in steps[1:]):.1f}"
+
+
+def test_plot_file_is_written_whole_and_only_then_replaced(straight_and_resumed, tmp_path):
+    straight, broken = straight_and_resumed
+    out = tmp_path / "cmp.png"
+    out.write_bytes(b"an older plot")
+    p = plot([straight, broken, "--out", out], expect=0)
+    assert f"plot: {out}" in p.stdout and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as any new file, not mkstemp's private 0600
+    svg = tmp_path / "cmp.svg"
+    plot([f"first={straight}", f"second={broken}", "--out", svg, "--x", "time"], expect=0)
+    text = svg.read_text()
+    assert "first" in text and "second" in text and "training time" in text  # text kept as text
+    # a damaged log: exit 1, and the existing plot is untouched, no temporary file left behind
+    before = out.read_bytes()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text((straight / "log.jsonl").read_text().replace('"step":3,', '"step":3', 1))
+    p = plot([straight, bad, "--out", out], expect=1)
+    assert "bad.jsonl:" in p.stderr and "HINT" in p.stderr
+    assert out.read_bytes() == before
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".plot_runs.")]
+    # --table writes nothing
+    plot([straight, "--table", "--out", tmp_path / "none.png"], expect=0)
+    assert not (tmp_path / "none.png").exists()
+
+
+def damaged(lines):
+    """Each case: the log's lines -> lines of a damaged log, and the message it must give."""
+    return [
+        (lambda l: [], "is empty"),
+        (lambda l: l[:2] + ["{not json"] + l[2:], ":3: not a JSON object"),
+        (lambda l: l[1:], ":1: the first line is not a config line"),
+        (lambda l: l + [l[0]], "two runs wrote to one log"),
+        (lambda l: l[:2] + ['{"step":-4,"train_loss":1}'] + l[2:], "is not a step number"),
+        (lambda l: l[:2] + ['{"stp":4,"loss":1}'] + l[2:], "neither a step nor an eval record"),
+        (lambda l: [l[0].replace('"tokens_per_step"', '"tps"')] + l[1:], 'has no "tokens_per_step"'),
+        (lambda l: l[:2] + ["[1, 2]"] + l[2:], ":3: not a JSON object"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_damaged_log_is_a_clear_error(straight_and_resumed, tmp_path, case):
+    straight, _ = straight_and_resumed
+    lines = (straight / "log.jsonl").read_text().splitlines()
+    change, message = damaged(lines)[case]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(l + "\n" for l in change(lines)))
+    for args in ([bad, "--table"], [straight, bad, "--out", tmp_path / "x.png"]):
+        p = plot(args, expect=1)
+        assert message in p.stderr and "HINT" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_missing_runs_are_clear_errors(tmp_path):
+    p = plot([tmp_path / "nowhere", "--table"], expect=1)
+    assert "no run at" in p.stderr and "--out-dir" in p.stderr
+    (tmp_path / "empty_dir").mkdir()
+    p = plot([tmp_path / "empty_dir", "--table"], expect=1)
+    assert "has no log.jsonl" in p.stderr
+
+
+def test_incomplete_last_line_is_ignored_with_a_warning(straight_and_resumed, tmp_path):
+    straight, _ = straight_and_resumed
+    good = plot([f"r={straight}", "--table"], expect=0).stdout
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    text = (straight / "log.jsonl").read_text()
+    (cut / "log.jsonl").write_text(text + '{"step":13,"train_loss":1.2')  # killed mid-line
+    p = plot([f"r={cut}", "--table"], expect=0)
+    assert "incomplete last line" in p.stderr
+    assert p.stdout == good
+    # the same text with a newline after it is damage, not a cut-off write
+    (cut / "log.jsonl").write_text(text + '{"step":13,"train_loss":1.2\n')
+    plot([f"r={cut}", "--table"], expect=1)
+
+
+def test_run_without_steps_yet(straight_and_resumed, tmp_path):
+    straight, _ = straight_and_resumed
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "log.jsonl").write_text((straight / "log.jsonl").read_text().splitlines()[0] + "\n")
+    p = plot([fresh, "--table"], expect=0)
+    assert "no step logged yet" in p.stderr and table_rows(p.stdout)["fresh"]["steps"] == "0/12"
+    p = plot([fresh, "--out", tmp_path / "f.png"], expect=1)
+    assert "nothing to plot" in p.stderr
+    plot([fresh, straight, "--out", tmp_path / "f.png"], expect=0)
+    assert (tmp_path / "f.png").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["{s}", "{s}"], "two runs are labelled"),
+    (["{s}", "--baseline", "nobody"], "--baseline 'nobody' is none of the runs' labels"),
+    (["{s}", "--smooth", "1"], "--smooth must be in [0, 1)"),
+    (["{s}", "--out", "x.jpg"], "--out must end in .png, .svg or .pdf"),
+    (["{s}", "--panels", "train,bogus"], "--panels: unknown bogus"),
+    (["{s}", "--loss-ylim", "4,3"], "--loss-ylim expects LO,HI"),
+    (["{s}", "--x", "epochs"], "invalid choice: 'epochs'"),
+])
+def test_usage_errors(straight_and_resumed, args, needle):
+    straight, _ = straight_and_resumed
+    p = plot([a.format(s=straight) for a in args], expect=2)
+    assert needle in p.stderr, p.stderr
+
+
+def test_table_needs_no_matplotlib_and_a_plot_says_how_to_get_it(straight_and_resumed, tmp_path):
+    straight, _ = straight_and_resumed
+    hide = "import sys; sys.modules['matplotlib'] = None"  # import matplotlib now raises ImportError
+    p = plot([straight, "--table"], expect=0, python_prefix=hide)
+    assert table_rows(p.stdout)["straight"]["steps"] == "12/12"
+    p = plot([straight, "--out", tmp_path / "p.png"], expect=1, python_prefix=hide)
+    assert "needs matplotlib" in p.stderr and "pip install -r requirements.txt" in p.stderr
+
+
+def test_compare_paths_runs_every_path_and_tabulates_them(tmp_path):
+    """scripts/compare_paths.sh at 2 steps on a small stand-in for TinyShakespeare."""
+    shards = tmp_path / "ts"
+    shards.mkdir()
+    write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
+    write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
+    out = tmp_path / "cmp"
+    env = {**os.environ, "STEPS": "2", "DATA": str(shards), "OUT": str(out), "OMP_NUM_THREADS": "2"}
+    p = subprocess.run(["bash", str(REPO / "scripts" / "compare_paths.sh")], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = table_rows(p.stdout)
+    assert set(rows) == set(PATHS)
+    for path in PATHS:
+        log = read_log(out / path)
+        assert rows[path]["path"] == path and rows[path]["steps"] == "2/2"
+        assert rows[path]["val loss"] == f"{[r for r in log if 'val_loss' in r][-1]['val_loss']:.4f}"
+    assert rows["vanilla"]["Δ val vs vanilla"] == "+0.0000 @2"
+    assert re.search(r"depth_stride=3", rows["depth"]["settings"])
+    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
