@@ -1,0 +1,124 @@
+# scripts/recipes/common.sh: what every recipe shares; sourced by them, never run itself.
+#
+# Environment, for every recipe (each recipe adds its own, listed in its header):
+#   PATHS      value paths to train, one run each, same data, seed and schedule
+#   NGPU       processes on this node (1); more than 1 runs `mpirun -np NGPU` (one GPU each)
+#   LAUNCH     a launcher prefix instead of mpirun, e.g. 'srun --mpi=pmix' inside an sbatch
+#              allocation over several nodes (docs/distributed.md); then set NGPU to the total
+#              number of ranks, so the batch arithmetic below is right
+#   PRECISION  BF16 (default) or FP32, for the GPU trainer
+#   TRAINER    a trainer binary to use instead, '{path}' replaced by the value path
+#              (e.g. 'build/{path}/train_cpu'); default: the GPU build where a GPU is visible,
+#              else the CPU build (far too slow at these sizes: only to try a recipe out)
+#   OUT        where the runs go: OUT/<path>/ (log.jsonl, checkpoints), OUT/<path>.out (console)
+#   EXTRA      flags added to every run (they must not repeat a recipe's flag)
+#   SEED       the seed of the init, the data order and the samples (1337), the same for every path
+#   DRY_RUN=1  print the commands, build and run nothing
+#
+# Re-running a recipe resumes every run from its newest checkpoint (--resume 1: bit-exact),
+# so a preempted job is continued by submitting it again; a finished run stays finished.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+NGPU=${NGPU:-1}
+LAUNCH=${LAUNCH:-}
+PRECISION=${PRECISION:-BF16}
+DRY_RUN=${DRY_RUN:-0}
+EXTRA=${EXTRA:-}
+PY=python3
+[ -x .venv/bin/python ] && PY=.venv/bin/python
+
+recipe_die() {  # $1 = what is wrong, $2 = what to do; exit 2 as the trainers' usage errors
+    printf 'error: %s\n---> HINT: %s\n' "$1" "$2" >&2
+    exit 2
+}
+
+# recipe_batch TOTAL B T: checks that a step of TOTAL tokens is whole micro-batches of B x T on
+# each of NGPU ranks, and prints the gradient accumulation that makes it up.
+recipe_batch() {
+    local total=$1 b=$2 t=$3 per
+    for v in "$1" "$2" "$3" "$NGPU"; do
+        [[ "$v" =~ ^[1-9][0-9]*$ ]] || recipe_die "TOTAL, B, T and NGPU must be positive integers, got '$v'" "e.g. NGPU=8 B=64 T=1024"
+    done
+    per=$((b * t * NGPU))
+    if [ $((total % per)) -ne 0 ]; then
+        recipe_die "a step of $total tokens is not a whole number of micro-batches of B=$b x T=$t on $NGPU rank(s) ($per tokens)" \
+            "choose B (per GPU) and NGPU so that B*T*NGPU divides $total"
+    fi
+    echo $((total / per))
+}
+
+# recipe_data GLOB PREPARE: stops with the preparation command when GLOB matches no shard
+recipe_data() {
+    [ "$DRY_RUN" = 1 ] && return 0
+    compgen -G "$1" >/dev/null || recipe_die "no shards match '$1'" "prepare them first: $2 (or set DATA to where they are)"
+}
+
+# recipe_trainer PATH: builds the trainer of one value path if needed and prints its file name
+recipe_trainer() {
+    local path=$1 mpi="" prec
+    if [ -n "${TRAINER:-}" ]; then
+        echo "${TRAINER//\{path\}/$path}"
+        return
+    fi
+    { [ "$NGPU" -gt 1 ] || [ -n "$LAUNCH" ]; } && mpi="-mpi"
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+        prec=$([ "$PRECISION" = FP32 ] && echo fp32 || echo bf16)
+        local target="build/$path$mpi/train_$prec"
+    else
+        [ "$DRY_RUN" = 1 ] || echo "recipe: no GPU visible, using the CPU trainer (slow at this size)" >&2
+        local target="build/$path$mpi/train_cpu"
+    fi
+    [ "$DRY_RUN" = 1 ] || make -s "$target" USE_MPI=$([ -n "$mpi" ] && echo 1 || echo 0) PRECISION="$PRECISION" >&2
+    echo "$target"
+}
+
+# recipe_run PATH FLAG...: one run into OUT/PATH, resumed if it has checkpoints already. Besides
+# FLAG..., every run gets the batch and schedule of the recipe's B T TOTAL STEPS LR WARMUP SEED,
+# and the AdamW settings that GPT-2 (llm.c, nanoGPT) and both papers share: betas (0.9, 0.95),
+# weight decay 0.1, clipping at norm 1, cosine decay to a tenth of the peak.
+recipe_run() {
+    local path=$1
+    shift
+    local schedule=(--batch-size "$B" --seq-len "$T" --total-batch-tokens "$TOTAL" --max-steps "$STEPS"
+        --lr "$LR" --warmup-steps "$WARMUP" --min-lr-frac 0.1 --weight-decay 0.1 --beta1 0.9 --beta2 0.95
+        --grad-clip 1.0 --seed "${SEED:-1337}")
+    local bin dir=$OUT/$path launch=()
+    bin=$(recipe_trainer "$path")
+    if [ -n "$LAUNCH" ]; then
+        read -r -a launch <<<"$LAUNCH"
+    elif [ "$NGPU" -gt 1 ]; then
+        launch=(mpirun -np "$NGPU")
+    fi
+    local cmd=("${launch[@]}" "$bin" "$@" "${schedule[@]}" --out-dir "$dir")
+    # shellcheck disable=SC2206
+    cmd+=($EXTRA)
+    if compgen -G "$dir/ckpt_*.bin" >/dev/null; then
+        cmd+=(--resume 1)
+    fi
+    if [ "$DRY_RUN" = 1 ]; then
+        printf '%q ' "${cmd[@]}"
+        echo
+        return
+    fi
+    mkdir -p "$OUT"
+    echo "== $path: ${cmd[*]}" >&2
+    if ! "${cmd[@]}" 2>&1 | tee -a "$OUT/$path.out"; then
+        echo "error: the $path run failed (its console is in $OUT/$path.out); run the recipe again to resume it" >&2
+        exit 1
+    fi
+}
+
+# recipe_report: the table of every run (and the curves, where matplotlib is installed), with
+# each run's val loss minus vanilla's when vanilla is one of them
+recipe_report() {
+    [ "$DRY_RUN" = 1 ] && return 0
+    local runs=() baseline=() p
+    for p in $PATHS; do runs+=("$p=$OUT/$p"); done
+    [[ " $PATHS " == *" vanilla "* ]] && baseline=(--baseline vanilla)
+    if "$PY" -c "import matplotlib" >/dev/null 2>&1; then
+        "$PY" scripts/plot_runs.py "${runs[@]}" "${baseline[@]}" --x tokens --out "$OUT/plot.png"
+    else
+        "$PY" scripts/plot_runs.py "${runs[@]}" "${baseline[@]}" --table
+    fi
+}

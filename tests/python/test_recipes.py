@@ -1,0 +1,113 @@
+"""scripts/recipes/*.sh with the CPU trainer on tiny data and a tiny MODEL: each runs every one of
+its value paths with the settings it states, resumes when run again, stops on a batch that does
+not divide or on missing data with the command to run, and prints full-size commands for NGPU."""
+import os
+import subprocess
+
+import pytest
+
+from test_trainer_cli import REPO, pattern_tokens, read_log, write_shard
+
+RECIPES = REPO / "scripts" / "recipes"
+TINY = "--layers 2 --heads 2 --dim 16 --vocab 64 --max-seq 16"
+
+
+def recipe(name, env, expect=0):
+    p = subprocess.run(["bash", str(RECIPES / name)], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "2", "TRAINER": str(REPO / "build" / "{path}" / "train_cpu"),
+                            **{k: str(v) for k, v in env.items()}})
+    assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
+    return p
+
+
+def shards(d, train, vals):
+    d.mkdir()
+    write_shard(str(d / f"{train}_000001.bin"), pattern_tokens(3000, seed=1), 1)
+    for i, v in enumerate(vals):
+        write_shard(str(d / f"{v}_000000.bin"), pattern_tokens(600, seed=10 + i), 1)
+    return d
+
+
+def configs(out, path):
+    """The config lines of one run's log.jsonl, oldest first."""
+    return [r for r in read_log(out / path) if r.get("event") == "config"]
+
+
+SMALL = {"B": 2, "T": 8, "TOTAL": 32, "STEPS": 4, "WARMUP": 1, "EVAL_EVERY": 2, "CHECKPOINT_EVERY": 2}
+
+
+def test_gpt2_owt_runs_each_path_with_its_settings_and_resumes(tmp_path):
+    data = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
+    out = tmp_path / "out"
+    env = {**SMALL, "DATA": data, "OUT": out, "PATHS": "vanilla depth", "MODEL": "--arch gpt2 " + TINY}
+    p = recipe("gpt2_124m_owt.sh", env)
+    assert "| vanilla |" in p.stdout and "| depth |" in p.stdout and "Δ val vs vanilla" in p.stdout
+    assert (out / "plot.png").read_bytes()[:4] == b"\x89PNG"
+    for path in ["vanilla", "depth"]:
+        c = configs(out, path)[0]
+        assert c["value_path"] == path and c["tokens_per_step"] == 32 and c["grad_accum"] == 2
+        assert (c["lr"], c["min_lr_frac"], c["weight_decay"], c["beta2"], c["grad_clip"]) == (6e-4, 0.1, 0.1, 0.95, 1)
+        assert [r["step"] for r in read_log(out / path) if "train_loss" in r] == [1, 2, 3, 4]
+    # run again with more steps: every run resumes from its newest checkpoint (step 4)
+    recipe("gpt2_124m_owt.sh", {**env, "STEPS": 6})
+    for path in ["vanilla", "depth"]:
+        assert configs(out, path)[-1]["resumed_from"] == 4
+        assert [r["step"] for r in read_log(out / path) if "train_loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_sla_recipe_uses_nine_skip_layers_and_heads(tmp_path):
+    data = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
+    out = tmp_path / "out"
+    # SLA (9, 9) needs 12 layers and 12 heads: a 12-layer model of width 24
+    model = "--arch gpt2 --layers 12 --heads 12 --dim 24 --vocab 64 --max-seq 16"
+    recipe("sla_gpt2_owt.sh", {**SMALL, "STEPS": 2, "DATA": data, "OUT": out, "MODEL": model})
+    sla = configs(out, "sla")[0]
+    assert (sla["value_path"], sla["sla_layers"], sla["sla_heads"], sla["lr"], sla["warmup_steps"]) == ("sla", 9, 9, 1.5e-4, 1)
+    assert configs(out, "vanilla")[0]["value_path"] == "vanilla"
+
+
+def test_resformer_recipe_evaluates_every_domain(tmp_path):
+    data = shards(tmp_path / "sp", "slimpajama_train", ["slimpajama_val_arxiv", "slimpajama_val_c4"])
+    out = tmp_path / "out"
+    model = "--arch llama --layers 2 --heads 2 --dim 16 --ffn-dim 24 --vocab 64 --max-seq 16"
+    p = recipe("resformer_llama_slimpajama.sh", {**SMALL, "DATA": data, "OUT": out, "MODEL": model})
+    for path in ["vanilla", "resformer", "svformer"]:
+        log = read_log(out / path)
+        assert log[0]["value_path"] == path and log[0]["arch"] == "llama"
+        evals = [r for r in log if any(k.startswith("val_loss") for k in r)]
+        assert evals and all(set(r) == {"step", "val_loss_arxiv", "val_loss_c4"} for r in evals)
+    assert configs(out, "resformer")[0]["resformer_lambda"] == "fixed"
+    assert "val arxiv" in p.stdout and "val c4" in p.stdout
+
+
+def test_full_size_commands_for_eight_gpus():
+    p = recipe("resformer_llama_slimpajama.sh", {"DRY_RUN": 1, "NGPU": 8, "SIZE": "468M", "B": 16, "TRAINER": ""})
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 3
+    for line, path in zip(lines, ["vanilla", "resformer", "svformer"]):
+        assert line.startswith(f"mpirun -np 8 build/{path}-mpi/train_")
+        assert "--layers 24 --heads 16 --dim 1024 --ffn-dim 3584 --vocab 50277" in line
+        assert "--batch-size 16 --seq-len 2048 --total-batch-tokens 2097152" in line  # 8 x 16 x 2048 x 8 accumulation
+    p = recipe("gpt2_124m_owt.sh", {"DRY_RUN": 1, "LAUNCH": "srun --mpi=pmix", "NGPU": 16, "B": 32, "TRAINER": ""})
+    assert p.stdout.startswith("srun --mpi=pmix build/vanilla-mpi/train_")
+
+
+@pytest.mark.parametrize("name, env, needle", [
+    ("gpt2_124m_owt.sh", {"NGPU": 3}, "is not a whole number of micro-batches of B=64 x T=1024 on 3 rank(s)"),
+    ("gpt2_124m_owt.sh", {"NGPU": "two"}, "must be positive integers, got 'two'"),
+    ("resformer_llama_slimpajama.sh", {"SIZE": "1B"}, "SIZE must be 82M, 180M or 468M"),
+    ("sla_gpt2_owt.sh", {"DATA": "/nonexistent"}, "prepare them first: .venv/bin/python scripts/prepare_openwebtext.py"),
+    ("resformer_llama_slimpajama.sh", {"DATA": "/nonexistent"}, "prepare_slimpajama.py --budget 20e9 --mix resformer"),
+])
+def test_bad_settings_stop_before_anything_runs(tmp_path, name, env, needle):
+    p = recipe(name, {"OUT": tmp_path / "out", **env}, expect=2)
+    assert needle in p.stderr and "HINT" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_run_fails_the_recipe(tmp_path):
+    data = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
+    out = tmp_path / "out"
+    p = recipe("gpt2_124m_owt.sh", {**SMALL, "DATA": data, "OUT": out, "MODEL": "--arch gpt2 " + TINY,
+                                    "EXTRA": "--bogus 1"}, expect=1)
+    assert "the vanilla run failed" in p.stderr and "unknown flag '--bogus'" in (out / "vanilla.out").read_text()
