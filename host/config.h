@@ -133,7 +133,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--batch-size",  FLAG_INT,    RC_FIELD(batch_size),  "4",     "micro-batch size B (sequences per forward/backward)"},
     {"--seq-len",     FLAG_INT,    RC_FIELD(seq_len),     "64",    "sequence length T (at most --max-seq)"},
     {"--total-batch-tokens", FLAG_LONG, RC_FIELD(total_batch_tokens), "0", "tokens per optimizer step; a multiple of B*T, the rest is gradient accumulation (0 = B*T)"},
-    {"--max-steps",   FLAG_INT,    RC_FIELD(max_steps),   "50",    "optimizer steps to train"},
+    {"--max-steps",   FLAG_INT,    RC_FIELD(max_steps),   "50",    "optimizer steps to train (0 = no training: evaluate and sample the initial weights, or a checkpoint given by --init-from)"},
     {"--seed",        FLAG_U64,    RC_FIELD(seed),        "1337",  "seed for the init, the data shuffling and the samples"},
     // data
     {"--train-data",  FLAG_STRING, RC_FIELD(train_data),  "",      "glob of training shards (llm.c .bin format), e.g. 'data/tinyshakespeare/*_train.bin'"},

@@ -317,10 +317,13 @@ int train_main(int argc, char** argv) {
         if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last))
             save_checkpoint(&model, rc, c, done, sample_rng, &train);
     }
-    if (rc.max_steps == start_step && !rc.out_dir.empty() && !rc.resume) {
-        // --max-steps 0: evaluate (and save the initial weights) without training
-        run_evals(0);
-        save_checkpoint(&model, rc, c, 0, sample_rng, have_train ? &train : nullptr);
+    if (rc.max_steps == start_step && !rc.resume) {
+        // --max-steps 0: no training. With --init-from this evaluates and samples a trained
+        // checkpoint (nanoGPT's sample.py); without it, the initial weights. The val sets were
+        // evaluated above already when --eval-every is set.
+        if (rc.eval_every <= 0) run_evals(0);
+        if (rank0 && rc.sample_every > 0) print_sample(&model, rc, have_tok ? &tok : nullptr, T, &sample_rng, 0);
+        if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, have_train ? &train : nullptr);
     }
     if (rank0) logger_close(&lg);
     gpt_free(&model);

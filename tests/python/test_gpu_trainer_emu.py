@@ -7,6 +7,7 @@ set-up and the memory check, --recompute through the CLI, logs, checkpoints and 
 checkpoints moving between ./train and ./train_cpu on the command line. A pass here is not a GPU
 result (see docs/gpu.md for what the emulator cannot show).
 """
+import re
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,18 @@ def test_full_size_training_step_passes_every_launcher(path):
     p = run(binary, ["--batch-size", "2", "--seq-len", "1024", "--steps", "1", "--warmup", "0"], expect=0, env={"VP_EMU_DRY_RUN": "1"})
     assert "BENCH impl=valuepath" in p.stdout and f"path={path}" in p.stdout, p.stdout[-2000:]
     assert "refused" not in p.stderr, p.stderr[-2000:]
+
+
+def test_max_steps_0_evaluates_and_samples_a_cpu_checkpoint(tmp_path, data):
+    """./train (fp32) --init-from a ./train_cpu checkpoint --max-steps 0: the val loss the CPU run
+    measured on those weights at its end, to fp32 round-off (as above), and a sample."""
+    trained = tmp_path / "trained"
+    run(CPU_TRAINER, common(data, 3) + ["--out-dir", trained], expect=0)
+    cpu_val = [r for r in read_log(trained) if "val_loss" in r][-1]
+    assert cpu_val["step"] == 3
+    p = run(emu_trainer("fp32"), MODEL[-2:] + ["--init-from", trained / "ckpt_00000003.bin", "--max-steps", "0",
+                                               "--val-data", data / "val_*.bin", "--eval-batches", "2",
+                                               "--sample-every", "1", "--sample-tokens", "4"], expect=0)
+    got = [float(v) for v in re.findall(r"^step +0 \| val \| val_loss ([0-9.]+)$", p.stdout, re.M)]
+    assert len(got) == 1 and abs(got[0] - cpu_val["val_loss"]) <= 1e-4 * cpu_val["val_loss"], (got, cpu_val)
+    assert "---- sample at step 0 ----" in p.stdout

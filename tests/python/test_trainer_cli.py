@@ -465,6 +465,25 @@ def test_checkpoint_of_another_path_is_refused(tmp_path, data):
     assert "--sla-chain" in p.stderr
 
 
+def test_max_steps_0_evaluates_and_samples_a_checkpoint(tmp_path, data):
+    """--init-from CKPT --max-steps 0: the val loss of the trained weights (equal to what the
+    training run measured on them at its end) and a sample, without training or an --out-dir."""
+    trained = tmp_path / "trained"
+    val = ["--val-data", str(data / "val_*.bin"), "--eval-batches", "3"]
+    run(TINY_GPT2 + val + ["--train-data", str(data / "train_*.bin"), "--max-steps", "3", "--lr", "3e-3",
+                           "--out-dir", trained], expect=0)
+    final_val = [r for r in read_log(trained) if "val_loss" in r][-1]
+    assert final_val["step"] == 3
+    p = run(val + ["--init-from", trained / "ckpt_00000003.bin", "--seq-len", "8", "--max-steps", "0", "--sample-every", "1",
+                   "--sample-tokens", "6"], expect=0)
+    assert re.findall(r"^step +0 \| val \| val_loss ([0-9.]+)$", p.stdout, re.M) == [f"{final_val['val_loss']:.6f}"]
+    assert len(re.findall(r"---- sample at step 0 ----\n(\d+( \d+){5})\n", p.stdout)) == 1
+    # with --eval-every as well, step 0 is evaluated once, not twice
+    out = tmp_path / "once"
+    run(TINY_GPT2 + val + ["--max-steps", "0", "--eval-every", "2", "--out-dir", out], expect=0)
+    assert [r["step"] for r in read_log(out) if "val_loss" in r] == [0]
+
+
 def test_value_path_settings_in_the_config_line(tmp_path, data):
     """Defaults from value_paths.md section 10 on a 12-layer, 12-head model, and GQA counting."""
     shape = ["--layers", "12", "--heads", "12", "--dim", "24", "--vocab", "64", "--max-seq", "8", "--seq-len", "8",
