@@ -6,7 +6,8 @@
     python scripts/plot_runs.py runs/a runs/b --table                      # the table only
 
 A RUN is a run directory (the --out-dir of a trainer, holding log.jsonl) or a .jsonl file, and
-NAME=RUN labels it (default label: the directory's name). The log format is host/logger.h's: a
+NAME=RUN labels it (default label: the directory's name, or a .jsonl file's own name unless it
+is log.jsonl). The log format is host/logger.h's: a
 config line, then one line per optimizer step and one per evaluation. A resumed run appends a
 config line with "resumed_from": S; the steps and evals after S logged before the interruption
 are superseded by the resumed ones, so the curves are those of an uninterrupted run (for
@@ -204,8 +205,11 @@ def load_runs(specs):
             log = path
         else:
             raise LogError(f"no run at {path}: give a run directory (the trainer's --out-dir) or its log.jsonl")
-        if label is None:
-            label = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))))
+        if label is None:  # the run directory's name; a log not called log.jsonl by its own name
+            if os.path.basename(log) == "log.jsonl":
+                label = os.path.basename(os.path.dirname(os.path.abspath(log)))
+            else:
+                label = os.path.splitext(os.path.basename(log))[0]
         runs.append(Run(label, log))
     labels = [r.label for r in runs]
     for label in labels:

@@ -139,6 +139,10 @@ def test_table_holds_the_logs_last_values(straight_and_resumed):
     log = read_log(straight)
     steps = [r for r in log if "train_loss" in r]
     assert set(rows) == {"a", "b"}
+    # default labels: a run directory's name, a .jsonl file's own name unless it is log.jsonl
+    (broken / "copy.jsonl").write_text((broken / "log.jsonl").read_text())
+    p2 = plot([straight, broken / "log.jsonl", broken / "copy.jsonl", "--table"], expect=0)
+    assert set(table_rows(p2.stdout)) == {"straight", "broken", "copy"}
     for label in "ab":
         row = rows[label]
         assert row["path"] == "vanilla" and row["arch"] == "gpt2" and row["steps"] == "12/12" and row["tokens"] == "768"
