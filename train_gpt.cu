@@ -406,24 +406,31 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
                bytes);
 }
 
-// All num_params fp32 weights from the host (an init or a checkpoint) into the model: the floatX
-// weights the kernels read, the master weights of this rank's shard, ResFormer's fp32 lambdas.
-// BF16 build: the weights are rounded on the device from a copy staged in the gradient buffer
-// (free at this point: a load comes before any backward; it is zeroed afterwards), so that no
-// extra num_params floats of device memory are needed.
-inline void upload_params(GpuModel* m, const float* host) {
+// Where all num_params fp32 weights are put while they are loaded (an init or a checkpoint):
+// the weights themselves in the FP32 build (master is a view into them); in the BF16 build the
+// gradient buffer, free at this point (a load comes before any backward; params_from_staging
+// zeroes it afterwards), so that no extra num_params floats of device memory are needed.
+inline float* params_staging(GpuModel* m) { return FLOATX_IS_FLOAT ? (float*)(void*)m->params_memory : m->grads_memory; }
+
+// The staged fp32 weights into the model: the floatX weights the kernels read, the master weights
+// of this rank's shard, ResFormer's fp32 lambdas.
+inline void params_from_staging(GpuModel* m) {
     size_t n = m->num_params;
-    if (FLOATX_IS_FLOAT) {
-        cudaCheck(cudaMemcpy(m->params_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));  // master is a view into it
-    } else {
-        cudaCheck(cudaMemcpy(m->grads_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));
-        params_from_master(m->params_memory, m->grads_memory, n, m->stream);
-        cudaCheck(cudaMemcpyAsync(m->master, m->grads_memory + m->shard_offset, m->shard_count * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+    float* staged = params_staging(m);
+    if (m->lambda_f32_owned)
+        cudaCheck(cudaMemcpyAsync(m->lambda_f32, staged + lambda_offset(m), m->config.n_layer * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+    if (!FLOATX_IS_FLOAT) {
+        params_from_master(m->params_memory, staged, n, m->stream);
+        cudaCheck(cudaMemcpyAsync(m->master, staged + m->shard_offset, m->shard_count * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
         cudaCheck(cudaMemsetAsync(m->grads_memory, 0, n * sizeof(float), m->stream));
     }
-    if (m->lambda_f32_owned)
-        cudaCheck(cudaMemcpy(m->lambda_f32, host + lambda_offset(m), m->config.n_layer * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+inline void upload_params(GpuModel* m, const float* host) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(params_staging(m), host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+    params_from_staging(m);
 }
 
 // Fills the parameters from the seed exactly as the CPU reference does (on the host, then one
@@ -1042,48 +1049,60 @@ inline void model_set_run_options(GpuModel* m, const RunConfig& rc) {
 // fp32 tensors of num_params floats between host and device
 inline void copy_params_to_host(const float* dev, float* host, size_t n) { cudaCheck(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost)); }
 
+// The checkpoint streams through the host in pieces (host/checkpoint.h checkpoint_read_stream):
+// the weights to the staging buffer, and of m, v only the part in this rank's shard (all of them
+// without ZeRO-1), so a rank's host memory holds one piece, not 12 bytes per parameter.
 inline void model_load(GpuModel* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
     CheckpointMeta check;
     checkpoint_read_meta(path, &check);
     if ((size_t)check.num_params != m->num_params)
         runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
                       (long long)check.num_params, m->num_params);
-    size_t n = m->num_params, off = m->shard_offset, count = m->shard_count;
-    std::vector<float> host_p(n), host_m(with_optimizer ? n : 0), host_v(with_optimizer ? n : 0);
-    checkpoint_read(path, meta, host_p.data(), with_optimizer ? host_m.data() : nullptr, with_optimizer ? host_v.data() : nullptr);
-    upload_params(m, host_p.data());
-    if (with_optimizer) {  // this rank's shard of the moments (all of them without ZeRO-1)
-        cudaCheck(cudaMemcpy(m->adam_m, host_m.data() + off, count * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(m->adam_v, host_v.data() + off, count * sizeof(float), cudaMemcpyHostToDevice));
-    } else {
-        cudaCheck(cudaMemset(m->adam_m, 0, count * sizeof(float)));
-        cudaCheck(cudaMemset(m->adam_v, 0, count * sizeof(float)));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    float* staged = params_staging(m);
+    float* moments[3] = {nullptr, m->adam_m, m->adam_v};
+    checkpoint_read_stream(path, meta, with_optimizer, [&](int t, size_t off, const float* piece, size_t count) {
+        if (t == 0) {
+            cudaCheck(cudaMemcpy(staged + off, piece, count * sizeof(float), cudaMemcpyHostToDevice));
+            return;
+        }
+        checkpoint_piece_overlap(off, count, m->shard_offset, m->shard_count, [&](size_t at, size_t to, size_t k) {
+            cudaCheck(cudaMemcpy(moments[t] + to, piece + at, k * sizeof(float), cudaMemcpyHostToDevice));
+        });
+    });
+    params_from_staging(m);
+    if (!with_optimizer) {
+        cudaCheck(cudaMemset(m->adam_m, 0, m->shard_count * sizeof(float)));
+        cudaCheck(cudaMemset(m->adam_v, 0, m->shard_count * sizeof(float)));
     }
     m->has_optimizer_state = with_optimizer;
 }
 
-// Every rank calls this (collective under ZeRO-1); rank 0 writes. The master weights and m, v of
-// [shard_offset, shard_offset + shard_count) come to the host: everything in one process or with
-// replicated state (ZeRO-0: rank 0 alone writes what it holds), this rank's shard under ZeRO-1,
-// where rank 0 gathers the other shards over MPI (host/distributed.h), so a checkpoint is always
-// the whole state, whatever the world.
+// Every rank calls this; rank 0 writes. The master weights and m, v of [shard_offset,
+// shard_offset + shard_count) are on this GPU: all of them in one process or with replicated
+// state (ZeRO-0: rank 0 alone writes what it holds), this rank's shard under ZeRO-1, where rank 0
+// gathers the other shards over MPI, so a checkpoint is always the whole state, whatever the
+// world. They stream to the file in pieces of checkpoint_chunk_floats() (host/distributed.h
+// dist_stream_to_root): the host holds one piece, not 12 bytes per parameter.
 inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
-    bool root = dist_rank() == 0;
-    if (!m->zero_shard && !root) return;
     bool opt = m->has_optimizer_state;
-    cudaCheck(cudaStreamSynchronize(m->stream));
-    auto fetch = [&](const float* dev) {
-        return dist_gather_shards_to_root(m->num_params, m->shard_offset, m->shard_count, m->zero_shard,
-                                          [&](float* dst) { copy_params_to_host(dev, dst, m->shard_count); });
-    };
-    std::vector<float> host_p = fetch(m->master), host_m, host_v;
-    if (opt) {
-        host_m = fetch(m->adam_m);
-        host_v = fetch(m->adam_v);
-    }
     meta->num_params = (int64_t)m->num_params;
     meta->has_optimizer = opt;
-    if (root) checkpoint_write(dir, *meta, host_p.data(), opt ? host_m.data() : nullptr, opt ? host_v.data() : nullptr);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    CheckpointWriter w;
+    if (dist_rank() == 0) checkpoint_writer_begin(&w, dir, *meta);
+    auto stream = [&](const float* dev) {  // dev holds elements [shard_offset, shard_offset + shard_count)
+        dist_stream_to_root(
+            m->num_params, m->zero_shard, checkpoint_chunk_floats(),
+            [&](size_t off, size_t count, float* dst) { copy_params_to_host(dev + (off - m->shard_offset), dst, count); },
+            [&](const float* piece, size_t count) { checkpoint_writer_append(&w, piece, count); });
+    };
+    stream(m->master);
+    if (opt) {
+        stream(m->adam_m);
+        stream(m->adam_v);
+    }
+    checkpoint_save_finish(&w);
 }
 
 // ----------------------------------------------------------------------------

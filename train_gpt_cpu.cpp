@@ -950,34 +950,50 @@ typedef GPT<float> CpuModel;
 
 inline const char* model_build_name(const CpuModel*) { return "cpu-fp32"; }
 
+// Under ZeRO-1 (model_dist_shard_optimizer came first) only this rank's slice of m and v is kept;
+// the file streams through in pieces, so loading never holds a second copy of the state.
 inline void model_load(CpuModel* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
     CheckpointMeta check;
     checkpoint_read_meta(path, &check);
     if ((size_t)check.num_params != m->num_params)
         runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
                       (long long)check.num_params, m->num_params);
+    DistShard own = m->zero_shard ? dist_shard(m->num_params, dist_rank(), dist_world()) : DistShard{0, m->num_params};
     if (with_optimizer) {
-        m->m_memory = (float*)calloc_check(m->num_params, sizeof(float), "AdamW m");
-        m->v_memory = (float*)calloc_check(m->num_params, sizeof(float), "AdamW v");
+        free(m->m_memory);
+        free(m->v_memory);
+        m->m_memory = (float*)calloc_check(std::max<size_t>(1, own.count), sizeof(float), "AdamW m");
+        m->v_memory = (float*)calloc_check(std::max<size_t>(1, own.count), sizeof(float), "AdamW v");
     }
-    checkpoint_read(path, meta, m->params_memory, with_optimizer ? m->m_memory : nullptr, with_optimizer ? m->v_memory : nullptr);
+    float* moments[3] = {nullptr, m->m_memory, m->v_memory};
+    checkpoint_read_stream(path, meta, with_optimizer, [&](int t, size_t off, const float* piece, size_t count) {
+        if (t == 0) memcpy(m->params_memory + off, piece, count * sizeof(float));
+        else checkpoint_piece_overlap(off, count, own.offset, own.count, [&](size_t at, size_t to, size_t k) { memcpy(moments[t] + to, piece + at, k * sizeof(float)); });
+    });
 }
 
 // Every rank calls this (with world > 1 it is collective); only rank 0 writes. Under ZeRO-1 rank 0
-// gathers the optimizer shards first, so a checkpoint is always the whole state, whatever the world.
+// gathers the optimizer shards, so a checkpoint is always the whole state, whatever the world.
+// The state streams to the file in pieces of checkpoint_chunk_floats() (dist_stream_to_root), so
+// rank 0 holds one piece beyond the model instead of a full copy of m and v.
 inline void model_save(CpuModel* m, const std::string& dir, CheckpointMeta* meta) {
     meta->num_params = (int64_t)m->num_params;
     meta->has_optimizer = m->m_memory != nullptr;
-    if (!m->zero_shard || !m->m_memory) {
-        if (dist_rank() == 0) checkpoint_write(dir, *meta, m->params_memory, m->m_memory, m->v_memory);
-        return;
-    }
-    DistShard sh = dist_shard(m->num_params, dist_rank(), dist_world());
-    auto gather = [&](const float* shard) {
-        return dist_gather_shards_to_root(m->num_params, sh.offset, sh.count, true, [&](float* dst) { memcpy(dst, shard, sizeof(float) * sh.count); });
+    CheckpointWriter w;
+    if (dist_rank() == 0) checkpoint_writer_begin(&w, dir, *meta);
+    auto stream = [&](const float* x, bool sharded) {  // x holds elements [from, ...) of the flat array
+        size_t from = sharded ? dist_shard(m->num_params, dist_rank(), dist_world()).offset : 0;
+        dist_stream_to_root(
+            m->num_params, sharded, checkpoint_chunk_floats(),
+            [&](size_t off, size_t count, float* dst) { memcpy(dst, x + (off - from), sizeof(float) * count); },
+            [&](const float* piece, size_t count) { checkpoint_writer_append(&w, piece, count); });
     };
-    std::vector<float> full_m = gather(m->m_memory), full_v = gather(m->v_memory);
-    if (dist_rank() == 0) checkpoint_write(dir, *meta, m->params_memory, full_m.data(), full_v.data());
+    stream(m->params_memory, false);  // whole on every rank
+    if (m->m_memory) {
+        stream(m->m_memory, m->zero_shard);
+        stream(m->v_memory, m->zero_shard);
+    }
+    checkpoint_save_finish(&w);
 }
 
 // ----------------------------------------------------------------------------
@@ -995,16 +1011,10 @@ inline void model_dist_reduce_grads(CpuModel* m) {
     else dist_allreduce_sum(m->grads_memory, m->num_params);
 }
 
-// ZeRO-1: keep AdamW m, v only for this rank's contiguous slice of the flat parameters (a loaded
-// full optimizer state is cut down to it).
+// ZeRO-1: AdamW m, v only for this rank's contiguous slice of the flat parameters, from now on:
+// the first update allocates that slice (gpt_update_range), a load reads only it (model_load).
 inline void model_dist_shard_optimizer(CpuModel* m) {
-    DistShard sh = dist_shard(m->num_params, dist_rank(), dist_world());
-    if (m->m_memory) {
-        memmove(m->m_memory, m->m_memory + sh.offset, sizeof(float) * sh.count);
-        memmove(m->v_memory, m->v_memory + sh.offset, sizeof(float) * sh.count);
-        m->m_memory = (float*)realloc(m->m_memory, sizeof(float) * std::max<size_t>(1, sh.count));
-        m->v_memory = (float*)realloc(m->v_memory, sizeof(float) * std::max<size_t>(1, sh.count));
-    }
+    if (m->m_memory) runtime_error(nullptr, "internal: --zero 1 must be set before the optimizer state exists (before model_load)");
     m->zero_shard = true;
 }
 

@@ -32,7 +32,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -40,6 +43,7 @@
 #include "host/config.h"
 #include "host/crc32.h"
 #include "host/dataloader.h"
+#include "host/distributed.h"
 #include "host/rng.h"
 #include "host/utils.h"
 
@@ -136,14 +140,48 @@ inline void fsync_dir(const std::string& dir) {
     }
 }
 
-inline void checkpoint_write(const std::string& dir, const CheckpointMeta& meta, const float* params, const float* m, const float* v) {
+// A checkpoint written in pieces, so that no process holds the whole state at once: the header
+// and run text first (header_crc covers the header with both CRC fields zero, so it is known at
+// once; data_crc is zero), then the tensors in file order through checkpoint_writer_append, then
+// checkpoint_writer_finish puts data_crc into the header, fsyncs and renames. An error is
+// recorded, not raised: under data parallelism the other ranks are inside the same collective
+// gather, so rank 0 must finish it before it can tell them (checkpoint_save_finish); appends after
+// an error are skipped, and finish removes the temporary file and returns the message.
+struct CheckpointWriter {
+    std::string dir, tmp_path, final_path;
+    FILE* f = nullptr;
+    CheckpointHeader header;
+    uint32_t data_crc = 0;
+    int64_t floats_expected = 0, floats_written = 0;
+    std::string error;  // empty while all is well
+};
+
+#define CHECKPOINT_WRITE_HINT "free disk space (or choose another --out-dir) and resume; the earlier checkpoints are intact"
+
+// Floats per piece that a streamed save moves through host memory: 64 MB by default;
+// VP_CHECKPOINT_CHUNK (floats) overrides it, so tests can cut tiny models into many pieces.
+inline size_t checkpoint_chunk_floats() {
+    const char* e = getenv("VP_CHECKPOINT_CHUNK");
+    long long k = e ? atoll(e) : 0;
+    return k > 0 ? (size_t)std::min(k, 1LL << 30) : (size_t)16 << 20;  // a piece is one MPI message: < 2^31 floats
+}
+
+inline void checkpoint_writer_fail(CheckpointWriter* w, const char* what, int err) {
+    if (!w->error.empty()) return;
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "writing checkpoint '%s' failed: %s: %s", w->final_path.c_str(), what, strerror(err));
+    w->error = msg;
+}
+
+inline void checkpoint_writer_begin(CheckpointWriter* w, const std::string& dir, const CheckpointMeta& meta) {
     make_dirs(dir);
-    std::string final_path = checkpoint_path(dir, meta.step);
+    w->dir = dir;
+    w->final_path = checkpoint_path(dir, meta.step);
     char tmp_name[96];
     snprintf(tmp_name, sizeof(tmp_name), "/.ckpt_%08lld.bin.tmp", (long long)meta.step);
-    std::string tmp_path = dir + tmp_name;
+    w->tmp_path = dir + tmp_name;
 
-    CheckpointHeader h;
+    CheckpointHeader& h = w->header;
     memset(&h, 0, sizeof(h));
     h.magic = CHECKPOINT_MAGIC;
     h.version = CHECKPOINT_VERSION;
@@ -155,31 +193,77 @@ inline void checkpoint_write(const std::string& dir, const CheckpointMeta& meta,
     h.model = meta.model;
     h.sample_rng = meta.sample_rng;
     h.train_data = meta.train_data;
-
-    size_t n = (size_t)meta.num_params;
-    h.data_crc = crc32_update(0, params, n * sizeof(float));
-    if (meta.has_optimizer) h.data_crc = crc32_update(crc32_update(h.data_crc, m, n * sizeof(float)), v, n * sizeof(float));
     h.header_crc = checkpoint_header_crc(h, meta.run_text);
+    w->floats_expected = meta.num_params * (meta.has_optimizer ? 3 : 1);
 
-    FILE* f = fopen(tmp_path.c_str(), "wb");
-    if (!f) runtime_error("check that --out-dir is writable", "cannot create '%s': %s", tmp_path.c_str(), strerror(errno));
-    bool ok = fwrite(&h, sizeof(h), 1, f) == 1 && fwrite(meta.run_text.data(), 1, meta.run_text.size(), f) == meta.run_text.size() &&
-              fwrite(params, sizeof(float), n, f) == n;
-    if (ok && meta.has_optimizer) ok = fwrite(m, sizeof(float), n, f) == n && fwrite(v, sizeof(float), n, f) == n;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) {
-        unlink(tmp_path.c_str());
-        runtime_error("free disk space (or choose another --out-dir) and resume; the earlier checkpoints are intact",
-                      "writing checkpoint '%s' failed: %s", final_path.c_str(), strerror(saved_errno ? saved_errno : errno));
+    w->f = fopen(w->tmp_path.c_str(), "wb");
+    if (!w->f) {
+        checkpoint_writer_fail(w, "cannot create the temporary file", errno);
+        return;
     }
-    if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-        int e = errno;
-        unlink(tmp_path.c_str());
-        runtime_error("check --out-dir; the earlier checkpoints are intact", "cannot rename '%s' to '%s': %s", tmp_path.c_str(), final_path.c_str(), strerror(e));
+    if (fwrite(&h, sizeof(h), 1, w->f) != 1 || fwrite(meta.run_text.data(), 1, meta.run_text.size(), w->f) != meta.run_text.size())
+        checkpoint_writer_fail(w, "header", errno);
+}
+
+// The next `count` floats of params [, m, v], in file order.
+inline void checkpoint_writer_append(CheckpointWriter* w, const float* x, size_t count) {
+    if (!w->error.empty() || count == 0) return;
+    w->data_crc = crc32_update(w->data_crc, x, count * sizeof(float));
+    w->floats_written += (int64_t)count;
+    if (fwrite(x, sizeof(float), count, w->f) != count) checkpoint_writer_fail(w, "tensors", errno);
+}
+
+// "" when the complete checkpoint is in place under its final name; otherwise why not (and the
+// temporary file is gone, the earlier checkpoints untouched).
+inline std::string checkpoint_writer_finish(CheckpointWriter* w) {
+    if (w->error.empty() && w->floats_written != w->floats_expected) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "internal: %lld of %lld floats were written", (long long)w->floats_written, (long long)w->floats_expected);
+        w->error = msg;
     }
-    fsync_dir(dir);
+    if (w->f) {
+        if (w->error.empty()) {
+            // data_crc into its place in the header; header_crc does not cover it
+            w->header.data_crc = w->data_crc;
+            if (fseek(w->f, (long)offsetof(CheckpointHeader, data_crc), SEEK_SET) != 0 ||
+                fwrite(&w->header.data_crc, sizeof(uint32_t), 1, w->f) != 1 || fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
+                checkpoint_writer_fail(w, "flush", errno);
+        }
+        if (fclose(w->f) != 0) checkpoint_writer_fail(w, "close", errno);
+        w->f = nullptr;
+    }
+    if (w->error.empty() && rename(w->tmp_path.c_str(), w->final_path.c_str()) != 0) checkpoint_writer_fail(w, "rename of the temporary file", errno);
+    if (!w->error.empty()) {
+        unlink(w->tmp_path.c_str());
+        return w->error;
+    }
+    fsync_dir(w->dir);
+    return "";
+}
+
+// A whole checkpoint from arrays in memory (m, v NULL without optimizer state).
+inline void checkpoint_write(const std::string& dir, const CheckpointMeta& meta, const float* params, const float* m, const float* v) {
+    CheckpointWriter w;
+    checkpoint_writer_begin(&w, dir, meta);
+    size_t n = (size_t)meta.num_params;
+    checkpoint_writer_append(&w, params, n);
+    if (meta.has_optimizer) {
+        checkpoint_writer_append(&w, m, n);
+        checkpoint_writer_append(&w, v, n);
+    }
+    std::string err = checkpoint_writer_finish(&w);
+    if (!err.empty()) runtime_error(CHECKPOINT_WRITE_HINT, "%s", err.c_str());
+}
+
+// Ends a save that every rank entered (model_save): rank 0 finishes its writer, then every rank
+// learns whether it worked, so that a full disk stops the whole job with the reason instead of
+// leaving the other ranks waiting in the next collective until the watchdog fires.
+inline void checkpoint_save_finish(CheckpointWriter* w) {
+    std::string err = dist_rank() == 0 ? checkpoint_writer_finish(w) : "";
+    double failed = err.empty() ? 0.0 : 1.0;
+    dist_allreduce_sum(&failed, 1);
+    if (!err.empty()) runtime_error(CHECKPOINT_WRITE_HINT, "%s", err.c_str());
+    if (failed != 0.0) runtime_error(CHECKPOINT_WRITE_HINT, "rank %d: rank 0 could not write the checkpoint (its message says why)", dist_rank());
 }
 
 // Removes all but the newest `keep` checkpoints (keep = 0: keep all).
@@ -244,34 +328,50 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
 
 inline void checkpoint_read_meta(const std::string& path, CheckpointMeta* meta) { fclose(checkpoint_open(path, meta)); }
 
-// Reads the tensors and checks their CRC (version 2). m and v may be NULL to skip the optimizer
-// state (--init-from); its bytes are then still read through the CRC, in chunks.
-inline void checkpoint_read(const std::string& path, CheckpointMeta* meta, float* params, float* m, float* v) {
+// Reads the tensors in file order, in pieces of checkpoint_chunk_floats(), so that a process never
+// holds more than one piece of the file: consume(tensor, offset, piece, count) gets elements
+// [offset, offset + count) of params (tensor 0), m (1) and v (2). with_optimizer false
+// (--init-from): m and v are not handed over, but their bytes still go through the CRC (version 2).
+// The CRC is known only at the end, so a damaged file is refused after consume has seen its
+// pieces: the caller must not have written anything lasting by then (the trainers load before
+// anything is written).
+template <class Consume>
+void checkpoint_read_stream(const std::string& path, CheckpointMeta* meta, bool with_optimizer, Consume consume) {
     FILE* f = checkpoint_open(path, meta);
-    size_t n = (size_t)meta->num_params;
-    if (m && v && !meta->has_optimizer) {
+    if (with_optimizer && !meta->has_optimizer) {
         fclose(f);
         runtime_error("resume from a training checkpoint, or use --init-from", "checkpoint '%s' has no optimizer state", path.c_str());
     }
-    fread_check(params, sizeof(float), n, f, path.c_str());
-    uint32_t crc = crc32_update(0, params, n * sizeof(float));
-    if (meta->has_optimizer) {
-        if (m && v) {
-            fread_check(m, sizeof(float), n, f, path.c_str());
-            fread_check(v, sizeof(float), n, f, path.c_str());
-            crc = crc32_update(crc32_update(crc, m, n * sizeof(float)), v, n * sizeof(float));
-        } else if (meta->version == CHECKPOINT_VERSION) {
-            std::vector<unsigned char> chunk(1 << 20);
-            for (size_t left = 2 * n * sizeof(float); left > 0;) {
-                size_t k = std::min(left, chunk.size());
-                fread_check(chunk.data(), 1, k, f, path.c_str());
-                crc = crc32_update(crc, chunk.data(), k);
-                left -= k;
-            }
+    size_t n = (size_t)meta->num_params, chunk = checkpoint_chunk_floats();
+    int tensors = meta->has_optimizer && (with_optimizer || meta->version == CHECKPOINT_VERSION) ? 3 : 1;
+    std::vector<float> piece(std::min(n, chunk));
+    uint32_t crc = 0;
+    for (int t = 0; t < tensors; t++) {
+        for (size_t off = 0; off < n; off += chunk) {
+            size_t count = std::min(chunk, n - off);
+            fread_check(piece.data(), sizeof(float), count, f, path.c_str());
+            crc = crc32_update(crc, piece.data(), count * sizeof(float));
+            if (t == 0 || with_optimizer) consume(t, off, (const float*)piece.data(), count);
         }
     }
     fclose(f);
     if (meta->version == CHECKPOINT_VERSION && crc != meta->data_crc)
         runtime_error("the file was damaged after it was written (disk, copy): restore it from a copy, or move it out of the directory so that --resume takes the one before it",
                       "checkpoint '%s' is corrupt: the CRC-32 of its weights%s does not match", path.c_str(), meta->has_optimizer ? " and optimizer state" : "");
+}
+
+// The part of a piece [off, off + count) of a flat array that falls in [from, from + len) (a
+// rank's shard): f(index in the piece, index from `from`, length), if there is one.
+template <class F>
+inline void checkpoint_piece_overlap(size_t off, size_t count, size_t from, size_t len, F f) {
+    size_t lo = std::max(off, from), hi = std::min(off + count, from + len);
+    if (lo < hi) f(lo - off, lo - from, hi - lo);
+}
+
+// The whole tensors into memory (m and v may be NULL to skip the optimizer state: --init-from).
+inline void checkpoint_read(const std::string& path, CheckpointMeta* meta, float* params, float* m, float* v) {
+    float* dst[3] = {params, m, v};
+    checkpoint_read_stream(path, meta, m && v, [&](int t, size_t off, const float* piece, size_t count) {
+        memcpy(dst[t] + off, piece, count * sizeof(float));
+    });
 }

@@ -19,7 +19,7 @@
 // waited longer than VP_DIST_TIMEOUT seconds (default 600, 0 = off) with a clear message.
 //
 // The GPU build uses this file for the ranks, the watchdog and the host-side traffic (the loss,
-// the checkpoint's optimizer-state gather), and kernels/zero.cuh (NCCL) for the device buffers:
+// a checkpoint streamed to rank 0), and kernels/zero.cuh (NCCL) for the device buffers:
 // gradients and parameters; see docs/distributed.md.
 #pragma once
 
@@ -201,17 +201,15 @@ inline void dist_allgather(float* x, size_t n) {
     dist_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, count.data(), displ.data(), MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgatherv");
 }
 
-// Every rank's shard of x to rank 0 (x is the full array there; other ranks' x is untouched).
-inline void dist_gather_to_root(float* x, size_t n) {
-    int W = dist_world(), r = dist_rank();
-    if (W == 1) return;
-    std::vector<int> count, displ;
-    dist_shard_layout(n, W, &count, &displ);
-    DistBusy busy("the optimizer-state gather");
+// Rank r's part of a piece, count[r] floats, into recv + displ[r] on rank 0 (recv is used on
+// rank 0 only; there its own part is already in place). Ranks without a part send 0 floats.
+inline void dist_gather_parts_to_root(float* recv, const float* send, const std::vector<int>& count, const std::vector<int>& displ) {
+    int r = dist_rank();
+    DistBusy busy("the checkpoint gather");
     if (r == 0)
-        dist_check(MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, count.data(), displ.data(), MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Gatherv");
+        dist_check(MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, recv, count.data(), displ.data(), MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Gatherv");
     else
-        dist_check(MPI_Gatherv(x + displ[r], count[r], MPI_FLOAT, nullptr, nullptr, nullptr, MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Gatherv");
+        dist_check(MPI_Gatherv(send, count[r], MPI_FLOAT, nullptr, nullptr, nullptr, MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Gatherv");
 }
 
 // x = sum over ranks of x on every rank, in rank order (bit-identical everywhere).
@@ -247,21 +245,45 @@ inline bool dist_active() { return false; }
 inline void dist_barrier() {}
 inline void dist_reduce_scatter_sum(float*, size_t) {}
 inline void dist_allgather(float*, size_t) {}
-inline void dist_gather_to_root(float*, size_t) {}
+inline void dist_gather_parts_to_root(float*, const float*, const std::vector<int>&, const std::vector<int>&) {}
 inline void dist_allreduce_sum(float*, size_t) {}
 inline void dist_allreduce_sum(double*, int) {}
 
 #endif
 
-// A sharded n-float array made whole on rank 0, for a checkpoint. Collective when `sharded`:
-// every rank's fill_shard(dst) writes its shard [offset, offset + count) at dst, its place in the
-// array, then rank 0 gathers the other shards. Rank 0 gets the whole array; another rank gets one
-// that ends at its shard (all that dist_gather_to_root reads there). Not sharded (one process, or
-// state every rank holds whole): offset 0, count n, and no communication.
-template <class FillShard>
-std::vector<float> dist_gather_shards_to_root(size_t n, size_t offset, size_t count, bool sharded, FillShard fill_shard) {
-    std::vector<float> full(dist_rank() == 0 ? n : offset + count);
-    fill_shard(full.data() + offset);
-    if (sharded) dist_gather_to_root(full.data(), n);
-    return full;
+// A flat n-float array handed to rank 0 in pieces of at most `chunk` floats, in order, for a
+// checkpoint written as it streams (host/checkpoint.h CheckpointWriter): rank 0 never holds more
+// than one piece beyond the model, whatever the model's size. For each piece [off, off + count):
+// fill(off, count, dst) writes elements [off, off + count) of the array at dst (a rank is only
+// asked for elements it holds), and rank 0 calls consume(piece, count).
+//   sharded (ZeRO-1 state: rank r holds dist_shard(n, r)): collective, every rank must call it;
+//     each rank fills its part of each piece (dist_for_each_owner_part) and rank 0 gathers them;
+//   not sharded (state every rank holds whole): rank 0 alone fills every piece, no communication.
+template <class Fill, class Consume>
+void dist_stream_to_root(size_t n, bool sharded, size_t chunk, Fill fill, Consume consume) {
+    int W = dist_world(), r = dist_rank();
+    if (!sharded && r != 0) return;
+    std::vector<float> piece(r == 0 ? std::min(n, chunk) : 0), mine;
+    std::vector<int> count(W), displ(W);
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t c = std::min(chunk, n - off);
+        if (!sharded || W == 1) {
+            fill(off, c, piece.data());
+        } else {
+            std::fill(count.begin(), count.end(), 0);
+            std::fill(displ.begin(), displ.end(), 0);
+            dist_for_each_owner_part(off, c, n, W, [&](int owner, size_t at, size_t k) {
+                count[owner] = (int)k;
+                displ[owner] = (int)at;
+            });
+            if (r == 0) {
+                if (count[0]) fill(off + displ[0], (size_t)count[0], piece.data() + displ[0]);
+            } else if (count[r]) {
+                mine.resize(count[r]);
+                fill(off + displ[r], (size_t)count[r], mine.data());
+            }
+            dist_gather_parts_to_root(piece.data(), mine.data(), count, displ);
+        }
+        if (r == 0) consume(piece.data(), c);
+    }
 }

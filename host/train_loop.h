@@ -30,7 +30,7 @@
 //                                                            summing each layer's gradients over the ranks as it goes)
 //   void  model_dist_reduce_grads(Model*)                    sum the gradients over ranks: every element (ZeRO-0),
 //                                                            or at least this rank's dist_shard (ZeRO-1)
-//   void  model_dist_shard_optimizer(Model*)                 --zero 1: keep only this rank's optimizer slice
+//   void  model_dist_shard_optimizer(Model*)                 --zero 1, after gpt_build and before model_load: keep only this rank's optimizer slice
 //   void  model_dist_update(Model*, const AdamWSettings&, int step)   update (own slice + all-gather under ZeRO-1)
 // The gradient norm is then sharded the same way in both ZeRO modes: each rank sums the squares
 // of its own dist_shard and the partial sums are added in rank order (dist_allreduce_sum), so
@@ -227,6 +227,7 @@ int train_main(int argc, char** argv) {
     Model model;
     model_set_run_options(&model, rc);
     gpt_build(&model, c);
+    if (dist && rc.zero) model_dist_shard_optimizer(&model);  // before a load, which then reads only this rank's slice
     int start_step = 0;
     Rng sample_rng = rng_stream(rc.seed, RNG_STREAM_SAMPLES);
     if (rc.resume) {
@@ -243,7 +244,6 @@ int train_main(int argc, char** argv) {
     } else {
         gpt_init_params(&model, rc.seed);
     }
-    if (dist && rc.zero) model_dist_shard_optimizer(&model);
     if (start_step > rc.max_steps)
         usage_error("raise --max-steps to continue training", "the checkpoint is at step %d, beyond --max-steps %d", start_step, rc.max_steps);
 

@@ -146,6 +146,51 @@ def test_forced_data_parallel_path_with_one_rank_is_bit_identical(tmp_path, data
     assert checkpoint_tensors(tmp_path / "forced" / "ckpt_00000004.bin") == checkpoint_tensors(tmp_path / "plain" / "ckpt_00000004.bin")
 
 
+def test_streamed_checkpoint_is_the_same_for_any_chunk_and_sharding(tmp_path, data):
+    """Checkpoints stream in pieces (host/distributed.h dist_stream_to_root on save, host/checkpoint.h
+    checkpoint_read_stream on load). 3 ranks under ZeRO-1 (uneven shards) with pieces of 7 floats,
+    which cut across every shard boundary, save the same tensors and data CRC as ZeRO-0 with the
+    default piece size, the CRC is zlib's of the tensors, and resuming through 7-float pieces (each
+    rank keeping its own slice of m and v) is bit-exact."""
+    import zlib
+    from test_trainer_cli import CRC_OFFSET
+    common = TINY_LLAMA + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--max-steps", "4", "--lr", "1e-2",
+                           "--checkpoint-every", "3"]
+    small_pieces = {"VP_CHECKPOINT_CHUNK": "7"}
+    mpirun(3, common + ["--zero", 0, "--out-dir", tmp_path / "z0"])
+    mpirun(3, common + ["--zero", 1, "--out-dir", tmp_path / "z1"], env=small_pieces)
+    for name in ["ckpt_00000003.bin", "ckpt_00000004.bin"]:
+        t = {d: checkpoint_tensors(tmp_path / d / name) for d in ["z0", "z1"]}
+        assert t["z0"] == t["z1"] and (len(t["z1"]) // 12) % 3 != 0  # uneven shards
+        for d in t:
+            raw = (tmp_path / d / name).read_bytes()
+            assert raw[CRC_OFFSET + 4:CRC_OFFSET + 8] == zlib.crc32(t[d]).to_bytes(4, "little"), (d, name)
+    (tmp_path / "z1" / "ckpt_00000004.bin").unlink()
+    p = mpirun(3, common + ["--zero", 1, "--out-dir", tmp_path / "z1", "--resume", 1], env=small_pieces)
+    assert "(step 3)" in p.stdout
+    assert checkpoint_tensors(tmp_path / "z1" / "ckpt_00000004.bin") == checkpoint_tensors(tmp_path / "z0" / "ckpt_00000004.bin")
+
+
+def test_rank_0_failing_to_write_a_checkpoint_stops_every_rank(tmp_path, data):
+    """Rank 0's disk fills up in the middle of a streamed ZeRO-1 checkpoint: rank 0 says why, the
+    other rank says that rank 0 failed (instead of waiting in the next collective for the
+    watchdog), the job exits nonzero at once, and no file is left under a checkpoint name."""
+    out = tmp_path / "run"
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "2", "--zero", 1]
+    mpirun(2, common + ["--out-dir", tmp_path / "probe"])
+    size = (tmp_path / "probe" / "ckpt_00000002.bin").stat().st_size
+    # the limit applies to the trainer processes, not to mpirun (whose PMIx session files need room)
+    wrapper = tmp_path / "limited.sh"
+    wrapper.write_text(f"#!/bin/bash\ntrap '' XFSZ\nulimit -f {(size - 1000) // 1024}\nexec {mpi_trainer('vanilla')} \"$@\"\n")
+    wrapper.chmod(0o755)
+    t0 = time.time()
+    p = mpirun(2, common + ["--out-dir", out], expect=None, binary=wrapper, env={"VP_CHECKPOINT_CHUNK": "100", "VP_DIST_TIMEOUT": "60"})
+    assert p.returncode != 0 and time.time() - t0 < 45
+    assert "writing checkpoint" in p.stderr and "File too large" in p.stderr, p.stderr[-3000:]
+    assert "rank 1: rank 0 could not write the checkpoint" in p.stderr, p.stderr[-3000:]
+    assert not [f for f in out.iterdir() if "ckpt" in f.name]
+
+
 def test_total_batch_tokens_must_divide_by_ranks(tmp_path, data):
     p = mpirun(2, TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "4", "--total-batch-tokens", "96",
                                "--max-steps", "1"], expect=None)

@@ -112,12 +112,17 @@ def test_overlapped_all_reduce_is_the_same_whichever_stream_runs_late(tmp_path, 
 
 
 def test_resume_under_two_emulated_gpus_is_bit_exact(tmp_path, data):
+    """ZeRO-1 resume, the second run saving and loading its checkpoints in pieces of 7 floats (each
+    rank's master and moment shards streamed to and from the file, train_gpt.cu model_save and
+    model_load): bit-exact against the run that was not interrupted."""
     args = common(data, 6) + ["--checkpoint-every", "3", "--zero", "1"]
     straight, broken = tmp_path / "straight", tmp_path / "broken"
+    small_pieces = {"VP_CHECKPOINT_CHUNK": "7"}
     mpirun(2, args + ["--out-dir", straight])
-    mpirun(2, args + ["--out-dir", broken])
+    mpirun(2, args + ["--out-dir", broken], env=small_pieces)
+    assert checkpoint_tensors(straight / "ckpt_00000003.bin") == checkpoint_tensors(broken / "ckpt_00000003.bin")
     (broken / "ckpt_00000006.bin").unlink()
-    p = mpirun(2, args + ["--out-dir", broken, "--resume", 1])
+    p = mpirun(2, args + ["--out-dir", broken, "--resume", 1], env=small_pieces)
     assert "(step 3)" in p.stdout
     assert losses(straight)[3:] == losses(broken)[-3:]
     assert checkpoint_tensors(straight / "ckpt_00000006.bin") == checkpoint_tensors(broken / "ckpt_00000006.bin")
@@ -149,10 +154,16 @@ def test_resformer_bf16_learnable_lambda_zero1_equal_zero0(tmp_path, data):
     shard, yet every rank's attention reads them in fp32 (broadcast after each update). If that
     broadcast were missing, the other rank would keep the initial lambdas and the weights would
     part from ZeRO-0's."""
-    args = common(data, 3) + ["--resformer-lambda", "learn"]
+    args = common(data, 3) + ["--resformer-lambda", "learn", "--checkpoint-every", "2"]
     for zero in (0, 1):
         mpirun(2, args + ["--zero", zero, "--out-dir", tmp_path / f"z{zero}"], path="resformer", prec="bf16")
     assert losses(tmp_path / "z0") == losses(tmp_path / "z1") and len(losses(tmp_path / "z0")) == 3
+    assert checkpoint_tensors(tmp_path / "z0" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "z1" / "ckpt_00000003.bin")
+    # resumed under ZeRO-1 from step 2 through 7-float pieces: the bf16 weights are rounded from the
+    # staged fp32 ones, the lambdas' fp32 copy comes from the staging buffer, each rank keeps its
+    # shard of the master weights and moments; bit-exact
+    (tmp_path / "z1" / "ckpt_00000003.bin").unlink()
+    mpirun(2, args + ["--zero", 1, "--out-dir", tmp_path / "z1", "--resume", 1], path="resformer", prec="bf16", env={"VP_CHECKPOINT_CHUNK": "7"})
     assert checkpoint_tensors(tmp_path / "z0" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "z1" / "ckpt_00000003.bin")
 
 

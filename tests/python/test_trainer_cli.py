@@ -357,6 +357,39 @@ def test_checkpoint_crcs_are_zlibs(tmp_path, data):
     assert data_crc == zlib.crc32(raw[hb + tb:])
 
 
+def limited_file_size(limit):
+    """A preexec_fn: files the child writes may not grow past `limit` bytes (a disk that fills up).
+    SIGXFSZ is ignored, so the write fails with EFBIG instead of killing the process."""
+    import resource
+    import signal
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_failed_checkpoint_write_is_clear_and_loses_nothing(tmp_path, data):
+    """The disk fills up while a checkpoint streams to it: exit 1 with the file, the reason and what
+    to do; the temporary file is gone and the earlier checkpoint is untouched and still resumes."""
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out), "--checkpoint-every", "2"]
+    run(base + ["--max-steps", "2"], expect=0)
+    size = (out / "ckpt_00000002.bin").stat().st_size
+    before = (out / "ckpt_00000002.bin").read_bytes()
+    # pieces of 100 floats: the failure comes after some pieces went through, mid-stream
+    p = subprocess.run([str(TRAINER)] + [str(a) for a in base + ["--max-steps", "4", "--resume", "1"]], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "OMP_NUM_THREADS": "2", "VP_CHECKPOINT_CHUNK": "100"},
+                       preexec_fn=limited_file_size(size - 1000))
+    assert p.returncode == 1, p.stderr
+    assert "writing checkpoint" in p.stderr and "ckpt_00000004.bin" in p.stderr and "File too large" in p.stderr, p.stderr
+    assert "free disk space" in p.stderr and "earlier checkpoints are intact" in p.stderr
+    assert sorted(f.name for f in out.iterdir() if "ckpt" in f.name) == ["ckpt_00000002.bin"]
+    assert (out / "ckpt_00000002.bin").read_bytes() == before
+    p = run(base + ["--max-steps", "4", "--resume", "1"], expect=0)
+    assert "(step 2)" in p.stdout and (out / "ckpt_00000004.bin").exists()
+
+
 def test_damaged_checkpoint_is_refused_and_nothing_is_overwritten(tmp_path, data):
     """One flipped bit anywhere in a checkpoint of the right length (a header field, the run text,
     the weights, m, v): --resume and --init-from both refuse it with exit 1 and say it is corrupt,
