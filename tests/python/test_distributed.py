@@ -171,6 +171,29 @@ def test_streamed_checkpoint_is_the_same_for_any_chunk_and_sharding(tmp_path, da
     assert checkpoint_tensors(tmp_path / "z1" / "ckpt_00000004.bin") == checkpoint_tensors(tmp_path / "z0" / "ckpt_00000004.bin")
 
 
+def test_zero1_checkpoint_resumes_under_another_world_size(tmp_path, data):
+    """A ZeRO-1 checkpoint of 3 ranks resumed by 2 ranks under ZeRO-1: each new rank takes its own,
+    differently cut, slice of m and v from the pieces it reads (pieces of 5 floats: every slice
+    boundary falls inside a piece). The steps after the break see the same sequences (the same
+    12 per step, grouped 2 x 2 x 3 instead of 3 x 2 x 2), so the losses follow the uninterrupted
+    3-rank run to fp32 round-off; a slice taken from the wrong place would move them far more."""
+    common = TINY_LLAMA + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--total-batch-tokens", "96", "--max-steps", "6",
+                           "--lr", "1e-2", "--checkpoint-every", "3", "--zero", "1"]
+    mpirun(3, common + ["--out-dir", tmp_path / "three"])
+    (tmp_path / "two").mkdir()
+    shutil.copy(tmp_path / "three" / "ckpt_00000003.bin", tmp_path / "two")
+    p = mpirun(2, common + ["--out-dir", tmp_path / "two", "--resume", 1], env={"VP_CHECKPOINT_CHUNK": "5"})
+    assert "(step 3)" in p.stdout and "2 ranks, ZeRO-1" in p.stdout
+    three, two = losses(tmp_path / "three"), losses(tmp_path / "two")
+    assert len(three) == 6 and len(two) == 3
+    np.testing.assert_allclose(two, three[3:], rtol=1e-5)
+    # the resumed run's moments are the 3-rank run's to round-off too (so they were not dropped)
+    a, b = (floats(checkpoint_tensors(tmp_path / d / "ckpt_00000006.bin")).astype(np.float64) for d in ["three", "two"])
+    n = len(a) // 3
+    for part, (lo, hi) in {"weights": (0, n), "m": (n, 2 * n), "v": (2 * n, 3 * n)}.items():
+        assert np.linalg.norm(b[lo:hi] - a[lo:hi]) / np.linalg.norm(a[lo:hi]) < 1e-4, part
+
+
 def test_rank_0_failing_to_write_a_checkpoint_stops_every_rank(tmp_path, data):
     """Rank 0's disk fills up in the middle of a streamed ZeRO-1 checkpoint: rank 0 says why, the
     other rank says that rank 0 failed (instead of waiting in the next collective for the
