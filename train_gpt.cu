@@ -1049,27 +1049,16 @@ inline void model_set_run_options(GpuModel* m, const RunConfig& rc) {
 // fp32 tensors of num_params floats between host and device
 inline void copy_params_to_host(const float* dev, float* host, size_t n) { cudaCheck(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost)); }
 
-// The checkpoint streams through the host in pieces (host/checkpoint.h checkpoint_read_stream):
+// The checkpoint streams through the host in pieces (host/checkpoint.h checkpoint_read_shard):
 // the weights to the staging buffer, and of m, v only the part in this rank's shard (all of them
 // without ZeRO-1), so a rank's host memory holds one piece, not 12 bytes per parameter.
 inline void model_load(GpuModel* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
-    CheckpointMeta check;
-    checkpoint_read_meta(path, &check);
-    if ((size_t)check.num_params != m->num_params)
-        runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
-                      (long long)check.num_params, m->num_params);
     cudaCheck(cudaStreamSynchronize(m->stream));
-    float* staged = params_staging(m);
-    float* moments[3] = {nullptr, m->adam_m, m->adam_v};
-    checkpoint_read_stream(path, meta, with_optimizer, [&](int t, size_t off, const float* piece, size_t count) {
-        if (t == 0) {
-            cudaCheck(cudaMemcpy(staged + off, piece, count * sizeof(float), cudaMemcpyHostToDevice));
-            return;
-        }
-        checkpoint_piece_overlap(off, count, m->shard_offset, m->shard_count, [&](size_t at, size_t to, size_t k) {
-            cudaCheck(cudaMemcpy(moments[t] + to, piece + at, k * sizeof(float), cudaMemcpyHostToDevice));
-        });
-    });
+    float* dst[3] = {params_staging(m), m->adam_m, m->adam_v};
+    checkpoint_read_shard(path, meta, m->num_params, with_optimizer, DistShard{m->shard_offset, m->shard_count},
+                          [&](int t, size_t at, const float* x, size_t count) {
+                              cudaCheck(cudaMemcpy(dst[t] + at, x, count * sizeof(float), cudaMemcpyHostToDevice));
+                          });
     params_from_staging(m);
     if (!with_optimizer) {
         cudaCheck(cudaMemset(m->adam_m, 0, m->shard_count * sizeof(float)));
@@ -1082,27 +1071,17 @@ inline void model_load(GpuModel* m, const std::string& path, CheckpointMeta* met
 // shard_offset + shard_count) are on this GPU: all of them in one process or with replicated
 // state (ZeRO-0: rank 0 alone writes what it holds), this rank's shard under ZeRO-1, where rank 0
 // gathers the other shards over MPI, so a checkpoint is always the whole state, whatever the
-// world. They stream to the file in pieces of checkpoint_chunk_floats() (host/distributed.h
-// dist_stream_to_root): the host holds one piece, not 12 bytes per parameter.
+// world. They stream to the file in pieces (host/checkpoint.h checkpoint_save_streamed): the host
+// holds one piece, not 12 bytes per parameter.
 inline void model_save(GpuModel* m, const std::string& dir, CheckpointMeta* meta) {
-    bool opt = m->has_optimizer_state;
     meta->num_params = (int64_t)m->num_params;
-    meta->has_optimizer = opt;
+    meta->has_optimizer = m->has_optimizer_state;
     cudaCheck(cudaStreamSynchronize(m->stream));
-    CheckpointWriter w;
-    if (dist_rank() == 0) checkpoint_writer_begin(&w, dir, *meta);
-    auto stream = [&](const float* dev) {  // dev holds elements [shard_offset, shard_offset + shard_count)
-        dist_stream_to_root(
-            m->num_params, m->zero_shard, checkpoint_chunk_floats(),
-            [&](size_t off, size_t count, float* dst) { copy_params_to_host(dev + (off - m->shard_offset), dst, count); },
-            [&](const float* piece, size_t count) { checkpoint_writer_append(&w, piece, count); });
-    };
-    stream(m->master);
-    if (opt) {
-        stream(m->adam_m);
-        stream(m->adam_v);
-    }
-    checkpoint_save_finish(&w);
+    const float* src[3] = {m->master, m->adam_m, m->adam_v};
+    const bool sharded[3] = {m->zero_shard, m->zero_shard, m->zero_shard};
+    checkpoint_save_streamed(dir, *meta, sharded, [&](int t, size_t off, size_t count, float* out) {
+        copy_params_to_host(src[t] + (off - m->shard_offset), out, count);
+    });
 }
 
 // ----------------------------------------------------------------------------

@@ -953,11 +953,6 @@ inline const char* model_build_name(const CpuModel*) { return "cpu-fp32"; }
 // Under ZeRO-1 (model_dist_shard_optimizer came first) only this rank's slice of m and v is kept;
 // the file streams through in pieces, so loading never holds a second copy of the state.
 inline void model_load(CpuModel* m, const std::string& path, CheckpointMeta* meta, bool with_optimizer) {
-    CheckpointMeta check;
-    checkpoint_read_meta(path, &check);
-    if ((size_t)check.num_params != m->num_params)
-        runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
-                      (long long)check.num_params, m->num_params);
     DistShard own = m->zero_shard ? dist_shard(m->num_params, dist_rank(), dist_world()) : DistShard{0, m->num_params};
     if (with_optimizer) {
         free(m->m_memory);
@@ -965,35 +960,24 @@ inline void model_load(CpuModel* m, const std::string& path, CheckpointMeta* met
         m->m_memory = (float*)calloc_check(std::max<size_t>(1, own.count), sizeof(float), "AdamW m");
         m->v_memory = (float*)calloc_check(std::max<size_t>(1, own.count), sizeof(float), "AdamW v");
     }
-    float* moments[3] = {nullptr, m->m_memory, m->v_memory};
-    checkpoint_read_stream(path, meta, with_optimizer, [&](int t, size_t off, const float* piece, size_t count) {
-        if (t == 0) memcpy(m->params_memory + off, piece, count * sizeof(float));
-        else checkpoint_piece_overlap(off, count, own.offset, own.count, [&](size_t at, size_t to, size_t k) { memcpy(moments[t] + to, piece + at, k * sizeof(float)); });
-    });
+    float* dst[3] = {m->params_memory, m->m_memory, m->v_memory};
+    checkpoint_read_shard(path, meta, m->num_params, with_optimizer, own,
+                          [&](int t, size_t at, const float* x, size_t count) { memcpy(dst[t] + at, x, count * sizeof(float)); });
 }
 
 // Every rank calls this (with world > 1 it is collective); only rank 0 writes. Under ZeRO-1 rank 0
 // gathers the optimizer shards, so a checkpoint is always the whole state, whatever the world.
-// The state streams to the file in pieces of checkpoint_chunk_floats() (dist_stream_to_root), so
-// rank 0 holds one piece beyond the model instead of a full copy of m and v.
+// The state streams to the file in pieces (checkpoint_save_streamed), so rank 0 holds one piece
+// beyond the model instead of a full copy of m and v.
 inline void model_save(CpuModel* m, const std::string& dir, CheckpointMeta* meta) {
     meta->num_params = (int64_t)m->num_params;
     meta->has_optimizer = m->m_memory != nullptr;
-    CheckpointWriter w;
-    if (dist_rank() == 0) checkpoint_writer_begin(&w, dir, *meta);
-    auto stream = [&](const float* x, bool sharded) {  // x holds elements [from, ...) of the flat array
-        size_t from = sharded ? dist_shard(m->num_params, dist_rank(), dist_world()).offset : 0;
-        dist_stream_to_root(
-            m->num_params, sharded, checkpoint_chunk_floats(),
-            [&](size_t off, size_t count, float* dst) { memcpy(dst, x + (off - from), sizeof(float) * count); },
-            [&](const float* piece, size_t count) { checkpoint_writer_append(&w, piece, count); });
-    };
-    stream(m->params_memory, false);  // whole on every rank
-    if (m->m_memory) {
-        stream(m->m_memory, m->zero_shard);
-        stream(m->v_memory, m->zero_shard);
-    }
-    checkpoint_save_finish(&w);
+    size_t from = m->zero_shard ? dist_shard(m->num_params, dist_rank(), dist_world()).offset : 0;  // where m, v begin
+    const float* src[3] = {m->params_memory, m->m_memory, m->v_memory};
+    const bool sharded[3] = {false, m->zero_shard, m->zero_shard};  // the weights are whole on every rank
+    checkpoint_save_streamed(dir, *meta, sharded, [&](int t, size_t off, size_t count, float* out) {
+        memcpy(out, src[t] + (off - (t ? from : 0)), count * sizeof(float));
+    });
 }
 
 // ----------------------------------------------------------------------------

@@ -145,7 +145,7 @@ inline void fsync_dir(const std::string& dir) {
 // once; data_crc is zero), then the tensors in file order through checkpoint_writer_append, then
 // checkpoint_writer_finish puts data_crc into the header, fsyncs and renames. An error is
 // recorded, not raised: under data parallelism the other ranks are inside the same collective
-// gather, so rank 0 must finish it before it can tell them (checkpoint_save_finish); appends after
+// gather, so rank 0 must finish it before it can tell them (checkpoint_save_streamed); appends after
 // an error are skipped, and finish removes the temporary file and returns the message.
 struct CheckpointWriter {
     std::string dir, tmp_path, final_path;
@@ -255,11 +255,24 @@ inline void checkpoint_write(const std::string& dir, const CheckpointMeta& meta,
     if (!err.empty()) runtime_error(CHECKPOINT_WRITE_HINT, "%s", err.c_str());
 }
 
-// Ends a save that every rank entered (model_save): rank 0 finishes its writer, then every rank
-// learns whether it worked, so that a full disk stops the whole job with the reason instead of
-// leaving the other ranks waiting in the next collective until the watchdog fires.
-inline void checkpoint_save_finish(CheckpointWriter* w) {
-    std::string err = dist_rank() == 0 ? checkpoint_writer_finish(w) : "";
+// The trainers' save (model_save of both builds). Every rank calls it; rank 0 writes. Tensor t
+// (0 params, 1 m, 2 v; m and v only with meta.has_optimizer) streams to rank 0 in pieces of
+// checkpoint_chunk_floats() (host/distributed.h dist_stream_to_root): fill(t, off, count, dst)
+// writes elements [off, off + count) of tensor t, which this rank holds (its dist_shard if
+// sharded[t], all of them if not). So no process holds a second copy of the state. At the end
+// every rank learns whether rank 0's write worked, so that a full disk stops the whole job with
+// the reason instead of leaving the other ranks waiting in the next collective.
+template <class Fill>
+void checkpoint_save_streamed(const std::string& dir, const CheckpointMeta& meta, const bool sharded[3], Fill fill) {
+    CheckpointWriter w;
+    bool root = dist_rank() == 0;
+    if (root) checkpoint_writer_begin(&w, dir, meta);
+    size_t chunk = checkpoint_chunk_floats();
+    for (int t = 0; t < (meta.has_optimizer ? 3 : 1); t++)
+        dist_stream_to_root(
+            (size_t)meta.num_params, sharded[t], chunk, [&](size_t off, size_t count, float* dst) { fill(t, off, count, dst); },
+            [&](const float* piece, size_t count) { checkpoint_writer_append(&w, piece, count); });
+    std::string err = root ? checkpoint_writer_finish(&w) : "";
     double failed = err.empty() ? 0.0 : 1.0;
     dist_allreduce_sum(&failed, 1);
     if (!err.empty()) runtime_error(CHECKPOINT_WRITE_HINT, "%s", err.c_str());
@@ -335,9 +348,15 @@ inline void checkpoint_read_meta(const std::string& path, CheckpointMeta* meta) 
 // The CRC is known only at the end, so a damaged file is refused after consume has seen its
 // pieces: the caller must not have written anything lasting by then (the trainers load before
 // anything is written).
+// model_params: the parameter count of the model it is read into (0: any).
 template <class Consume>
-void checkpoint_read_stream(const std::string& path, CheckpointMeta* meta, bool with_optimizer, Consume consume) {
+void checkpoint_read_stream(const std::string& path, CheckpointMeta* meta, bool with_optimizer, Consume consume, size_t model_params = 0) {
     FILE* f = checkpoint_open(path, meta);
+    if (model_params && (size_t)meta->num_params != model_params) {
+        fclose(f);
+        runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
+                      (long long)meta->num_params, model_params);
+    }
     if (with_optimizer && !meta->has_optimizer) {
         fclose(f);
         runtime_error("resume from a training checkpoint, or use --init-from", "checkpoint '%s' has no optimizer state", path.c_str());
@@ -360,12 +379,20 @@ void checkpoint_read_stream(const std::string& path, CheckpointMeta* meta, bool 
                       "checkpoint '%s' is corrupt: the CRC-32 of its weights%s does not match", path.c_str(), meta->has_optimizer ? " and optimizer state" : "");
 }
 
-// The part of a piece [off, off + count) of a flat array that falls in [from, from + len) (a
-// rank's shard): f(index in the piece, index from `from`, length), if there is one.
-template <class F>
-inline void checkpoint_piece_overlap(size_t off, size_t count, size_t from, size_t len, F f) {
-    size_t lo = std::max(off, from), hi = std::min(off + count, from + len);
-    if (lo < hi) f(lo - off, lo - from, hi - lo);
+// The trainers' load (model_load of both builds) into a model of model_params parameters: all
+// the weights, and of m and v only the elements in `moments` (a rank's dist_shard under ZeRO-1).
+// put(t, index, values, count) stores elements [index, index + count) of tensor t (0 params,
+// 1 m, 2 v), indexed from moments.offset for m and v. with_optimizer false: the weights only.
+template <class Put>
+void checkpoint_read_shard(const std::string& path, CheckpointMeta* meta, size_t model_params, bool with_optimizer, DistShard moments, Put put) {
+    checkpoint_read_stream(
+        path, meta, with_optimizer,
+        [&](int t, size_t off, const float* piece, size_t count) {
+            DistShard keep = t == 0 ? DistShard{0, model_params} : moments;
+            size_t lo = std::max(off, keep.offset), hi = std::min(off + count, keep.offset + keep.count);
+            if (lo < hi) put(t, lo - keep.offset, piece + (lo - off), hi - lo);
+        },
+        model_params);
 }
 
 // The whole tensors into memory (m and v may be NULL to skip the optimizer state: --init-from).
