@@ -153,7 +153,7 @@ def test_slimpajama_broken_chunk_names_file(tmp_path, run_script):
 
 
 @pytest.mark.parametrize("script", ["prepare_tinyshakespeare", "prepare_text", "prepare_openwebtext",
-                                    "prepare_slimpajama", "inspect_shard"])
+                                    "prepare_slimpajama", "prepare_pile", "inspect_shard"])
 def test_help(script):
     r = subprocess.run([sys.executable, os.path.join(SCRIPTS, f"{script}.py"), "--help"], capture_output=True,
                        text=True, timeout=60)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from vp_data import cli
-from vptest import all_files_digest, expected_stream, read_tokens, write_jsonl_zst
+from vptest import all_files_digest, expected_stream, first_by_quota, read_tokens, write_jsonl_zst
 
 DOMAINS = ["RedPajamaArXiv", "RedPajamaC4", "RedPajamaGithub", "RedPajamaStackExchange"]
 
@@ -60,6 +60,10 @@ def cli_natural(p):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)]
 
 
+def domain(record):
+    return record["meta"]["redpajama_set_name"]
+
+
 def short(set_name):
     return set_name.replace("RedPajama", "").lower()
 
@@ -92,22 +96,13 @@ def test_budget_by_domain_mix(tmp_path, sp_tree, run_script, ref_encode):
     r = run_script("prepare_slimpajama", "--input-dir", root, "--out-dir", out, "--budget", budget,
                    "--mix", "arxiv=0.5,c4=0.25,github=0.25", "--val-tokens-per-domain", "700")
     quota = {"RedPajamaArXiv": 6000, "RedPajamaC4": 3000, "RedPajamaGithub": 3000}
-    counts, take = {}, []
-    for x in docs_of(layout, "train"):
-        d = x["meta"]["redpajama_set_name"]
-        if d in quota and counts.get(d, 0) < quota[d]:
-            counts[d] = counts.get(d, 0) + len(ref_encode("neox", x["text"]))
-            take.append(x["text"])
+    take = first_by_quota(ref_encode, "neox", docs_of(layout, "train"), quota, domain)
     assert np.array_equal(read_tokens(out, "slimpajama", "train"), expected_stream(ref_encode, "neox", take))
     assert "train tokens per domain (got/budget): arxiv" in r.out
     # val: only the mixed domains, each its first >= 700 tokens of whole documents
     assert not any("stackexchange" in f for f in os.listdir(out))
     for dom in quota:
-        n, mine = 0, []
-        for x in docs_of(layout, "validation"):
-            if x["meta"]["redpajama_set_name"] == dom and n < 700:
-                mine.append(x["text"])
-                n += len(ref_encode("neox", x["text"]))
+        mine = first_by_quota(ref_encode, "neox", docs_of(layout, "validation"), {dom: 700}, domain)
         assert np.array_equal(read_tokens(out, "slimpajama", f"val_{short(dom)}"),
                               expected_stream(ref_encode, "neox", mine))
 

@@ -80,6 +80,32 @@ def test_resformer_recipe_evaluates_every_domain(tmp_path):
     assert "val arxiv" in p.stdout and "val c4" in p.stdout
 
 
+def test_depth_recipe_runs_qwen3_style_models_with_the_pile_val(tmp_path):
+    data = shards(tmp_path / "pile", "pile_train", ["pile_val"])
+    out = tmp_path / "out"
+    model = "--arch llama --layers 4 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 48 --qk-norm 1 --vocab 64 --max-seq 16"
+    p = recipe("depth_qwen3_pile.sh", {**SMALL, "DATA": data, "OUT": out, "MODEL": model})
+    assert "| vanilla |" in p.stdout and "| depth |" in p.stdout
+    for path in ["vanilla", "depth"]:
+        log = read_log(out / path)
+        c = log[0]
+        assert (c["value_path"], c["arch"], c["qk_norm"], c["kv_heads"], c["lr"], c["warmup_steps"]) == (path, "llama", 1, 2, 3e-4, 1)
+        assert any("val_loss" in r for r in log)
+    assert configs(out, "depth")[0]["depth_stride"] == 2  # a MODEL of its own gets the trainer's L/2
+
+
+def test_depth_recipe_full_size_uses_the_papers_shapes_and_strides():
+    p = recipe("depth_qwen3_pile.sh", {"DRY_RUN": 1, "NGPU": 8, "SIZE": "1.5B", "B": 4, "TRAINER": ""})
+    vanilla, depth = p.stdout.strip().splitlines()
+    shape = "--arch llama --layers 48 --heads 24 --kv-heads 6 --dim 1536 --ffn-dim 4096 --qk-norm 1 --vocab 50277"
+    for line in (vanilla, depth):
+        assert shape in line and "--rope-theta 1000000 --max-seq 2048" in line
+        assert "--batch-size 4 --seq-len 2048 --total-batch-tokens 2097152 --max-steps 15625 --lr 3e-4 --warmup-steps 313" in line
+    assert "--depth-stride 24" in depth and "--depth-stride" not in vanilla
+    p = recipe("depth_qwen3_pile.sh", {"DRY_RUN": 1, "SIZE": "360M", "PATHS": "depth", "TRAINER": ""})
+    assert "--heads 15 --kv-heads 15 --dim 960 --ffn-dim 2544" in p.stdout and "--depth-stride 12" in p.stdout
+
+
 def test_full_size_commands_for_eight_gpus():
     p = recipe("resformer_llama_slimpajama.sh", {"DRY_RUN": 1, "NGPU": 8, "SIZE": "468M", "B": 16, "TRAINER": ""})
     lines = p.stdout.strip().splitlines()
@@ -98,6 +124,8 @@ def test_full_size_commands_for_eight_gpus():
     ("resformer_llama_slimpajama.sh", {"SIZE": "1B"}, "SIZE must be 82M, 180M or 468M"),
     ("sla_gpt2_owt.sh", {"DATA": "/nonexistent"}, "prepare them first: .venv/bin/python scripts/prepare_openwebtext.py"),
     ("resformer_llama_slimpajama.sh", {"DATA": "/nonexistent"}, "prepare_slimpajama.py --budget 20e9 --mix resformer"),
+    ("depth_qwen3_pile.sh", {"SIZE": "7B"}, "SIZE must be 360M, 500M, 710M, 1.5B or 3B"),
+    ("depth_qwen3_pile.sh", {"DATA": "/nonexistent"}, "prepare them first: .venv/bin/python scripts/prepare_pile.py --budget 32e9"),
 ])
 def test_bad_settings_stop_before_anything_runs(tmp_path, name, env, needle):
     p = recipe(name, {"OUT": tmp_path / "out", **env}, expect=2)

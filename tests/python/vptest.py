@@ -18,6 +18,19 @@ def expected_stream(ref_encode, name, docs):
     return np.array(out, dtype=np.int64)
 
 
+def first_by_quota(ref_encode, name, records, quota, key=lambda r: "*"):
+    """Texts of the records a token budget takes, in order: a record whose key(record) has a
+    quota is taken while that key's token count is below it, so each key overshoots by at most
+    one document (the scripts' --budget and --val-tokens rule)."""
+    counts, take = {}, []
+    for r in records:
+        k = key(r)
+        if k in quota and counts.get(k, 0) < quota[k]:
+            counts[k] = counts.get(k, 0) + len(ref_encode(name, r["text"]))
+            take.append(r["text"])
+    return take
+
+
 def shard_files(out_dir, prefix, split):
     return sorted(
         os.path.join(out_dir, f)
