@@ -512,6 +512,19 @@ TEST(attention_head_ranges) {
     CHECK(bits_equal(download(dq, BT, H * D, H * D), download(dq_f, BT, H * D, H * D)), "dq of attention backward versions 2 and 3 differs");
     CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions 2 and 3 differs");
     CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions 2 and 3 differs");
+    // gradients are stored as bf16 pairs: a dq, dk or dv that is not 4-byte aligned must be refused
+    // by the launcher (a GPU would fault with "misaligned address"; the emulator would not)
+    for (int which = 0; which < 3; which++) {
+        gpu::AttentionArgs bad = one;
+        (which == 0 ? bad.dq : which == 1 ? bad.dk : bad.dv) += 1;
+        bool refused = false;
+        try {
+            gpu::attention_backward(bad, gm.stream);
+        } catch (const VpError&) {
+            refused = true;
+        }
+        CHECK(refused, "attention_backward accepted a %s that is not 4-byte aligned", which == 0 ? "dq" : which == 1 ? "dk" : "dv");
+    }
 #endif
     for (void* p : {(void*)out, (void*)dq, (void*)dk, (void*)dv, (void*)lse, (void*)dq_f, (void*)dk_f, (void*)dv_f}) cudaCheck(cudaFree(p));
     gpt_free(&gm);

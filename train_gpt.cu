@@ -341,7 +341,13 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     m->config = c;
     m->specs = param_specs(c);
     m->num_params = 0;
-    for (const ParamSpec& s : m->specs) m->num_params += s.count;
+    for (const ParamSpec& s : m->specs) {
+        // the norms and the embedding read parameter tensors with 16-byte loads, so each must start
+        // at a multiple of 8 elements of the packed buffer: true of every tensor the shape checks
+        // above allow (vp_lambda, the one odd-sized tensor, is last); kept true by this assert
+        KERNEL_ASSERT(s.count == 0 || m->num_params % 8 == 0);
+        m->num_params += s.count;
+    }
     cudaCheck(cudaStreamCreate(&m->stream));
     matmul_init();
 

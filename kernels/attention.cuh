@@ -863,7 +863,12 @@ inline void attention_check_args(const AttentionArgs& a, bool backward, int vers
         KERNEL_ASSERT(a.q_rs % 8 == 0 && a.k_rs % 8 == 0 && a.v_rs % 8 == 0 && aligned(a.q) && aligned(a.k) && aligned(a.v) && aligned(a.out));
         if (alt) KERNEL_ASSERT(a.k_alt_rs % 8 == 0 && a.v_alt_rs % 8 == 0 && aligned(a.k_alt) && aligned(a.v_alt));
         if (a.v_mix) KERNEL_ASSERT(a.v_mix_rs % 8 == 0 && aligned(a.v_mix));
-        if (backward) KERNEL_ASSERT(aligned(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && (!a.dv || a.dv_rs % 2 == 0));
+        // dq, dk, dv are written as bf16 pairs (32-bit stores): 4-byte aligned pointers and even strides.
+        // The emulator would not fault on a misaligned store; a GPU does ("misaligned address").
+        auto aligned4 = [](const void* p) { return ((uintptr_t)p % 4) == 0; };
+        if (backward)
+            KERNEL_ASSERT(aligned(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && (!a.dv || a.dv_rs % 2 == 0) &&
+                          aligned4(a.dq) && aligned4(a.dk) && (!a.dv || aligned4(a.dv)));
     }
 }
 

@@ -104,9 +104,19 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
 
     uint32_t al_a = operand_alignment(a, lda, sizeof(floatX)), al_b = operand_alignment(b, ldb, sizeof(floatX));
     uint32_t al_c = operand_alignment(c, ldc, cd_size), al_d = operand_alignment(d, ldd, cd_size);
+    // the heuristic also reads the bias pointer's alignment, so it is part of the cached choice
+    uint32_t al_bias = bias ? operand_alignment(bias, 0, sizeof(floatX)) : 0;
     char key[256];
-    snprintf(key, sizeof(key), "%d %d %d %d%d %ld %ld %ld %ld %d %d %u %u %u %u", m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd, (int)cd_type,
-             bias != nullptr, al_a, al_b, al_c, al_d);
+    snprintf(key, sizeof(key), "%d %d %d %d%d %ld %ld %ld %ld %d %d %u %u %u %u %u", m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd, (int)cd_type,
+             bias != nullptr, al_a, al_b, al_c, al_d, al_bias);
+    // a refused call names everything cuBLASLt was asked for: the shape, types and alignments
+    auto fail = [&](const char* what, cublasStatus_t st) {
+        runtime_error(nullptr,
+                      "internal: cuBLASLt %s (%s) for m=%d n=%d k=%d trans_a=%d trans_b=%d lda=%ld ldb=%ld ldc=%ld ldd=%ld, A/B %s, C/D %s, "
+                      "bias %s, alignment in bytes A %u B %u C %u D %u bias %u",
+                      what, cublasGetStatusString(st), m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd, FLOATX_IS_FLOAT ? "fp32" : "bf16",
+                      cd_type == CUDA_R_32F ? "fp32" : "bf16", bias ? "yes" : "no", al_a, al_b, al_c, al_d, al_bias);
+    };
     auto it = s.algos.find(key);
     if (it == s.algos.end()) {
         cublasLtMatmulPreference_t pref;
@@ -118,14 +128,15 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
         cublasLtMatmulHeuristicResult_t result;
         int found = 0;
-        cublasCheck(cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, lc, ld, pref, 1, &result, &found));
+        // NOT_SUPPORTED here means no kernel exists for this combination at all
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, lc, ld, pref, 1, &result, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        if (found == 0)
-            runtime_error(nullptr, "internal: cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d lda=%ld ldb=%ld ldd=%ld bias=%d", m, n, k,
-                          (int)trans_a, (int)trans_b, lda, ldb, ldd, bias != nullptr);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS)
+            fail("has no algorithm", st != CUBLAS_STATUS_SUCCESS ? st : result.state);
         it = s.algos.emplace(key, result.algo).first;
     }
-    cublasCheck(cublasLtMatmul(s.handle, desc, &alpha, a, la, b, lb, &beta, c, lc, d, ld, &it->second, s.workspace, s.workspace_bytes, stream));
+    cublasStatus_t st = cublasLtMatmul(s.handle, desc, &alpha, a, la, b, lb, &beta, c, lc, d, ld, &it->second, s.workspace, s.workspace_bytes, stream);
+    if (st != CUBLAS_STATUS_SUCCESS) fail("refused the matmul", st);
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(lc));

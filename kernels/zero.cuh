@@ -289,8 +289,10 @@ inline void nccl_init() {
     float one = 1.0f, sum = 0.0f;
     cudaCheck(cudaMemcpyAsync(d, &one, sizeof(float), cudaMemcpyHostToDevice, st));
     nccl_allreduce_sum(d, 1, st);
-    cudaCheck(cudaMemcpyAsync(&sum, d, sizeof(float), cudaMemcpyDeviceToHost, st));
+    // wait (with nccl_wait's watch for a dead peer) before copying back: a copy into pageable
+    // memory blocks the host until the all-reduce is done, which could be forever
     nccl_wait(st, "the NCCL start-up all-reduce");
+    cudaCheck(cudaMemcpy(&sum, d, sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaFree(d));
     cudaCheck(cudaStreamDestroy(st));
     if (sum != (float)world)

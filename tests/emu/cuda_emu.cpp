@@ -936,10 +936,35 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     }
     return lt_fail("preference attribute %d is not emulated", (int)attr);
 }
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p, int requested,
+// The rows of cuBLASLt's table of supported types (cublasLtMatmul, COMPUTE_32F with an fp32 scale)
+// that the trainer may use: bf16 A/B with bf16 or fp32 C/D, fp32 A/B with fp32 C/D; a bias is of
+// D's type (the documented default of CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE). Anything else the real
+// library answers with NOT_SUPPORTED, already when the heuristic is asked.
+static cublasStatus_t lt_types_supported(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                                         cublasLtMatrixLayout_t ld) {
+    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F) {
+        lt_fail("only CUBLAS_COMPUTE_32F with fp32 scale is emulated");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    bool ab_bf16 = la->type == CUDA_R_16BF && lb->type == CUDA_R_16BF, ab_f32 = la->type == CUDA_R_32F && lb->type == CUDA_R_32F;
+    bool cd_ok = lc->type == ld->type && (ld->type == CUDA_R_32F || (ab_bf16 && ld->type == CUDA_R_16BF));
+    if (!(ab_bf16 || ab_f32) || !cd_ok) {
+        lt_fail("A/B types %d/%d with C/D types %d/%d is not a combination cuBLASLt supports", (int)la->type, (int)lb->type, (int)lc->type, (int)ld->type);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias_type != ld->type) {
+        lt_fail("bias type %d differs from D's type %d", (int)d->bias_type, (int)ld->type);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                              cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t p, int requested,
                                               cublasLtMatmulHeuristicResult_t* results, int* found) {
     if (!h || !d || !p || requested < 1) return lt_fail("heuristic query without handle, descriptor or preference");
+    *found = 0;
+    if (cublasStatus_t st = lt_types_supported(d, la, lb, lc, ld)) return st;
     memset(&results[0], 0, sizeof(results[0]));
     for (int i = 0; i < 4; i++) results[0].algo.data[i] = p->min_align[i];
     results[0].state = CUBLAS_STATUS_SUCCESS;
@@ -988,15 +1013,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t lb, const void* beta_p, const void* c, cublasLtMatrixLayout_t lc, void* dd, cublasLtMatrixLayout_t ld,
                               const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
     if (!h) return lt_fail("matmul without a handle");
-    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F) return lt_fail("only CUBLAS_COMPUTE_32F with fp32 scale is emulated");
     bool ta = d->trans_a == CUBLAS_OP_T, tb = d->trans_b == CUBLAS_OP_T;
     uint64_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;
     if ((ta ? la->cols : la->rows) != m || (tb ? lb->cols : lb->rows) != k || (tb ? lb->rows : lb->cols) != n || lc->rows != m || lc->cols != n)
         return lt_fail("shapes do not chain: op(A) %llux%llu, op(B) %llux%llu, C %llux%llu, D %llux%llu", (unsigned long long)(ta ? la->cols : la->rows),
                        (unsigned long long)k, (unsigned long long)(tb ? lb->cols : lb->rows), (unsigned long long)(tb ? lb->rows : lb->cols),
                        (unsigned long long)lc->rows, (unsigned long long)lc->cols, (unsigned long long)m, (unsigned long long)n);
-    if (la->type != lb->type) return lt_fail("A and B types differ");
-    if (lc->type != ld->type) return lt_fail("C and D types differ");
+    if (cublasStatus_t st = lt_types_supported(d, la, lb, lc, ld)) return st;
     const void* ptrs[4] = {a, b, c, dd};
     for (int i = 0; i < 4; i++)
         if ((uintptr_t)ptrs[i] % algo->data[i])

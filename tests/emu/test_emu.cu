@@ -213,6 +213,34 @@ TEST(matmul_against_pytorch_definitions) {
     gpu::matmul_free();
 }
 
+// cuBLASLt's type table, as the emulator enforces it, and the trainer's message when a call is
+// refused: a bias of another type than D (bf16 bias, fp32 output) has no kernel in the real library
+TEST(unsupported_cublaslt_types_are_refused_with_the_shape) {
+    const int N = 4, C = 8, OC = 8;
+    uint64_t seed = 5;
+    std::vector<floatX> x(N * C), w(OC * C), bias(OC);
+    for (floatX& v : x) v = gpu::from_float<floatX>((float)small_int(&seed));
+    for (floatX& v : w) v = gpu::from_float<floatX>((float)small_int(&seed));
+    for (floatX& v : bias) v = gpu::from_float<floatX>((float)small_int(&seed));
+    floatX *d_x = upload(x), *d_w = upload(w), *d_bias = upload(bias);
+    float* d_out;
+    cudaCheck(cudaMalloc(&d_out, N * OC * sizeof(float)));
+    gpu::matmul_init();
+    // supported: fp32 output of bf16 operands, no bias (the weight-gradient form)
+    gpu::matmul_cublaslt(d_out, nullptr, CUDA_R_32F, d_w, d_x, nullptr, OC, N, C, true, false, C, C, OC, OC, 1.0f, 0.0f, nullptr);
+    std::string msg;
+    try {
+        gpu::matmul_cublaslt(d_out, nullptr, CUDA_R_32F, d_w, d_x, d_bias, OC, N, C, true, false, C, C, OC, OC, 1.0f, 0.0f, nullptr);
+    } catch (const VpError& e) {
+        msg = e.what();
+    }
+    CHECK(msg.find("cuBLASLt has no algorithm (CUBLAS_STATUS_NOT_SUPPORTED) for m=8 n=4 k=8") != std::string::npos &&
+              msg.find("C/D fp32, bias yes") != std::string::npos,
+          "a bf16 bias with an fp32 output was not refused with the shape: '%s'", msg.c_str());
+    gpu::matmul_free();
+    for (void* p : {(void*)d_x, (void*)d_w, (void*)d_bias, (void*)d_out}) cudaCheck(cudaFree(p));
+}
+
 // ----------------------------------------------------------------------------
 // the rules: a broken kernel must stop the program with the named message
 
