@@ -5,9 +5,14 @@
 #
 # Steps, each under its own time limit so the whole run stays well under the 10-minute command
 # limit (and the summary is written even if a step times out):
-#   1. build: every GPU target (make gpu-compile-check: trainer, test_gpt, labs, bench; bf16 + fp32)
+#   0. the machine: the tools the steps call; the toolkit's lib64 on LD_LIBRARY_PATH (cuBLAS(Lt)
+#      are linked dynamically), and a row if the loader still misses a library
+#   1. build: the GPU targets the enabled steps run (test_gpt of each path in both precisions, the
+#      labs, ./train, the bench binaries), make -k so one broken unit does not stop the rest
 #   2. test_gpt for every value path, both precisions (both families, GQA, QK-norm, each path's
-#      cross-layer settings, determinism, resume, recompute, checkpoints across builds: test_gpt.cu)
+#      cross-layer settings, determinism, resume, recompute, checkpoints across builds: test_gpt.cu);
+#      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
+#      compute-sanitizer memcheck, so a fault is named at the launch that made it
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
 #   4. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
 #      --resume continues bit-exactly, and ./train_cpu resumes a checkpoint written by ./train
@@ -20,9 +25,13 @@
 # files): summary.md (the table, in the form dev/results/ wants), build.log, test_gpt.log,
 # labs.log, train_cli.log, dist.log, bench.txt.
 #
-# Environment: SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LABS=1, SKIP_CLI=1, SKIP_DIST=1 to leave steps out; ONLY_PATHS
+# DEVICE_BUNDLE=build/device_bundle.tar.xz: binaries built off the device by dev/device_bundle.sh
+# (carried with the call), used instead of building when they come from these very sources.
+# Environment: SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LABS=1, SKIP_CLI=1, SKIP_DIST=1 to leave steps out; ONLY_PATHS
 # ("vanilla depth") to test fewer value paths; COMMIT=<sha> to name the commit in the summary (the
-# device copy of the tree may have no .git); JOBS (16). All five paths x two precisions of
+# device copy of the tree may have no .git); JOBS (16); TIME_LIMIT (530: seconds after which no
+# step starts); TEST_GPT_DIR (build/tests: where the test_gpt binaries are run from; for this
+# script's own test, tests/python/test_device_check.py). All five paths x two precisions of
 # test_gpt plus the bench may not fit one 10-minute call: then run it twice, e.g.
 #   SKIP_BENCH=1 bash dev/device_check.sh   and   SKIP_TESTS=1 SKIP_LABS=1 SKIP_CLI=1 bash dev/device_check.sh
 set -u
@@ -31,7 +40,9 @@ OUT_DIR="${OUT:-build/device_check}"
 mkdir -p "$OUT_DIR"
 JOBS="${JOBS:-16}"
 START=$(date +%s)
-DEADLINE=$((START + 560))  # the tool's command limit is 600 s; leave room for the summary
+# the tool's command limit is 600 s: stop starting steps at 530 s, so a step cut off at its limit
+# (plus timeout's 10 s grace) still leaves time to write the summary
+DEADLINE=$((START + ${TIME_LIMIT:-530}))
 SUMMARY="$OUT_DIR/summary.md"
 ROWS=()
 
@@ -45,7 +56,7 @@ run_step() {
     [ "$left" -lt "$budget" ] && budget="$left"
     if [ "$budget" -le 5 ]; then
         echo "== $name: skipped (out of time)" | tee -a "$log"
-        return 124
+        return 125
     fi
     echo "== $name (limit ${budget}s)" | tee -a "$log"
     local t0 rc
@@ -55,21 +66,37 @@ run_step() {
     echo "== $name: exit $rc after $(($(date +%s) - t0))s" | tee -a "$log"
     return $rc
 }
+# verdict RC: what a step's exit status means, for the table (run_step: 124 = cut off at its
+# limit, 125 = not started, out of time; neither is a failure of the code under test)
+verdict() {
+    case "$1" in
+        0) echo "ok" ;;
+        124 | 137) echo "TIMED OUT (not a verdict on the code)" ;;
+        125) echo "skipped: out of time" ;;
+        *) echo "FAILED (exit $1)" ;;
+    esac
+}
 row() { ROWS+=("| $1 | $2 |"); write_summary; }
+# The environment is read once (a torch import takes seconds): every row rewrites the summary.
+ENV_COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+ENV_DEVICE=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+ENV_NVCC=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo none)
+ENV_TORCH=$(timeout 60 python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
+# written to a temporary file and renamed: a kill in the middle leaves the previous summary whole
 write_summary() {
     {
         echo "# valuepath device check"
         echo
         echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-        echo "- commit: ${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-        echo "- device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-        echo "- nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo none)"
-        echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
+        echo "- commit: $ENV_COMMIT"
+        echo "- device: $ENV_DEVICE"
+        echo "- nvcc: $ENV_NVCC"
+        echo "- torch: $ENV_TORCH"
         echo
         echo "| check | result |"
         echo "| --- | --- |"
         printf '%s\n' "${ROWS[@]}"
-    } >"$SUMMARY"
+    } >"$SUMMARY.tmp" && mv -f "$SUMMARY.tmp" "$SUMMARY"
 }
 counts() { grep -Eo '[0-9]+ passed, [0-9]+ failed' "$1" | tail -1; }
 # make_shard FILE: a synthetic llm.c-format shard (magic 20240520, version 1 = uint16 tokens, vocab
@@ -92,30 +119,106 @@ losses() { grep -o '"train_loss":[^,]*' "$1/log.jsonl" 2>/dev/null; }
 nvidia-smi -L || true
 write_summary
 
-# 1. build ---------------------------------------------------------------------------------
-if run_step "build" 240 "$OUT_DIR/build.log" make -j"$JOBS" gpu-compile-check; then
-    row "build: make gpu-compile-check (sm_90a, bf16 + fp32)" "ok"
-else
-    row "build: make gpu-compile-check" "FAILED (see build.log)"
-    tail -30 "$OUT_DIR/build.log"
+# 0. the machine: tools the steps call, and where the loader finds cuBLAS(Lt), which the binaries
+# link dynamically (the toolkit's lib64 is put on LD_LIBRARY_PATH in case no ld.so.conf names it)
+missing=""
+for tool in make g++ nvcc timeout python3 nvidia-smi; do command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"; done
+if NVCC_BIN=$(command -v nvcc); then
+    CUDA_ROOT=$(dirname "$(dirname "$(readlink -f "$NVCC_BIN")")")
+    export LD_LIBRARY_PATH="$CUDA_ROOT/lib64:$CUDA_ROOT/lib:$CUDA_ROOT/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+row "machine: tools" "$([ -z "$missing" ] && echo "make, g++, nvcc, timeout, python3, nvidia-smi found" || echo "MISSING:$missing")"
 
-# 2. test_gpt ------------------------------------------------------------------------------
 GPU_PATHS=$(make -s print-gpu-paths 2>/dev/null)
 GPU_PATHS=${GPU_PATHS:-vanilla}
 GPU_PATHS=${ONLY_PATHS:-$GPU_PATHS}
 [ "${SKIP_TESTS:-0}" = 1 ] && TEST_PATHS="" || TEST_PATHS="$GPU_PATHS"
+LABS="attention_forward attention_backward classifier layernorm rmsnorm"
+
+# 1. build. A bundle of binaries built off the device (dev/device_bundle.sh) is used only if it
+# was built from exactly these sources; its files are touched so that make takes them as up to date.
+FROM_BUNDLE=0
+if [ -n "${DEVICE_BUNDLE:-}" ]; then
+    want=$(bash dev/device_bundle.sh --hash)
+    got=$(tar -xJOf "$DEVICE_BUNDLE" build/device_bundle.sources 2>/dev/null)
+    if [ -n "$got" ] && [ "$got" = "$want" ]; then
+        mapfile -t BUNDLED < <(tar -tJf "$DEVICE_BUNDLE" | grep -v '/$')
+        if tar -xJf "$DEVICE_BUNDLE" && touch "${BUNDLED[@]}"; then
+            FROM_BUNDLE=1
+            SKIP_BUILD=1
+            row "build" "from the bundle: $((${#BUNDLED[@]} - 1)) binaries built off the device from these sources (${want:0:12})"
+        else
+            row "bundle $DEVICE_BUNDLE" "could not be unpacked; building here"
+        fi
+    else
+        row "bundle $DEVICE_BUNDLE" "not used: $([ -f "$DEVICE_BUNDLE" ] && echo "built from other sources (${got:0:12} != ${want:0:12})" || echo "no such file"); building here"
+    fi
+fi
+# Otherwise only what the steps of this call run (a second call on a fresh machine starts bare),
+# with -k so that one translation unit that fails does not stop the others from building
+BUILD_TARGETS=()
+for path in $TEST_PATHS; do BUILD_TARGETS+=("build/tests/test_gpt_gpu_${path}_bf16" "build/tests/test_gpt_gpu_${path}_fp32"); done
+[ "${SKIP_LABS:-0}" != 1 ] && for lab in $LABS; do BUILD_TARGETS+=("build/dev/cuda/bf16/$lab"); done
+{ [ "${SKIP_CLI:-0}" != 1 ] || [ "${SKIP_DIST:-0}" != 1 ]; } && BUILD_TARGETS+=(build/vanilla/train_bf16)
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    for path in $GPU_PATHS; do BUILD_TARGETS+=("build/dev/cuda/bf16/bench_gpt_$path"); done
+    BUILD_TARGETS+=(build/dev/cuda/bf16/attention_backward)
+fi
+[ "${SKIP_BUILD:-0}" = 1 ] && BUILD_TARGETS=()
+[ ${#BUILD_TARGETS[@]} -gt 0 ] && mapfile -t BUILD_TARGETS < <(printf '%s\n' "${BUILD_TARGETS[@]}" | awk '!seen[$0]++')
+rc=0
+[ ${#BUILD_TARGETS[@]} -gt 0 ] && { run_step "build" 240 "$OUT_DIR/build.log" make -k -j"$JOBS" "${BUILD_TARGETS[@]}"; rc=$?; }
+if [ $FROM_BUNDLE = 1 ]; then
+    :
+elif [ "${SKIP_BUILD:-0}" = 1 ]; then
+    row "build" "skipped (SKIP_BUILD=1: the binaries as they are)"
+elif [ $rc -eq 0 ]; then
+    row "build: ${#BUILD_TARGETS[@]} targets (sm_90a)" "ok"
+else
+    row "build: ${#BUILD_TARGETS[@]} targets (sm_90a)" "$(verdict $rc) (see build.log; what built still runs)"
+    grep -E 'error|Error' "$OUT_DIR/build.log" | head -20
+fi
+for bin in "${BUILD_TARGETS[@]}" "${BUNDLED[@]:-}"; do
+    if [ -x "$bin" ]; then
+        notfound=$(ldd "$bin" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
+        if [ -n "$notfound" ]; then
+            # last resort: the cuBLAS of PyTorch's pip wheels (nvidia-cublas), where the toolkit has none
+            wheel=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.cublas"); print(list(s.submodule_search_locations)[0] + "/lib")' 2>/dev/null)
+            [ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$wheel"
+            notfound=$(ldd "$bin" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
+            row "loader: $bin" "$([ -n "$notfound" ] && echo "MISSING libraries: $notfound" || echo "ok with PyTorch's cuBLAS wheel") (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+        fi
+        break
+    fi
+done
+
+# 2. test_gpt ------------------------------------------------------------------------------
+# The first binary that fails is run again with CUDA_LAUNCH_BLOCKING=1, so that a fault (an
+# illegal or misaligned address) is reported at the launch that made it rather than at a later
+# synchronisation, and under compute-sanitizer's memcheck where the machine has it.
+RERUN_DONE=0
+rerun_failure() {
+    local bin="$1" tlog="$2"
+    RERUN_DONE=1
+    run_step "rerun $bin with CUDA_LAUNCH_BLOCKING=1" 90 "$tlog" env CUDA_LAUNCH_BLOCKING=1 "$bin"
+    row "rerun of $bin, CUDA_LAUNCH_BLOCKING=1" "$(sed -n '/^== rerun /,$p' "$tlog" | grep -E 'FAIL|CHECK|rror' | head -3 | tr '\n' ' ' | cut -c1-300)"
+    if command -v compute-sanitizer >/dev/null 2>&1; then
+        run_step "compute-sanitizer memcheck $bin forward_backward" 120 "$tlog" compute-sanitizer --tool memcheck "$bin" forward_backward
+        row "compute-sanitizer memcheck, $bin forward_backward" "$(grep -E 'ERROR SUMMARY|Invalid|misaligned' "$tlog" | tail -2 | tr '\n' ' ' | cut -c1-240)"
+    fi
+}
 for path in $TEST_PATHS; do
     for prec in bf16 fp32; do
-        bin=build/tests/test_gpt_gpu_${path}_${prec}
+        bin=${TEST_GPT_DIR:-build/tests}/test_gpt_gpu_${path}_${prec}
         tlog="$OUT_DIR/test_gpt.log"
         if [ -x "$bin" ]; then
-            run_step "test_gpt $path $prec" 150 "$tlog" "./$bin"
+            run_step "test_gpt $path $prec" 150 "$tlog" "$bin"
             rc=$?
             section=$(grep -A100000 "== test_gpt $path $prec (limit" "$tlog")
             c=$(echo "$section" | counts /dev/stdin)
             if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path $prec" "skipped: no CUDA device"
-            else row "test_gpt $path $prec" "$([ $rc -eq 0 ] && echo ok || echo FAILED) ($c)"; fi
+            else row "test_gpt $path $prec" "$(verdict $rc) ($c)"; fi
+            if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 125 ] && [ $RERUN_DONE = 0 ]; then rerun_failure "$bin" "$tlog"; fi
         else
             row "test_gpt $path $prec" "not built"
         fi
@@ -124,12 +227,12 @@ done
 
 # 3. kernel labs ---------------------------------------------------------------------------
 if [ "${SKIP_LABS:-0}" != 1 ]; then
-    for lab in attention_forward attention_backward classifier layernorm rmsnorm; do
+    for lab in $LABS; do
         if [ -x build/dev/cuda/bf16/$lab ]; then
             run_step "lab $lab --check" 90 "$OUT_DIR/labs.log" ./build/dev/cuda/bf16/$lab --check
             rc=$?
             if tail -3 "$OUT_DIR/labs.log" | grep -q "skipped: no CUDA device"; then row "lab $lab --check (bf16)" "skipped: no CUDA device"
-            else row "lab $lab --check (bf16)" "$([ $rc -eq 0 ] && echo 'ok: all versions match the CPU' || echo FAILED)"; fi
+            else row "lab $lab --check (bf16)" "$([ $rc -eq 0 ] && echo 'ok: all versions match the CPU' || verdict $rc)"; fi
         else
             row "lab $lab" "not built"
         fi

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# dev/device_bundle.sh: build, on this machine (nvcc compiles without a GPU), the GPU binaries that
+# dev/device_check.sh runs, so that a session with a device spends its scarce minutes testing
+# rather than compiling (about two minutes per call on the device's 16 cores).
+#
+#   bash dev/device_bundle.sh          -> build/device_bundle.tar.xz (git-ignored, about 15 MB)
+#   bash dev/device_bundle.sh --hash   prints the hash of the sources the binaries are built from
+#
+# Then, with the device tool: carry ["build/device_bundle.tar.xz"] and run
+#   DEVICE_BUNDLE=build/device_bundle.tar.xz bash dev/device_check.sh
+# device_check.sh uses the bundle only if it was built from the very sources it finds (the hash
+# below, stored in the bundle); otherwise it says so and builds on the device as usual.
+#
+# The binaries are built in a copy of the tree (tracked and untracked files that git does not
+# ignore), so build/ here is left as it is, and with a portable host target (x86-64-v3: AVX2,
+# which every server CPU beside an H100 or H200 has) instead of -march=native: the CPU reference
+# inside test_gpt must not use an instruction of this machine's processor that the device's lacks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The files the GPU binaries are built from, as both machines see them (the device's copy of the
+# tree has no .git, so the list comes from the file system, not from git).
+source_hash() {
+    find kernels host cpu dev/cuda tests/testing.h train_gpt.cu train_gpt_cpu.cpp test_gpt.cu gpu.mk Makefile emu.mk \
+        -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name '*.mk' -o -name Makefile \) -print0 |
+        LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
+}
+if [ "${1:-}" = --hash ]; then
+    source_hash
+    exit 0
+fi
+
+# every binary device_check.sh can run: test_gpt of each path in both precisions, the labs, ./train,
+# the benchmark of each path
+PATHS=$(make -s print-gpu-paths 2>/dev/null)
+[ -n "$PATHS" ] || { echo "error: make print-gpu-paths gave nothing (is nvcc installed?)" >&2; exit 1; }
+TARGETS=(build/vanilla/train_bf16)
+for p in $PATHS; do
+    TARGETS+=("build/tests/test_gpt_gpu_${p}_bf16" "build/tests/test_gpt_gpu_${p}_fp32" "build/dev/cuda/bf16/bench_gpt_$p")
+done
+for lab in attention_forward attention_backward classifier layernorm rmsnorm; do TARGETS+=("build/dev/cuda/bf16/$lab"); done
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+git ls-files -z -co --exclude-standard | tar -cf - --null -T - | tar -xf - -C "$WORK"
+hash=$(source_hash)
+echo "building ${#TARGETS[@]} binaries in $WORK (sources $hash)"
+make -C "$WORK" -j"$(nproc)" NVCC_HOST_CPU="-Xcompiler -fopenmp,-march=x86-64-v3 -lgomp" "${TARGETS[@]}"
+[ "$(cd "$WORK" && source_hash)" = "$hash" ] || { echo "error: the copy's sources differ from the tree's" >&2; exit 1; }
+echo "$hash" >"$WORK/build/device_bundle.sources"
+mkdir -p build
+tar -cJf build/device_bundle.tar.xz.tmp -C "$WORK" build/device_bundle.sources "${TARGETS[@]}"
+mv -f build/device_bundle.tar.xz.tmp build/device_bundle.tar.xz
+echo "build/device_bundle.tar.xz: ${#TARGETS[@]} binaries, $(du -h build/device_bundle.tar.xz | cut -f1), sources $hash"
+echo "device tool: carry [\"build/device_bundle.tar.xz\"], command DEVICE_BUNDLE=build/device_bundle.tar.xz bash dev/device_check.sh"

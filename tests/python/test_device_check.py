@@ -1,0 +1,123 @@
+"""dev/device_check.sh, the one script a GPU session runs, checked here so that a mistake in its
+own logic does not cost scarce device time: the summary it writes, a failing test binary run again
+with CUDA_LAUNCH_BLOCKING=1, and steps that run out of time reported as such, not as failures."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from test_trainer_cli import REPO
+
+SCRIPT = REPO / "dev" / "device_check.sh"
+QUIET = {"SKIP_DIST": "1", "SKIP_BENCH": "1", "SKIP_CLI": "1", "SKIP_LABS": "1", "ONLY_PATHS": "vanilla", "JOBS": "2"}
+
+
+def has_gpu():
+    return shutil.which("nvidia-smi") is not None and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def device_check(out, env):
+    p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OUT": str(out), "COMMIT": "test", **env})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    summary = (out / "summary.md").read_text()
+    rows = {}
+    for line in summary.splitlines():
+        if line.startswith("| ") and not line.startswith(("| check |", "| --- |")):
+            k, v = line[2:].rstrip().rstrip("|").rstrip().split(" | ", 1)
+            rows[k] = v
+    return summary, rows
+
+
+def stub(d, name, lines, code):
+    f = d / name
+    f.write_text("#!/bin/sh\n" + "".join(f'echo "{ln}"\n' for ln in lines) + f"exit {code}\n")
+    f.chmod(0o755)
+
+
+@pytest.mark.skipif(has_gpu(), reason="a GPU is present: the script would run every test for real")
+def test_summary_without_a_gpu(tmp_path):
+    built = [REPO / "build" / "tests" / f"test_gpt_gpu_vanilla_{p}" for p in ("bf16", "fp32")]
+    if not all(b.exists() for b in built):
+        pytest.skip("the GPU test binaries are not built (make gpu-compile-check needs nvcc)")
+    summary, rows = device_check(tmp_path, QUIET)
+    assert "- commit: test" in summary and "| check | result |" in summary
+    assert rows["build: 2 targets (sm_90a)"] == "ok"
+    assert rows["test_gpt vanilla bf16"] == rows["test_gpt vanilla fp32"] == "skipped: no CUDA device"
+    assert not (tmp_path / "summary.md.tmp").exists()
+    assert len(os.listdir(tmp_path)) <= 8  # the device tool brings back at most 8 files
+
+
+def test_a_failing_binary_is_rerun_with_launch_blocking(tmp_path):
+    bins = tmp_path / "bins"
+    bins.mkdir()
+    stub(bins, "test_gpt_gpu_vanilla_bf16", ["FAIL forward_backward", "     test_gpt.cu:9: CHECK(ok) launch blocking=$CUDA_LAUNCH_BLOCKING",
+                                             "0 passed, 1 failed"], 1)
+    stub(bins, "test_gpt_gpu_vanilla_fp32", ["PASS forward_backward", "1 passed, 0 failed"], 0)
+    out = tmp_path / "out"
+    out.mkdir()
+    _, rows = device_check(out, {**QUIET, "TEST_GPT_DIR": str(bins), "SKIP_BUILD": "1", "TIME_LIMIT": "200"})
+    assert rows["test_gpt vanilla bf16"] == "FAILED (exit 1) (0 passed, 1 failed)"
+    assert rows["test_gpt vanilla fp32"] == "ok (1 passed, 0 failed)"
+    rerun = rows[f"rerun of {bins}/test_gpt_gpu_vanilla_bf16, CUDA_LAUNCH_BLOCKING=1"]
+    assert "CHECK(ok) launch blocking=1" in rerun
+
+
+def tree_copy(dst):
+    """The tree as the device tool sends it: tracked and untracked files that git does not ignore."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.split()
+    for f in files:
+        if (REPO / f).is_file():
+            (dst / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / f, dst / f)
+    return dst
+
+
+@pytest.mark.skipif(shutil.which("xz") is None, reason="no xz for tar -J")
+def test_a_bundle_is_used_only_for_its_own_sources(tmp_path):
+    tree = tree_copy(tmp_path / "tree")
+    src = tmp_path / "bundle"
+    (src / "build" / "tests").mkdir(parents=True)
+    for p in ("bf16", "fp32"):
+        stub(src / "build" / "tests", f"test_gpt_gpu_vanilla_{p}", [f"PASS {p} from the bundle", "1 passed, 0 failed"], 0)
+    digest = subprocess.run(["bash", "dev/device_bundle.sh", "--hash"], cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
+    (src / "build" / "device_bundle.sources").write_text(digest + "\n")
+    bundle = tmp_path / "bundle.tar.xz"
+    subprocess.run(["tar", "-cJf", str(bundle), "-C", str(src), "build"], check=True)
+    script = tree / "dev" / "device_check.sh"
+    env = {**QUIET, "DEVICE_BUNDLE": str(bundle), "TIME_LIMIT": "200"}
+
+    def run(out):
+        out.mkdir()
+        p = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "OUT": str(out), "COMMIT": "test", **env})
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        return (out / "summary.md").read_text()
+
+    summary = run(tmp_path / "out1")
+    assert f"| build | from the bundle: 2 binaries built off the device from these sources ({digest[:12]}) |" in summary
+    assert "| test_gpt vanilla bf16 | ok (1 passed, 0 failed) |" in summary
+    assert "PASS bf16 from the bundle" in (tmp_path / "out1" / "test_gpt.log").read_text()
+    # a source changed after the bundle was made: the bundle is refused (and the build is skipped
+    # here only to keep this test from compiling)
+    with open(tree / "kernels" / "gelu.cuh", "a") as f:
+        f.write("// changed\n")
+    env["SKIP_BUILD"] = "1"
+    summary = run(tmp_path / "out2")
+    assert f"| bundle {bundle} | not used: built from other sources ({digest[:12]} != " in summary
+    assert "from the bundle" not in summary
+
+
+def test_out_of_time_is_not_a_failure(tmp_path):
+    bins = tmp_path / "bins"
+    bins.mkdir()
+    for p in ("bf16", "fp32"):
+        stub(bins, f"test_gpt_gpu_vanilla_{p}", ["1 passed, 0 failed"], 0)
+    out = tmp_path / "out"
+    out.mkdir()
+    _, rows = device_check(out, {**QUIET, "TEST_GPT_DIR": str(bins), "TIME_LIMIT": "0"})
+    assert rows["build: 2 targets (sm_90a)"].startswith("skipped: out of time")
+    assert rows["test_gpt vanilla bf16"].startswith("skipped: out of time")
+    assert not any("FAILED" in v for v in rows.values())
