@@ -21,6 +21,8 @@
 #      ./train's; with >= 2 GPUs also 2 ranks against one GPU with accumulation 2, and the step
 #      time at GPT-2 124M with the gradient all-reduce overlapped (--overlap-reduce 1) and not
 #   6. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device
+#   7. the attention backward lab timed (version 2 against 3)
+#   8. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py)
 # and prints a short table last. With $OUT set (the device tool), results go there (at most 8
 # files): summary.md (the table, in the form dev/results/ wants), build.log, test_gpt.log,
 # labs.log, train_cli.log, dist.log, bench.txt.
@@ -429,6 +431,23 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x build/dev/cuda/bf16/attention_backward ];
         /^attention backward:/ { if (shape != "") print shape "|" times; shape = $3 " " $4 " " $5 " " $6 " " $7; times = "" }
         /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
         END { if (shape != "") print shape "|" times }' "$LAB")
+fi
+
+# 8. where a step's time goes, if time is left: each kernel's time over two steps of the vanilla
+# benchmark under Nsight Compute (kernels serialised), as a table by dev/kernel_profile.py; the
+# table is appended to bench.txt (the device tool brings back at most 8 files)
+if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x build/dev/cuda/bf16/bench_gpt_vanilla ] && command -v ncu >/dev/null 2>&1; then
+    NCU_CSV=build/device_check_ncu.csv
+    rm -f "$NCU_CSV"
+    run_step "ncu kernel times, bench_gpt_vanilla, 2 steps" 150 "$OUT_DIR/bench.txt" ncu --metrics gpu__time_duration.sum --csv --print-units base \
+        --log-file "$NCU_CSV" ./build/dev/cuda/bf16/bench_gpt_vanilla --batch-size 64 --seq-len 1024 --steps 1 --warmup 1
+    rc=$?
+    if prof=$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 2>&1); then
+        echo "$prof" >>"$OUT_DIR/bench.txt"
+        row "kernel time per step (ncu, vanilla, B=64 T=1024)" "$(echo "$prof" | head -1 | sed 's/^kernel time per step (ncu, kernels serialised): //'); largest: $(echo "$prof" | sed -n 5,8p | awk -F' [|] ' '{printf "%s %s ms; ", $1, $3}' | tr -d '|`' | sed 's/^ *//; s/;  */; /g')"
+    else
+        row "kernel time per step (ncu)" "$(verdict $rc): $(echo "$prof" | tail -1 | cut -c1-200)"
+    fi
 fi
 
 write_summary
