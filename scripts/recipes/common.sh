@@ -54,6 +54,19 @@ recipe_data() {
     compgen -G "$1" >/dev/null || recipe_die "no shards match '$1'" "prepare them first: $2 (or set DATA to where they are)"
 }
 
+# recipe_domain_vals DIR PREFIX: sets the array VAL_FLAGS to one named --val-data set per domain
+# that a prepare script wrote as DIR/PREFIX_val_<domain>_000000.bin (--val-by-domain 1)
+recipe_domain_vals() {
+    local dir=$1 prefix=$2 f domain
+    VAL_FLAGS=()
+    for f in "$dir/${prefix}"_val_*_000000.bin; do
+        [ -e "$f" ] || continue
+        domain=${f#"$dir/${prefix}"_val_}
+        domain=${domain%_000000.bin}
+        VAL_FLAGS+=(--val-data "$domain=$dir/${prefix}_val_${domain}_*.bin")
+    done
+}
+
 # recipe_trainer PATH: builds the trainer of one value path if needed and prints its file name
 recipe_trainer() {
     local path=$1 mpi="" prec

@@ -61,16 +61,10 @@ DEPTH_FLAGS=()
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
 recipe_data "$DATA/pile_train_*.bin" ".venv/bin/python scripts/prepare_pile.py --budget 32e9"
 # the one Pile val set that scripts/prepare_pile.py writes, or (--val-by-domain 1) one per domain
-val=()
 if compgen -G "$DATA/pile_val_[0-9]*.bin" >/dev/null; then
-    val=(--val-data "$DATA/pile_val_[0-9]*.bin")
+    VAL_FLAGS=(--val-data "$DATA/pile_val_[0-9]*.bin")
 else
-    for f in "$DATA"/pile_val_*_000000.bin; do
-        [ -e "$f" ] || continue
-        domain=${f#"$DATA"/pile_val_}
-        domain=${domain%_000000.bin}
-        val+=(--val-data "$domain=$DATA/pile_val_${domain}_*.bin")
-    done
+    recipe_domain_vals "$DATA" pile
 fi
 samples=()  # decoded samples need the tokenizer file that prepare_pile.py writes
 [ -e "$DATA/neox.vptok" ] && samples=(--sample-every $((EVAL_EVERY * 4)) --tokenizer "$DATA/neox.vptok")
@@ -79,7 +73,7 @@ for path in $PATHS; do
     [ "$path" = depth ] && extra=("${DEPTH_FLAGS[@]}")
     # shellcheck disable=SC2086
     recipe_run "$path" $MODEL "${extra[@]}" \
-        --train-data "$DATA/pile_train_*.bin" "${val[@]}" \
+        --train-data "$DATA/pile_train_*.bin" "${VAL_FLAGS[@]}" \
         --eval-every "$EVAL_EVERY" --eval-batches 10 "${samples[@]}" \
         --checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 2
 done

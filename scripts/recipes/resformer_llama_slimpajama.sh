@@ -42,17 +42,11 @@ MODEL=${MODEL:-"--arch llama $shape --vocab 50277 --rope-theta 10000 --max-seq $
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
 recipe_data "$DATA/slimpajama_train_*.bin" ".venv/bin/python scripts/prepare_slimpajama.py --budget 20e9 --mix resformer"
 # one val set per domain that scripts/prepare_slimpajama.py wrote
-val=()
-for f in "$DATA"/slimpajama_val_*_000000.bin; do
-    [ -e "$f" ] || continue
-    domain=${f#"$DATA"/slimpajama_val_}
-    domain=${domain%_000000.bin}
-    val+=(--val-data "$domain=$DATA/slimpajama_val_${domain}_*.bin")
-done
+recipe_domain_vals "$DATA" slimpajama
 for path in $PATHS; do
     # shellcheck disable=SC2086
     recipe_run "$path" $MODEL \
-        --train-data "$DATA/slimpajama_train_*.bin" "${val[@]}" \
+        --train-data "$DATA/slimpajama_train_*.bin" "${VAL_FLAGS[@]}" \
         --eval-every "$EVAL_EVERY" --eval-batches 10 \
         --checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 2
 done

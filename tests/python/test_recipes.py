@@ -106,6 +106,13 @@ def test_depth_recipe_full_size_uses_the_papers_shapes_and_strides():
     assert "--heads 15 --kv-heads 15 --dim 960 --ffn-dim 2544" in p.stdout and "--depth-stride 12" in p.stdout
 
 
+def test_depth_recipe_takes_per_domain_pile_val_sets(tmp_path):
+    data = shards(tmp_path / "pile", "pile_train", ["pile_val_arxiv", "pile_val_github"])
+    p = recipe("depth_qwen3_pile.sh", {"DRY_RUN": 1, "DATA": data, "PATHS": "depth", "TRAINER": ""})
+    # printf %q escapes the glob's star
+    assert f"--val-data arxiv={data}/pile_val_arxiv_\\*.bin --val-data github={data}/pile_val_github_\\*.bin" in p.stdout
+
+
 def test_full_size_commands_for_eight_gpus():
     p = recipe("resformer_llama_slimpajama.sh", {"DRY_RUN": 1, "NGPU": 8, "SIZE": "468M", "B": 16, "TRAINER": ""})
     lines = p.stdout.strip().splitlines()
