@@ -220,7 +220,7 @@ for path in $TEST_PATHS; do
             c=$(echo "$section" | counts /dev/stdin)
             if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path $prec" "skipped: no CUDA device"
             else row "test_gpt $path $prec" "$(verdict $rc) ($c)"; fi
-            if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 125 ] && [ $RERUN_DONE = 0 ]; then rerun_failure "$bin" "$tlog"; fi
+            if [[ "$(verdict $rc)" == FAILED* ]] && [ $RERUN_DONE = 0 ]; then rerun_failure "$bin" "$tlog"; fi
         else
             row "test_gpt $path $prec" "not built"
         fi
@@ -444,7 +444,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x build/dev/cuda/bf16/bench_gpt_vanilla ] &
     rc=$?
     if prof=$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 2>&1); then
         echo "$prof" >>"$OUT_DIR/bench.txt"
-        row "kernel time per step (ncu, vanilla, B=64 T=1024)" "$(echo "$prof" | head -1 | sed 's/^kernel time per step (ncu, kernels serialised): //'); largest: $(echo "$prof" | sed -n 5,8p | awk -F' [|] ' '{printf "%s %s ms; ", $1, $3}' | tr -d '|`' | sed 's/^ *//; s/;  */; /g')"
+        row "kernel time per step (ncu, vanilla, B=64 T=1024)" "$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 --top 4 --brief)"
     else
         row "kernel time per step (ncu)" "$(verdict $rc): $(echo "$prof" | tail -1 | cut -c1-200)"
     fi

@@ -12,7 +12,9 @@ ncu runs the kernels one at a time, so the sum is the step without overlap betwe
 and streams; compare it with the benchmark's ms/step (the launch gaps and the overlap are the
 difference).
 
-    python3 dev/kernel_profile.py F --steps 2 [--top 25]
+    python3 dev/kernel_profile.py F --steps 2 [--top 25] [--brief]
+
+--brief prints one line instead (the total and the --top largest), for device_check's summary.
 
 ncu's CSV has one row per (kernel launch, metric), with the columns named in its header line
 ("Kernel Name", "Metric Name", "Metric Unit", "Metric Value"); lines before the header (ncu's
@@ -68,10 +70,13 @@ def read_durations(path: str) -> dict:
     return out
 
 
-def table(durations: dict, steps: int, top: int) -> str:
+def table(durations: dict, steps: int, top: int, brief: bool = False) -> str:
     total = sum(sum(v) for v in durations.values()) / steps
     ranked = sorted(durations.items(), key=lambda kv: -sum(kv[1]))
-    lines = [f"kernel time per step (ncu, kernels serialised): {total:.2f} ms over {sum(len(v) for v in durations.values()) // steps} launches",
+    head = f"{total:.2f} ms over {sum(len(v) for v in durations.values()) // steps} launches"
+    if brief:
+        return head + "; largest: " + "; ".join(f"{name} {sum(ms) / steps:.3f} ms" for name, ms in ranked[:top])
+    lines = [f"kernel time per step (ncu, kernels serialised): {head}",
              "", "| kernel | calls/step | ms/step | share |", "| --- | ---: | ---: | ---: |"]
     for name, ms in ranked[:top]:
         t = sum(ms) / steps
@@ -88,11 +93,12 @@ def main(argv=None) -> int:
     ap.add_argument("csv", help="ncu --csv log")
     ap.add_argument("--steps", type=int, default=1, help="training steps the log covers (default 1)")
     ap.add_argument("--top", type=int, default=25, help="kernels listed before the rest are summed (default 25)")
+    ap.add_argument("--brief", action="store_true", help="one line: the total and the --top largest kernels")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.top < 1:
         ap.error("--steps and --top must be >= 1")
     try:
-        print(table(read_durations(args.csv), args.steps, args.top))
+        print(table(read_durations(args.csv), args.steps, args.top, args.brief))
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -41,6 +41,8 @@ def test_table_per_kernel_and_step(tmp_path):
     assert out[6] == "| `layernorm_forward_kernel2<__nv_bfloat16>` | 1 | 0.250 | 5.3% |"
     out = run(log, "--steps", "2", "--top", "1").stdout.splitlines()
     assert out[-1] == "| 2 other kernels | 2 | 1.750 | 36.8% |"
+    assert run(log, "--steps", "2", "--top", "2", "--brief").stdout == \
+        f"4.75 ms over 4 launches; largest: {gemm} 3.000 ms; attention_forward_kernel2<64> 1.500 ms\n"
 
 
 @pytest.mark.parametrize("text, message", [
