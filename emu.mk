@@ -6,13 +6,15 @@
 #   make test-emu EMU_TESTS=forward_backward   only the tests whose names contain it (comma-separated)
 #   make emu-train             build/emu/<path>/train_<prec>: ./train's main under the emulator
 #   make test-emu-labs         the kernel labs of dev/cuda, every version checked against the CPU
+#   make test-emu-race         test-emu under the race detector (docs/gpu.md, "Races")
 #
-# `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores (~1 minute of builds, ~3 of runs):
+# `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores (~2 minutes of builds, ~5 of runs):
 # the emulator's own tests (test_emu); every path and precision on forward_backward (every config:
 # logits, loss, every gradient, each layer's q/k/v) and the attention head-range hook; vanilla
 # bf16's and Depth fp32's 10 steps; and the vanilla bf16 suite once more under AddressSanitizer +
 # UBSan with the threads between barriers in reverse order (VP_EMU_ORDER=forward|reverse
-# overrides either build's order). It also builds the emulated ./train for
+# overrides either build's order); and the race detector's own tests plus forward_backward of Depth
+# and SLA (bf16) and ResFormer (fp32) with every kernel access checked for races. It also builds the emulated ./train for
 # tests/python/test_gpu_trainer_emu.py and, where MPI exists, the emulated data-parallel ./train
 # for tests/python/test_distributed_gpu_emu.py (NCCL carried over MPI: tests/emu/nccl_emu.cpp).
 #
@@ -44,11 +46,21 @@ build/emu/cuda_emu_asan.o: $(EMU_RUNTIME_SRC)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O1 -g -march=native -fopenmp $(EMU_SANITIZE) -DVP_EMU_REVERSE_DEFAULT -Itests/emu/include -c $< -o $@
 
+# the race detector's runtime (cuda_emu.cpp, "Race detector"): not instrumented itself
+build/emu/cuda_emu_race.o: $(EMU_RUNTIME_SRC)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -g -march=native -fopenmp -DVP_EMU_RACE -Itests/emu/include -c $< -o $@
+
 build/emu/nccl_emu.o: tests/emu/nccl_emu.cpp tests/emu/nccl_emu.h tests/emu/cuda_emu.h
 	@mkdir -p $(dir $@)
 	$(MPICXX) -std=c++17 -O2 -g -Itests/emu/include -c $< -o $@
 
 emu_prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
+
+# the _race builds: GCC's ThreadSanitizer pass puts a call before every load and store, and the
+# emulator's race detector answers those calls (libtsan is not linked: compile and link are two
+# steps, the link without -fsanitize). Fibers switch by hand, so libtsan could not follow them.
+EMU_RACE := -DVP_EMU_RACE -fsanitize=thread --param tsan-instrument-func-entry-exit=0 --param tsan-distinguish-volatile=0
 
 # build/emu/<path>/test_gpt_<prec>[_asan]
 define EMU_TEST_RULES
@@ -58,6 +70,10 @@ build/emu/%/test_gpt_$(1): $$(EMU_SOURCES) build/emu/cuda_emu.o $$(CPU_SOURCES) 
 build/emu/%/test_gpt_$(1)_asan: $$(EMU_SOURCES) build/emu/cuda_emu_asan.o $$(CPU_SOURCES) tests/testing.h
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(EMU_CXXFLAGS) $$(EMU_SANITIZE) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DVP_ERRORS_THROW -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ build/emu/src/test_gpt.cu -x none build/emu/cuda_emu_asan.o -o $$@
+build/emu/%/test_gpt_$(1)_race: $$(EMU_SOURCES) build/emu/cuda_emu_race.o $$(CPU_SOURCES) tests/testing.h
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(EMU_CXXFLAGS) $$(EMU_RACE) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DVP_ERRORS_THROW -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ -c build/emu/src/test_gpt.cu -o $$@.o
+	$$(CXX) $$(EMU_CXXFLAGS) $$@.o build/emu/cuda_emu_race.o -o $$@ && rm -f $$@.o
 build/emu/%/train_$(1): $$(EMU_SOURCES) build/emu/cuda_emu.o $$(CPU_SOURCES)
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(EMU_CXXFLAGS) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ build/emu/src/train_gpt.cu -x none build/emu/cuda_emu.o -o $$@
@@ -77,20 +93,38 @@ build/emu/test_emu: build/emu/src/tests/emu/test_emu.cu $(EMU_SOURCES) build/emu
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_INCLUDES) -DENABLE_BF16 -DVP_ERRORS_THROW -x c++ $< -x none build/emu/cuda_emu.o -o $@
 
+# the emulator's own tests once more under the race detector: its planted races must be named
+build/emu/test_emu_race: build/emu/src/tests/emu/test_emu.cu $(EMU_SOURCES) build/emu/cuda_emu_race.o $(HOST_HEADERS) tests/testing.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_RACE) $(EMU_INCLUDES) -DENABLE_BF16 -DVP_ERRORS_THROW -x c++ -c $< -o $@.o
+	$(CXX) $(EMU_CXXFLAGS) $@.o build/emu/cuda_emu_race.o -o $@ && rm -f $@.o
+
 EMU_TEST_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/test_gpt_fp32 build/emu/$(p)/test_gpt_bf16)
 
 # run_all.sh entries are BINARY[@FILTER]
 EMU_CI_FILTER := forward_backward,attention_head_ranges
+# under the race detector: its own tests, and forward_backward for the paths that route gradients
+# across layers, in the precisions whose kernels differ (between them, every kernel but AdamW's,
+# which make test-emu-race covers)
+EMU_CI_RACE_RUN := build/emu/test_emu_race build/emu/depth/test_gpt_bf16_race@$(EMU_CI_FILTER) build/emu/sla/test_gpt_bf16_race@$(EMU_CI_FILTER) \
+	build/emu/resformer/test_gpt_fp32_race@forward_backward
 EMU_CI_RUN := build/emu/test_emu $(addsuffix @$(EMU_CI_FILTER),$(EMU_TEST_BINS)) \
 	build/emu/vanilla/test_gpt_bf16@steps build/emu/depth/test_gpt_fp32@steps \
-	build/emu/vanilla/test_gpt_bf16_asan@$(EMU_CI_FILTER)
+	build/emu/vanilla/test_gpt_bf16_asan@$(EMU_CI_FILTER) \
+	$(EMU_CI_RACE_RUN)
 # plus ./train's main under the emulator, for tests/python/test_gpu_trainer_emu.py, and its
 # data-parallel build where MPI exists (tests/python/test_distributed_gpu_emu.py)
-EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) build/emu/vanilla/test_gpt_bf16_asan build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \
+EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) build/emu/vanilla/test_gpt_bf16_asan $(patsubst %@$(EMU_CI_FILTER),%,$(patsubst %@forward_backward,%,$(EMU_CI_RACE_RUN))) build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \
 	$(if $(HAVE_MPI),build/emu/vanilla-mpi/train_fp32 build/emu/depth-mpi/train_bf16 build/emu/resformer-mpi/train_bf16) $(EMU_BENCH_BINS)
 
 test-emu: build/emu/test_emu $(EMU_TEST_BINS)
 	@bash tests/run_all.sh --no-python build/emu/test_emu $(if $(EMU_TESTS),$(addsuffix @$(EMU_TESTS),$(EMU_TEST_BINS)),$(EMU_TEST_BINS))
+
+# the same under the race detector (cuda_emu.cpp "Race detector"; about twice the time)
+EMU_RACE_BINS := $(addsuffix _race,$(EMU_TEST_BINS))
+.PHONY: test-emu-race
+test-emu-race: build/emu/test_emu_race $(EMU_RACE_BINS)
+	@bash tests/run_all.sh --no-python build/emu/test_emu_race $(if $(EMU_TESTS),$(addsuffix @$(EMU_TESTS),$(EMU_RACE_BINS)),$(EMU_RACE_BINS))
 
 emu-train: $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/train_fp32 build/emu/$(p)/train_bf16)
 

@@ -136,6 +136,14 @@ struct Emulator {
     // full-size shapes (GPT-2 124M at B=64, T=1024) go through every launcher in seconds, and the
     // allocation total is the model's device memory. Every number computed is garbage.
     bool dry_run = false;
+#ifdef VP_EMU_RACE
+    // the race detector's view of the block in progress (see "Race detector" below)
+    uint32_t launch_epoch = 0;                 // one per grid: global-memory records older than it are void
+    uint32_t block_epoch = 0;                  // one per block: shared-memory records older than it are void
+    uint32_t barriers = 0;                     // __syncthreads the running block has passed
+    std::vector<std::vector<unsigned>> syncwarps;  // per warp: the mask of each __syncwarp it has passed
+    uint32_t block_linear = 0;                 // the running block's index in the grid
+#endif
     Emulator() {
         const char* order = getenv("VP_EMU_ORDER");
 #ifdef VP_EMU_REVERSE_DEFAULT  // the sanitizer build of emu.mk: the other order than the plain builds
@@ -237,10 +245,16 @@ static void fiber_init(int i) {
 }
 
 // scheduler -> fiber i, until it blocks or finishes
+#ifdef VP_EMU_RACE
+static bool race_in_fiber = false;  // the hooks below look only at what a CUDA thread does
+#endif
 static void run_fiber(int i) {
     Emulator& e = emu();
     e.current = i;
     threadIdx = e.threads[i].idx;
+#ifdef VP_EMU_RACE
+    race_in_fiber = true;
+#endif
 #ifdef VP_EMU_ASAN
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, stack_of(i), STACK_BYTES);
@@ -248,6 +262,9 @@ static void run_fiber(int i) {
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
     vp_emu_switch(&e.sched_sp, e.threads[i].sp);
+#endif
+#ifdef VP_EMU_RACE
+    race_in_fiber = false;
 #endif
     e.current = -1;
 }
@@ -285,6 +302,244 @@ const unsigned char* warp_collective(unsigned mask, CollectiveKind kind, const v
     yield_to_scheduler(false);
     return &w.bank[t.ops++ % 2][0][0];
 }
+
+#ifdef VP_EMU_RACE
+}  // namespace vp_emu
+// ----------------------------------------------------------------------------
+// Race detector: the _race builds of emu.mk (-DVP_EMU_RACE here; the kernels' translation unit is
+// compiled with -fsanitize=thread, and the hooks it calls for every load and store, __tsan_read4
+// and the rest, are defined at the end of this file instead of by libtsan).
+//
+// The two thread orders find a missing __syncthreads when it changes a result; this finds every
+// pair of accesses to one address, at least one of them a write, that CUDA leaves unordered:
+//   * made by two blocks of one grid: nothing orders blocks, yet the emulator runs them one after
+//     another, so a race between blocks (two blocks adding into one gradient without atomics) gives
+//     the right answer here and a wrong one, sometimes, on a GPU;
+//   * made by two threads of one block with no __syncthreads between them (and, within a warp, no
+//     __syncwarp whose mask names both). Shuffles, ldmatrix and mma exchange registers and order no
+//     memory, as in the CUDA memory model.
+// Checked: device memory (cudaMalloc, cudaMallocHost), dynamic shared memory and the static
+// __shared__ arrays (tests/emu/rewrite_cuda.py registers each through shared_static), at 2-byte
+// granularity (neighbouring bf16 written by neighbouring threads is no race). A kernel write
+// anywhere else (not its own stack) is a fault: a host pointer reached the kernel. Global-memory
+// records last one grid (launches on one stream are ordered; across streams, see the stream
+// policies), shared-memory records one block. Each record keeps the last write and two reads
+// that are not ordered before one another, so a write racing only with a third, older reader of
+// one address can be missed (FastTrack keeps the full read set there; that costs a set per address).
+
+extern "C" char __executable_start;  // GNU ld: where the executable is loaded (PIE), for addr2line
+
+namespace vp_emu {
+
+struct RaceAccess {
+    uint32_t thread = 0;     // 1 + the thread's linear index in the grid; 0: no access
+    uint16_t barriers = 0;   // __syncthreads its block had passed
+    uint16_t syncwarps = 0;  // __syncwarp its warp had passed
+    uint32_t pc = 0;         // the access's code address, from __executable_start
+};
+struct RaceRecord {  // one per 2 bytes of checked memory
+    uint32_t epoch = 0;  // the grid's (global memory) or block's (shared) epoch; older: void
+    RaceAccess write, read[2];
+};
+struct RaceRegion {
+    uintptr_t base = 0;
+    size_t bytes = 0;
+    RaceRecord* rec = nullptr;  // (bytes + 1) / 2 records, zero pages until touched
+    const char* what = "";
+};
+
+static std::map<uintptr_t, RaceRegion> race_device;  // by base: device allocations touched by a kernel
+static std::vector<RaceRegion> race_static_shared;
+static RaceRegion race_dynamic_shared;
+static RaceRegion race_last;  // the last device region hit (kernels stream through a few buffers)
+static uintptr_t race_stacks = 0;
+static uint64_t race_checked = 0, race_grids = 0;  // for the summary at exit: evidence that it ran
+
+static std::map<std::string, uint64_t> race_kernels;  // launch text -> grids checked
+
+// one line at exit, so a log shows the detector looked (a clean run prints no race, and no race
+// would also be what a detector that saw nothing prints); VP_EMU_RACE_KERNELS=1 lists the kernels
+static void race_summary() {
+    fprintf(stderr, "CUDA emulator race detector: %llu device and shared-memory accesses checked in %llu grids of %zu kernels, no race found\n",
+            (unsigned long long)race_checked, (unsigned long long)race_grids, race_kernels.size());
+    const char* list = getenv("VP_EMU_RACE_KERNELS");
+    if (list && !strcmp(list, "1"))
+        for (const auto& k : race_kernels) fprintf(stderr, "  %8llu grids  %s\n", (unsigned long long)k.second, k.first.c_str());
+}
+
+static RaceRecord* race_map(size_t bytes) {
+    size_t len = ((bytes + 1) / 2) * sizeof(RaceRecord);
+    void* m = mmap(nullptr, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "CUDA emulator: the race detector cannot map %zu MiB of records\n", len >> 20);
+        abort();
+    }
+    return static_cast<RaceRecord*>(m);
+}
+static void race_unmap(RaceRegion& r) {
+    if (r.rec) munmap(r.rec, ((r.bytes + 1) / 2) * sizeof(RaceRecord));
+    r = RaceRegion();
+}
+
+void shared_static(const void* p, size_t bytes) {
+    for (const RaceRegion& r : race_static_shared)
+        if (r.base == (uintptr_t)p) return;
+    RaceRegion r;
+    r.base = (uintptr_t)p;
+    r.bytes = bytes;
+    r.rec = race_map(bytes);
+    r.what = "a static __shared__ array";
+    race_static_shared.push_back(r);
+}
+
+void race_forget(const void* p) {
+    auto it = race_device.find((uintptr_t)p);
+    if (it == race_device.end()) return;
+    if (race_last.base == it->first) race_last = RaceRegion();
+    race_unmap(it->second);
+    race_device.erase(it);
+}
+
+static void race_grid_start() {
+    Emulator& e = emu();
+    if (race_grids++ == 0) atexit(race_summary);
+    race_kernels[e.name]++;
+    e.launch_epoch++;
+    race_stacks = (uintptr_t)e.stacks;
+    if ((uint64_t)e.grid.x * e.grid.y * e.grid.z * e.threads.size() >= 0xffffffffull)
+        kernel_fault("the race detector numbers threads in 32 bits: this grid has too many");
+    if (e.smem_bytes) {
+        race_dynamic_shared.base = (uintptr_t)e.smem;
+        race_dynamic_shared.bytes = e.smem_bytes;
+        race_dynamic_shared.rec = race_map(e.smem_bytes);
+        race_dynamic_shared.what = "dynamic shared memory";
+    }
+}
+static void race_grid_end() { race_unmap(race_dynamic_shared); }
+
+// the region holding address a, or nullptr; *shared says whether it is shared memory
+static RaceRegion* race_region(uintptr_t a, bool* shared) {
+    *shared = true;
+    if (a - race_dynamic_shared.base < race_dynamic_shared.bytes) return &race_dynamic_shared;
+    for (RaceRegion& r : race_static_shared)
+        if (a - r.base < r.bytes) return &r;
+    *shared = false;
+    if (a - race_last.base < race_last.bytes) return &race_last;
+    Emulator& e = emu();
+    for (const std::map<uintptr_t, size_t>* allocs : {&e.device_allocs, &e.host_allocs}) {
+        const std::pair<const uintptr_t, size_t>* hit = nullptr;
+        auto it = allocs->upper_bound(a);
+        if (it != allocs->begin() && a < std::prev(it)->first + std::prev(it)->second) hit = &*std::prev(it);
+        if (!hit) continue;
+        RaceRegion& r = race_device[hit->first];
+        if (!r.rec) {
+            r.base = hit->first;
+            r.bytes = hit->second;
+            r.rec = race_map(hit->second);
+            r.what = allocs == &e.device_allocs ? "device memory (cudaMalloc)" : "pinned host memory (cudaMallocHost)";
+        }
+        race_last = r;
+        return &race_last;
+    }
+    return nullptr;
+}
+
+// whether `a`, which the emulator ran before `b`, happens before it in CUDA's memory model
+static bool race_ordered(const RaceAccess& a, const RaceAccess& b) {
+    if (a.thread == b.thread) return true;  // program order
+    Emulator& e = emu();
+    uint32_t n = (uint32_t)e.threads.size(), ta = a.thread - 1, tb = b.thread - 1;
+    if (ta / n != tb / n) return false;        // two blocks: nothing orders them
+    if (a.barriers != b.barriers) return true;  // a __syncthreads between them
+    if (ta % n / 32 != tb % n / 32) return false;
+    unsigned both = (1u << (ta % n % 32)) | (1u << (tb % n % 32));
+    const std::vector<unsigned>& passed = e.syncwarps[ta % n / 32];
+    for (size_t k = a.syncwarps; k < b.syncwarps && k < passed.size(); k++)
+        if ((passed[k] & both) == both) return true;  // a __syncwarp naming both lanes
+    return false;
+}
+
+static std::string race_who(uint32_t thread) {
+    Emulator& e = emu();
+    uint32_t n = (uint32_t)e.threads.size(), blk = (thread - 1) / n, t = (thread - 1) % n;
+    char buf[128];
+    snprintf(buf, sizeof(buf), "thread (%u,%u,%u) of block (%u,%u,%u)", t % e.block.x, t / e.block.x % e.block.y, t / (e.block.x * e.block.y),
+             blk % e.grid.x, blk / e.grid.x % e.grid.y, blk / (e.grid.x * e.grid.y));
+    return buf;
+}
+static std::string race_where(uint32_t pc) {
+    char cmd[160], line[512];
+    snprintf(cmd, sizeof(cmd), "addr2line -C -f -e /proc/%d/exe 0x%x 2>/dev/null", (int)getpid(), pc);
+    std::string out;
+    if (FILE* f = popen(cmd, "r")) {
+        while (fgets(line, sizeof(line), f)) {
+            line[strcspn(line, "\n")] = 0;
+            out += out.empty() ? std::string(line) : " at " + std::string(line);
+        }
+        pclose(f);
+    }
+    char buf[32];
+    snprintf(buf, sizeof(buf), "pc +0x%x", pc);
+    return out.empty() ? std::string(buf) : out + " (" + buf + ")";
+}
+
+[[noreturn]] static void race_report(const RaceRegion& r, uintptr_t a, const RaceAccess& before, bool before_write, const RaceAccess& now,
+                                     bool now_write) {
+    Emulator& e = emu();
+    uint32_t n = (uint32_t)e.threads.size();
+    bool blocks = (before.thread - 1) / n != (now.thread - 1) / n;
+    kernel_fault("data race on %s (%zu bytes at %p), byte offset %zu:\n    %s by %s\n      in %s\n    and an earlier %s by %s\n      in %s\n  %s",
+                 r.what, r.bytes, (void*)r.base, (size_t)(a - r.base), now_write ? "a write" : "a read", race_who(now.thread).c_str(),
+                 race_where(now.pc).c_str(), before_write ? "write" : "read", race_who(before.thread).c_str(), race_where(before.pc).c_str(),
+                 blocks ? "Two blocks of one grid: nothing orders them on a GPU (the emulator ran them one after another)."
+                        : "No __syncthreads (or, in one warp, __syncwarp naming both lanes) between them.");
+}
+
+void race_access(const void* p, size_t bytes, bool write, const void* pc) {
+    if (!race_in_fiber || bytes == 0) return;
+    uintptr_t a = (uintptr_t)p;
+    if (a - race_stacks < STACK_BYTES * MAX_THREADS) return;  // the threads' own locals
+    bool shared;
+    RaceRegion* r = race_region(a, &shared);
+    if (!r) {
+        if (write)
+            kernel_fault("a %zu-byte write to %p, which is neither device memory (cudaMalloc, cudaMallocHost), shared memory nor the "
+                         "thread's own stack: a host pointer reached the kernel (%s)",
+                         bytes, p, race_where((uint32_t)((uintptr_t)pc - (uintptr_t)&__executable_start)).c_str());
+        return;  // reads of host data: the kernel's parameters, the emulator's own state
+    }
+    if (a + bytes > r->base + r->bytes) kernel_fault("a %zu-byte access at %p runs past the end of %s (%zu bytes at %p)", bytes, p, r->what, r->bytes, (void*)r->base);
+    Emulator& e = emu();
+    RaceAccess now;
+    now.thread = 1 + e.block_linear * (uint32_t)e.threads.size() + (uint32_t)e.current;
+    now.barriers = (uint16_t)e.barriers;
+    now.syncwarps = (uint16_t)e.syncwarps[e.current / 32].size();
+    now.pc = (uint32_t)((uintptr_t)pc - (uintptr_t)&__executable_start);
+    uint32_t epoch = shared ? e.block_epoch : e.launch_epoch;
+    race_checked++;
+    for (size_t g = (a - r->base) / 2; g <= (a + bytes - 1 - r->base) / 2; g++) {
+        RaceRecord& rec = r->rec[g];
+        if (rec.epoch != epoch) {
+            rec = RaceRecord();
+            rec.epoch = epoch;
+        }
+        if (rec.write.thread && !race_ordered(rec.write, now)) race_report(*r, r->base + 2 * g, rec.write, true, now, write);
+        if (write) {
+            for (const RaceAccess& rd : rec.read)
+                if (rd.thread && !race_ordered(rd, now)) race_report(*r, r->base + 2 * g, rd, false, now, true);
+            rec.write = now;
+            rec.read[0] = rec.read[1] = RaceAccess();
+        } else if (!rec.read[0].thread || race_ordered(rec.read[0], now)) {
+            rec.read[0] = now;  // a later write ordered after this read is ordered after that one too
+        } else {
+            rec.read[1] = now;
+        }
+    }
+}
+
+}  // namespace vp_emu
+namespace vp_emu {
+#endif
 
 // ----------------------------------------------------------------------------
 // the block scheduler
@@ -331,6 +586,9 @@ static bool release_warp(int w, int nthreads) {
     unsigned mask = f.warp_mask;
     for (int l = 0; l < 32; l++)
         if (mask >> l & 1u) e.threads[w * 32 + l].state = RUNNABLE;
+#ifdef VP_EMU_RACE
+    if (f.kind == OP_SYNCWARP) e.syncwarps[w].push_back(mask);  // orders memory between its lanes
+#endif
     return true;
 }
 
@@ -343,6 +601,12 @@ static void run_block(int nthreads) {
         fiber_init(i);
     }
     if (e.smem_bytes) memset(e.smem, 0xff, e.smem_bytes);  // NaN: what no thread wrote reads as NaN
+#ifdef VP_EMU_RACE
+    e.block_epoch++;
+    e.barriers = 0;
+    e.syncwarps.assign((nthreads + 31) / 32, std::vector<unsigned>());
+    e.block_linear = (blockIdx.z * e.grid.y + blockIdx.y) * e.grid.x + blockIdx.x;
+#endif
     for (;;) {
         for (int k = 0; k < nthreads; k++) {
             int i = e.reverse_order ? nthreads - 1 - k : k;
@@ -374,6 +638,9 @@ static void run_block(int nthreads) {
                 kernel_fault("__syncthreads reached by %d threads while %d threads of the block had returned (undefined in CUDA)", at_barrier, done);
             }
             for (int i = 0; i < nthreads; i++) e.threads[i].state = RUNNABLE;
+#ifdef VP_EMU_RACE
+            e.barriers++;  // orders every access before it, global and shared, before every access after
+#endif
             continue;
         }
         // nothing can move: name the first thread in each state
@@ -419,6 +686,9 @@ static void run_grid(const char* name, dim3 g, dim3 b, size_t smem, const std::f
     e.smem_bytes = smem;
     e.smem = nullptr;
     if (smem && posix_memalign(reinterpret_cast<void**>(&e.smem), 128, smem) != 0) abort();
+#ifdef VP_EMU_RACE
+    race_grid_start();
+#endif
     gridDim = g;
     blockDim = b;
     for (unsigned z = 0; z < g.z; z++)
@@ -427,6 +697,9 @@ static void run_grid(const char* name, dim3 g, dim3 b, size_t smem, const std::f
                 blockIdx = {x, y, z};
                 run_block((int)nthreads);
             }
+#ifdef VP_EMU_RACE
+    race_grid_end();
+#endif
     free(e.smem);
     e.smem = nullptr;
     e.name = nullptr;
@@ -556,6 +829,9 @@ void enqueue(cudaStream_t s, std::function<void()> work) { enqueue_async(s, std:
 void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr, bool trans) {
     if ((uintptr_t)row_addr % 16) kernel_fault("ldmatrix row address %p is not 16-byte aligned", row_addr);
     unsigned char row[16];
+#ifdef VP_EMU_RACE
+    race_access(row_addr, 16, false, __builtin_return_address(0));
+#endif
     memcpy(row, row_addr, 16);  // the lane's row, read as it arrives (the warp reads all rows at once)
     const unsigned char* slots = warp_collective(0xffffffffu, trans ? OP_LDMATRIX_TRANS : OP_LDMATRIX, row, 16);
     int t = lane_id();
@@ -662,6 +938,9 @@ cudaError_t cudaFree(void* p) {
         return set_error(cudaErrorInvalidValue);
     }
     e.device_bytes -= it->second;
+#ifdef VP_EMU_RACE
+    vp_emu::race_forget(p);
+#endif
     if (e.dry_run) munmap(p, it->second ? it->second : 1);
     else free(p);
     e.device_allocs.erase(it);
@@ -676,6 +955,9 @@ cudaError_t cudaFreeHost(void* p) {
     if (!p) return cudaSuccess;
     vp_emu::drain_all();
     if (!emu().host_allocs.erase((uintptr_t)p)) return set_error(cudaErrorInvalidValue);
+#ifdef VP_EMU_RACE
+    vp_emu::race_forget(p);
+#endif
     free(p);
     return cudaSuccess;
 }
@@ -1046,3 +1328,49 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     vp_emu::enqueue(stream, [=]() { lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type); });
     return CUBLAS_STATUS_SUCCESS;
 }
+
+#ifdef VP_EMU_RACE
+// ----------------------------------------------------------------------------
+// the hooks -fsanitize=thread puts before every load and store of the kernels' translation unit
+// (GCC, with --param tsan-instrument-func-entry-exit=0); outside a CUDA thread they return at once
+
+#define VP_RACE_HOOKS(n)                                                                                                  \
+    extern "C" void __tsan_read##n(void* p) { vp_emu::race_access(p, n, false, __builtin_return_address(0)); }             \
+    extern "C" void __tsan_write##n(void* p) { vp_emu::race_access(p, n, true, __builtin_return_address(0)); }             \
+    extern "C" void __tsan_unaligned_read##n(void* p) { vp_emu::race_access(p, n, false, __builtin_return_address(0)); }   \
+    extern "C" void __tsan_unaligned_write##n(void* p) { vp_emu::race_access(p, n, true, __builtin_return_address(0)); }
+VP_RACE_HOOKS(1)
+VP_RACE_HOOKS(2)
+VP_RACE_HOOKS(4)
+VP_RACE_HOOKS(8)
+VP_RACE_HOOKS(16)
+#undef VP_RACE_HOOKS
+extern "C" void __tsan_read_range(void* p, unsigned long n) { vp_emu::race_access(p, n, false, __builtin_return_address(0)); }
+extern "C" void __tsan_write_range(void* p, unsigned long n) { vp_emu::race_access(p, n, true, __builtin_return_address(0)); }
+// host code's atomics (shared_ptr's count, function-local statics' guards), passed through: no
+// kernel uses atomics, and the host runs no fibers in parallel
+#define VP_RACE_ATOMICS(bits, T)                                                                                                       \
+    extern "C" T __tsan_atomic##bits##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); }                  \
+    extern "C" void __tsan_atomic##bits##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); }                 \
+    extern "C" T __tsan_atomic##bits##_exchange(volatile T* a, T v, int) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }       \
+    extern "C" T __tsan_atomic##bits##_fetch_add(volatile T* a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }       \
+    extern "C" T __tsan_atomic##bits##_fetch_sub(volatile T* a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); }       \
+    extern "C" int __tsan_atomic##bits##_compare_exchange_strong(volatile T* a, T* expected, T v, int, int) {                          \
+        return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                                 \
+    }                                                                                                                                  \
+    extern "C" int __tsan_atomic##bits##_compare_exchange_weak(volatile T* a, T* expected, T v, int, int) {                            \
+        return __atomic_compare_exchange_n(a, expected, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                                  \
+    }
+VP_RACE_ATOMICS(8, char)
+VP_RACE_ATOMICS(16, short)
+VP_RACE_ATOMICS(32, int)
+VP_RACE_ATOMICS(64, long)
+#undef VP_RACE_ATOMICS
+extern "C" void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+extern "C" void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+extern "C" void __tsan_init() {}
+extern "C" void __tsan_func_entry(void*) {}
+extern "C" void __tsan_func_exit() {}
+extern "C" void __tsan_vptr_update(void**, void*) {}
+extern "C" void __tsan_vptr_read(void**) {}
+#endif

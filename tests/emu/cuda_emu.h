@@ -4,7 +4,7 @@
 // source -- every kernel in kernels/, the host code of train_gpt.cu, test_gpt.cu -- on the CPU, so
 // that indexing, tiling, warp-fragment and value-path routing bugs show up as test failures here
 // instead of in a short, scarce GPU session. It does NOT measure speed, and it cannot show bugs that
-// only a real GPU has (memory-model races between streams, register spills, the hardware's own
+// only a real GPU has (true concurrency between streams, register spills, the hardware's own
 // rounding inside tensor cores). A pass under the emulator is evidence, not a GPU result.
 //
 // How it runs a kernel: every CUDA thread is a fiber (its own stack, switched by a few lines of
@@ -19,7 +19,10 @@
 // one copy is the block's shared memory); dynamic shared memory is a fresh buffer per block,
 // filled with NaN bytes, as is every cudaMalloc, so reading what no one wrote shows up as NaN.
 // VP_EMU_ORDER=reverse runs the threads between barriers in reverse order: a missing
-// __syncthreads changes the result under one of the two orders.
+// __syncthreads changes the result under one of the two orders. The _race builds go further: every
+// load and store of the kernels is checked against CUDA's ordering rules (blocks are never
+// ordered; threads of a block only by __syncthreads, lanes by __syncwarp), which finds races the
+// thread orders hide, those between blocks above all (cuda_emu.cpp, "Race detector").
 //
 // Build: tests/emu/rewrite_cuda.py turns `k<<<grid, block, smem, stream>>>(args)` into a call of
 // vp_emu::launch and `extern __shared__ T x[]` into a pointer to the block's buffer; g++ compiles
@@ -306,6 +309,15 @@ void enqueue_async(cudaStream_t stream, std::function<void()> start, std::functi
 bool set_stream_policy(const char* name);
 
 void* dynamic_smem();  // the running block's dynamic shared memory
+// A static __shared__ array, registered by the line tests/emu/rewrite_cuda.py adds after its
+// declaration, so that the race detector (the _race builds) checks it; nothing in other builds.
+#ifdef VP_EMU_RACE
+void shared_static(const void* p, size_t bytes);
+void race_access(const void* p, size_t bytes, bool write, const void* pc);
+void race_forget(const void* device_ptr);
+#else
+inline void shared_static(const void*, size_t) {}
+#endif
 int lane_id();         // the running thread's lane (linear thread index % 32)
 
 enum CollectiveKind { OP_SYNCWARP = 1, OP_SHFL_XOR, OP_LDMATRIX, OP_LDMATRIX_TRANS, OP_MMA };

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Rewrite CUDA source so that g++ can compile it against the CUDA emulator (tests/emu/cuda_emu.h).
 
-Two constructs have no C++ spelling and are rewritten here; everything else is handled by macros
-and functions in cuda_emu.h:
+Two constructs have no C++ spelling and are rewritten here, and one gets a line added; everything
+else is handled by macros and functions in cuda_emu.h:
 
     kernel<T><<<grid, block, smem, stream>>>(args);
  -> vp_emu::launch(vp_emu::fn_id(kernel<T>), vp_emu::LaunchConfig(grid, block, smem, stream),
@@ -10,6 +10,10 @@ and functions in cuda_emu.h:
 
     extern __shared__ __align__(16) unsigned char smem[];
  -> unsigned char* smem = static_cast<unsigned char*>(vp_emu::dynamic_smem());
+
+    __shared__ float partial[8][33];
+ -> __shared__ float partial[8][33]; vp_emu::shared_static(partial, sizeof(partial));
+    (the race detector's record of where the block's static shared memory is; a no-op otherwise)
 
 Line numbers are kept (a #line directive names the original file, and rewritten text spans the
 same lines), so compiler errors, assert messages and __FILE__/__LINE__ point at the real source.
@@ -20,6 +24,7 @@ import re
 import sys
 
 EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_][\w\s]*?)\s+(\w+)\s*\[\s*\]\s*;")
+STATIC_SHARED = re.compile(r"(?<![\w])__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?[A-Za-z_][\w:<>\s]*?\s+(\w+)\s*(?:\[[^\]\n]*\]\s*)+;")
 CALLEE_TAIL = re.compile(r"([A-Za-z_][\w:]*)\s*$")
 
 
@@ -92,6 +97,11 @@ def rewrite_launches(text, path):
 
 def rewrite(text, path):
     text = EXTERN_SHARED.sub(lambda m: f"{m.group(1).strip()}* {m.group(2)} = static_cast<{m.group(1).strip()}*>(vp_emu::dynamic_smem());", text)
+    text = STATIC_SHARED.sub(lambda m: f"{m.group(0)} vp_emu::shared_static({m.group(1)}, sizeof({m.group(1)}));", text)
+    for n, line in enumerate(text.split("\n"), 1):  # a declaration the pattern missed would go unchecked
+        code = re.sub(r'"(?:[^"\\]|\\.)*"', '""', line).split("//")[0]  # not in strings or comments
+        if "__shared__" in code and "shared_static" not in code:
+            raise SyntaxError(f"line {n}: declare one static __shared__ array per statement, as `__shared__ T name[N];`")
     text = rewrite_launches(text, path)
     return f'#line 1 "{path}"\n' + text
 

@@ -16,7 +16,11 @@
 //   * a missing __syncthreads changes the result (NaN-filled shared memory, forward thread order);
 //   * under VP_EMU_STREAMS' hold policies, a missing event between two streams, or a host read of
 //     an async copy's destination before the wait, changes the result; a correct event does not;
-//     an operation in flight holds back its stream and cudaStreamQuery reports it.
+//     an operation in flight holds back its stream and cudaStreamQuery reports it;
+//   * in the _race build (build/emu/test_emu_race), the race detector names each planted race --
+//     between blocks, a missing __syncthreads in dynamic and static shared memory and before
+//     ldmatrix, __syncwarp masks that leave a lane out, a shuffle taken for a barrier, a host
+//     pointer written by a kernel -- with both threads and source lines, and passes their twins.
 #define TESTING
 #include "train_gpt.cu"
 #include "tests/testing.h"
@@ -75,7 +79,8 @@ TEST(warp_and_block_sums) {
 // in O = PV). Writes C (16x16: two n-tiles) and the raw A registers for the layout check.
 static __global__ void mma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, int b_transposed, float* c, uint32_t* a_regs) {
     constexpr int LDS = 24;  // padded row stride, as the kernels pad theirs
-    __shared__ __align__(16) __nv_bfloat16 as[16 * LDS], bs[16 * LDS];
+    __shared__ __align__(16) __nv_bfloat16 as[16 * LDS];
+    __shared__ __align__(16) __nv_bfloat16 bs[16 * LDS];
     int lane = threadIdx.x;
     for (int i = lane; i < 256; i += 32) {
         as[(i / 16) * LDS + i % 16] = a[i];
@@ -335,7 +340,11 @@ TEST(missing_syncthreads_changes_the_result) {
     const int n = 64;
     float* d;
     cudaCheck(cudaMalloc(&d, n * sizeof(float)));
+#ifdef VP_EMU_RACE  // the race detector stops the racy launch itself (race_detector_names_each_race)
+    for (int sync = 1; sync >= 1; sync--) {
+#else
     for (int sync = 1; sync >= 0; sync--) {
+#endif
         neighbour_kernel<<<1, n, n * sizeof(float)>>>(d, sync);
         cudaCheck(cudaGetLastError());
         std::vector<float> h = download(d, n);
@@ -440,5 +449,100 @@ TEST(an_operation_in_flight_holds_its_stream) {
     cudaCheck(cudaFree(d));
     cudaCheck(cudaStreamDestroy(s));
 }
+
+#ifdef VP_EMU_RACE
+// ----------------------------------------------------------------------------
+// the race detector (build/emu/test_emu_race, cuda_emu.cpp "Race detector"): each planted race is
+// named with both accesses, and its correct twin runs clean
+
+// every block adds its x into out[0] (a gradient several blocks accumulate without atomics), or
+// each into its own out[block]
+static __global__ void accumulate_kernel(float* out, const float* x, bool one_target) {
+    if (threadIdx.x == 0) out[one_target ? 0 : blockIdx.x] += x[blockIdx.x];
+}
+static __global__ void static_shared_kernel(float* out, bool sync) {
+    __shared__ float s[64];
+    s[threadIdx.x] = (float)threadIdx.x;
+    if (sync) __syncthreads();
+    out[blockIdx.x * 64 + threadIdx.x] = s[63 - threadIdx.x];
+}
+// lanes exchange through shared memory: mode 0 orders the exchange with __syncwarp; 1 with a
+// __syncwarp per half-warp, which does not order lane 16's write before lane 0's read; 2 with a
+// shuffle, which exchanges registers and orders no memory
+static __global__ void warp_exchange_kernel(float* out, int mode) {
+    extern __shared__ float s[];
+    s[threadIdx.x] = (float)threadIdx.x;
+    if (mode == 0) __syncwarp();
+    if (mode == 1) __syncwarp(threadIdx.x < 16 ? 0x0000ffffu : 0xffff0000u);
+    float t = mode == 2 ? __shfl_xor_sync(0xffffffffu, 1.0f, 1) : 0.0f;
+    out[threadIdx.x] = s[threadIdx.x ^ 16] + t;
+}
+static __global__ void bf16_neighbours_kernel(__nv_bfloat16* out) { out[blockIdx.x * blockDim.x + threadIdx.x] = __float2bfloat16(1.0f); }
+static __global__ void write_through_kernel(float* p) { p[threadIdx.x] = 1.0f; }
+// each lane writes one 16-byte row; ldmatrix then reads row (lane + 1) % 32
+static __global__ void ldmatrix_rows_kernel(uint32_t* out, bool sync) {
+    __shared__ __align__(16) __nv_bfloat16 rows[32 * 8];
+    for (int j = 0; j < 8; j++) rows[threadIdx.x * 8 + j] = __float2bfloat16((float)j);
+    if (sync) __syncthreads();
+    uint32_t r[4];
+    gpu::ldsm_x4(r, &rows[((threadIdx.x + 1) % 32) * 8]);
+    out[threadIdx.x] = r[0] ^ r[1] ^ r[2] ^ r[3];
+}
+
+TEST(race_detector_names_each_race) {
+    float *out, *x;
+    cudaCheck(cudaMalloc(&out, 128 * sizeof(float)));
+    cudaCheck(cudaMalloc(&x, 64 * sizeof(float)));
+    cudaCheck(cudaMemset(out, 0, 128 * sizeof(float)));
+    cudaCheck(cudaMemset(x, 0, 64 * sizeof(float)));
+    std::string err;
+    // between blocks: each access, alone, is the emulator's right answer
+    CHECK(dies_with([&] { accumulate_kernel<<<4, 32>>>(out, x, true); }, "Two blocks of one grid", &err) &&
+              err.find("a read by thread (0,0,0) of block (1,0,0)") != std::string::npos &&
+              err.find("earlier write by thread (0,0,0) of block (0,0,0)") != std::string::npos &&
+              err.find("test_emu.cu") != std::string::npos && err.find("device memory (cudaMalloc)") != std::string::npos,
+          "blocks adding into one element: %s", err.c_str());
+    // within a block, in shared memory: dynamic (the trainer's attention tiles), static, and the
+    // rows ldmatrix reads
+    CHECK(dies_with([&] { neighbour_kernel<<<1, 64, 64 * sizeof(float)>>>(out, false); }, "data race on dynamic shared memory", &err) &&
+              err.find("No __syncthreads") != std::string::npos,
+          "missing __syncthreads, dynamic shared memory: %s", err.c_str());
+    CHECK(dies_with([&] { static_shared_kernel<<<2, 64>>>(out, false); }, "data race on a static __shared__ array", &err),
+          "missing __syncthreads, static shared memory: %s", err.c_str());
+    uint32_t* regs;
+    cudaCheck(cudaMalloc(&regs, 32 * sizeof(uint32_t)));
+    CHECK(dies_with([&] { ldmatrix_rows_kernel<<<1, 32>>>(regs, false); }, "data race on a static __shared__ array", &err),
+          "ldmatrix of rows written without __syncthreads: %s", err.c_str());
+    // within a warp
+    CHECK(dies_with([&] { warp_exchange_kernel<<<1, 32, 32 * sizeof(float)>>>(out, 1); }, "data race on dynamic shared memory", &err),
+          "__syncwarp masks that do not name both lanes: %s", err.c_str());
+    CHECK(dies_with([&] { warp_exchange_kernel<<<1, 32, 32 * sizeof(float)>>>(out, 2); }, "data race on dynamic shared memory", &err),
+          "a shuffle taken for a memory barrier: %s", err.c_str());
+    // a host pointer: the emulator's device memory is host memory, a GPU's is not
+    std::vector<float> host(32);
+    CHECK(dies_with([&] { write_through_kernel<<<1, 32>>>(host.data()); }, "a host pointer reached the kernel", &err), "kernel writing host memory: %s",
+          err.c_str());
+
+    // the correct twins, in this process: no report, and the right results
+    accumulate_kernel<<<4, 32>>>(out, x, false);
+    static_shared_kernel<<<2, 64>>>(out, true);
+    ldmatrix_rows_kernel<<<1, 32>>>(regs, true);
+    warp_exchange_kernel<<<1, 32, 32 * sizeof(float)>>>(out, 0);
+    cudaCheck(cudaGetLastError());
+    std::vector<float> h = download(out, 32);
+    int right = 0;
+    for (int i = 0; i < 32; i++) right += h[i] == (float)(i ^ 16);
+    CHECK(right == 32, "__syncwarp exchange: %d of 32 right", right);
+    // one launch after another is ordered: block i reads what block i - 1 of the previous grid wrote
+    accumulate_kernel<<<4, 32>>>(out, x, false);
+    accumulate_kernel<<<4, 32>>>(out + 1, x, false);
+    // neighbouring bf16 written by two blocks share a 4-byte word, not an element
+    __nv_bfloat16* b;
+    cudaCheck(cudaMalloc(&b, 6 * sizeof(__nv_bfloat16)));
+    bf16_neighbours_kernel<<<2, 3>>>(b);
+    cudaCheck(cudaDeviceSynchronize());
+    for (void* p : {(void*)out, (void*)x, (void*)regs, (void*)b}) cudaCheck(cudaFree(p));
+}
+#endif
 
 TEST_MAIN()
