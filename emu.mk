@@ -7,6 +7,7 @@
 #   make emu-train             build/emu/<path>/train_<prec>: ./train's main under the emulator
 #   make test-emu-labs         the kernel labs of dev/cuda, every version checked against the CPU
 #   make test-emu-race         test-emu under the race detector (docs/gpu.md, "Races")
+#   make test-emu-labs-race    test-emu-labs under the race detector
 #
 # `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores (~2 minutes of builds, ~5 of runs):
 # the emulator's own tests (test_emu); every path and precision on forward_backward (every config:
@@ -14,9 +15,10 @@
 # bf16's and Depth fp32's 10 steps; and the vanilla bf16 suite once more under AddressSanitizer +
 # UBSan with the threads between barriers in reverse order (VP_EMU_ORDER=forward|reverse
 # overrides either build's order); and the race detector's own tests plus forward_backward of Depth
-# and SLA (bf16) and ResFormer (fp32) with every kernel access checked for races. It also builds the emulated ./train for
-# tests/python/test_gpu_trainer_emu.py and, where MPI exists, the emulated data-parallel ./train
-# for tests/python/test_distributed_gpu_emu.py (NCCL carried over MPI: tests/emu/nccl_emu.cpp).
+# and SLA (bf16) and ResFormer (fp32) with every kernel access checked for races. It also builds
+# the emulated ./train for tests/python/test_gpu_trainer_emu.py and, where MPI exists, the emulated
+# data-parallel ./train for tests/python/test_distributed_gpu_emu.py (NCCL carried over MPI:
+# tests/emu/nccl_emu.cpp).
 #
 # The emulated build compiles the real sources: tests/emu/rewrite_cuda.py rewrites the <<<...>>>
 # launches and `extern __shared__` of test_gpt.cu, train_gpt.cu and kernels/*.cuh into
@@ -114,13 +116,14 @@ EMU_CI_RUN := build/emu/test_emu $(addsuffix @$(EMU_CI_FILTER),$(EMU_TEST_BINS))
 	$(EMU_CI_RACE_RUN)
 # plus ./train's main under the emulator, for tests/python/test_gpu_trainer_emu.py, and its
 # data-parallel build where MPI exists (tests/python/test_distributed_gpu_emu.py)
-EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) build/emu/vanilla/test_gpt_bf16_asan $(patsubst %@$(EMU_CI_FILTER),%,$(patsubst %@forward_backward,%,$(EMU_CI_RACE_RUN))) build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \
+EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) build/emu/vanilla/test_gpt_bf16_asan $(foreach e,$(EMU_CI_RACE_RUN),$(firstword $(subst @, ,$(e)))) build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \
 	$(if $(HAVE_MPI),build/emu/vanilla-mpi/train_fp32 build/emu/depth-mpi/train_bf16 build/emu/resformer-mpi/train_bf16) $(EMU_BENCH_BINS)
 
 test-emu: build/emu/test_emu $(EMU_TEST_BINS)
 	@bash tests/run_all.sh --no-python build/emu/test_emu $(if $(EMU_TESTS),$(addsuffix @$(EMU_TESTS),$(EMU_TEST_BINS)),$(EMU_TEST_BINS))
 
-# the same under the race detector (cuda_emu.cpp "Race detector"; about twice the time)
+# the same under the race detector (cuda_emu.cpp "Race detector"; two to five times as long:
+# 6 to 23 minutes per binary on two cores, dev/results/2026-11-24-emu-race.md)
 EMU_RACE_BINS := $(addsuffix _race,$(EMU_TEST_BINS))
 .PHONY: test-emu-race
 test-emu-race: build/emu/test_emu_race $(EMU_RACE_BINS)
@@ -147,6 +150,13 @@ build/emu/dev/cuda/%: build/emu/src/dev/cuda/%.cu build/emu/src/dev/cuda/common.
 build/emu/dev/cuda/bench_gpt_%: build/emu/src/dev/cuda/bench_gpt.cu $(EMU_SOURCES) build/emu/cuda_emu.o $(CPU_SOURCES)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) -x c++ $< -x none build/emu/cuda_emu.o -o $@
-.PHONY: test-emu-labs
+.PHONY: test-emu-labs test-emu-labs-race
 test-emu-labs: $(EMU_LABS)
+	@fail=0; for l in $^; do echo "== $$l --check"; ./$$l --check || { echo "✗ $$l"; fail=1; }; done; exit $$fail
+# every version of every lab under the race detector (versions the trainer does not use included)
+build/emu/dev/cuda/%_race: build/emu/src/dev/cuda/%.cu build/emu/src/dev/cuda/common.h $(EMU_SOURCES) build/emu/cuda_emu_race.o $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_RACE) $(EMU_INCLUDES) -DENABLE_BF16 -x c++ -c $< -o $@.o
+	$(CXX) $(EMU_CXXFLAGS) $@.o build/emu/cuda_emu_race.o -o $@ && rm -f $@.o
+test-emu-labs-race: $(addsuffix _race,$(EMU_LABS))
 	@fail=0; for l in $^; do echo "== $$l --check"; ./$$l --check || { echo "✗ $$l"; fail=1; }; done; exit $$fail
