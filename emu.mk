@@ -63,6 +63,8 @@ emu_prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 # emulator's race detector answers those calls (libtsan is not linked: compile and link are two
 # steps, the link without -fsanitize). Fibers switch by hand, so libtsan could not follow them.
 EMU_RACE := -DVP_EMU_RACE -fsanitize=thread --param tsan-instrument-func-entry-exit=0 --param tsan-distinguish-volatile=0
+# links $@ from $@.o, which was compiled with $(EMU_RACE)
+EMU_RACE_LINK = $(CXX) $(EMU_CXXFLAGS) $@.o build/emu/cuda_emu_race.o -o $@ && rm -f $@.o
 
 # build/emu/<path>/test_gpt_<prec>[_asan]
 define EMU_TEST_RULES
@@ -75,7 +77,7 @@ build/emu/%/test_gpt_$(1)_asan: $$(EMU_SOURCES) build/emu/cuda_emu_asan.o $$(CPU
 build/emu/%/test_gpt_$(1)_race: $$(EMU_SOURCES) build/emu/cuda_emu_race.o $$(CPU_SOURCES) tests/testing.h
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(EMU_CXXFLAGS) $$(EMU_RACE) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DVP_ERRORS_THROW -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ -c build/emu/src/test_gpt.cu -o $$@.o
-	$$(CXX) $$(EMU_CXXFLAGS) $$@.o build/emu/cuda_emu_race.o -o $$@ && rm -f $$@.o
+	$$(EMU_RACE_LINK)
 build/emu/%/train_$(1): $$(EMU_SOURCES) build/emu/cuda_emu.o $$(CPU_SOURCES)
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(EMU_CXXFLAGS) $$(EMU_INCLUDES) $(call emu_prec_define,$(1)) -DVALUE_PATH_ID=$$(VP_ID_$$*) -x c++ build/emu/src/train_gpt.cu -x none build/emu/cuda_emu.o -o $$@
@@ -99,7 +101,7 @@ build/emu/test_emu: build/emu/src/tests/emu/test_emu.cu $(EMU_SOURCES) build/emu
 build/emu/test_emu_race: build/emu/src/tests/emu/test_emu.cu $(EMU_SOURCES) build/emu/cuda_emu_race.o $(HOST_HEADERS) tests/testing.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_RACE) $(EMU_INCLUDES) -DENABLE_BF16 -DVP_ERRORS_THROW -x c++ -c $< -o $@.o
-	$(CXX) $(EMU_CXXFLAGS) $@.o build/emu/cuda_emu_race.o -o $@ && rm -f $@.o
+	$(EMU_RACE_LINK)
 
 EMU_TEST_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/test_gpt_fp32 build/emu/$(p)/test_gpt_bf16)
 
@@ -157,6 +159,6 @@ test-emu-labs: $(EMU_LABS)
 build/emu/dev/cuda/%_race: build/emu/src/dev/cuda/%.cu build/emu/src/dev/cuda/common.h $(EMU_SOURCES) build/emu/cuda_emu_race.o $(CPU_SOURCES)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_RACE) $(EMU_INCLUDES) -DENABLE_BF16 -x c++ -c $< -o $@.o
-	$(CXX) $(EMU_CXXFLAGS) $@.o build/emu/cuda_emu_race.o -o $@ && rm -f $@.o
+	$(EMU_RACE_LINK)
 test-emu-labs-race: $(addsuffix _race,$(EMU_LABS))
 	@fail=0; for l in $^; do echo "== $$l --check"; ./$$l --check || { echo "✗ $$l"; fail=1; }; done; exit $$fail

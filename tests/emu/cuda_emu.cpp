@@ -172,6 +172,16 @@ static Emulator& emu() {
     return e;
 }
 
+// the allocation that holds [p, p + bytes), or nullptr
+static const std::pair<const uintptr_t, size_t>* find_alloc(const std::map<uintptr_t, size_t>& m, const void* p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return nullptr;
+    --it;
+    if (a + bytes > it->first + it->second) return nullptr;
+    return &*it;
+}
+
 static std::string launch_where() {
     Emulator& e = emu();
     char buf[256];
@@ -427,9 +437,7 @@ static RaceRegion* race_region(uintptr_t a, bool* shared) {
     if (a - race_last.base < race_last.bytes) return &race_last;
     Emulator& e = emu();
     for (const std::map<uintptr_t, size_t>* allocs : {&e.device_allocs, &e.host_allocs}) {
-        const std::pair<const uintptr_t, size_t>* hit = nullptr;
-        auto it = allocs->upper_bound(a);
-        if (it != allocs->begin() && a < std::prev(it)->first + std::prev(it)->second) hit = &*std::prev(it);
+        const std::pair<const uintptr_t, size_t>* hit = find_alloc(*allocs, (const void*)a, 1);
         if (!hit) continue;
         RaceRegion& r = race_device[hit->first];
         if (!r.rec) {
@@ -458,6 +466,9 @@ static bool race_ordered(const RaceAccess& a, const RaceAccess& b) {
         if ((passed[k] & both) == both) return true;  // a __syncwarp naming both lanes
     return false;
 }
+
+// the code address of an access, as addr2line takes it (an offset into the executable)
+static uint32_t race_pc(const void* pc) { return (uint32_t)((uintptr_t)pc - (uintptr_t)&__executable_start); }
 
 static std::string race_who(uint32_t thread) {
     Emulator& e = emu();
@@ -505,7 +516,7 @@ void race_access(const void* p, size_t bytes, bool write, const void* pc) {
         if (write)
             kernel_fault("a %zu-byte write to %p, which is neither device memory (cudaMalloc, cudaMallocHost), shared memory nor the "
                          "thread's own stack: a host pointer reached the kernel (%s)",
-                         bytes, p, race_where((uint32_t)((uintptr_t)pc - (uintptr_t)&__executable_start)).c_str());
+                         bytes, p, race_where(race_pc(pc)).c_str());
         return;  // reads of host data: the kernel's parameters, the emulator's own state
     }
     if (a + bytes > r->base + r->bytes) kernel_fault("a %zu-byte access at %p runs past the end of %s (%zu bytes at %p)", bytes, p, r->what, r->bytes, (void*)r->base);
@@ -514,7 +525,7 @@ void race_access(const void* p, size_t bytes, bool write, const void* pc) {
     now.thread = 1 + e.block_linear * (uint32_t)e.threads.size() + (uint32_t)e.current;
     now.barriers = (uint16_t)e.barriers;
     now.syncwarps = (uint16_t)e.syncwarps[e.current / 32].size();
-    now.pc = (uint32_t)((uintptr_t)pc - (uintptr_t)&__executable_start);
+    now.pc = race_pc(pc);
     uint32_t epoch = shared ? e.block_epoch : e.launch_epoch;
     race_checked++;
     for (size_t g = (a - r->base) / 2; g <= (a + bytes - 1 - r->base) / 2; g++) {
@@ -875,6 +886,7 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
 // runtime API
 
 using vp_emu::emu;
+using vp_emu::find_alloc;
 
 static cudaError_t set_error(cudaError_t err) {
     if (err != cudaSuccess) emu().last_error = err;
@@ -900,15 +912,6 @@ cudaError_t cudaGetLastError() {
 }
 cudaError_t cudaPeekAtLastError() { return emu().last_error; }
 
-// the allocation that holds [p, p + bytes), or nullptr
-static const std::pair<const uintptr_t, size_t>* find_alloc(const std::map<uintptr_t, size_t>& m, const void* p, size_t bytes) {
-    uintptr_t a = (uintptr_t)p;
-    auto it = m.upper_bound(a);
-    if (it == m.begin()) return nullptr;
-    --it;
-    if (a + bytes > it->first + it->second) return nullptr;
-    return &*it;
-}
 static bool is_device(const void* p, size_t bytes) { return find_alloc(emu().device_allocs, p, bytes) != nullptr; }
 static bool overlaps_device(const void* p) { return find_alloc(emu().device_allocs, p, 1) != nullptr; }
 
