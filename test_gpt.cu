@@ -426,7 +426,8 @@ TEST(recompute_is_bit_identical) {
 
 // The hook value paths use: attention over heads [0, H/2) and [H/2, H) in two calls must equal one
 // call over all heads, forward and backward (with dK/dV accumulated into a buffer, as a path's
-// cross-layer accumulator would be). In bf16, also: backward versions 2 and 3 agree bit for bit.
+// cross-layer accumulator would be). In bf16, also: the trainer's kernels (version 4) agree bit for
+// bit with versions 2 and 3 (forward: 2).
 TEST(attention_head_ranges) {
     const TestConfig tc = test_configs()[1];  // GQA, G = 2 (a copy: test_configs() returns a temporary)
     ModelConfig c = config_from_flags(tc);
@@ -503,15 +504,27 @@ TEST(attention_head_ranges) {
     CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk over two head ranges differs");
     CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv over two head ranges differs");
 #ifdef ENABLE_BF16
-    // the trainer's backward (version 3: the dK/dV kernel takes 16 queries at a time) must equal
-    // version 2 (one pass over each query tile) bit for bit: the same sums in the same order
-    gpu::AttentionArgs v2 = one;
-    v2.dq = dq, v2.dk = dk, v2.dv = dv;
-    gpu::attention_backward2(v2, gm.stream);
+    // the trainer's backward (version 4: 16 queries at a time in the dK/dV kernel, tiles double
+    // buffered by cp.async) must equal versions 2 (one pass over each query tile, loads waited
+    // for) and 3 bit for bit: the same sums in the same order; and its forward version 2's
+    CHECK(gpu::attention_tc_version == 4, "the trainer's attention is version %d, this test expects 4", gpu::attention_tc_version);
+    for (int version = 2; version <= 3; version++) {
+        gpu::AttentionArgs older = one;
+        older.dq = dq, older.dk = dk, older.dv = dv;
+        if (version == 2) gpu::attention_backward2(older, gm.stream);
+        else gpu::attention_backward3(older, gm.stream);
+        cudaCheck(cudaStreamSynchronize(gm.stream));
+        CHECK(bits_equal(download(dq, BT, H * D, H * D), download(dq_f, BT, H * D, H * D)), "dq of attention backward versions %d and 4 differs", version);
+        CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions %d and 4 differs", version);
+        CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions %d and 4 differs", version);
+    }
+    gpu::AttentionArgs fwd2 = full;
+    fwd2.out = out, fwd2.lse = lse;
+    gpu::attention_forward2(fwd2, gm.stream);
     cudaCheck(cudaStreamSynchronize(gm.stream));
-    CHECK(bits_equal(download(dq, BT, H * D, H * D), download(dq_f, BT, H * D, H * D)), "dq of attention backward versions 2 and 3 differs");
-    CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions 2 and 3 differs");
-    CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions 2 and 3 differs");
+    CHECK(bits_equal(download(out, BT, H * D, H * D), download(full.out, BT, H * D, H * D)), "out of attention forward versions 2 and 4 differs");
+    cudaCheck(cudaMemcpy(l1.data(), lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(same_bits(l1, l2), "lse of attention forward versions 2 and 4 differs");
     // gradients are stored as bf16 pairs: a dq, dk or dv that is not 4-byte aligned must be refused
     // by the launcher (a GPU would fault with "misaligned address"; the emulator would not)
     for (int which = 0; which < 3; which++) {

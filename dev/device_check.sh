@@ -21,11 +21,12 @@
 #      ./train's; with >= 2 GPUs also 2 ranks against one GPU with accumulation 2, and the step
 #      time at GPT-2 124M with the gradient all-reduce overlapped (--overlap-reduce 1) and not
 #   6. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device
-#   7. the attention backward lab timed (version 2 against 3)
+#   7. the attention labs timed (every version), and a bench step with the attention kernels
+#      without cp.async (--attention-version 2) against the trainer's
 #   8. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py)
 # and prints a short table last. With $OUT set (the device tool), results go there (at most 8
 # files): summary.md (the table, in the form dev/results/ wants), build.log, test_gpt.log,
-# labs.log, train_cli.log, dist.log, bench.txt.
+# labs.log, train_cli.log, dist.log, bench.txt, attention_timed.log.
 #
 # DEVICE_BUNDLE=build/device_bundle.tar.xz: binaries built off the device by dev/device_bundle.sh
 # (carried with the call), used instead of building when they come from these very sources.
@@ -421,16 +422,32 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     while IFS= read -r t; do ROWS+=("$t"); done < <(grep '^| [a-z]* | [0-9]' "$BENCH" | sed 's/^| \([a-z]*\) |/| path \1 |/')
 fi
 
-# 7. attention backward, version 2 (dK/dV in one pass) against version 3 (16 queries at a time, the
-# trainer's since 2026-11-23, chosen from ptxas figures alone): the lab's timings per shape. If
-# version 2 wins here, make attention_backward call attention_backward2 (kernels/attention.cuh).
-if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x build/dev/cuda/bf16/attention_backward ]; then
-    LAB="$OUT_DIR/attention_backward_timed.log"
-    run_step "lab attention_backward (timed)" 120 "$LAB" ./build/dev/cuda/bf16/attention_backward
-    while IFS= read -r t; do row "attention backward ${t%%|*}" "${t#*|}"; done < <(awk '
-        /^attention backward:/ { if (shape != "") print shape "|" times; shape = $3 " " $4 " " $5 " " $6 " " $7; times = "" }
+# 7. attention: the labs' timings per shape, every version (forward 1, 2, 4; backward 1-4), and
+# a whole training step with the tensor-core kernels without cp.async (bench_gpt
+# --attention-version 2: forward version 2, backward version 3) against the trainer's version 4
+# (the bench above). Version 4 (cp.async double buffering) and before it version 3 became the
+# trainer's from ptxas figures alone; if an older version wins here, set attention_tc_version in
+# kernels/attention.cuh (all versions give the same bits).
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    LAB="$OUT_DIR/attention_timed.log"  # one file for both labs: the tool brings back at most 8
+    for lab in attention_forward attention_backward; do
+        [ -x "build/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 120 "$LAB" "./build/dev/cuda/bf16/$lab"
+    done
+    [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
+        /^attention (forward|backward):/ { if (shape != "") print shape "|" times; shape = $1 " " $2 " " $3 " " $4 " " $5 " " $6 " " $7; times = "" }
         /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
         END { if (shape != "") print shape "|" times }' "$LAB")
+    if [ -x build/dev/cuda/bf16/bench_gpt_vanilla ]; then
+        ATT="$OUT_DIR/bench.txt"
+        run_step "bench_gpt_vanilla --attention-version 2" 90 "$ATT" ./build/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
+        old=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=2' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
+        new=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
+        if [ -n "$old" ] && [ -n "$new" ]; then
+            row "step with attention version 4 (trainer) vs 2/3 (no cp.async), vanilla B=64 T=1024" "$new vs $old ms/step"
+        else
+            row "step with attention version 2/3" "did not finish (see bench.txt)"
+        fi
+    fi
 fi
 
 # 8. where a step's time goes, if time is left: each kernel's time over two steps of the vanilla

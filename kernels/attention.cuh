@@ -26,7 +26,10 @@
 //     into log2(e).
 //   version 3 (tensor cores, bf16): version 2 with the backward's dK/dV kernel taking each query
 //     tile 16 queries at a time, to hold fewer registers (see the kernel); bit-identical results.
-//     The BF16 build uses version 2's forward and version 3's backward.
+//   version 4 (tensor cores, bf16): version 2's forward and version 3's backward with their
+//     streamed tiles (K/V, or Q/dO in the dK/dV kernel) double buffered: the next tile is started
+//     as cp.async copies before the current one's math, so the loads overlap it. Bit-identical.
+//     The BF16 build's (attention_tc_version, below).
 // Backward, both versions: three kernels: delta = rowsum(dO * O); dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
 // fixed order (the group sum is deterministic, no atomics); dQ with one block per (b, query head,
@@ -35,7 +38,7 @@
 // backward FLOPs) so that results are bit-reproducible.
 //
 // defines: AttentionArgs, attention_head_dim_supported, attention_forward, attention_backward
-//          (and attention_forward1/2, attention_backward1/2/3 for the dev labs)
+//          (and attention_forward1/2/4, attention_backward1/2/3/4 for the dev labs)
 #pragma once
 
 #include "kernels/common.cuh"
@@ -431,6 +434,38 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
+// Asynchronous copies (sm_80+), for the double-buffered tile loads of version 4: cp_async16
+// starts a 16-byte copy global -> shared that bypasses the registers (and L1: .cg), zero-filling
+// the bytes past src_bytes (0: a row past T, nothing is read); cp_async_commit closes this
+// thread's copies issued since the last commit into a group; cp_async_wait<N> waits until at most
+// the N newest groups are in flight. A copy is visible to the issuing thread after its wait, to
+// the block after a __syncthreads that follows the waits. PyTorch has no equivalent: it is how
+// FlashAttention-2 overlaps the next tile's loads with the current tile's math.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+#ifdef VP_CUDA_EMU
+    vp_emu::cp_async16(smem_dst, gmem_src, src_bytes);
+#else
+    uint32_t dst = (uint32_t)__cvta_generic_to_shared(smem_dst);
+    size_t src = __cvta_generic_to_global(gmem_src);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef VP_CUDA_EMU
+    vp_emu::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef VP_CUDA_EMU
+    vp_emu::cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits = the lower column
     return *reinterpret_cast<uint32_t*>(&v);
@@ -491,6 +526,24 @@ __device__ __forceinline__ void att2_load_v_tile(__nv_bfloat16* dst, const KVSou
     }
 }
 
+// The same two loads started as cp.async copies (version 4): nothing is in shared memory until the
+// caller's cp_async_wait and __syncthreads. ResFormer's mixed V is computed from two sources, so
+// it is loaded (synchronously) by att2_load_v_tile; it is visible after the same __syncthreads.
+template <int D>
+__device__ __forceinline__ void att2_load_tile_async(__nv_bfloat16* dst, const __nv_bfloat16* src, long rs, int row0, int T) {
+    constexpr int LDS = att2_lds(D), CPR = D / 8;
+    for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
+        int r = c / CPR, cc = (c % CPR) * 8, row = row0 + r;
+        bool inside = row < T;  // rows past T: zeros, read from nowhere (src itself stays a valid address)
+        cp_async16(dst + r * LDS + cc, inside ? src + (size_t)row * rs + cc : src, inside ? 16 : 0);
+    }
+}
+template <int D>
+__device__ __forceinline__ void att2_load_v_tile_async(__nv_bfloat16* dst, const KVSource& s, int row0, int T) {
+    if (s.vmix) att2_load_v_tile<D>(dst, s, row0, T);
+    else att2_load_tile_async<D>(dst, s.v, s.v_rs, row0, T);
+}
+
 // The backward's two score products, for one warp: c1 = A1 B1^T and c2 = A2 B2^T, with A1, A2 the
 // warp's 16 rows [a_row0, a_row0 + 16) of two shared tiles, B1, B2 the rows [b_row0, b_row0 + 16 NP)
 // of two others, and k running over the D head dims. The dQ kernel computes S = Q K^T and
@@ -521,37 +574,67 @@ __device__ __forceinline__ void att2_paired_products(float (&c1)[2 * NP][4], flo
     }
 }
 
-template <int D>
-static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2(AttentionArgs a) {
+// Version 2 (ASYNC = false): the K/V tile is loaded, then used, with the block waiting on the
+// loads. Version 4 (ASYNC = true): two K/V buffers; while tile kt is used, tile kt + 1 is already
+// on its way into the other buffer as cp.async copies. The math is the same code: same bits.
+// Shared memory: Q, then K and V once (version 2) or twice (version 4), each ATT2_TILE x LDS bf16.
+// __launch_bounds__: version 4 at D = 64 is held to 4 blocks per SM (128 registers, an 8-byte
+// spill; free, it takes 133 and 3 blocks fit), version 2's figure; 0 leaves the others free.
+template <int D, bool ASYNC>
+static __global__ void __launch_bounds__(ATT2_THREADS, (ASYNC && D == 64) ? 4 : 0) attention_forward_kernel2(AttentionArgs a) {
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;  // NT: n-tiles of 8 keys per tile
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
-    __nv_bfloat16* Ks = Qs + ATT2_TILE * LDS;
-    __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+    __nv_bfloat16* KVs = Qs + ATT2_TILE * LDS;  // buffer i: K at KVs + 2i TILE LDS, V after it
     int nh = a.h1 - a.h0, G = a.H / a.Hkv;
     int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
     int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     const float sl2 = LOG2E / sqrtf((float)D);  // scores in log2 units: exp(x) = exp2(x * log2 e)
+    KVSource src = attn_kv_source(a, b, g);
+    const __nv_bfloat16* qsrc = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
 
-    att2_load_tile<D>(Qs, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * ATT2_TILE, a.T);
-    __syncthreads();
     uint32_t qf[D / 16][4];  // this warp's 16 query rows as A fragments
+    if constexpr (ASYNC) {  // Q and the first K/V tile: group 0, waited for at the top of the loop
+        att2_load_tile_async<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(KVs, src.k, src.k_rs, 0, a.T);
+        att2_load_v_tile_async<D>(KVs + ATT2_TILE * LDS, src, 0, a.T);
+        cp_async_commit();
+    } else {
+        att2_load_tile<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
+        __syncthreads();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[ks], frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
+        for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[ks], frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
+    }
 
     float o[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};  // rows gr and gr+8 of the warp
     int row = qt * ATT2_TILE + warp * 16 + gr;
-    KVSource src = attn_kv_source(a, b, g);
 
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads();  // everyone is done with the previous K, V tiles
-        att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
-        att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
-        __syncthreads();
+        __nv_bfloat16* Ks = KVs + (ASYNC ? (kt & 1) * 2 * ATT2_TILE * LDS : 0);
+        __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+        if constexpr (ASYNC) {
+            cp_async_wait<0>();  // this thread's copies of tile kt (the only group in flight)
+            __syncthreads();     // everyone's; and everyone is done with tile kt - 1, whose buffer is refilled next
+            if (kt < qt) {       // tile kt + 1 flies while tile kt is used
+                __nv_bfloat16* Kn = KVs + ((kt + 1) & 1) * 2 * ATT2_TILE * LDS;
+                att2_load_tile_async<D>(Kn, src.k, src.k_rs, (kt + 1) * ATT2_TILE, a.T);
+                att2_load_v_tile_async<D>(Kn + ATT2_TILE * LDS, src, (kt + 1) * ATT2_TILE, a.T);
+                cp_async_commit();
+            }
+            if (kt == 0) {
+#pragma unroll
+                for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[ks], frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
+            }
+        } else {
+            __syncthreads();  // everyone is done with the previous K, V tiles
+            att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+            att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
+            __syncthreads();
+        }
         // S = Q K^T  (16 rows x 64 keys per warp)
         float s[NT][4];
 #pragma unroll
@@ -635,27 +718,56 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
 // the group and the query tiles at or after the key tile. Computes transposed scores S^T (keys x
 // queries) so that P^T and dS^T come out in the C layout that is the A operand of dV += P^T dO and
 // dK += dS^T Q. Each query tile is taken QSTEP queries at a time (64: version 2, one pass; 16:
-// version 3, the trainer's), see below.
-template <int D, int QSTEP>
+// version 3), see below. ASYNC (version 4 = version 3 + this): the Q/dO tiles are double
+// buffered, the next one arriving by cp.async while the current one is used, as in the forward.
+// Shared memory: K, V (ATT2_TILE x LDS bf16 each), then per buffer Q and dO tiles, then per
+// buffer the tile's lse (log2 units) and delta (ATT2_TILE floats each).
+template <int D, int QSTEP, bool ASYNC>
 static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_kernel2(AttentionArgs a) {
     static_assert(QSTEP % 16 == 0 && ATT2_TILE % QSTEP == 0, "QSTEP: whole mma k-steps that tile the query tile");
-    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;
+    static_assert(ATT2_THREADS >= ATT2_TILE, "one thread per query row loads lse and delta");
+    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8, NBUF = ASYNC ? 2 : 1;
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem2);
     __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
-    __nv_bfloat16* Qs = Vs + ATT2_TILE * LDS;
-    __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
-    float* lse_s = reinterpret_cast<float*>(dOs + ATT2_TILE * LDS);  // log2 units
-    float* delta_s = lse_s + ATT2_TILE;
+    __nv_bfloat16* QdOs = Vs + ATT2_TILE * LDS;  // buffer i: Q at QdOs + 2i TILE LDS, dO after it
+    float* lse_all = reinterpret_cast<float*>(QdOs + 2 * NBUF * ATT2_TILE * LDS);  // buffer i at + i TILE
+    float* delta_all = lse_all + NBUF * ATT2_TILE;
     int G = a.H / a.Hkv, ng = (a.h1 - a.h0) / G;
     int kt = blockIdx.x, b = blockIdx.y / ng, g = a.h0 / G + blockIdx.y % ng;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     int nqt = CEIL_DIV(a.T, ATT2_TILE);
     const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
+    // the (query head, query tile) pairs in order: heads of the group outer, tiles kt.. inner
+    int nq = nqt - kt, n_iter = G * nq;
+    auto q_of = [&](int it) { return a.q + (size_t)b * a.T * a.q_rs + (size_t)(g * G + it / nq) * D; };
+    auto dout_of = [&](int it) { return a.dout + (size_t)b * a.T * a.H * D + (size_t)(g * G + it / nq) * D; };
+    auto qtile_of = [&](int it) { return kt + it % nq; };
+    // lse (in log2 units) and delta of query row r of pair it; rows past T: lse = inf (P = 0)
+    auto lse_of = [&](int it, int r) {
+        int qrow = qtile_of(it) * ATT2_TILE + r;
+        return qrow < a.T ? a.lse[((size_t)b * a.H + g * G + it / nq) * a.T + qrow] * LOG2E : INFINITY;
+    };
+    auto delta_of = [&](int it, int r) {
+        int qrow = qtile_of(it) * ATT2_TILE + r;
+        return qrow < a.T ? a.delta[((size_t)b * a.H + g * G + it / nq) * a.T + qrow] : 0.0f;
+    };
 
     KVSource src = attn_kv_source(a, b, g);
-    att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
-    att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
+    if constexpr (ASYNC) {  // K, V and the first Q/dO tile: group 0; the first lse/delta directly
+        att2_load_tile_async<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+        att2_load_v_tile_async<D>(Vs, src, kt * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(QdOs, q_of(0), a.q_rs, qtile_of(0) * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(QdOs + ATT2_TILE * LDS, dout_of(0), (long)a.H * D, qtile_of(0) * ATT2_TILE, a.T);
+        cp_async_commit();
+        if (threadIdx.x < ATT2_TILE) {
+            lse_all[threadIdx.x] = lse_of(0, threadIdx.x);
+            delta_all[threadIdx.x] = delta_of(0, threadIdx.x);
+        }
+    } else {
+        att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+        att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
+    }
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; j++)
@@ -663,61 +775,84 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
         for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.0f;
     int key = kt * ATT2_TILE + warp * 16 + gr;  // this thread's keys: key, key + 8
 
-    for (int h = g * G; h < (g + 1) * G; h++) {
-        for (int qt = kt; qt < nqt; qt++) {
-            __syncthreads();
-            att2_load_tile<D>(Qs, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * ATT2_TILE, a.T);
-            att2_load_tile<D>(dOs, a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D, (long)a.H * D, qt * ATT2_TILE, a.T);
-            for (int r = threadIdx.x; r < ATT2_TILE; r += ATT2_THREADS) {
-                int qrow = qt * ATT2_TILE + r;
-                lse_s[r] = qrow < a.T ? a.lse[((size_t)b * a.H + h) * a.T + qrow] * LOG2E : INFINITY;
-                delta_s[r] = qrow < a.T ? a.delta[((size_t)b * a.H + h) * a.T + qrow] : 0.0f;
-            }
-            __syncthreads();
-            // Per group of QSTEP queries (NPG steps of 16), all in registers:
-            //   S^T = K Q^T, P^T = exp(S^T - lse) with the causal mask (query >= key),
-            //   dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
-            // Why groups: the dK and dV accumulators of 16 keys x D take D fp32 registers per
-            // thread; P^T and dP^T of all 64 queries add 32 more, and with them D = 128 spills and
-            // D = 64 needs 214 registers (2 blocks per SM). With QSTEP = 16 they add 8: D = 64 takes
-            // 136 (3 blocks per SM) and D = 128 251, without spills (nvcc 13.0, sm_90a; ptxas_report.sh).
-            // The price: the K and V fragments are read from shared memory once per group, 4 times
-            // instead of once, which is 33% more ldmatrix for the same mma count at D = 64. Every sum
-            // runs in the same order as in one pass, so both versions give the same bits.
-            // Unrolling 2 of the 4 groups, not all: fully unrolled, ptxas schedules the groups'
-            // loads together and the registers come back (D = 128 spills again).
-            constexpr int NPG = QSTEP / 16;
-#pragma unroll 2
-            for (int q0 = 0; q0 < NT / 2; q0 += NPG) {
-                float pt[2 * NPG][4], dpt[2 * NPG][4];
-                att2_paired_products<D, NPG>(pt, dpt, Ks, Vs, warp * 16, Qs, dOs, q0 * 16, lane);
-#pragma unroll
-                for (int j = 0; j < 2 * NPG; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int kr = key + (e >= 2 ? 8 : 0), ql = (2 * q0 + j) * 8 + 2 * tq + (e & 1), qrow = qt * ATT2_TILE + ql;
-                        float p = qrow >= kr ? exp2f(pt[j][e] * sl2 - lse_s[ql]) : 0.0f;  // qrow >= T: lse = inf -> 0
-                        pt[j][e] = p;
-                        dpt[j][e] = p * (dpt[j][e] - delta_s[ql]);
-                    }
-#pragma unroll
-                for (int np = 0; np < NPG; np++) {
-                    uint32_t pa[4] = {pack_bf16x2(pt[2 * np][0], pt[2 * np][1]), pack_bf16x2(pt[2 * np][2], pt[2 * np][3]),
-                                      pack_bf16x2(pt[2 * np + 1][0], pt[2 * np + 1][1]), pack_bf16x2(pt[2 * np + 1][2], pt[2 * np + 1][3])};
-                    uint32_t sa[4] = {pack_bf16x2(dpt[2 * np][0], dpt[2 * np][1]), pack_bf16x2(dpt[2 * np][2], dpt[2 * np][3]),
-                                      pack_bf16x2(dpt[2 * np + 1][0], dpt[2 * np + 1][1]), pack_bf16x2(dpt[2 * np + 1][2], dpt[2 * np + 1][3])};
-#pragma unroll
-                    for (int dp = 0; dp < D / 16; dp++) {
-                        uint32_t df[4], qf[4];
-                        ldsm_x4_trans(df, frag_b_trans_addr(dOs, LDS, (q0 + np) * 16, dp * 16, lane));
-                        ldsm_x4_trans(qf, frag_b_trans_addr(Qs, LDS, (q0 + np) * 16, dp * 16, lane));
-                        mma_bf16_16816(dv[2 * dp], pa, df[0], df[1]);
-                        mma_bf16_16816(dv[2 * dp + 1], pa, df[2], df[3]);
-                        mma_bf16_16816(dk[2 * dp], sa, qf[0], qf[1]);
-                        mma_bf16_16816(dk[2 * dp + 1], sa, qf[2], qf[3]);
-                    }
+    for (int it = 0; it < n_iter; it++) {
+        int qt = qtile_of(it), buf = ASYNC ? it & 1 : 0;
+        __nv_bfloat16* Qs = QdOs + 2 * buf * ATT2_TILE * LDS;
+        __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
+        float* lse_s = lse_all + buf * ATT2_TILE;
+        float* delta_s = delta_all + buf * ATT2_TILE;
+        float lse_next = 0.0f, delta_next = 0.0f;  // ASYNC: the next pair's row, stored after the math
+        bool prefetch = ASYNC && it + 1 < n_iter;
+        if constexpr (ASYNC) {
+            cp_async_wait<0>();  // this thread's copies of pair it (the only group in flight)
+            __syncthreads();     // everyone's; and everyone is done with pair it - 1's buffer, refilled next
+            if (prefetch) {
+                __nv_bfloat16* Qn = QdOs + 2 * (buf ^ 1) * ATT2_TILE * LDS;
+                att2_load_tile_async<D>(Qn, q_of(it + 1), a.q_rs, qtile_of(it + 1) * ATT2_TILE, a.T);
+                att2_load_tile_async<D>(Qn + ATT2_TILE * LDS, dout_of(it + 1), (long)a.H * D, qtile_of(it + 1) * ATT2_TILE, a.T);
+                cp_async_commit();
+                if (threadIdx.x < ATT2_TILE) {  // loads in flight during the math; stored below
+                    lse_next = lse_of(it + 1, threadIdx.x);
+                    delta_next = delta_of(it + 1, threadIdx.x);
                 }
             }
+        } else {
+            __syncthreads();
+            att2_load_tile<D>(Qs, q_of(it), a.q_rs, qt * ATT2_TILE, a.T);
+            att2_load_tile<D>(dOs, dout_of(it), (long)a.H * D, qt * ATT2_TILE, a.T);
+            if (threadIdx.x < ATT2_TILE) {
+                lse_s[threadIdx.x] = lse_of(it, threadIdx.x);
+                delta_s[threadIdx.x] = delta_of(it, threadIdx.x);
+            }
+            __syncthreads();
+        }
+        // Per group of QSTEP queries (NPG steps of 16), all in registers:
+        //   S^T = K Q^T, P^T = exp(S^T - lse) with the causal mask (query >= key),
+        //   dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+        // Why groups: the dK and dV accumulators of 16 keys x D take D fp32 registers per
+        // thread; P^T and dP^T of all 64 queries add 32 more, and with them D = 128 spills and
+        // D = 64 needs 214 registers (2 blocks per SM). With QSTEP = 16 they add 8: D = 64 takes
+        // 136 (3 blocks per SM) and D = 128 251, without spills (nvcc 13.0, sm_90a; ptxas_report.sh).
+        // The price: the K and V fragments are read from shared memory once per group, 4 times
+        // instead of once, which is 33% more ldmatrix for the same mma count at D = 64. Every sum
+        // runs in the same order as in one pass, so both versions give the same bits.
+        // Unrolling 2 of the 4 groups, not all: fully unrolled, ptxas schedules the groups'
+        // loads together and the registers come back (D = 128 spills again).
+        constexpr int NPG = QSTEP / 16;
+#pragma unroll 2
+        for (int q0 = 0; q0 < NT / 2; q0 += NPG) {
+            float pt[2 * NPG][4], dpt[2 * NPG][4];
+            att2_paired_products<D, NPG>(pt, dpt, Ks, Vs, warp * 16, Qs, dOs, q0 * 16, lane);
+#pragma unroll
+            for (int j = 0; j < 2 * NPG; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int kr = key + (e >= 2 ? 8 : 0), ql = (2 * q0 + j) * 8 + 2 * tq + (e & 1), qrow = qt * ATT2_TILE + ql;
+                    float p = qrow >= kr ? exp2f(pt[j][e] * sl2 - lse_s[ql]) : 0.0f;  // qrow >= T: lse = inf -> 0
+                    pt[j][e] = p;
+                    dpt[j][e] = p * (dpt[j][e] - delta_s[ql]);
+                }
+#pragma unroll
+            for (int np = 0; np < NPG; np++) {
+                uint32_t pa[4] = {pack_bf16x2(pt[2 * np][0], pt[2 * np][1]), pack_bf16x2(pt[2 * np][2], pt[2 * np][3]),
+                                  pack_bf16x2(pt[2 * np + 1][0], pt[2 * np + 1][1]), pack_bf16x2(pt[2 * np + 1][2], pt[2 * np + 1][3])};
+                uint32_t sa[4] = {pack_bf16x2(dpt[2 * np][0], dpt[2 * np][1]), pack_bf16x2(dpt[2 * np][2], dpt[2 * np][3]),
+                                  pack_bf16x2(dpt[2 * np + 1][0], dpt[2 * np + 1][1]), pack_bf16x2(dpt[2 * np + 1][2], dpt[2 * np + 1][3])};
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t df[4], qf[4];
+                    ldsm_x4_trans(df, frag_b_trans_addr(dOs, LDS, (q0 + np) * 16, dp * 16, lane));
+                    ldsm_x4_trans(qf, frag_b_trans_addr(Qs, LDS, (q0 + np) * 16, dp * 16, lane));
+                    mma_bf16_16816(dv[2 * dp], pa, df[0], df[1]);
+                    mma_bf16_16816(dv[2 * dp + 1], pa, df[2], df[3]);
+                    mma_bf16_16816(dk[2 * dp], sa, qf[0], qf[1]);
+                    mma_bf16_16816(dk[2 * dp + 1], sa, qf[2], qf[3]);
+                }
+            }
+        }
+        if (prefetch && threadIdx.x < ATT2_TILE) {  // pair it + 1's buffer, read after the next __syncthreads
+            lse_all[(buf ^ 1) * ATT2_TILE + threadIdx.x] = lse_next;
+            delta_all[(buf ^ 1) * ATT2_TILE + threadIdx.x] = delta_next;
         }
     }
     // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda
@@ -764,23 +899,35 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
     }
 }
 
-// dQ: block = (b, query head h, 64-query tile), 4 warps x 16 queries; loops over the key tiles
-template <int D>
+// dQ: block = (b, query head h, 64-query tile), 4 warps x 16 queries; loops over the key tiles.
+// ASYNC (version 4): K/V double buffered with cp.async, as in the forward. Shared memory: Q, dO,
+// then K and V once or twice (ATT2_TILE x LDS bf16 each).
+template <int D, bool ASYNC>
 static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_kernel2(AttentionArgs a) {
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
     __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
-    __nv_bfloat16* Ks = dOs + ATT2_TILE * LDS;
-    __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+    __nv_bfloat16* KVs = dOs + ATT2_TILE * LDS;  // buffer i: K at KVs + 2i TILE LDS, V after it
     int nh = a.h1 - a.h0, G = a.H / a.Hkv;
     int qt = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
+    KVSource src = attn_kv_source(a, b, g);
 
-    att2_load_tile<D>(Qs, a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D, a.q_rs, qt * ATT2_TILE, a.T);
-    att2_load_tile<D>(dOs, a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D, (long)a.H * D, qt * ATT2_TILE, a.T);
+    const __nv_bfloat16* qsrc = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
+    const __nv_bfloat16* dosrc = a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D;
+    if constexpr (ASYNC) {  // Q, dO and the first K/V tile: group 0
+        att2_load_tile_async<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(dOs, dosrc, (long)a.H * D, qt * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(KVs, src.k, src.k_rs, 0, a.T);
+        att2_load_v_tile_async<D>(KVs + ATT2_TILE * LDS, src, 0, a.T);
+        cp_async_commit();
+    } else {
+        att2_load_tile<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
+        att2_load_tile<D>(dOs, dosrc, (long)a.H * D, qt * ATT2_TILE, a.T);
+    }
     int row = qt * ATT2_TILE + warp * 16 + gr;
     float lse2[2], delta[2];
 #pragma unroll
@@ -792,13 +939,25 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_ker
     float dq[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
-    KVSource src = attn_kv_source(a, b, g);
 
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads();
-        att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
-        att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
-        __syncthreads();
+        __nv_bfloat16* Ks = KVs + (ASYNC ? (kt & 1) * 2 * ATT2_TILE * LDS : 0);
+        __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+        if constexpr (ASYNC) {
+            cp_async_wait<0>();  // this thread's copies of tile kt (the only group in flight)
+            __syncthreads();     // everyone's; and everyone is done with tile kt - 1, whose buffer is refilled next
+            if (kt < qt) {
+                __nv_bfloat16* Kn = KVs + ((kt + 1) & 1) * 2 * ATT2_TILE * LDS;
+                att2_load_tile_async<D>(Kn, src.k, src.k_rs, (kt + 1) * ATT2_TILE, a.T);
+                att2_load_v_tile_async<D>(Kn + ATT2_TILE * LDS, src, (kt + 1) * ATT2_TILE, a.T);
+                cp_async_commit();
+            }
+        } else {
+            __syncthreads();
+            att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+            att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
+            __syncthreads();
+        }
         // S = Q K^T, dP = dO V^T (16 queries x 64 keys per warp)
         float s[NT][4], dp[NT][4];
         att2_paired_products<D, NT / 2>(s, dp, Qs, dOs, warp * 16, Ks, Vs, 0, lane);
@@ -945,64 +1104,87 @@ inline void attention_backward1(AttentionArgs a, cudaStream_t stream) {
 }
 
 #ifdef ENABLE_BF16
-template <int D>
+// Shared memory of the tensor-core kernels (bytes): bf16 tiles of ATT2_TILE x att2_lds(D), the
+// K/V (forward, dQ) or Q/dO (dK/dV) tiles twice when double buffered (version 4), as laid out at
+// each kernel. At D = 128 the largest, version 4's dK/dV, is 103 KiB: two blocks fit an SM's 228.
+inline size_t att2_smem_forward(int D, bool async) { return (1 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
+inline size_t att2_smem_dkdv(int D, bool async) {
+    int nbuf = async ? 2 : 1;
+    return (2 + 2 * nbuf) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + 2 * nbuf * ATT2_TILE * sizeof(float);
+}
+inline size_t att2_smem_dq(int D, bool async) { return (2 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
+
+template <int D, bool ASYNC>
 void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
-    size_t smem = 3 * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16);
-    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attention_forward_kernel2<D><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
+    size_t smem = att2_smem_forward(D, ASYNC);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
 
-template <int D, int QSTEP>
+template <int D, int QSTEP, bool ASYNC>
 void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
     int G = a.H / a.Hkv;
-    size_t smem_kv = 4 * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + 2 * ATT2_TILE * sizeof(float);
-    auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP>;
+    size_t smem_kv = att2_smem_dkdv(D, ASYNC);
+    auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP, ASYNC>;
     cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    attention_backward_dkdv_kernel2<D, QSTEP><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
+    attention_backward_dkdv_kernel2<D, QSTEP, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
     cudaCheck(cudaGetLastError());
-    size_t smem_q = 4 * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
-    attention_backward_dq_kernel2<D><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
+    size_t smem_q = att2_smem_dq(D, ASYNC);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+    attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
 
-// version 2 (tensor cores), bf16 only
-inline void attention_forward2(AttentionArgs a, cudaStream_t stream) {
+// tensor cores, bf16 only: version 2 (ASYNC = false) and version 4 (K/V tiles by cp.async, double buffered)
+template <bool ASYNC>
+void attention_forward_tc(AttentionArgs a, cudaStream_t stream) {
     a = attention_full_range(a);
     attention_check_args(a, false, 2);
     switch (a.D) {
-        case 16: attention_forward2_d<16>(a, stream); break;
-        case 32: attention_forward2_d<32>(a, stream); break;
-        case 64: attention_forward2_d<64>(a, stream); break;
-        case 128: attention_forward2_d<128>(a, stream); break;
+        case 16: attention_forward2_d<16, ASYNC>(a, stream); break;
+        case 32: attention_forward2_d<32, ASYNC>(a, stream); break;
+        case 64: attention_forward2_d<64, ASYNC>(a, stream); break;
+        case 128: attention_forward2_d<128, ASYNC>(a, stream); break;
     }
 }
+inline void attention_forward2(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<false>(a, stream); }
+inline void attention_forward4(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<true>(a, stream); }
 
-// version 2 (dK/dV in one pass over each query tile) and version 3 (16 queries at a time: the
-// trainer's); the same dQ kernel, the same results bit for bit
-template <int QSTEP>
+// version 2 (dK/dV in one pass over each query tile), version 3 (16 queries at a time) and
+// version 4 (version 3 with cp.async double buffering in both kernels); the same sums in the same
+// order, so the same results bit for bit
+template <int QSTEP, bool ASYNC>
 void attention_backward_tc(AttentionArgs a, cudaStream_t stream) {
     a = attention_full_range(a);
     attention_check_args(a, true, 2);
     attention_backward_preprocess(a, stream);
     switch (a.D) {
-        case 16: attention_backward2_d<16, QSTEP>(a, stream); break;
-        case 32: attention_backward2_d<32, QSTEP>(a, stream); break;
-        case 64: attention_backward2_d<64, QSTEP>(a, stream); break;
-        case 128: attention_backward2_d<128, QSTEP>(a, stream); break;
+        case 16: attention_backward2_d<16, QSTEP, ASYNC>(a, stream); break;
+        case 32: attention_backward2_d<32, QSTEP, ASYNC>(a, stream); break;
+        case 64: attention_backward2_d<64, QSTEP, ASYNC>(a, stream); break;
+        case 128: attention_backward2_d<128, QSTEP, ASYNC>(a, stream); break;
     }
 }
-inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE>(a, stream); }
-inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16>(a, stream); }
+inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE, false>(a, stream); }
+inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, false>(a, stream); }
+inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, true>(a, stream); }
 #endif  // ENABLE_BF16
+
+// The tensor-core kernels the trainer's entry points run (BF16 build): 4, with cp.async double
+// buffering (the default, chosen from ptxas figures and FlashAttention-2's practice, not yet timed
+// on a GPU), or 2 (forward) and 3 (backward) without it. Every version gives the same bits, so
+// this changes only speed; dev/cuda/bench_gpt.cu's --attention-version sets it, so that one GPU
+// call times whole training steps both ways.
+inline int attention_tc_version = 4;
 
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
 // Forward: reads q, k, v; writes out and lse. Backward: reads q, k, v, out, lse, dout; writes
 // delta (scratch), dq, and dk/dv (or adds into them with accumulate_dkv).
 inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    attention_forward2(a, stream);
+    if (attention_tc_version == 4) attention_forward4(a, stream);
+    else attention_forward2(a, stream);
 #else
     attention_forward1(a, stream);
 #endif
@@ -1010,7 +1192,8 @@ inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 
 inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    attention_backward3(a, stream);
+    if (attention_tc_version == 4) attention_backward4(a, stream);
+    else attention_backward3(a, stream);
 #else
     attention_backward1(a, stream);
 #endif

@@ -5,6 +5,7 @@ dev/bench_pytorch.py (the same model in plain PyTorch) in the same call, on the 
 
   ./build/dev/cuda/bench_gpt [--batch-size 64] [--seq-len 1024] [--steps 20] [--warmup 5]
                              [--arch gpt2|llama] [--recompute 0|1|2] [--peak-tflops X]
+                             [--attention-version 4|2]
 
 A step is exactly what host/train_loop.h does per optimizer step: zero_grad, forward (with the
 loss copied to the host), backward, global gradient norm, AdamW. Random tokens. Each step is
@@ -19,6 +20,10 @@ achieved FLOP/s by the dense bf16 tensor-core peak of the device: 989.4 TFLOP/s 
 (and H200), 756 for an H100 PCIe, 312 for an A100 (NVIDIA datasheets, without sparsity); FP32
 builds use the fp32 non-tensor-core peak (67 H100 SXM, 19.5 A100). --peak-tflops overrides.
 dev/bench_pytorch.py uses the same formula and the same N.
+
+--attention-version 2 runs the tensor-core attention kernels without cp.async double buffering
+(versions 2 and 3 of kernels/attention.cuh) instead of the trainer's version 4: the same bits,
+so the difference in ms/step is what the asynchronous loads buy (dev/device_check.sh runs both).
 
 Peak memory: the device memory the model allocated (parameters, gradients, AdamW state,
 activations and scratch, the cuBLASLt workspace), and the device's used memory (total - free)
@@ -55,7 +60,7 @@ static double device_peak_tflops(const cudaDeviceProp& p) {
 }
 
 int main(int argc, char** argv) {
-    int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0;
+    int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0, attention_version = 4;
     double peak = -1;
     std::string arch = "gpt2";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -67,8 +72,12 @@ int main(int argc, char** argv) {
         else if (f == "--arch") arch = argv[i + 1];
         else if (f == "--recompute") recompute = atoi(argv[i + 1]);
         else if (f == "--peak-tflops") peak = atof(argv[i + 1]);
-        else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops", "unknown flag %s", argv[i]);
+        else if (f == "--attention-version") attention_version = atoi(argv[i + 1]);
+        else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops --attention-version", "unknown flag %s", argv[i]);
     }
+    if (attention_version != 4 && attention_version != 2)
+        usage_error("--attention-version 4 (cp.async double buffering, the trainer's) or 2 (without)", "--attention-version %d", attention_version);
+    gpu::attention_tc_version = attention_version;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("skipped: no CUDA device (bench_gpt)\n");
@@ -91,8 +100,8 @@ int main(int argc, char** argv) {
     double N = (double)(m.num_params - wpe);
     double flops_per_token = 6.0 * N + 12.0 * c.n_layer * c.n_embd * T;
     double flops_per_step = flops_per_token * B * T;
-    printf("bench_gpt: %s %s L=%d C=%d H=%d V=%d, %zu parameters (N = %.0f without wpe), B=%d T=%d, --recompute %d, %s\n", PRECISION_NAME, arch_name(c.arch), c.n_layer,
-           c.n_embd, c.n_head, c.vocab_size, m.num_params, N, B, T, recompute, prop.name);
+    printf("bench_gpt: %s %s L=%d C=%d H=%d V=%d, %zu parameters (N = %.0f without wpe), B=%d T=%d, --recompute %d, attention version %d, %s\n", PRECISION_NAME,
+           arch_name(c.arch), c.n_layer, c.n_embd, c.n_head, c.vocab_size, m.num_params, N, B, T, recompute, attention_version, prop.name);
 
     Rng r = rng_stream(1, 2);
     std::vector<int> inp((size_t)B * T), tgt((size_t)B * T);
@@ -134,8 +143,9 @@ int main(int argc, char** argv) {
            value_path_name(c.vp.path), vp_gib, used_gib);
     // one machine-readable line for make bench / dev/device_check.sh
     printf("BENCH impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f "
-           "vp_mem_gib=%.3f\n",
-           value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib);
+           "vp_mem_gib=%.3f attention_version=%d\n",
+           value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib,
+           attention_version);
     gpt_free(&m);
     return 0;
 }

@@ -85,6 +85,11 @@ namespace vp_emu {
 // state
 
 enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+struct AsyncCopy {
+    unsigned char* dst;
+    unsigned char bytes[16];  // the source as read at the issue, zero-filled past src_bytes
+    const void* pc;           // the issuing instruction, for the race detector's report
+};
 struct EmuThread {
     void* sp = nullptr;
     ThreadState state = RUNNABLE;
@@ -92,6 +97,10 @@ struct EmuThread {
     unsigned warp_mask = 0;
     CollectiveKind kind = OP_SYNCWARP;
     unsigned ops = 0;  // warp collectives this lane has completed (its slot bank is ops % 2)
+    // cp.async copies (see cp_async16): issued but not committed, and the committed groups, oldest
+    // first. Their bytes were read at the issue; they land in shared memory only at the wait.
+    std::vector<AsyncCopy> cp_open;
+    std::deque<std::vector<AsyncCopy>> cp_groups;
 };
 struct WarpSlots {
     alignas(16) unsigned char bank[2][32][SLOT_BYTES];
@@ -231,6 +240,11 @@ static void fiber_main() {
     __sanitizer_finish_switch_fiber(nullptr, &e.sched_stack_bottom, &e.sched_stack_size);
 #endif
     (*e.body)();
+    const EmuThread& t = e.threads[e.current];
+    size_t in_flight = t.cp_open.size();
+    for (const std::vector<AsyncCopy>& g : t.cp_groups) in_flight += g.size();
+    if (in_flight)  // the block's shared memory goes away with it: such a copy was never used
+        kernel_fault("the thread returned with %zu cp.async copies it never waited for (cp.async.wait_group 0 before returning)", in_flight);
     e.threads[e.current].state = DONE;
     yield_to_scheduler(true);
     abort();  // a finished fiber is never resumed
@@ -854,6 +868,65 @@ void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr, bool trans) {
             memcpy(&e[j], slots + (8 * i + rr) * SLOT_BYTES + 2 * cc, 2);
         }
         r[i] = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// asynchronous copies (cp.async): the latest moment CUDA allows. The source is read at the issue
+// and the bytes land in shared memory only when the issuing thread's cp.async.wait_group retires
+// the group, so a read of the destination before the wait sees what was there before (the
+// previous tile, or the NaN fill), and another thread's read needs a __syncthreads after the
+// issuer's wait. For the race detector the write happens at both ends: at the issue (a reader of
+// the buffer's previous contents not ordered before the issue races with it) and at the wait.
+
+static EmuThread& cp_async_thread(const char* what) {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("%s outside a kernel", what);
+    return e.threads[e.current];
+}
+
+void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+    EmuThread& t = cp_async_thread("cp.async");
+    Emulator& e = emu();
+    if (src_bytes < 0 || src_bytes > 16) kernel_fault("cp.async of 16 bytes with src-size %d (0..16)", src_bytes);
+    if ((uintptr_t)smem_dst % 16 || (src_bytes && (uintptr_t)gmem_src % 16))
+        kernel_fault("cp.async of 16 bytes needs 16-byte aligned addresses: shared %p, global %p", smem_dst, gmem_src);
+    if (find_alloc(e.device_allocs, smem_dst, 1) || find_alloc(e.host_allocs, smem_dst, 1))
+        kernel_fault("cp.async destination %p is device memory, not shared memory (arguments swapped?)", smem_dst);
+    if (src_bytes && !find_alloc(e.device_allocs, gmem_src, (size_t)src_bytes))
+        kernel_fault("cp.async source %p (%d bytes) is not inside device memory (cudaMalloc)", gmem_src, src_bytes);
+    AsyncCopy c;
+    c.dst = static_cast<unsigned char*>(smem_dst);
+    memset(c.bytes, 0, sizeof(c.bytes));
+    if (src_bytes) memcpy(c.bytes, gmem_src, (size_t)src_bytes);
+    c.pc = __builtin_return_address(0);
+#ifdef VP_EMU_RACE
+    race_access(gmem_src, (size_t)src_bytes, false, c.pc);
+    race_access(smem_dst, 16, true, c.pc);
+#endif
+    t.cp_open.push_back(c);
+}
+
+void cp_async_commit() {
+    EmuThread& t = cp_async_thread("cp.async.commit_group");
+    t.cp_groups.push_back(std::move(t.cp_open));  // an empty group is a group too, as in PTX
+    t.cp_open.clear();
+}
+
+void cp_async_wait(int pending) {
+    EmuThread& t = cp_async_thread("cp.async.wait_group");
+    if (pending < 0) kernel_fault("cp.async.wait_group %d", pending);
+#ifdef VP_EMU_RACE
+    const void* pc = __builtin_return_address(0);
+#endif
+    while (t.cp_groups.size() > (size_t)pending) {
+        for (const AsyncCopy& c : t.cp_groups.front()) {
+#ifdef VP_EMU_RACE
+            race_access(c.dst, 16, true, pc);
+#endif
+            memcpy(c.dst, c.bytes, 16);
+        }
+        t.cp_groups.pop_front();
     }
 }
 

@@ -339,6 +339,14 @@ void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr, bool trans);
 // B(2t + 8j + {0,1}, g); c[i] is C(g + 8(i/2), 2t + i%2). Products of bf16 are exact in fp32; the
 // sum runs over k in order in fp32.
 void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+// cp.async.cg.shared.global [dst], [src], 16, src_bytes: 16 bytes global -> shared, the bytes past
+// src_bytes zero; cp.async.commit_group closes the thread's open copies into a group;
+// cp.async.wait_group n waits until at most the n newest groups are pending. The emulator reads
+// the source at the issue and writes shared memory at the wait (the latest CUDA allows), and a
+// thread that returns with copies it never waited for is a fault. Both addresses 16-byte aligned.
+void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes);
+void cp_async_commit();
+void cp_async_wait(int pending);
 
 }  // namespace vp_emu
 

@@ -17,10 +17,14 @@
 //   * under VP_EMU_STREAMS' hold policies, a missing event between two streams, or a host read of
 //     an async copy's destination before the wait, changes the result; a correct event does not;
 //     an operation in flight holds back its stream and cudaStreamQuery reports it;
+//   * cp.async lands at the issuing thread's wait (zeros past src-size): a read before the wait,
+//     or of another thread's row before __syncthreads, sees the old contents; returning with
+//     copies in flight and misaligned addresses are faults;
 //   * in the _race build (build/emu/test_emu_race), the race detector names each planted race --
 //     between blocks, a missing __syncthreads in dynamic and static shared memory and before
 //     ldmatrix, __syncwarp masks that leave a lane out, a shuffle taken for a barrier, a host
-//     pointer written by a kernel -- with both threads and source lines, and passes their twins.
+//     pointer written by a kernel, a cp.async row read without __syncthreads or refilled while
+//     another thread reads it -- with both threads and source lines, and passes their twins.
 #define TESTING
 #include "train_gpt.cu"
 #include "tests/testing.h"
@@ -448,6 +452,125 @@ TEST(an_operation_in_flight_holds_its_stream) {
     CHECK(h == 5.0f, "the kernel did not run after the operation completed: %g", h);
     cudaCheck(cudaFree(d));
     cudaCheck(cudaStreamDestroy(s));
+}
+
+// ----------------------------------------------------------------------------
+// cp.async (kernels/attention.cuh cp_async16, cp_async_commit, cp_async_wait): the emulator lands
+// each group at the issuing thread's wait, the latest CUDA allows, so a read before the wait, or
+// of another thread's copy before a __syncthreads, sees the old contents (here the NaN fill)
+
+// Each thread copies one 16-byte row into buffer 0 (group 0) and one into buffer 1 (group 1; odd
+// threads with src-size 0: zeros). mode 0 waits and syncs before reading its neighbour's row;
+// mode 1 reads its own row before any wait; mode 2 reads its neighbour's row after its own wait
+// with a __syncthreads after the issues but none after the waits (ordered after the neighbour's
+// copy started, not after it ended: only the check at the wait sees it); mode 3 returns without
+// waiting.
+// out: [0, n) own row 0 after wait<1>, [n, 2n) own row 1 after wait<1>, [2n, 3n) own row 1 after
+// wait<0>, [3n, 4n) the neighbour's row 0.
+static __global__ void cp_async_kernel(float* out, const float* src, int mode) {
+    extern __shared__ __align__(16) float rows[];  // (2, n, 4): two buffers of one row per thread
+    int t = threadIdx.x, n = blockDim.x;
+    gpu::cp_async16(rows + t * 4, src + t * 4, 16);
+    gpu::cp_async_commit();
+    gpu::cp_async16(rows + (n + t) * 4, src + (n + t) * 4, t % 2 ? 0 : 16);
+    gpu::cp_async_commit();
+    if (mode == 2) __syncthreads();
+    if (mode == 3) return;
+    if (mode == 1) {
+        out[t] = rows[t * 4];
+        gpu::cp_async_wait<0>();
+        return;
+    }
+    gpu::cp_async_wait<1>();  // group 0 is in; group 1 may still be in flight
+    out[t] = rows[t * 4];
+    out[n + t] = rows[(n + t) * 4];
+    gpu::cp_async_wait<0>();
+    if (mode == 0) __syncthreads();
+    out[2 * n + t] = rows[(n + t) * 4 + 1];
+    out[3 * n + t] = rows[((t + 1) % n) * 4 + 2];
+}
+// each thread reads its neighbour's row, then refills its own by cp.async: with sync, after a
+// __syncthreads; without, while the neighbour may still be reading it (a write-after-read race
+// that only the race detector sees: the emulator's copy lands later than the read either way).
+// The __syncthreads before the wait orders the read before the copy's end, not before its start,
+// so only the check at the issue can see this race.
+static __global__ void cp_async_refill_kernel(float* out, const float* src, bool sync) {
+    extern __shared__ __align__(16) float rows[];
+    int t = threadIdx.x, n = blockDim.x;
+    for (int j = 0; j < 4; j++) rows[t * 4 + j] = (float)t;
+    __syncthreads();
+    out[t] = rows[((t + 1) % n) * 4];
+    if (sync) __syncthreads();
+    gpu::cp_async16(rows + t * 4, src + t * 4, 16);
+    gpu::cp_async_commit();
+    __syncthreads();
+    gpu::cp_async_wait<0>();
+    out[n + t] = rows[t * 4 + 3];
+}
+static __global__ void cp_async_misaligned_kernel(const float* src) {
+    extern __shared__ __align__(16) float rows[];
+    gpu::cp_async16(rows + 1, src, 16);
+    gpu::cp_async_commit();
+    gpu::cp_async_wait<0>();
+}
+
+TEST(cp_async_lands_at_the_wait) {
+    const int n = 32;
+    std::vector<float> h_src(2 * n * 4);
+    for (size_t i = 0; i < h_src.size(); i++) h_src[i] = (float)(i + 1);
+    float* src = upload(h_src);
+    float* out;
+    cudaCheck(cudaMalloc(&out, 4 * n * sizeof(float)));
+    size_t smem = 2 * n * 4 * sizeof(float);
+    std::vector<int> modes = {0, 1};
+#ifndef VP_EMU_RACE  // mode 2 races: the race build stops it (below)
+    modes.push_back(2);
+#endif
+    for (int mode : modes) {
+        cudaCheck(cudaMemset(out, 0, 4 * n * sizeof(float)));
+        cp_async_kernel<<<1, n, smem>>>(out, src, mode);
+        cudaCheck(cudaGetLastError());
+        std::vector<float> h = download(out, 4 * n);
+        int own0 = 0, own1_early = 0, own1 = 0, neighbour = 0;
+        for (int t = 0; t < n; t++) {
+            own0 += h[t] == h_src[t * 4];
+            own1_early += std::isnan(h[n + t]);
+            own1 += h[2 * n + t] == (t % 2 ? 0.0f : h_src[(n + t) * 4 + 1]);
+            neighbour += h[3 * n + t] == h_src[((t + 1) % n) * 4 + 2];
+        }
+        if (mode == 0) {
+            CHECK(own0 == n, "after cp.async.wait_group 1, %d of %d threads saw their group-0 row", own0, n);
+            CHECK(own1_early == n, "group 1 landed before its wait in %d of %d threads (the emulator lands it at the wait)", n - own1_early, n);
+            CHECK(own1 == n, "after cp.async.wait_group 0, %d of %d rows right (odd threads: src-size 0, zeros)", own1, n);
+            CHECK(neighbour == n, "after the waits and __syncthreads, %d of %d neighbours' rows right", neighbour, n);
+        } else if (mode == 1) {
+            CHECK(own0 == 0, "a read before the wait saw the copy in %d of %d threads: a missing wait would be invisible", own0, n);
+        } else {
+            CHECK(neighbour < n, "a neighbour's row read without __syncthreads was right in every thread: the missing barrier is invisible");
+        }
+    }
+    std::string err;
+    CHECK(dies_with([&] { cp_async_kernel<<<1, n, smem>>>(out, src, 3); }, "returned with 2 cp.async copies it never waited for", &err),
+          "returning with copies in flight: %s", err.c_str());
+    CHECK(dies_with([&] { cp_async_misaligned_kernel<<<1, 1, 64>>>(src); }, "16-byte aligned", &err), "a misaligned cp.async: %s", err.c_str());
+    CHECK(dies_with([&] { cp_async_misaligned_kernel<<<1, 1, 64>>>(src + 1); }, "16-byte aligned", &err), "a misaligned cp.async source: %s", err.c_str());
+#ifdef VP_EMU_RACE
+    // the two races of the double-buffered attention kernels, each stopped with both accesses named
+    CHECK(dies_with([&] { cp_async_kernel<<<1, n, smem>>>(out, src, 2); }, "data race on dynamic shared memory", &err) &&
+              err.find("No __syncthreads") != std::string::npos && err.find("cp_async_kernel") != std::string::npos,
+          "a cp.async row read by another thread without __syncthreads: %s", err.c_str());
+    CHECK(dies_with([&] { cp_async_refill_kernel<<<1, n, smem>>>(out, src, false); }, "data race on dynamic shared memory", &err) &&
+              err.find("a write by") != std::string::npos && err.find("earlier read") != std::string::npos,
+          "a cp.async refill of a row another thread still reads: %s", err.c_str());
+#endif
+    cp_async_refill_kernel<<<1, n, smem>>>(out, src, true);
+    cudaCheck(cudaGetLastError());
+    std::vector<float> h = download(out, 2 * n);
+    int right = 0;
+    for (int t = 0; t < n; t++) right += h[t] == (float)((t + 1) % n) && h[n + t] == h_src[t * 4 + 3];
+    CHECK(right == n, "refill after __syncthreads: %d of %d threads right", right, n);
+    cudaCheck(cudaFree(src));
+    cudaCheck(cudaFree(out));
 }
 
 #ifdef VP_EMU_RACE
