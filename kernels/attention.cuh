@@ -529,9 +529,13 @@ __device__ __forceinline__ void att2_load_v_tile(__nv_bfloat16* dst, const KVSou
 // The same two loads started as cp.async copies (version 4): nothing is in shared memory until the
 // caller's cp_async_wait and __syncthreads. ResFormer's mixed V is computed from two sources, so
 // it is loaded (synchronously) by att2_load_v_tile; it is visible after the same __syncthreads.
+// Not unrolled: unrolled, ptxas keeps each chunk's global address in registers across the math
+// between two issues (nvcc 13.0, sm_90a, dev/ptxas_report.sh): the dK/dV kernel spilled at D = 64,
+// the forward took 133 registers at D = 64 (3 blocks per SM instead of 4) and 245 at D = 128.
 template <int D>
 __device__ __forceinline__ void att2_load_tile_async(__nv_bfloat16* dst, const __nv_bfloat16* src, long rs, int row0, int T) {
     constexpr int LDS = att2_lds(D), CPR = D / 8;
+#pragma unroll 1
     for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
         int r = c / CPR, cc = (c % CPR) * 8, row = row0 + r;
         bool inside = row < T;  // rows past T: zeros, read from nowhere (src itself stays a valid address)
@@ -578,10 +582,8 @@ __device__ __forceinline__ void att2_paired_products(float (&c1)[2 * NP][4], flo
 // loads. Version 4 (ASYNC = true): two K/V buffers; while tile kt is used, tile kt + 1 is already
 // on its way into the other buffer as cp.async copies. The math is the same code: same bits.
 // Shared memory: Q, then K and V once (version 2) or twice (version 4), each ATT2_TILE x LDS bf16.
-// __launch_bounds__: version 4 at D = 64 is held to 4 blocks per SM (128 registers, an 8-byte
-// spill; free, it takes 133 and 3 blocks fit), version 2's figure; 0 leaves the others free.
 template <int D, bool ASYNC>
-static __global__ void __launch_bounds__(ATT2_THREADS, (ASYNC && D == 64) ? 4 : 0) attention_forward_kernel2(AttentionArgs a) {
+static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2(AttentionArgs a) {
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;  // NT: n-tiles of 8 keys per tile
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
@@ -811,8 +813,8 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
         //   dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
         // Why groups: the dK and dV accumulators of 16 keys x D take D fp32 registers per
         // thread; P^T and dP^T of all 64 queries add 32 more, and with them D = 128 spills and
-        // D = 64 needs 214 registers (2 blocks per SM). With QSTEP = 16 they add 8: D = 64 takes
-        // 136 (3 blocks per SM) and D = 128 251, without spills (nvcc 13.0, sm_90a; ptxas_report.sh).
+        // D = 64 needs 168 registers (3 blocks per SM). With QSTEP = 16 they add 8: D = 64 takes
+        // 128 (4 blocks per SM) and D = 128 246, without spills (nvcc 13.0, sm_90a; ptxas_report.sh).
         // The price: the K and V fragments are read from shared memory once per group, 4 times
         // instead of once, which is 33% more ldmatrix for the same mma count at D = 64. Every sum
         // runs in the same order as in one pass, so both versions give the same bits.

@@ -24,11 +24,11 @@ version 1: SIMT, fp32 math, one thread per key row (dK/dV) or query row (dQ), ow
 version 2: tensor cores (mma.sync.m16n8k16 bf16 -> fp32), 64x64 tiles, 4 warps x 16 rows. The
   dK/dV kernel computes transposed scores S^T = K Q^T so that P^T and dS^T come out in the C layout
   that is the A operand of dV += P^T dO and dK += dS^T Q (no shared-memory round trip). The dK/dV
-  kernel holds P^T and dP^T of all 64 queries of a tile at once: 214 registers at D=64 (2 blocks
-  per SM), and at D=128 it spills (52/132 bytes); dQ 166 at D=64 (nvcc 13.0, sm_90a).
+  kernel holds P^T and dP^T of all 64 queries of a tile at once: 168 registers at D=64 (3 blocks
+  per SM), and at D=128 it spills (16/20 bytes); dQ 156 at D=64 (nvcc 13.0, sm_90a, 2026-11-24).
 version 3: version 2 with the dK/dV kernel taking the query tile 16 queries at a time (scores,
   P^T, dP^T, dS^T and both products per group), so only 8 score registers are live beside the
-  dK/dV accumulators: 136 registers at D=64 (3 blocks per SM), 251 at D=128 without spills. It reads
+  dK/dV accumulators: 128 registers at D=64 (4 blocks per SM), 246 at D=128 without spills. It reads
   the K and V fragments 4 times per tile instead of once (33% more ldmatrix at D=64, the same mma
   count). The same sums in the same order: bit-identical to version 2, checked below.
 version 4: version 3 with double-buffered tiles loaded by cp.async (sm_80+): the dK/dV kernel
@@ -36,7 +36,8 @@ version 4: version 3 with double-buffered tiles loaded by cp.async (sm_80+): the
   into a second buffer before it works on the current one, so the loads no longer stall the block
   (FlashAttention-2 hides its loads the same way; with 3 blocks per SM there are few other warps
   to switch to). The next tile's lse and delta are loaded into registers during the math and
-  stored after it. One __syncthreads per tile instead of two. Shared memory: 55 KiB (dK/dV) and
+  stored after it. One __syncthreads per tile instead of two. 167 and 160 registers at D=64 (3
+  blocks per SM; version 3's dK/dV kernel takes 128, 4 blocks). Shared memory: 55 KiB (dK/dV) and
   54 KiB (dQ) at D=64, 103 and 102 KiB at D=128. Bit-identical to versions 2 and 3. The trainer's.
 
 TFLOP/s below use FlashAttention-2's convention (5 GEMMs of 2*T*T*D/2 per (b, h), i.e. 2.5x the
