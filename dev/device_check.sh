@@ -37,11 +37,16 @@
 # script's own test, tests/python/test_device_check.py). All five paths x two precisions of
 # test_gpt plus the bench may not fit one 10-minute call: then run it twice, e.g.
 #   SKIP_BENCH=1 bash dev/device_check.sh   and   SKIP_TESTS=1 SKIP_LABS=1 SKIP_CLI=1 bash dev/device_check.sh
+# BENCH_PARTS ("bench attention profile", the default: steps 6, 7 and 8) picks among the bench
+# steps, e.g. BENCH_PARTS=profile for a third call when step 8 ran out of time in the second.
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
 mkdir -p "$OUT_DIR"
 JOBS="${JOBS:-16}"
+BENCH_PARTS=" ${BENCH_PARTS:-bench attention profile} "
+[ "${SKIP_BENCH:-0}" = 1 ] && BENCH_PARTS=""
+bench_part() { [[ "$BENCH_PARTS" == *" $1 "* ]]; }
 START=$(date +%s)
 # the tool's command limit is 600 s: stop starting steps at 530 s, so a step cut off at its limit
 # (plus timeout's 10 s grace) still leaves time to write the summary
@@ -163,10 +168,9 @@ BUILD_TARGETS=()
 for path in $TEST_PATHS; do BUILD_TARGETS+=("build/tests/test_gpt_gpu_${path}_bf16" "build/tests/test_gpt_gpu_${path}_fp32"); done
 [ "${SKIP_LABS:-0}" != 1 ] && for lab in $LABS; do BUILD_TARGETS+=("build/dev/cuda/bf16/$lab"); done
 { [ "${SKIP_CLI:-0}" != 1 ] || [ "${SKIP_DIST:-0}" != 1 ]; } && BUILD_TARGETS+=(build/vanilla/train_bf16)
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
-    for path in $GPU_PATHS; do BUILD_TARGETS+=("build/dev/cuda/bf16/bench_gpt_$path"); done
-    BUILD_TARGETS+=(build/dev/cuda/bf16/attention_backward)
-fi
+bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("build/dev/cuda/bf16/bench_gpt_$path"); done
+bench_part attention && BUILD_TARGETS+=(build/dev/cuda/bf16/attention_forward build/dev/cuda/bf16/attention_backward build/dev/cuda/bf16/bench_gpt_vanilla)
+bench_part profile && BUILD_TARGETS+=(build/dev/cuda/bf16/bench_gpt_vanilla)
 [ "${SKIP_BUILD:-0}" = 1 ] && BUILD_TARGETS=()
 [ ${#BUILD_TARGETS[@]} -gt 0 ] && mapfile -t BUILD_TARGETS < <(printf '%s\n' "${BUILD_TARGETS[@]}" | awk '!seen[$0]++')
 rc=0
@@ -397,7 +401,7 @@ EOF
 fi
 
 # 6. bench ---------------------------------------------------------------------------------
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
+if bench_part bench; then
     BENCH="$OUT_DIR/bench.txt"
     run_step "make bench" 300 "$BENCH" make bench
     grep -h '^BENCH' "$BENCH" | sed 's/^/    /'
@@ -428,7 +432,7 @@ fi
 # (the bench above). Version 4 (cp.async double buffering) and before it version 3 became the
 # trainer's from ptxas figures alone; if an older version wins here, set attention_tc_version in
 # kernels/attention.cuh (all versions give the same bits).
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
+if bench_part attention; then
     LAB="$OUT_DIR/attention_timed.log"  # one file for both labs: the tool brings back at most 8
     for lab in attention_forward attention_backward; do
         [ -x "build/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 120 "$LAB" "./build/dev/cuda/bf16/$lab"
@@ -439,6 +443,9 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
         END { if (shape != "") print shape "|" times }' "$LAB")
     if [ -x build/dev/cuda/bf16/bench_gpt_vanilla ]; then
         ATT="$OUT_DIR/bench.txt"
+        # the trainer's version 4 from step 6, or here if step 6 did not run in this call
+        grep -q '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" 2>/dev/null ||
+            run_step "bench_gpt_vanilla (attention version 4)" 90 "$ATT" ./build/dev/cuda/bf16/bench_gpt_vanilla
         run_step "bench_gpt_vanilla --attention-version 2" 90 "$ATT" ./build/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
         old=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=2' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
         new=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
@@ -453,7 +460,7 @@ fi
 # 8. where a step's time goes, if time is left: each kernel's time over two steps of the vanilla
 # benchmark under Nsight Compute (kernels serialised), as a table by dev/kernel_profile.py; the
 # table is appended to bench.txt (the device tool brings back at most 8 files)
-if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x build/dev/cuda/bf16/bench_gpt_vanilla ] && command -v ncu >/dev/null 2>&1; then
+if bench_part profile && [ -x build/dev/cuda/bf16/bench_gpt_vanilla ] && command -v ncu >/dev/null 2>&1; then
     NCU_CSV=build/device_check_ncu.csv
     rm -f "$NCU_CSV"
     run_step "ncu kernel times, bench_gpt_vanilla, 2 steps" 150 "$OUT_DIR/bench.txt" ncu --metrics gpu__time_duration.sum --csv --print-units base \

@@ -121,3 +121,31 @@ def test_out_of_time_is_not_a_failure(tmp_path):
     assert rows["build: 2 targets (sm_90a)"].startswith("skipped: out of time")
     assert rows["test_gpt vanilla bf16"].startswith("skipped: out of time")
     assert not any("FAILED" in v for v in rows.values())
+
+
+@pytest.mark.skipif(has_gpu(), reason="a GPU is present: the script would run the benchmarks for real")
+def test_bench_parts_run_only_what_they_name(tmp_path):
+    """BENCH_PARTS=attention (a call that only times the attention versions): steps 6 and 8 stay out,
+    and step 7 runs both labs and both benchmark steps (the trainer's version 4 itself, since step 6
+    did not run). Without a GPU every binary says it skipped, so the comparison row says so."""
+    built = [REPO / "build" / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla")]
+    if not all(b.exists() for b in built):
+        pytest.skip("the GPU lab and bench binaries are not built (make gpu-compile-check needs nvcc)")
+    env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "TIME_LIMIT": "200"}
+    del env["SKIP_BENCH"]
+    out = tmp_path / "out"
+    out.mkdir()
+    summary, rows = device_check(out, {**env, "BENCH_PARTS": "attention"})
+    assert rows["step with attention version 2/3"] == "did not finish (see bench.txt)"
+    bench = (out / "bench.txt").read_text()
+    assert "== bench_gpt_vanilla (attention version 4)" in bench and "== bench_gpt_vanilla --attention-version 2" in bench
+    assert "== make bench" not in bench and "ncu" not in summary
+    timed = (out / "attention_timed.log").read_text()
+    assert "== lab attention_forward (timed)" in timed and "== lab attention_backward (timed)" in timed
+    assert len(os.listdir(out)) <= 8
+    # SKIP_BENCH=1 overrides BENCH_PARTS: nothing of steps 6-8
+    out2 = tmp_path / "out2"
+    out2.mkdir()
+    _, rows2 = device_check(out2, {**env, "SKIP_BENCH": "1", "BENCH_PARTS": "attention profile"})
+    assert not (out2 / "bench.txt").exists() and not (out2 / "attention_timed.log").exists()
+    assert "step with attention version 2/3" not in rows2
