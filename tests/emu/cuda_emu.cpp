@@ -99,8 +99,9 @@ struct EmuThread {
     unsigned ops = 0;  // warp collectives this lane has completed (its slot bank is ops % 2)
     // cp.async copies (see cp_async16): issued but not committed, and the committed groups, oldest
     // first. Their bytes were read at the issue; they land in shared memory only at the wait.
+    // (vectors, not a deque: a thread is reset for every block, and an empty vector allocates nothing)
     std::vector<AsyncCopy> cp_open;
-    std::deque<std::vector<AsyncCopy>> cp_groups;
+    std::vector<std::vector<AsyncCopy>> cp_groups;
 };
 struct WarpSlots {
     alignas(16) unsigned char bank[2][32][SLOT_BYTES];
@@ -926,7 +927,7 @@ void cp_async_wait(int pending) {
 #endif
             memcpy(c.dst, c.bytes, 16);
         }
-        t.cp_groups.pop_front();
+        t.cp_groups.erase(t.cp_groups.begin());  // at most a few groups are in flight
     }
 }
 
