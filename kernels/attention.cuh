@@ -548,6 +548,47 @@ __device__ __forceinline__ void att2_load_v_tile_async(__nv_bfloat16* dst, const
     else att2_load_tile_async<D>(dst, s.v, s.v_rs, row0, T);
 }
 
+// K/V tiles of the forward's and the dQ kernel's loop over key tiles. KVs holds one K/V buffer
+// pair (version 2, ASYNC = false) or two (version 4); tile kt's K is in buffer kt % 2, its V at
+// + ATT2_TILE * LDS.
+template <int D, bool ASYNC>
+__device__ __forceinline__ __nv_bfloat16* att2_kv_buffer(__nv_bfloat16* KVs, int kt) {
+    return KVs + (ASYNC ? (kt & 1) * 2 * ATT2_TILE * att2_lds(D) : 0);
+}
+// Loads tile kt into its buffer: cp.async copies with ASYNC (visible after a cp_async_wait and a
+// __syncthreads), plain loads otherwise.
+template <int D, bool ASYNC>
+__device__ __forceinline__ void att2_kv_tile_start(__nv_bfloat16* KVs, const KVSource& src, int kt, int T) {
+    __nv_bfloat16* K = att2_kv_buffer<D, ASYNC>(KVs, kt);
+    if constexpr (ASYNC) {
+        att2_load_tile_async<D>(K, src.k, src.k_rs, kt * ATT2_TILE, T);
+        att2_load_v_tile_async<D>(K + ATT2_TILE * att2_lds(D), src, kt * ATT2_TILE, T);
+    } else {
+        att2_load_tile<D>(K, src.k, src.k_rs, kt * ATT2_TILE, T);
+        att2_load_v_tile<D>(K + ATT2_TILE * att2_lds(D), src, kt * ATT2_TILE, T);
+    }
+}
+// Step kt of the loop over tiles 0..last: tile kt in shared memory, visible to the whole block;
+// returns its K. Version 2 loads it between two __syncthreads. Version 4 waits for its copies
+// (started by the previous step, or for tile 0 before the loop), then starts tile kt + 1's into
+// the other buffer, whose reader (tile kt - 1) every thread has finished by that __syncthreads.
+template <int D, bool ASYNC>
+__device__ __forceinline__ __nv_bfloat16* att2_kv_tile(__nv_bfloat16* KVs, const KVSource& src, int kt, int last, int T) {
+    if constexpr (ASYNC) {
+        cp_async_wait<0>();  // this thread's copies of tile kt (the only group in flight)
+        __syncthreads();     // everyone's; and everyone is done with tile kt - 1, whose buffer is refilled next
+        if (kt < last) {     // tile kt + 1 flies while tile kt is used
+            att2_kv_tile_start<D, true>(KVs, src, kt + 1, T);
+            cp_async_commit();
+        }
+    } else {
+        __syncthreads();  // everyone is done with the previous K, V tiles
+        att2_kv_tile_start<D, false>(KVs, src, kt, T);
+        __syncthreads();
+    }
+    return att2_kv_buffer<D, ASYNC>(KVs, kt);
+}
+
 // The backward's two score products, for one warp: c1 = A1 B1^T and c2 = A2 B2^T, with A1, A2 the
 // warp's 16 rows [a_row0, a_row0 + 16) of two shared tiles, B1, B2 the rows [b_row0, b_row0 + 16 NP)
 // of two others, and k running over the D head dims. The dQ kernel computes S = Q K^T and
@@ -599,8 +640,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
     uint32_t qf[D / 16][4];  // this warp's 16 query rows as A fragments
     if constexpr (ASYNC) {  // Q and the first K/V tile: group 0, waited for at the top of the loop
         att2_load_tile_async<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
-        att2_load_tile_async<D>(KVs, src.k, src.k_rs, 0, a.T);
-        att2_load_v_tile_async<D>(KVs + ATT2_TILE * LDS, src, 0, a.T);
+        att2_kv_tile_start<D, true>(KVs, src, 0, a.T);
         cp_async_commit();
     } else {
         att2_load_tile<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
@@ -616,26 +656,11 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
     int row = qt * ATT2_TILE + warp * 16 + gr;
 
     for (int kt = 0; kt <= qt; kt++) {
-        __nv_bfloat16* Ks = KVs + (ASYNC ? (kt & 1) * 2 * ATT2_TILE * LDS : 0);
-        __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
-        if constexpr (ASYNC) {
-            cp_async_wait<0>();  // this thread's copies of tile kt (the only group in flight)
-            __syncthreads();     // everyone's; and everyone is done with tile kt - 1, whose buffer is refilled next
-            if (kt < qt) {       // tile kt + 1 flies while tile kt is used
-                __nv_bfloat16* Kn = KVs + ((kt + 1) & 1) * 2 * ATT2_TILE * LDS;
-                att2_load_tile_async<D>(Kn, src.k, src.k_rs, (kt + 1) * ATT2_TILE, a.T);
-                att2_load_v_tile_async<D>(Kn + ATT2_TILE * LDS, src, (kt + 1) * ATT2_TILE, a.T);
-                cp_async_commit();
-            }
-            if (kt == 0) {
+        const __nv_bfloat16* Ks = att2_kv_tile<D, ASYNC>(KVs, src, kt, qt, a.T);
+        const __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+        if (ASYNC && kt == 0) {  // Q arrived with tile 0
 #pragma unroll
-                for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[ks], frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
-            }
-        } else {
-            __syncthreads();  // everyone is done with the previous K, V tiles
-            att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
-            att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
-            __syncthreads();
+            for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[ks], frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
         }
         // S = Q K^T  (16 rows x 64 keys per warp)
         float s[NT][4];
@@ -923,8 +948,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_ker
     if constexpr (ASYNC) {  // Q, dO and the first K/V tile: group 0
         att2_load_tile_async<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
         att2_load_tile_async<D>(dOs, dosrc, (long)a.H * D, qt * ATT2_TILE, a.T);
-        att2_load_tile_async<D>(KVs, src.k, src.k_rs, 0, a.T);
-        att2_load_v_tile_async<D>(KVs + ATT2_TILE * LDS, src, 0, a.T);
+        att2_kv_tile_start<D, true>(KVs, src, 0, a.T);
         cp_async_commit();
     } else {
         att2_load_tile<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
@@ -943,23 +967,8 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_ker
     for (int j = 0; j < D / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
 
     for (int kt = 0; kt <= qt; kt++) {
-        __nv_bfloat16* Ks = KVs + (ASYNC ? (kt & 1) * 2 * ATT2_TILE * LDS : 0);
-        __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
-        if constexpr (ASYNC) {
-            cp_async_wait<0>();  // this thread's copies of tile kt (the only group in flight)
-            __syncthreads();     // everyone's; and everyone is done with tile kt - 1, whose buffer is refilled next
-            if (kt < qt) {
-                __nv_bfloat16* Kn = KVs + ((kt + 1) & 1) * 2 * ATT2_TILE * LDS;
-                att2_load_tile_async<D>(Kn, src.k, src.k_rs, (kt + 1) * ATT2_TILE, a.T);
-                att2_load_v_tile_async<D>(Kn + ATT2_TILE * LDS, src, (kt + 1) * ATT2_TILE, a.T);
-                cp_async_commit();
-            }
-        } else {
-            __syncthreads();
-            att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
-            att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
-            __syncthreads();
-        }
+        const __nv_bfloat16* Ks = att2_kv_tile<D, ASYNC>(KVs, src, kt, qt, a.T);
+        const __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
         // S = Q K^T, dP = dO V^T (16 queries x 64 keys per warp)
         float s[NT][4], dp[NT][4];
         att2_paired_products<D, NT / 2>(s, dp, Qs, dOs, warp * 16, Ks, Vs, 0, lane);
