@@ -48,7 +48,7 @@ prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 
 KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
-DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm
+DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu
 TEST_GPT_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/tests/test_gpt_gpu_$(p)_bf16 build/tests/test_gpt_gpu_$(p)_fp32)
 GPU_TRAINERS := $(foreach p,$(GPU_VALUE_PATHS),build/$(p)/train_bf16 build/$(p)/train_fp32)
 

@@ -70,7 +70,7 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/rope.cuh"         // defines: rope_forward, rope_backward
 #include "kernels/attention.cuh"    // defines: AttentionArgs, KVGradRoute, attention_forward, attention_backward (flash, GQA, value-path reads and routes)
 #include "kernels/depth_attention.cuh"  // defines: DepthArgs, depth_attention_forward, depth_attention_backward
-#include "kernels/gelu.cuh"         // defines: gelu_forward, gelu_backward
+#include "kernels/gelu.cuh"         // defines: gelu_forward, gelu_backward_bias (fc bias gradient fused)
 #include "kernels/swiglu.cuh"       // defines: swiglu_forward, swiglu_backward
 #include "kernels/classifier.cuh"   // defines: fused_classifier (softmax, loss, dlogits in place)
 // optimizer
@@ -241,9 +241,12 @@ inline std::vector<TensorSpec> scratch_plan(BackwardScratch& s, const ModelConfi
     bool gpt2 = c.arch == ARCH_GPT2;
     size_t W = (H + 2 * Hkv) * D, QK = (H + Hkv) * D, FW = gpt2 ? F : 2 * F;
     size_t widest = std::max({2 * C, FW, W, 2 * D});  // the widest row of any stage-1 partial sum
+    // the norms' and GELU's backward fuse stage 1 into their row pass, with more (shorter) row blocks
+    size_t partial_floats = std::max({(size_t)num_partials((int)BT) * widest, layernorm_backward_partial_floats((int)BT, (int)C),
+                                      rmsnorm_backward_partial_floats((int)BT, (int)C), gelu_backward_bias_partial_floats((int)BT, (int)F)});
     return {TENSOR(s.dresidual, BT * C), TENSOR(s.dln, BT * C),          TENSOR(s.datty, BT * H * D), TENSOR(s.dqkv, BT * W),
             TENSOR(s.dqk_rot, gpt2 ? 0 : BT * QK), TENSOR(s.dfch, BT * FW), TENSOR(s.dfch_act, BT * F), TENSOR(s.att_delta, BT * H),
-            TENSOR(s.partial, (size_t)num_partials((int)BT) * widest), TENSOR(s.norm_scratch, GLOBAL_NORM_BLOCKS + 1),
+            TENSOR(s.partial, partial_floats), TENSOR(s.norm_scratch, GLOBAL_NORM_BLOCKS + 1),
             TENSOR(s.bucket_token, BT), TENSOR(s.bucket_start, BT + 1), TENSOR(s.bucket_pos, BT)};
 }
 
@@ -940,9 +943,10 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
             else swiglu_forward(la.fch_act, la.fch, BT, F, st);
         }
         matmul_backward(s.dfch_act, lg.fcproj_w, lg.fcproj_b, s.dresidual, la.fch_act, lp.fcproj_w, s.partial, BT, F, C, C, false, 1.0f, st);
-        if (gpt2) gelu_backward(s.dfch, la.fch, s.dfch_act, (size_t)BT * F, st);
+        // GPT-2: the fc bias gradient is summed inside GELU's backward, so matmul_backward gets no dbias
+        if (gpt2) gelu_backward_bias(s.dfch, lg.fc_b, la.fch, s.dfch_act, s.partial, BT, F, st);
         else swiglu_backward(s.dfch, la.fch, s.dfch_act, BT, F, st);
-        matmul_backward(s.dln, lg.fc_w, lg.fc_b, s.dfch, la.ln2, lp.fc_w, s.partial, BT, C, FW, FW, false, 1.0f, st);
+        matmul_backward(s.dln, lg.fc_w, nullptr, s.dfch, la.ln2, lp.fc_w, s.partial, BT, C, FW, FW, false, 1.0f, st);
         // the residual branch passes dresidual through unchanged; the norm adds its part
         norm_backward(m, s.dresidual, lg.ln2_w, lg.ln2_b, s.dln, la.res_att, lp.ln2_w, la.ln2_mean, la.ln2_rstd, BT);
         // s.dresidual now holds dL/d(res_att)

@@ -38,7 +38,7 @@ TARGETS=(build/vanilla/train_bf16)
 for p in $PATHS; do
     TARGETS+=("build/tests/test_gpt_gpu_${p}_bf16" "build/tests/test_gpt_gpu_${p}_fp32" "build/dev/cuda/bf16/bench_gpt_$p")
 done
-for lab in attention_forward attention_backward classifier layernorm rmsnorm; do TARGETS+=("build/dev/cuda/bf16/$lab"); done
+for lab in attention_forward attention_backward classifier layernorm rmsnorm gelu; do TARGETS+=("build/dev/cuda/bf16/$lab"); done
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

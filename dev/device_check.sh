@@ -22,11 +22,12 @@
 #      time at GPT-2 124M with the gradient all-reduce overlapped (--overlap-reduce 1) and not
 #   6. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device
 #   7. the attention labs timed (every version), and a bench step with the attention kernels
-#      without cp.async (--attention-version 2) against the trainer's
+#      without cp.async (--attention-version 2) against the trainer's; then the memory-bound labs
+#      timed (layernorm, rmsnorm, gelu: each version's ms and GB/s, fused against unfused)
 #   8. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py)
 # and prints a short table last. With $OUT set (the device tool), results go there (at most 8
 # files): summary.md (the table, in the form dev/results/ wants), build.log, test_gpt.log,
-# labs.log, train_cli.log, dist.log, bench.txt, attention_timed.log.
+# labs.log, train_cli.log, dist.log, bench.txt, labs_timed.log.
 #
 # DEVICE_BUNDLE=build/device_bundle.tar.xz: binaries built off the device by dev/device_bundle.sh
 # (carried with the call), used instead of building when they come from these very sources.
@@ -37,14 +38,15 @@
 # script's own test, tests/python/test_device_check.py). All five paths x two precisions of
 # test_gpt plus the bench may not fit one 10-minute call: then run it twice, e.g.
 #   SKIP_BENCH=1 bash dev/device_check.sh   and   SKIP_TESTS=1 SKIP_LABS=1 SKIP_CLI=1 bash dev/device_check.sh
-# BENCH_PARTS ("bench attention profile", the default: steps 6, 7 and 8) picks among the bench
-# steps, e.g. BENCH_PARTS=profile for a third call when step 8 ran out of time in the second.
+# BENCH_PARTS ("bench attention memory profile", the default: steps 6, 7 (attention, then memory)
+# and 8) picks among the bench steps, e.g. BENCH_PARTS=profile for a third call when step 8 ran
+# out of time in the second.
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
 mkdir -p "$OUT_DIR"
 JOBS="${JOBS:-16}"
-BENCH_PARTS=" ${BENCH_PARTS:-bench attention profile} "
+BENCH_PARTS=" ${BENCH_PARTS:-bench attention memory profile} "
 [ "${SKIP_BENCH:-0}" = 1 ] && BENCH_PARTS=""
 bench_part() { [[ "$BENCH_PARTS" == *" $1 "* ]]; }
 START=$(date +%s)
@@ -141,7 +143,8 @@ GPU_PATHS=$(make -s print-gpu-paths 2>/dev/null)
 GPU_PATHS=${GPU_PATHS:-vanilla}
 GPU_PATHS=${ONLY_PATHS:-$GPU_PATHS}
 [ "${SKIP_TESTS:-0}" = 1 ] && TEST_PATHS="" || TEST_PATHS="$GPU_PATHS"
-LABS="attention_forward attention_backward classifier layernorm rmsnorm"
+LABS="attention_forward attention_backward classifier layernorm rmsnorm gelu"
+MEMORY_LABS="layernorm rmsnorm gelu"
 
 # 1. build. A bundle of binaries built off the device (dev/device_bundle.sh) is used only if it
 # was built from exactly these sources; its files are touched so that make takes them as up to date.
@@ -170,6 +173,7 @@ for path in $TEST_PATHS; do BUILD_TARGETS+=("build/tests/test_gpt_gpu_${path}_bf
 { [ "${SKIP_CLI:-0}" != 1 ] || [ "${SKIP_DIST:-0}" != 1 ]; } && BUILD_TARGETS+=(build/vanilla/train_bf16)
 bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("build/dev/cuda/bf16/bench_gpt_$path"); done
 bench_part attention && BUILD_TARGETS+=(build/dev/cuda/bf16/attention_forward build/dev/cuda/bf16/attention_backward build/dev/cuda/bf16/bench_gpt_vanilla)
+bench_part memory && for lab in $MEMORY_LABS; do BUILD_TARGETS+=("build/dev/cuda/bf16/$lab"); done
 bench_part profile && BUILD_TARGETS+=(build/dev/cuda/bf16/bench_gpt_vanilla)
 [ "${SKIP_BUILD:-0}" = 1 ] && BUILD_TARGETS=()
 [ ${#BUILD_TARGETS[@]} -gt 0 ] && mapfile -t BUILD_TARGETS < <(printf '%s\n' "${BUILD_TARGETS[@]}" | awk '!seen[$0]++')
@@ -433,7 +437,7 @@ fi
 # trainer's from ptxas figures alone; if an older version wins here, set attention_tc_version in
 # kernels/attention.cuh (all versions give the same bits).
 if bench_part attention; then
-    LAB="$OUT_DIR/attention_timed.log"  # one file for both labs: the tool brings back at most 8
+    LAB="$OUT_DIR/labs_timed.log"  # one file for every timed lab: the tool brings back at most 8
     for lab in attention_forward attention_backward; do
         [ -x "build/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 120 "$LAB" "./build/dev/cuda/bf16/$lab"
     done
@@ -455,6 +459,21 @@ if bench_part attention; then
             row "step with attention version 2/3" "did not finish (see bench.txt)"
         fi
     fi
+fi
+
+# 7, memory-bound part: the norms' backward with the parameter sums fused into the row pass
+# (version 3) against the separate column pass (version 2), GELU's backward with the fc bias
+# gradient fused (version 2) against the separate bias pass (version 1): ms and GB/s at the
+# trainer's shapes. These fusions became the trainer's from the bytes they save, unmeasured.
+if bench_part memory; then
+    LAB="$OUT_DIR/labs_timed.log"
+    for lab in $MEMORY_LABS; do
+        [ -x "build/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 90 "$LAB" "./build/dev/cuda/bf16/$lab"
+    done
+    [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
+        /^(layernorm|rmsnorm|gelu): N=/ { if (lab != "") print lab "|" times; lab = "lab " $1 " " $2 " " $3; sub(/:/, "", lab); times = "" }
+        /^  (forward|backward) version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ version /, " v"); times = times (times == "" ? "" : "; ") $0 }
+        END { if (lab != "") print lab "|" times }' "$LAB")
 fi
 
 # 8. where a step's time goes, if time is left: each kernel's time over two steps of the vanilla

@@ -8,7 +8,8 @@
 //
 // One warp per row; statistics in fp32 from floatX inputs, two passes (mean, then variance of the
 // centred values, as the CPU reference), 16-byte loads. The parameter gradients are sums over all
-// rows, done by the fixed-order two-stage reduction of kernels/reduce.cuh (deterministic).
+// rows, done by the fixed-order two-stage reduction of kernels/reduce.cuh (deterministic), its
+// first stage fused into the backward's row pass so dout and inp are read once, not twice.
 // Versions and timings: dev/cuda/layernorm.cu.
 //
 // defines: layernorm_forward, layernorm_backward
@@ -55,14 +56,14 @@ static __global__ void layernorm_forward_kernel2(floatX* out, float* mean, float
     }
 }
 
-// dinp part: one warp per row
-static __global__ void layernorm_backward_kernel2(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-                                                  const float* rstd, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
+// One warp's share of the backward for one row: dinp[row] += the LayerNorm VJP. FUSED: each lane
+// also adds dout*norm and dout of its columns into acc_dw, acc_db (its warp's slices, see
+// fused_accumulate in kernels/reduce.cuh).
+template <bool FUSED>
+__device__ __forceinline__ void layernorm_backward_row(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight, float m, float s, int row,
+                                                       int C, int lane, float* acc_dw, float* acc_db) {
     const floatX* dy = dout + (size_t)row * C;
     const floatX* x = inp + (size_t)row * C;
-    float m = mean[row], s = rstd[row];
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
     for (int c = lane * x128::size; c < C; c += 32 * x128::size) {
         x128 g = load128(dy + c), v = load128(x + c), w = load128(weight + c);
@@ -77,12 +78,47 @@ static __global__ void layernorm_backward_kernel2(floatX* dinp, const floatX* do
     floatX* dx = dinp + (size_t)row * C;
     for (int c = lane * x128::size; c < C; c += 32 * x128::size) {
         x128 g = load128(dy + c), v = load128(x + c), w = load128(weight + c), d = load128(dx + c);
+        float dw[x128::size], db[x128::size];
         for (int k = 0; k < x128::size; k++) {
             float norm = (to_float(v[k]) - m) * s, dnorm = to_float(w[k]) * to_float(g[k]);
             d[k] = from_float<floatX>(to_float(d[k]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+            dw[k] = to_float(g[k]) * norm;
+            db[k] = to_float(g[k]);
         }
         store128(dx + c, d);
+        if (FUSED) {
+            fused_accumulate(acc_dw, c, dw);
+            fused_accumulate(acc_db, c, db);
+        }
     }
+}
+
+// dinp part (version 2): one warp per row; the parameter sums are a second pass (kernel1 below)
+static __global__ void layernorm_backward_kernel2(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
+                                                  const float* rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    layernorm_backward_row<false>(dinp, dout, inp, weight, mean[row], rstd[row], row, C, lane, nullptr, nullptr);
+}
+
+// dinp and the parameter sums in one pass (version 3): block b owns rows [b*64, b*64 + 64), its
+// warps take them in turn (warp w: rows w, w + warps, ...), one warp per row as kernel2; each lane
+// also adds dout*norm and dout of its columns into its warp's slice of shared memory (dynamic:
+// warps x 2 x fused_padded_cols(C) floats); the block then writes partial[b] = [dw (C) | db (C)].
+static __global__ void layernorm_backward_kernel3(floatX* dinp, float* partial, const floatX* dout, const floatX* inp, const floatX* weight,
+                                                  const float* mean, const float* rstd, int N, int C) {
+    extern __shared__ __align__(16) float fused_acc[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, Cp = fused_padded_cols(C);
+    float* acc_dw = fused_acc + (size_t)warp * 2 * Cp;
+    float* acc_db = acc_dw + Cp;
+    for (int c = lane * x128::size; c < C; c += 32 * x128::size) {
+        fused_zero(acc_dw, c);
+        fused_zero(acc_db, c);
+    }
+    int r1 = min(N, ((int)blockIdx.x + 1) * FUSED_PARTIAL_ROWS);
+    for (int row = (int)blockIdx.x * FUSED_PARTIAL_ROWS + warp; row < r1; row += warps)
+        layernorm_backward_row<true>(dinp, dout, inp, weight, mean[row], rstd[row], row, C, lane, acc_dw, acc_db);
+    fused_partials_finish<2>(partial, fused_acc, C);
 }
 
 // parameter part, stage 1: block (32, 8) over PARTIAL_ROWS rows x 32 channels;
@@ -114,12 +150,27 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
     cudaCheck(cudaGetLastError());
 }
 
+// scratch floats layernorm_backward needs in `partial` (the larger of versions 2 and 3)
+inline size_t layernorm_backward_partial_floats(int N, int C) { return (size_t)std::max(num_partials(N), fused_num_partials(N)) * 2 * C; }
+
 // dinp (N,C) floatX, accumulated (+=); dweight, dbias (C) fp32, accumulated;
-// partial: num_partials(N) * 2C floats of scratch
+// partial: layernorm_backward_partial_floats(N, C) floats of scratch.
+// version 3 (the trainer's): one pass for dinp and the parameter sums; version 2: a row pass for
+// dinp, then a column pass that reads dout and inp again (kept for the lab's comparison).
 inline void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-                               const float* rstd, float* partial, int N, int C, cudaStream_t stream) {
+                               const float* rstd, float* partial, int N, int C, cudaStream_t stream, int version = 3) {
+    KERNEL_ASSERT(C % x128::size == 0 && N >= 1 && (version == 2 || version == 3));
+    if (version == 3) {
+        int warps = fused_block_warps(2, C);
+        size_t smem = (size_t)warps * 2 * fused_padded_cols(C) * sizeof(float);
+        if (smem > (48 << 10)) cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        layernorm_backward_kernel3<<<fused_num_partials(N), warps * 32, smem, stream>>>(dinp, partial, dout, inp, weight, mean, rstd, N, C);
+        cudaCheck(cudaGetLastError());
+        reduce_partials(dweight, partial, fused_num_partials(N), C, 2 * C, stream);
+        reduce_partials(dbias, partial + C, fused_num_partials(N), C, 2 * C, stream);
+        return;
+    }
     const int block_size = 256;
-    KERNEL_ASSERT(C % x128::size == 0);
     layernorm_backward_kernel2<<<CEIL_DIV(N, block_size / 32), block_size, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     cudaCheck(cudaGetLastError());
     layernorm_param_backward_kernel1<<<dim3(CEIL_DIV(C, 32), num_partials(N)), dim3(32, 8), 0, stream>>>(partial, dout, inp, mean, rstd, N, C);

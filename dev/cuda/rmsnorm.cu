@@ -6,7 +6,9 @@ Compile and run (bf16; build/dev/cuda/fp32/rmsnorm is the lab's FP32 build):
   ./build/dev/cuda/bf16/rmsnorm            check every version, then time each
   ./build/dev/cuda/bf16/rmsnorm --check    check only (dev/device_check.sh)
 
-Shapes: N = 8192 rows, C = 2048 (a Llama-1B-ish width). Reference: the CPU trainer's
+Shapes: C = 2048 (a Llama-1B-ish width; version 3's warp slices then need 64 KB of shared memory,
+past the 48 KB default); N = 32768 rows when timing, 8192 + 40 with --check (the last fused row
+block ragged; the emulator runs --check). Reference: the CPU trainer's
 rmsnorm_forward / rmsnorm_backward (fp32) on the same floatX-rounded inputs; the backward
 accumulates into dinp and dweight, which start from non-zero values.
 
@@ -15,13 +17,17 @@ forward version 2: one warp per row, 16-byte loads, fp32 sum of squares by warp 
   The trainer's kernel (rmsnorm_forward_kernel2).
 backward version 1: one thread per row for dinp; dweight by one thread per column over all rows.
 backward version 2: one warp per row for dinp; dweight by the fixed-order two-stage reduction
-  (kernels/reduce.cuh). The trainer's kernels.
+  (kernels/reduce.cuh): a second pass reads dout and inp again.
+backward version 3: version 2's row pass also sums dout*x*rstd of each lane's columns into its
+  warp's slice of shared memory, one partial row per block of 64 rows, then the same stage 2.
+  The trainer's. Moves 4 N*C floatX (dout, inp, dinp read+write) against version 2's 6.
 */
 #include "dev/cuda/common.h"
 #include "kernels/rmsnorm.cuh"
 
 // ----------------------------------------------------------------------------
-// GPU kernels (versions 2 are gpu::rmsnorm_forward / gpu::rmsnorm_backward)
+// GPU kernels (forward version 2 is gpu::rmsnorm_forward, backward versions 2 and 3 are
+// gpu::rmsnorm_backward's)
 
 __global__ void rmsnorm_forward_kernel1(floatX* out, float* rstd, const floatX* inp, const floatX* w, int N, int C, float eps) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -75,14 +81,14 @@ static void backward_version(int v, floatX* dinp, float* dw, const floatX* dout,
         rmsnorm_backward_params_kernel1<<<CEIL_DIV(C, 256), 256>>>(dw, dout, inp, rstd, N, C);
         cudaCheck(cudaGetLastError());
     } else {
-        gpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, partial, N, C, 0);
+        gpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, partial, N, C, 0, v);
     }
 }
 
 int main(int argc, char** argv) {
     if (!lab_has_device()) return 0;
     bool check_only = lab_flag(argc, argv, "--check");
-    const int N = 8192, C = 2048;
+    const int N = check_only ? 8192 + 40 : 32768, C = 2048;
     printf("rmsnorm: N=%d C=%d (%s)\n", N, C, PRECISION_NAME);
     std::vector<float> x = round_to_floatx(random_normal((size_t)N * C, 1, 3.0f)), w = round_to_floatx(random_normal(C, 2));
     std::vector<float> dout = round_to_floatx(random_normal((size_t)N * C, 4)), dinp0 = round_to_floatx(random_normal((size_t)N * C, 5));
@@ -92,7 +98,7 @@ int main(int argc, char** argv) {
     ::rmsnorm_backward(dinp_ref.data(), dw_ref.data(), dout.data(), x.data(), w.data(), rstd_ref.data(), N, C);
 
     floatX *d_x = dev_upload_x(x), *d_w = dev_upload_x(w), *d_dout = dev_upload_x(dout), *d_out = dev_alloc<floatX>(out_ref.size()), *d_dinp = dev_alloc<floatX>(dinp0.size());
-    float *d_rstd = dev_alloc<float>(N), *d_dw = dev_alloc<float>(C), *d_partial = dev_alloc<float>((size_t)gpu::num_partials(N) * C);
+    float *d_rstd = dev_alloc<float>(N), *d_dw = dev_alloc<float>(C), *d_partial = dev_alloc<float>(gpu::rmsnorm_backward_partial_floats(N, C));
     bool ok = true;
     for (int v = 1; v <= 2; v++) {
         printf(" forward version %d\n", v);
@@ -104,7 +110,7 @@ int main(int argc, char** argv) {
     }
     cudaCheck(cudaMemcpy(d_rstd, rstd_ref.data(), N * sizeof(float), cudaMemcpyHostToDevice));
     std::vector<float> quarter(C, 0.25f);
-    for (int v = 1; v <= 2; v++) {
+    for (int v = 1; v <= 3; v++) {
         printf(" backward version %d\n", v);
         floatX* fresh = dev_upload_x(dinp0);
         cudaCheck(cudaMemcpy(d_dinp, fresh, dinp0.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
@@ -116,12 +122,13 @@ int main(int argc, char** argv) {
         ok &= validate_result(d_dw, dw_ref, "dweight", 1e-3f, 1e-2f);
     }
     if (ok && !check_only) {
-        double fwd_bytes = 2.0 * N * C * sizeof(floatX), bwd_bytes = 6.0 * N * C * sizeof(floatX);
+        double fwd_bytes = 2.0 * N * C * sizeof(floatX);
         for (int v = 1; v <= 2; v++) {
             float ms = benchmark_kernel(50, [&] { forward_version(v, d_out, d_rstd, d_x, d_w, N, C); });
             printf("  forward version %d: %.4f ms, %.0f GB/s\n", v, ms, fwd_bytes / ms / 1e6);
         }
-        for (int v = 1; v <= 2; v++) {
+        for (int v = 1; v <= 3; v++) {
+            double bwd_bytes = (v == 3 ? 4.0 : 6.0) * N * C * sizeof(floatX);
             float ms = benchmark_kernel(20, [&] { backward_version(v, d_dinp, d_dw, d_dout, d_x, d_w, d_rstd, d_partial, N, C); });
             printf("  backward version %d: %.4f ms, %.0f GB/s\n", v, ms, bwd_bytes / ms / 1e6);
         }

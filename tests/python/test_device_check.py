@@ -127,8 +127,9 @@ def test_out_of_time_is_not_a_failure(tmp_path):
 def test_bench_parts_run_only_what_they_name(tmp_path):
     """BENCH_PARTS=attention (a call that only times the attention versions): steps 6 and 8 stay out,
     and step 7 runs both labs and both benchmark steps (the trainer's version 4 itself, since step 6
-    did not run). Without a GPU every binary says it skipped, so the comparison row says so."""
-    built = [REPO / "build" / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla")]
+    did not run), not the memory-bound labs; BENCH_PARTS=memory runs only those. Without a GPU
+    every binary says it skipped, so the comparison row says so."""
+    built = [REPO / "build" / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla", "layernorm", "rmsnorm", "gelu")]
     if not all(b.exists() for b in built):
         pytest.skip("the GPU lab and bench binaries are not built (make gpu-compile-check needs nvcc)")
     env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "TIME_LIMIT": "200"}
@@ -140,12 +141,20 @@ def test_bench_parts_run_only_what_they_name(tmp_path):
     bench = (out / "bench.txt").read_text()
     assert "== bench_gpt_vanilla (attention version 4)" in bench and "== bench_gpt_vanilla --attention-version 2" in bench
     assert "== make bench" not in bench and "ncu" not in summary
-    timed = (out / "attention_timed.log").read_text()
+    timed = (out / "labs_timed.log").read_text()
     assert "== lab attention_forward (timed)" in timed and "== lab attention_backward (timed)" in timed
+    assert "== lab layernorm (timed)" not in timed
     assert len(os.listdir(out)) <= 8
+    # BENCH_PARTS=memory: only the memory-bound labs, into the same log; no bench step
+    out3 = tmp_path / "out3"
+    out3.mkdir()
+    device_check(out3, {**env, "BENCH_PARTS": "memory"})
+    timed3 = (out3 / "labs_timed.log").read_text()
+    assert all(f"== lab {lab} (timed)" in timed3 for lab in ("layernorm", "rmsnorm", "gelu"))
+    assert "attention" not in timed3 and not (out3 / "bench.txt").exists()
     # SKIP_BENCH=1 overrides BENCH_PARTS: nothing of steps 6-8
     out2 = tmp_path / "out2"
     out2.mkdir()
     _, rows2 = device_check(out2, {**env, "SKIP_BENCH": "1", "BENCH_PARTS": "attention profile"})
-    assert not (out2 / "bench.txt").exists() and not (out2 / "attention_timed.log").exists()
+    assert not (out2 / "bench.txt").exists() and not (out2 / "labs_timed.log").exists()
     assert "step with attention version 2/3" not in rows2
