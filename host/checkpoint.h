@@ -113,8 +113,9 @@ inline void make_dirs(const std::string& dir) {
     if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) runtime_error("choose another --out-dir", "'%s' is not a directory", dir.c_str());
 }
 
-// Steps of every complete checkpoint (ckpt_<digits>.bin) in dir, ascending. Temporary files of an
-// interrupted write (.ckpt_*.tmp) are ignored.
+// Steps of every complete checkpoint (ckpt_<digits>.bin, 8 digits or more: checkpoint_path pads
+// to 8 and writes more past step 99,999,999) in dir, ascending. Temporary files of an interrupted
+// write (.ckpt_*.tmp) and anything that is not a regular file are ignored.
 inline std::vector<int64_t> checkpoint_list_steps(const std::string& dir) {
     std::vector<int64_t> steps;
     DIR* d = opendir(dir.c_str());
@@ -122,10 +123,11 @@ inline std::vector<int64_t> checkpoint_list_steps(const std::string& dir) {
     while (struct dirent* e = readdir(d)) {
         const char* n = e->d_name;
         size_t len = strlen(n);
-        if (len != 17 || strncmp(n, "ckpt_", 5) || strcmp(n + 13, ".bin")) continue;
+        if (len < 17 || len > 27 || strncmp(n, "ckpt_", 5) || strcmp(n + len - 4, ".bin")) continue;
         bool digits = true;
-        for (int i = 5; i < 13; i++) digits &= (n[i] >= '0' && n[i] <= '9');
-        if (digits) steps.push_back(atoll(n + 5));
+        for (size_t i = 5; i < len - 4; i++) digits &= (n[i] >= '0' && n[i] <= '9');
+        struct stat st;
+        if (digits && stat((dir + "/" + n).c_str(), &st) == 0 && S_ISREG(st.st_mode)) steps.push_back(atoll(n + 5));
     }
     closedir(d);
     std::sort(steps.begin(), steps.end());
@@ -289,6 +291,7 @@ inline void checkpoint_prune(const std::string& dir, int keep) {
 // Reads and checks the header and run text; leaves the file positioned at the parameters.
 inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
     const char* hint = "pass a checkpoint written by valuepath (DIR/ckpt_*.bin); if it was cut short, use an earlier one";
+    require_regular_file(path.c_str(), "checkpoint", "check the path; checkpoints are DIR/ckpt_SSSSSSSS.bin");
     FILE* f = fopen(path.c_str(), "rb");
     if (!f) runtime_error("check the path; checkpoints are DIR/ckpt_SSSSSSSS.bin", "cannot open checkpoint '%s': %s", path.c_str(), strerror(errno));
     CheckpointHeader h;

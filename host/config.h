@@ -11,6 +11,7 @@
 //   W = width of the fused qkv projection = (H + 2*Hkv)*D.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -200,6 +201,8 @@ inline void flag_set_value(const FlagSpec& f, const char* value) {
             char* end = nullptr;
             double v = strtod(value, &end);
             if (!*value || *end || !std::isfinite(v)) usage_error(nullptr, "%s expects a number, got '%s'", f.name, value);
+            // the flag is stored as a float: 1e39 is a finite double but an infinite float
+            if (!std::isfinite((float)v)) usage_error(nullptr, "%s value '%s' is out of range (at most %g)", f.name, value, (double)FLT_MAX);
             *reinterpret_cast<float*>(base) = (float)v;
             break;
         }
@@ -292,6 +295,33 @@ inline bool parse_command_line(RunConfig* rc, int argc, char** argv) {
     return true;
 }
 
+// Bounds on a model's shape: generous for any model this trainer can hold, and small enough that
+// no size derived from them (4C, V rounded up, L*C*F) overflows the int32 fields and the
+// size_t products the builds compute.
+constexpr int MAX_LAYERS = 1024, MAX_HEADS = 1024, MAX_DIM = 1 << 16, MAX_FFN_DIM = 1 << 20, MAX_VOCAB = 1 << 24, MAX_SEQ = 1 << 20;
+
+// What is wrong with a model config, or "" if nothing: the shape rules of model_config_from_flags,
+// for configs that come from a file (a checkpoint's header is only CRC-checked from version 2).
+inline std::string model_config_problem(const ModelConfig& c) {
+    char buf[256];
+    auto bad = [&](const char* fmt, long a, long b) { snprintf(buf, sizeof(buf), fmt, a, b); return std::string(buf); };
+    if (c.arch != ARCH_GPT2 && c.arch != ARCH_LLAMA) return bad("unknown architecture %ld", c.arch, 0);
+    if (c.n_layer < 1 || c.n_layer > MAX_LAYERS) return bad("n_layer %ld outside [1, %ld]", c.n_layer, MAX_LAYERS);
+    if (c.n_head < 1 || c.n_head > MAX_HEADS) return bad("n_head %ld outside [1, %ld]", c.n_head, MAX_HEADS);
+    if (c.n_kv_head < 1 || c.n_head % c.n_kv_head) return bad("n_kv_head %ld does not divide n_head %ld", c.n_kv_head, c.n_head);
+    if (c.n_embd < 1 || c.n_embd > MAX_DIM || c.n_embd % c.n_head) return bad("n_embd %ld is not a multiple of n_head %ld within bounds", c.n_embd, c.n_head);
+    if (c.head_dim != c.n_embd / c.n_head) return bad("head_dim %ld is not n_embd / n_head = %ld", c.head_dim, c.n_embd / c.n_head);
+    if (c.ffn_dim < 1 || c.ffn_dim > MAX_FFN_DIM) return bad("ffn_dim %ld outside [1, %ld]", c.ffn_dim, MAX_FFN_DIM);
+    if (c.vocab_size < 2 || c.vocab_size > MAX_VOCAB) return bad("vocab_size %ld outside [2, %ld]", c.vocab_size, MAX_VOCAB);
+    if (c.padded_vocab_size != CEIL_DIV(c.vocab_size, 128) * 128) return bad("padded_vocab_size %ld is not vocab_size rounded up to 128 (%ld)", c.padded_vocab_size, CEIL_DIV(c.vocab_size, 128) * 128);
+    if (c.max_seq_len < 1 || c.max_seq_len > MAX_SEQ) return bad("max_seq_len %ld outside [1, %ld]", c.max_seq_len, MAX_SEQ);
+    if (c.qk_norm != 0 && c.qk_norm != 1) return bad("qk_norm %ld is not 0 or 1", c.qk_norm, 0);
+    if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps)) return "norm_eps is not a positive number";
+    if (c.arch == ARCH_GPT2 && (c.n_kv_head != c.n_head || c.qk_norm)) return "a gpt2 model with GQA or QK-norm";
+    if (c.arch == ARCH_LLAMA && (c.head_dim % 2 || !(c.rope_theta > 0) || !std::isfinite(c.rope_theta))) return "a llama model with an odd head_dim or a bad rope_theta";
+    return "";
+}
+
 // Model config from the shape flags. Usage errors for shapes that do not fit together.
 inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     ModelConfig c;
@@ -308,9 +338,13 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     c.rope_theta = rc.rope_theta;
     c.qk_norm = rc.qk_norm;
     c.norm_eps = 1e-5f;
-    if (c.n_layer < 1) usage_error(nullptr, "--layers must be >= 1, got %d", c.n_layer);
-    if (c.n_head < 1) usage_error(nullptr, "--heads must be >= 1, got %d", c.n_head);
+    if (c.n_layer < 1 || c.n_layer > MAX_LAYERS) usage_error(nullptr, "--layers must be in [1, %d], got %d", MAX_LAYERS, c.n_layer);
+    if (c.n_head < 1 || c.n_head > MAX_HEADS) usage_error(nullptr, "--heads must be in [1, %d], got %d", MAX_HEADS, c.n_head);
     if (c.n_embd < 1 || c.n_embd % c.n_head) usage_error(nullptr, "--dim %d must be a positive multiple of --heads %d", c.n_embd, c.n_head);
+    if (c.n_embd > MAX_DIM) usage_error(nullptr, "--dim must be at most %d, got %d", MAX_DIM, c.n_embd);
+    if (rc.ffn_dim > MAX_FFN_DIM) usage_error(nullptr, "--ffn-dim must be at most %d, got %d", MAX_FFN_DIM, rc.ffn_dim);
+    if (c.vocab_size > MAX_VOCAB) usage_error(nullptr, "--vocab must be at most %d, got %d", MAX_VOCAB, c.vocab_size);
+    if (c.max_seq_len > MAX_SEQ) usage_error(nullptr, "--max-seq must be at most %d, got %d", MAX_SEQ, c.max_seq_len);
     if (rc.kv_heads < 0) usage_error(nullptr, "--kv-heads must be >= 0 (0 = the same as --heads), got %d", rc.kv_heads);
     if (rc.ffn_dim < 0) usage_error(nullptr, "--ffn-dim must be >= 0 (0 = the family's default), got %d", rc.ffn_dim);
     if (c.n_head % c.n_kv_head) usage_error(nullptr, "--heads %d must be a multiple of --kv-heads %d", c.n_head, c.n_kv_head);
@@ -330,6 +364,8 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     }
     c.padded_vocab_size = CEIL_DIV(c.vocab_size, 128) * 128;
     c.vp = value_path_config_from_flags(rc.vp_flags, c.n_layer, c.n_head, c.n_kv_head);
+    std::string problem = model_config_problem(c);  // every rule above should have caught it first
+    if (!problem.empty()) usage_error(nullptr, "the shape flags give an invalid model: %s", problem.c_str());
     return c;
 }
 
@@ -351,12 +387,28 @@ inline void check_shape_flags_match(const RunConfig& rc, const ModelConfig& c, c
         runtime_error("drop --rope-theta or use a matching checkpoint", "--rope-theta %g does not match %s (%g)", rc.rope_theta, source, c.rope_theta);
 }
 
-// Checks on the run (not the model) that are usage errors.
-inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
+// Sets the shape flags of rc to the shape of c (the model built from them or read from a
+// checkpoint), so that rc describes the run as it is: 0 = "default" becomes the value it chose.
+inline void run_config_set_shape(RunConfig* rc, const ModelConfig& c) {
+    rc->arch = arch_name(c.arch);
+    rc->layers = c.n_layer;
+    rc->heads = c.n_head;
+    rc->kv_heads = c.n_kv_head;
+    rc->dim = c.n_embd;
+    rc->ffn_dim = c.ffn_dim;
+    rc->vocab = c.vocab_size;
+    rc->max_seq = c.max_seq_len;
+    rc->rope_theta = c.rope_theta;
+    rc->qk_norm = c.qk_norm;
+}
+
+// Checks on the run flags alone that are usage errors: done before any checkpoint is looked at, so
+// that a wrong combination of flags is reported as such.
+inline void validate_run_flags(const RunConfig& rc) {
     if (rc.batch_size < 1) usage_error(nullptr, "--batch-size must be >= 1");
     if (rc.seq_len < 1) usage_error(nullptr, "--seq-len must be >= 1");
-    if (rc.seq_len > c.max_seq_len) usage_error("raise --max-seq (for a new model) or lower --seq-len", "--seq-len %d exceeds the model's max sequence length %d", rc.seq_len, c.max_seq_len);
     long bt = (long)rc.batch_size * rc.seq_len;
+    if (bt > INT32_MAX) usage_error("lower --batch-size (use --total-batch-tokens for gradient accumulation)", "--batch-size x --seq-len = %ld tokens per micro-batch; at most %d", bt, INT32_MAX);
     if (rc.total_batch_tokens < 0 || (rc.total_batch_tokens && rc.total_batch_tokens % bt))
         usage_error(nullptr, "--total-batch-tokens %ld must be a multiple of --batch-size x --seq-len = %ld", rc.total_batch_tokens, bt);
     if (rc.max_steps < 0) usage_error(nullptr, "--max-steps must be >= 0");
@@ -367,7 +419,6 @@ inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
     if (!(rc.weight_decay >= 0)) usage_error(nullptr, "--weight-decay must be >= 0");
     if (!(rc.min_lr_frac >= 0 && rc.min_lr_frac <= 1)) usage_error(nullptr, "--min-lr-frac must be in [0, 1]");
     if (!(rc.grad_clip >= 0)) usage_error(nullptr, "--grad-clip must be >= 0 (0 = off)");
-    if (rc.train_data.empty() && rc.max_steps > 0) usage_error("prepare data with: python scripts/prepare_tinyshakespeare.py", "--train-data is required to train");
     if (rc.eval_every < 0 || rc.eval_batches < 1) usage_error(nullptr, "--eval-every must be >= 0 and --eval-batches >= 1");
     if (rc.sample_every < 0 || rc.sample_tokens < 1) usage_error(nullptr, "--sample-every must be >= 0 and --sample-tokens >= 1");
     if (!(rc.sample_temperature >= 0)) usage_error(nullptr, "--sample-temperature must be >= 0");
@@ -379,6 +430,15 @@ inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
     if (rc.resume && rc.out_dir.empty()) usage_error(nullptr, "--resume 1 needs --out-dir (where the checkpoints are)");
     if (rc.resume && !rc.init_from.empty()) usage_error(nullptr, "--resume and --init-from cannot be combined (resume continues a run; init-from starts a new one)");
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");
+    if (rc.was_given("--val-data") && rc.val_data.empty())
+        usage_error("drop --val-data for no evaluation, or give a GLOB (is the shell variable you passed set?)", "--val-data is empty");
+}
+
+// Checks on the run that need the model (its shape from the flags or a checkpoint).
+inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
+    validate_run_flags(rc);
+    if (rc.train_data.empty() && rc.max_steps > 0) usage_error("prepare data with: python scripts/prepare_tinyshakespeare.py", "--train-data is required to train");
+    if (rc.seq_len > c.max_seq_len) usage_error("raise --max-seq (for a new model) or lower --seq-len", "--seq-len %d exceeds the model's max sequence length %d", rc.seq_len, c.max_seq_len);
 }
 
 // One "key=value" line per flag as resolved, stored in checkpoints so that a resumed run can

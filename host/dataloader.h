@@ -25,7 +25,8 @@
 //
 // Memory: only one shard's tokens are held at a time (shards can be 100M+ tokens). Every shard's
 // header and size are checked at init (cheap: stat + 1 KiB read), so a bad file fails at startup;
-// token ids are checked against vocab_size when a shard is loaded (one pass over it).
+// token ids are checked against vocab_size when a shard is loaded (one pass over it), which for
+// an unshuffled (validation) loader is at init too: every shard, once.
 //
 // Resume: DataLoaderState (below) is the position in the global stream; saved in a checkpoint and
 // restored with dataloader_set_state, the resumed run reads exactly the batches an uninterrupted run
@@ -242,6 +243,11 @@ inline void dl_validate_shard(const char* path, int T, uint64_t* n_tokens, int* 
                       path, (unsigned long long)file_size, n, tb, (unsigned long long)expected,
                       file_size < expected ? "the file is truncated" : "the file has trailing garbage");
     }
+    // the rest of the header is reserved and written as zeros (ours and llm.c's writers): anything
+    // else there means the file is damaged or not what it claims to be
+    for (int k = 3; k < SHARD_HEADER_BYTES / 4; k++)
+        if (dl_read_le32(header + 4 * k) != 0)
+            runtime_error(remake, "shard '%s' is corrupt: reserved header int %d is %d, not 0", path, k, dl_read_le32(header + 4 * k));
     if ((uint64_t)n < (uint64_t)T + 1) {
         runtime_error("use a smaller --seq-len, or put more text in the shard",
                       "shard '%s' has %d tokens, fewer than seq_len+1 = %d needed for one sequence of T=%d",
@@ -437,6 +443,11 @@ inline void dataloader_init(DataLoader* dl, const char* pattern, int B, int T, i
     if (dl->num_seqs == 0) {  // unreachable with the per-shard check above, kept as a guard
         runtime_error("use a smaller --seq-len or more data", "the shards matching '%s' hold no full sequence of T+1=%d tokens", pattern, T + 1);
     }
+    // Validation sets (not shuffled) are small and read by every evaluation anyway: check their
+    // token ids now, so that a bad one stops the run at startup, not at the final evaluation after
+    // hours of training. Training shards stay checked as they are loaded (they can be many GB).
+    if (!shuffle)
+        for (size_t i = 0; i < dl->files.size(); i++) dl_load_shard(dl, (int)i);
     dl->next.epoch = dl->next.shard = dl->next.seq = 0;
 }
 

@@ -5,9 +5,14 @@
 //   {"step":S,"train_loss":..,"lr":..,"grad_norm":..,"ms":..,"tok_per_s":..}     every step
 //   {"step":S,"val_loss":..,"val_loss_NAME":..}                                   every eval
 // A resumed run appends to the same file, starting with a config line that has "resumed_from".
+// A new run moves an earlier run's log.jsonl aside to log.jsonl.N rather than overwrite it.
 #pragma once
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,10 +22,21 @@ struct Logger {
     FILE* jsonl = nullptr;  // NULL when no --out-dir is given: console only
 };
 
+// A new run (append false) never truncates a log.jsonl already there (a run that stopped before
+// its first checkpoint leaves one): it is kept as log.jsonl.1 (or .2, ...), and the run says so.
 inline void logger_open(Logger* lg, const std::string& out_dir, bool append) {
     lg->jsonl = nullptr;
     if (out_dir.empty()) return;
     std::string path = out_dir + "/log.jsonl";
+    struct stat st;
+    if (!append && stat(path.c_str(), &st) == 0) {
+        std::string kept;
+        for (int n = 1; kept.empty() || stat(kept.c_str(), &st) == 0; n++) kept = path + "." + std::to_string(n);
+        if (rename(path.c_str(), kept.c_str()) != 0)
+            runtime_error("move the old log.jsonl away, or choose another --out-dir", "cannot keep the earlier run's log: rename '%s' to '%s': %s", path.c_str(),
+                          kept.c_str(), strerror(errno));
+        printf("note: '%s' held an earlier run's log; kept as '%s'\n", path.c_str(), kept.c_str());
+    }
     lg->jsonl = fopen(path.c_str(), append ? "a" : "w");
     if (!lg->jsonl) runtime_error("check that --out-dir is writable", "cannot open '%s': %s", path.c_str(), strerror(errno));
 }

@@ -74,6 +74,7 @@ inline uint32_t tok_le32(const unsigned char* p) {
 
 // Reads a whole (small: a few MB) file into memory.
 inline void tok_read_file(const char* path, std::vector<unsigned char>& data) {
+    require_regular_file(path, "tokenizer file", "check the --tokenizer path; for GPT-2 it is encoder.json", 1ull << 30);
     FILE* f = fopen_check(path, "rb", "check the --tokenizer path; for GPT-2 it is encoder.json");
     if (fseek(f, 0, SEEK_END) != 0) runtime_error("pass a regular file", "cannot seek in tokenizer file '%s'", path);
     long size = ftell(f);

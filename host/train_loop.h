@@ -51,6 +51,7 @@
 #include "host/dataloader.h"
 #include "host/distributed.h"
 #include "host/logger.h"
+#include "host/params.h"
 #include "host/rng.h"
 #include "host/schedule.h"
 #include "host/tokenizer.h"
@@ -100,6 +101,16 @@ inline ModelConfig resolve_model_config(const RunConfig& rc, CheckpointMeta* met
     checkpoint_read_meta(*ckpt_path, meta);
     const ModelConfig& c = meta->model;
     value_path_check_checkpoint(c.vp, ckpt_path->c_str());
+    // The header is CRC-checked only from version 2, and a CRC does not catch a header written
+    // wrong: a shape that does not hold together would size buffers wrongly, so refuse it here.
+    std::string problem = model_config_problem(c);
+    if (problem.empty()) problem = value_path_config_problem(c.vp, c.n_head, c.n_kv_head);
+    if (problem.empty() && count_params(param_specs(c)) != (size_t)meta->num_params)
+        problem = "its model config makes " + std::to_string(count_params(param_specs(c))) + " parameters, its header says " + std::to_string(meta->num_params);
+    if (problem.empty() && meta->step < 0) problem = "a negative step " + std::to_string(meta->step);
+    if (!problem.empty())
+        runtime_error("the checkpoint is damaged or was not written by valuepath: use an earlier checkpoint, or restore this one from a copy",
+                      "checkpoint '%s' has an invalid header: %s", ckpt_path->c_str(), problem.c_str());
     check_shape_flags_match(rc, c, ckpt_path->c_str());
     value_path_check_flags_match(rc.vp_flags, c.vp, c.n_layer, c.n_head, c.n_kv_head, ckpt_path->c_str());
     return c;
@@ -181,7 +192,7 @@ void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, in
 }
 
 template <typename Model>
-int train_main(int argc, char** argv) {
+int train_main_unguarded(int argc, char** argv) {
     dist_init(&argc, &argv);
     int world = dist_world();
     bool rank0 = dist_rank() == 0;
@@ -194,10 +205,14 @@ int train_main(int argc, char** argv) {
         return 0;
     }
 
+    validate_run_flags(rc);  // a wrong combination of flags is a usage error before any file is read
     CheckpointMeta meta;
     std::string ckpt_path;
     ModelConfig c = resolve_model_config(rc, &meta, &ckpt_path);
     validate_run_config(rc, c);
+    // The run text in checkpoints records the shape the model has, not the flags' defaults, so
+    // that a resumed run (whose shape comes from the checkpoint) is not told its shape changed.
+    run_config_set_shape(&rc, c);
     if (!rc.resume && !rc.out_dir.empty() && !checkpoint_list_steps(rc.out_dir).empty())
         usage_error("pass --resume 1 to continue that run, or choose another --out-dir",
                     "--out-dir '%s' already holds checkpoints; a new run there would overwrite them", rc.out_dir.c_str());
@@ -206,7 +221,11 @@ int train_main(int argc, char** argv) {
     if (rc.total_batch_tokens % rank_tokens)
         usage_error("make --total-batch-tokens a multiple of --batch-size x --seq-len x ranks", "--total-batch-tokens %ld is not a multiple of %d x %d x %d ranks = %ld",
                     rc.total_batch_tokens, B, T, world, rank_tokens);
+    if (rc.total_batch_tokens / rank_tokens > INT32_MAX)
+        usage_error("lower --total-batch-tokens (it is tokens per optimizer step, e.g. 524288)", "--total-batch-tokens %ld is %ld micro-batches of %d x %d x %d ranks per step; at most %d",
+                    rc.total_batch_tokens, rc.total_batch_tokens / rank_tokens, B, T, world, INT32_MAX);
     int grad_accum = rc.total_batch_tokens ? (int)(rc.total_batch_tokens / rank_tokens) : 1;
+    if (rank0 && rc.zero && !dist) printf("note: --zero 1 has no effect in one process (the optimizer state has nothing to be sharded over)\n");
 
     // data first: a bad shard should fail before minutes of model setup
     DataLoader train;
@@ -246,6 +265,8 @@ int train_main(int argc, char** argv) {
     }
     if (start_step > rc.max_steps)
         usage_error("raise --max-steps to continue training", "the checkpoint is at step %d, beyond --max-steps %d", start_step, rc.max_steps);
+    if (rc.resume && start_step == rc.max_steps && rank0)
+        printf("note: the checkpoint is at step %d = --max-steps: nothing to train (raise --max-steps to train on)\n", start_step);
 
     Logger lg;
     if (rank0) {
@@ -333,4 +354,16 @@ int train_main(int argc, char** argv) {
     if (dist) model_dist_finalize((const Model*)nullptr);
     dist_finalize();
     return 0;
+}
+
+// train_main_unguarded with running out of host memory as a clear error: a std::vector or string
+// that cannot grow throws std::bad_alloc, which would otherwise end the process with
+// "terminate called" and no hint. (Large buffers go through malloc_check, which says so itself.)
+template <typename Model>
+int train_main(int argc, char** argv) {
+    try {
+        return train_main_unguarded<Model>(argc, argv);
+    } catch (const std::bad_alloc&) {
+        runtime_error("use a smaller --batch-size, --seq-len or model, or a machine with more memory", "out of host memory");
+    }
 }

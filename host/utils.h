@@ -9,6 +9,8 @@
 // Every message says what went wrong and, on a "HINT:" line, what to do about it.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdarg>
 #include <cstdint>
@@ -66,6 +68,16 @@ inline FILE* fopen_check(const char* path, const char* mode, const char* hint = 
     FILE* f = fopen(path, mode);
     if (!f) runtime_error(hint, "cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
     return f;
+}
+
+// Fails unless `path` is a regular file (not a directory, FIFO or device: fopen succeeds on a
+// directory and blocks on a FIFO) of at most max_bytes. `what` names the file in the message.
+inline void require_regular_file(const char* path, const char* what, const char* hint, uint64_t max_bytes = UINT64_MAX) {
+    struct stat st;
+    if (stat(path, &st) != 0) runtime_error(hint, "cannot open %s '%s': %s", what, path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) runtime_error(hint, "%s '%s' is not a regular file (%s)", what, path, S_ISDIR(st.st_mode) ? "a directory" : "a pipe or device");
+    if ((uint64_t)st.st_size > max_bytes)
+        runtime_error(hint, "%s '%s' is %llu bytes, more than the %llu a %s can be", what, path, (unsigned long long)st.st_size, (unsigned long long)max_bytes, what);
 }
 
 // Reads exactly n items or fails, naming the file, so a truncated file never yields garbage.

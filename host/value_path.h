@@ -179,14 +179,41 @@ inline void value_path_check_checkpoint(const ValuePathConfig& ckpt, const char*
                       source, value_path_name(ckpt.path), value_path_name(VALUE_PATH_ID));
 }
 
+// The resolved setting a value-path flag controls, as text ("learn", "9", "0.02"), to compare a
+// flag with a checkpoint's setting one flag at a time.
+inline std::string value_path_setting_text(const ValuePathConfig& c, const char* flag) {
+    char buf[32];
+    if (!strcmp(flag, "--resformer-lambda")) return c.resformer_learn ? "learn" : "fixed";
+    if (!strcmp(flag, "--resformer-lambda-lr")) snprintf(buf, sizeof(buf), "%g", c.resformer_lambda_lr);
+    else if (!strcmp(flag, "--sla-layers")) snprintf(buf, sizeof(buf), "%d", c.sla_layers);
+    else if (!strcmp(flag, "--sla-heads")) snprintf(buf, sizeof(buf), "%d", c.sla_heads);
+    else if (!strcmp(flag, "--sla-chain")) snprintf(buf, sizeof(buf), "%d", c.sla_chain);
+    else if (!strcmp(flag, "--depth-stride")) snprintf(buf, sizeof(buf), "%d", c.depth_stride);
+    else return "";
+    return buf;
+}
+
 inline void value_path_check_flags_match(const ValuePathFlags& flags, const ValuePathConfig& ckpt, int L, int H, int Hkv, const char* source) {
     ValuePathConfig asked = value_path_config_from_flags(flags, L, H, Hkv);
     for (const ValuePathFlagSpec& spec : VALUE_PATH_FLAGS) {
         if (spec.path != VALUE_PATH_ID || (flags.*(spec.field)).empty()) continue;
-        if (memcmp(&asked, &ckpt, sizeof(asked)) != 0)
+        std::string want = value_path_setting_text(asked, spec.name), have = value_path_setting_text(ckpt, spec.name);
+        if (want != have)
             runtime_error("drop the value-path flags (the checkpoint fixes them) or start a new run",
-                          "%s %s does not match the settings stored in %s", spec.name, (flags.*(spec.field)).c_str(), source);
+                          "%s %s does not match %s, which has %s %s", spec.name, (flags.*(spec.field)).c_str(), source, spec.name, have.c_str());
     }
+}
+
+// What is wrong with a value-path config read from a file for a model of H query heads and Hkv KV
+// heads, or "" (the rules of value_path_config_from_flags; any n_l >= 1 is valid, n_l >= L is vanilla).
+inline std::string value_path_config_problem(const ValuePathConfig& c, int H, int Hkv) {
+    int G = H / Hkv;
+    if (c.resformer_learn != 0 && c.resformer_learn != 1) return "resformer_learn is not 0 or 1";
+    if (!(c.resformer_lambda_lr >= 0) || !std::isfinite(c.resformer_lambda_lr)) return "resformer_lambda_lr is not a number >= 0";
+    if (c.path == VP_SLA && (c.sla_layers < 1 || c.sla_heads < 0 || c.sla_heads > H || c.sla_heads % G || (c.sla_chain != 0 && c.sla_chain != 1)))
+        return "the SLA settings (layers, heads, chain) do not fit the model";
+    if (c.path == VP_DEPTH && c.depth_stride < 1) return "depth_stride is below 1";
+    return "";
 }
 
 // JSON fragment for the config line of log.jsonl: "value_path":"sla","sla_layers":9,...

@@ -150,9 +150,8 @@ def main(argv=None) -> int:
         targets=["train" if args.val_split == "hash" else "main"],
     )
     code = job.run([source])
-    if code == 0 and args.val_split == "head" and not any(s == "train" for s in job.outputs()):
-        print(f"warning: all {job.totals()['tokens']:,} tokens went to val (--val-tokens {args.val_tokens:,}); "
-              f"lower --val-tokens or use --val-split hash", file=sys.stderr)
+    if code == 0 and args.val_split == "head":
+        cli.warn_if_all_val(job, args.val_tokens, "lower --val-tokens or use --val-split hash")
     return code
 
 

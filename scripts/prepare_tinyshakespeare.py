@@ -53,7 +53,10 @@ def main(argv=None) -> int:
         open=lambda bad: read_text(path, bad, split="blank-line"),
         route=lambda doc: "main",
     )
-    return job.run([source])
+    code = job.run([source])
+    if code == 0:
+        cli.warn_if_all_val(job, args.val_tokens, "lower --val-tokens")
+    return code
 
 
 if __name__ == "__main__":

@@ -111,3 +111,15 @@ def run(main, argv=None) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # an --out-dir that is a file, a full disk, a permission: say which path
+        print(f"error: {e.strerror or e} ({e.filename or 'no file named'}); check the paths and free space, "
+              f"or choose another --out-dir", file=sys.stderr)
+        return 1
+
+
+def warn_if_all_val(job, val_tokens: int, fix: str) -> None:
+    """A head split that took every token: no train shard was written, which the trainer would only
+    report as 'no token shards match'."""
+    if not any(s == "train" for s in job.outputs()):
+        print(f"warning: all {job.totals()['tokens']:,} tokens went to val (--val-tokens {val_tokens:,}); {fix}",
+              file=sys.stderr)

@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import DataError
+from .cache import sha256_file
 from .readers import BadRecords, Doc, normalize_newlines, strip_gutenberg
 from .shards import HEADER_BYTES, make_header, read_header, version_for_vocab, write_atomic
 from .tokenizer import TokenizerSpec, build, export_vptok
@@ -188,6 +189,12 @@ class Stream:
             except DataError:
                 break
             if info.num_tokens != e["tokens"] or info.version != self.job.shard_version:
+                break
+            # a bit flipped inside the tokens leaves the header and size intact: the manifest's
+            # hash is what tells (one read of each kept shard, only when a run is resumed)
+            if e.get("sha256") and sha256_file(path) != e["sha256"]:
+                print(f"note: {e['file']} does not match the sha256 in the manifest (damaged since it was written); "
+                      f"writing it and the shards after it again", file=sys.stderr)
                 break
             kept.append(e)
             if e["resume"] is None:

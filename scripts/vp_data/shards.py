@@ -205,6 +205,26 @@ def _expand(patterns):
     return out
 
 
+def _manifest_hashes(files) -> dict:
+    """{absolute shard path: sha256} from the pipeline's manifests (*.manifest.json) in the shards'
+    directories; shards no manifest lists (llm.c's, hand-made) are simply not in it."""
+    import json
+
+    hashes = {}
+    for d in sorted({os.path.dirname(os.path.abspath(f)) for f in files}):
+        for m in sorted(glob.glob(os.path.join(d, "*.manifest.json"))):
+            try:
+                with open(m) as f:
+                    streams = json.load(f).get("streams", {})
+            except (OSError, ValueError, AttributeError) as e:
+                raise DataError(f"{m}: unreadable manifest ({e}); move it away to validate without it") from None
+            for st in streams.values():
+                for e in st.get("shards", []):
+                    if e.get("sha256"):
+                        hashes[os.path.join(d, e["file"])] = e["sha256"]
+    return hashes
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m vp_data.shards",
@@ -215,7 +235,8 @@ def main(argv=None) -> int:
     ins.add_argument("files", nargs="+", help="shard files or globs")
     ins.add_argument("-n", "--num", type=int, default=16, help="how many leading tokens to print (default 16)")
     ins.add_argument("--vptok", help="a .vptok file: also print the first tokens decoded as text")
-    val = sub.add_parser("validate", help="check headers, sizes and (optionally) token range")
+    val = sub.add_parser("validate", help="check headers, sizes, (optionally) token range, and each shard's "
+                         "sha256 where a PREFIX.manifest.json beside it records one")
     val.add_argument("files", nargs="+", help="shard files or globs")
     val.add_argument("--vocab-size", type=int, help="fail if a token id is >= this")
     args = ap.parse_args(argv)
@@ -240,12 +261,21 @@ def main(argv=None) -> int:
                     text = b"".join(pieces[t] for t in head).decode("utf-8", errors="replace")
                     print(f"  decoded: {text!r}")
         else:
-            total = 0
+            total, hashed = 0, 0
+            recorded = _manifest_hashes(files)
             for path in files:
                 toks = read_shard(path, vocab_size=args.vocab_size)
                 total += len(toks)
-                print(f"ok {path}: {len(toks):,} tokens")
-            print(f"{len(files)} shard(s), {total:,} tokens, all valid")
+                want = recorded.get(os.path.abspath(path))
+                if want is not None:
+                    from .cache import sha256_file
+
+                    if sha256_file(path) != want:
+                        raise DataError(f"{path}: its sha256 does not match the manifest's (damaged since it was "
+                                        f"written); re-run the prepare script that wrote it, which re-creates it")
+                    hashed += 1
+                print(f"ok {path}: {len(toks):,} tokens" + (", sha256 as in the manifest" if want else ""))
+            print(f"{len(files)} shard(s), {total:,} tokens, all valid ({hashed} checked against a manifest's sha256)")
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

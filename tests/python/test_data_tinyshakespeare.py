@@ -81,3 +81,36 @@ def test_tinyshakespeare_subprocess_offline(tmp_path, vp_cache):
     assert r.returncode == 1
     assert "error:" in r.stderr and "tinyshakespeare/input.txt" in r.stderr and "offline" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_tinyshakespeare_rerun_repairs_a_damaged_shard(tmp_path, run_script):
+    """A bit flipped inside the tokens keeps the header and size: the manifest's sha256 catches it,
+    `validate` says so, and re-running the script (what the trainer's hint says) re-creates the shard."""
+    out = tmp_path / "ts"
+    run_script("prepare_tinyshakespeare", "--out-dir", out)
+    good = all_files_digest(out)
+    shard = out / "tinyshakespeare_val_000000.bin"
+    raw = bytearray(shard.read_bytes())
+    toks = np.frombuffer(bytes(raw[1024:]), dtype="<u2")
+    i = int(np.nonzero(toks[500:] < 1000)[0][0]) + 500
+    raw[1024 + 2 * i] ^= 0x01  # token i changes by one, still within the vocabulary
+    shard.write_bytes(bytes(raw))
+    env = {**os.environ, "PYTHONPATH": SCRIPTS}
+    v = subprocess.run([sys.executable, "-m", "vp_data.shards", "validate", str(out / "*.bin"), "--vocab-size", "50257"],
+                       capture_output=True, text=True, env=env)
+    assert v.returncode == 1 and "sha256 does not match the manifest" in v.stderr
+    r = run_script("prepare_tinyshakespeare", "--out-dir", out)
+    assert "does not match the sha256 in the manifest" in r.err
+    assert all_files_digest(out) == good
+    v = subprocess.run([sys.executable, "-m", "vp_data.shards", "validate", str(out / "*.bin")], capture_output=True,
+                       text=True, env=env, check=True)
+    assert "(2 checked against a manifest's sha256)" in v.stdout
+
+
+def test_tinyshakespeare_all_val_warns_and_out_dir_errors_are_messages(tmp_path, run_script):
+    r = run_script("prepare_tinyshakespeare", "--out-dir", tmp_path / "all_val", "--val-tokens", "100000000")
+    assert "warning: all 338,028 tokens went to val" in r.err
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    r = run_script("prepare_tinyshakespeare", "--out-dir", a_file, expect=1)
+    assert r.err.startswith("error: ") and "choose another --out-dir" in r.err and "Traceback" not in r.err

@@ -114,6 +114,16 @@ def test_help_lists_every_flag_with_its_default():
     (["--recompute", "3", "--train-data", "x"], "--recompute must be 0, 1 or 2"),
     (["--kv-heads", "-1", "--train-data", "x"], "--kv-heads must be >= 0"),
     (["--ffn-dim", "-1", "--train-data", "x"], "--ffn-dim must be >= 0"),
+    # a finite double that is an infinite float: the flag is stored as a float
+    (["--lr", "1e39", "--train-data", "x"], "--lr value '1e39' is out of range"),
+    # an empty glob (an unset shell variable) is not "no evaluation"
+    (["--val-data", "", "--train-data", "x"], "--val-data is empty"),
+    # flag combinations are usage errors before any checkpoint is looked for
+    (["--resume", "1", "--train-data", "x"], "--resume 1 needs --out-dir"),
+    # sizes that would overflow what is derived from them
+    (["--batch-size", "2000000000", "--seq-len", "8", "--train-data", "x"], "tokens per micro-batch; at most"),
+    (["--dim", "1048576", "--heads", "1", "--train-data", "x"], "--dim must be at most 65536"),
+    (["--vocab", "2000000000", "--train-data", "x"], "--vocab must be at most"),
 ])
 def test_usage_errors_exit_2_with_a_message(args, needle):
     p = run(args, expect=2)
@@ -537,3 +547,144 @@ def test_value_path_settings_in_the_config_line(tmp_path, data):
     run(shape + ["--out-dir", tmp_path / "van"], expect=0)
     run(shape + ["--out-dir", tmp_path / "sv"], expect=0, path="svformer")
     assert cfg(tmp_path / "van")["num_params"] - cfg(tmp_path / "sv")["num_params"] == 11 * (24 * 24 + 24)
+
+
+# ---------------------------------------------------------------------------
+# bad inputs from a review of the CLI (2026-11-24): each stops with a message, and loses nothing
+
+MODEL_CONFIG_OFFSET = 40  # host/checkpoint.h: ModelConfig follows magic, version, header_bytes, has_optimizer, step, num_params, run_text_bytes
+STEP_OFFSET = 16
+
+
+def test_bad_val_shard_stops_the_run_at_startup(tmp_path, data):
+    """Val shards are checked whole at startup: a bad id must not end a finished run at its final
+    evaluation, before its final checkpoint."""
+    bad = tmp_path / "bad_val.bin"
+    toks = pattern_tokens(300, seed=3)
+    toks[250] = 100  # beyond --vocab 64
+    write_shard(str(bad), toks, 1)
+    out = tmp_path / "run"
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--val-data", bad, "--max-steps", "20", "--out-dir", out], expect=1)
+    assert "token id 100 at position 250" in p.stderr and "bad_val.bin" in p.stderr
+    assert "step " not in p.stdout  # no step trained
+
+
+def test_reserved_shard_header_ints_must_be_zero(tmp_path, data):
+    raw = bytearray((data / "val_000.bin").read_bytes())
+    struct.pack_into("<i", raw, 4 * 5, 7)
+    (tmp_path / "val_000.bin").write_bytes(bytes(raw))
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--val-data", tmp_path / "val_000.bin", "--max-steps", "1"], expect=1)
+    assert "reserved header int 5 is 7" in p.stderr
+
+
+def test_total_batch_tokens_beyond_int_accumulation_is_a_usage_error(data):
+    # 8 tokens per micro-batch x 2^31 micro-batches: the accumulation count does not fit an int
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--batch-size", "1", "--max-steps", "1",
+                         "--total-batch-tokens", str(8 * 2**31)], expect=2)
+    assert "micro-batches" in p.stderr and "at most 2147483647" in p.stderr
+
+
+def test_tokenizer_must_be_a_regular_file(tmp_path, data):
+    for bad in (tmp_path, ):  # a directory (fopen would succeed, ftell would say LONG_MAX)
+        p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--tokenizer", bad], expect=1)
+        assert "is not a regular file (a directory)" in p.stderr
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # would block fopen forever
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--tokenizer", fifo], expect=1, timeout=30)
+    assert "is not a regular file (a pipe or device)" in p.stderr
+
+
+def test_checkpoint_with_an_invalid_header_is_refused(tmp_path, data):
+    """A version-1 file has no CRC: its model config and step are checked for sense instead, so a
+    wrong vocab cannot size the embedding wrongly (heap corruption) and a negative step cannot start."""
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
+    run(base + ["--max-steps", "2"], expect=0)
+    good = (out / "ckpt_00000002.bin").read_bytes()
+    v1 = bytearray(good)
+    struct.pack_into("<i", v1, 4, 1)
+    struct.pack_into("<II", v1, CRC_OFFSET, 0, 0)
+    cases = {"vocab": (MODEL_CONFIG_OFFSET + 28, "<i", 60000, "padded_vocab_size 128 is not vocab_size rounded up to 128 (60032)"),
+             "head_dim": (MODEL_CONFIG_OFFSET + 20, "<i", 5, "head_dim 5 is not n_embd / n_head"),
+             "arch": (MODEL_CONFIG_OFFSET + 0, "<i", 7, "unknown architecture 7"),
+             "step": (STEP_OFFSET, "<q", -5, "a negative step -5")}
+    for name, (off, fmt, value, needle) in cases.items():
+        bad = bytearray(v1)
+        struct.pack_into(fmt, bad, off, value)
+        path = tmp_path / f"bad_{name}.bin"
+        path.write_bytes(bytes(bad))
+        p = run(TINY_GPT2 + ["--init-from", path, "--val-data", str(data / "val_*.bin"), "--max-steps", "0"], expect=1)
+        assert "has an invalid header" in p.stderr and needle in p.stderr, (name, p.stderr)
+    # a config that holds together but makes another parameter count (ffn_dim)
+    bad = bytearray(v1)
+    struct.pack_into("<i", bad, MODEL_CONFIG_OFFSET + 24, 48)
+    (tmp_path / "bad_ffn.bin").write_bytes(bytes(bad))
+    p = run(TINY_GPT2 + ["--init-from", tmp_path / "bad_ffn.bin", "--max-steps", "0"], expect=1)
+    assert "parameters, its header says" in p.stderr
+    # a directory named like a checkpoint, given to --init-from
+    (tmp_path / "ckpt_00000009.bin").mkdir()
+    p = run(TINY_GPT2 + ["--init-from", tmp_path / "ckpt_00000009.bin", "--max-steps", "0"], expect=1)
+    assert "is not a regular file (a directory)" in p.stderr
+    assert (out / "ckpt_00000002.bin").read_bytes() == good
+
+
+def test_checkpoint_listing_takes_only_files_and_long_step_numbers(tmp_path, data):
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
+    run(base + ["--max-steps", "2"], expect=0)
+    (out / "ckpt_00000009.bin").mkdir()  # not a checkpoint: resume takes step 2
+    p = run(base + ["--max-steps", "3", "--resume", "1"], expect=0)
+    assert "ckpt_00000002.bin (step 2)" in p.stdout
+    # past step 99,999,999 the name has 9 digits; a new run must still see it and refuse the directory
+    other = tmp_path / "long"
+    other.mkdir()
+    shutil.copy(out / "ckpt_00000002.bin", other / "ckpt_100000002.bin")
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", other, "--max-steps", "1"], expect=2)
+    assert "already holds checkpoints" in p.stderr
+
+
+def test_new_run_keeps_an_earlier_log(tmp_path, data):
+    """A run that stopped before its first checkpoint leaves only log.jsonl; the next run into that
+    directory keeps it as log.jsonl.1 instead of truncating it."""
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
+    run(base + ["--max-steps", "3"], expect=0)
+    for f in out.glob("ckpt_*.bin"):
+        f.unlink()
+    first = (out / "log.jsonl").read_text()
+    p = run(base + ["--max-steps", "1"], expect=0)
+    assert "kept as" in p.stdout
+    assert (out / "log.jsonl.1").read_text() == first
+    assert len(read_log(out)) == 2  # the new run's config line and its one step
+    for f in out.glob("ckpt_*.bin"):
+        f.unlink()
+    run(base + ["--max-steps", "1"], expect=0)
+    assert (out / "log.jsonl.1").read_text() == first and (out / "log.jsonl.2").exists()
+
+
+def test_value_path_mismatch_names_the_flag_that_differs(tmp_path, data):
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out), "--sla-layers", "1"]
+    run(base + ["--max-steps", "2", "--sla-heads", "1"], expect=0, path="sla")
+    p = run(base + ["--max-steps", "3", "--resume", "1", "--sla-heads", "2"], expect=1, path="sla")
+    assert "--sla-heads 2 does not match" in p.stderr and "which has --sla-heads 1" in p.stderr
+    assert "--sla-layers 1 does not match" not in p.stderr
+    run(base + ["--max-steps", "3", "--resume", "1", "--sla-heads", "1"], expect=0, path="sla")
+
+
+def test_resume_notes_only_the_flags_that_changed(tmp_path, data):
+    """The shape comes from the checkpoint on resume; only flags the user changed are noted."""
+    out = tmp_path / "run"
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", out, "--max-steps", "2"], expect=0)
+    p = run(["--train-data", str(data / "train_*.bin"), "--seq-len", "8", "--out-dir", out, "--max-steps", "3", "--resume", "1"], expect=0)
+    notes = re.findall(r"note: resumed with a changed flag: (--[a-z-]+)=", p.stdout)
+    assert notes == ["--max-steps"], p.stdout
+    # at --max-steps already: nothing to train, and it says so
+    p = run(["--train-data", str(data / "train_*.bin"), "--seq-len", "8", "--out-dir", out, "--max-steps", "3", "--resume", "1"], expect=0)
+    assert "nothing to train" in p.stdout
+
+
+
+def test_zero_1_in_one_process_says_it_does_nothing(data):
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--zero", "1"], expect=0)
+    assert "note: --zero 1 has no effect in one process" in p.stdout
