@@ -811,10 +811,12 @@ inline void norm_forward(GpuModel* m, floatX* out, float* mean, float* rstd, con
     else rmsnorm_forward(out, rstd, inp, w, N, c.n_embd, c.norm_eps, m->stream);
 }
 
-inline void norm_backward(GpuModel* m, floatX* dinp, float* dw, float* db, const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
-                          const float* rstd, int N) {
+// dinp_bias_grad (GPT-2 only, or NULL): += the column sums of the updated dinp, which is the bias
+// gradient of the projection (attproj, fcproj) whose output gradient dinp then is
+inline void norm_backward(GpuModel* m, floatX* dinp, float* dw, float* db, float* dinp_bias_grad, const floatX* dout, const floatX* inp, const floatX* w,
+                          const float* mean, const float* rstd, int N) {
     const ModelConfig& c = m->config;
-    if (c.arch == ARCH_GPT2) layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, m->scratch.partial, N, c.n_embd, m->stream);
+    if (c.arch == ARCH_GPT2) layernorm_backward(dinp, dw, db, dinp_bias_grad, dout, inp, w, mean, rstd, m->scratch.partial, N, c.n_embd, m->stream);
     else rmsnorm_backward(dinp, dw, dout, inp, w, rstd, m->scratch.partial, N, c.n_embd, m->stream);
 }
 
@@ -927,7 +929,11 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
     matmul_backward(s.dln, gpt2 ? g.wte : g.lm_head, nullptr, a.logits, a.lnf, gpt2 ? p.wte : p.lm_head, s.partial, BT, C, Vp, Vp, false, alpha, st);
     cudaCheck(cudaMemsetAsync(s.dresidual, 0, (size_t)BT * C * sizeof(floatX), st));
     const floatX* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
-    norm_backward(m, s.dresidual, g.lnf_w, g.lnf_b, s.dln, x_final, p.lnf_w, a.lnf_mean, a.lnf_rstd, BT);
+    // GPT-2: the projections that write the residual stream (attproj, fcproj) get their bias
+    // gradients from the norm backward that leaves their output gradient in s.dresidual, in the
+    // same pass: lnf's for the last layer's fcproj, ln2's for attproj, ln1's for the layer below's fcproj
+    auto fcproj_bias_grad = [&](int l) { return gpt2 && l >= 0 ? layer_params(g, c, l).fcproj_b : nullptr; };
+    norm_backward(m, s.dresidual, g.lnf_w, g.lnf_b, fcproj_bias_grad(L - 1), s.dln, x_final, p.lnf_w, a.lnf_mean, a.lnf_rstd, BT);
     m->acc_written.assign(vp_num_accumulators(c), 0);  // the value paths' accumulators start empty
 
     for (int l = L - 1; l >= 0; l--) {
@@ -942,17 +948,17 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
             if (gpt2) gelu_forward(la.fch_act, la.fch, (size_t)BT * F, st);
             else swiglu_forward(la.fch_act, la.fch, BT, F, st);
         }
-        matmul_backward(s.dfch_act, lg.fcproj_w, lg.fcproj_b, s.dresidual, la.fch_act, lp.fcproj_w, s.partial, BT, F, C, C, false, 1.0f, st);
+        matmul_backward(s.dfch_act, lg.fcproj_w, nullptr, s.dresidual, la.fch_act, lp.fcproj_w, s.partial, BT, F, C, C, false, 1.0f, st);
         // GPT-2: the fc bias gradient is summed inside GELU's backward, so matmul_backward gets no dbias
         if (gpt2) gelu_backward_bias(s.dfch, lg.fc_b, la.fch, s.dfch_act, s.partial, BT, F, st);
         else swiglu_backward(s.dfch, la.fch, s.dfch_act, BT, F, st);
         matmul_backward(s.dln, lg.fc_w, nullptr, s.dfch, la.ln2, lp.fc_w, s.partial, BT, C, FW, FW, false, 1.0f, st);
         // the residual branch passes dresidual through unchanged; the norm adds its part
-        norm_backward(m, s.dresidual, lg.ln2_w, lg.ln2_b, s.dln, la.res_att, lp.ln2_w, la.ln2_mean, la.ln2_rstd, BT);
+        norm_backward(m, s.dresidual, lg.ln2_w, lg.ln2_b, gpt2 ? lg.attproj_b : nullptr, s.dln, la.res_att, lp.ln2_w, la.ln2_mean, la.ln2_rstd, BT);
         // s.dresidual now holds dL/d(res_att)
 
         // attention block backward
-        matmul_backward(s.datty, lg.attproj_w, lg.attproj_b, s.dresidual, la.atty, lp.attproj_w, s.partial, BT, H * D, C, C, false, 1.0f, st);
+        matmul_backward(s.datty, lg.attproj_w, nullptr, s.dresidual, la.atty, lp.attproj_w, s.partial, BT, H * D, C, C, false, 1.0f, st);
         attention_backward(attention_backward_args(m, l), st);
         value_path_after_attention_backward(m, l);
         if (!gpt2) {
@@ -967,7 +973,7 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
         if (m->options.recompute >= 2) norm_forward(m, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, lp.ln1_w, lp.ln1_b, BT);
         matmul_backward(s.dln, lg.qk_w, lg.qk_b, s.dqkv, la.ln1, lp.qk_w, s.partial, BT, C, QK, W, false, 1.0f, st);
         if (lp.v_w) matmul_backward(s.dln, lg.v_w, lg.v_b, s.dqkv + QK, la.ln1, lp.v_w, s.partial, BT, C, KV, W, true, 1.0f, st);
-        norm_backward(m, s.dresidual, lg.ln1_w, lg.ln1_b, s.dln, la.x, lp.ln1_w, la.ln1_mean, la.ln1_rstd, BT);
+        norm_backward(m, s.dresidual, lg.ln1_w, lg.ln1_b, fcproj_bias_grad(l - 1), s.dln, la.x, lp.ln1_w, la.ln1_mean, la.ln1_rstd, BT);
         // s.dresidual now holds dL/d(x): the gradient of the block's input
         // layer l's parameter gradients are final (the value paths route gradients into earlier
         // layers' activations, never into their weights): data parallel sums them now

@@ -82,18 +82,17 @@ __device__ __forceinline__ void fused_accumulate(float* acc, int c0, const float
 __device__ __forceinline__ void fused_zero(float* acc, int c0) {
     for (int q = 0; q < x128::size / 4; q++) *reinterpret_cast<float4*>(acc + fused_slot(c0 + 4 * q)) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
-// After the row pass (every warp done with its slice): partial[blockIdx.x*(NACC*C) + a*C + c] =
-// sum over warps w in order of slice w's sum a at column c. acc_all: the block's slices, NACC*Cp each.
-template <int NACC>
-__device__ void fused_partials_finish(float* partial, const float* acc_all, int C) {
+// After the row pass (every warp done with its slice): partial[blockIdx.x*(nacc*C) + a*C + c] =
+// sum over warps w in order of slice w's sum a at column c. acc_all: the block's slices, nacc*Cp each.
+__device__ inline void fused_partials_finish(float* partial, const float* acc_all, int nacc, int C) {
     int Cp = fused_padded_cols(C), warps = blockDim.x / 32;
     __syncthreads();
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         int slot = fused_slot(c);
-        for (int a = 0; a < NACC; a++) {
+        for (int a = 0; a < nacc; a++) {
             float t = 0.0f;
-            for (int w = 0; w < warps; w++) t += acc_all[(size_t)w * NACC * Cp + a * Cp + slot];
-            partial[(size_t)blockIdx.x * NACC * C + a * C + c] = t;
+            for (int w = 0; w < warps; w++) t += acc_all[(size_t)w * nacc * Cp + a * Cp + slot];
+            partial[(size_t)blockIdx.x * nacc * C + a * C + c] = t;
         }
     }
 }

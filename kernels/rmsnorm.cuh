@@ -85,7 +85,7 @@ static __global__ void rmsnorm_backward_kernel3(floatX* dinp, float* partial, co
     int r1 = min(N, ((int)blockIdx.x + 1) * FUSED_PARTIAL_ROWS);
     for (int row = (int)blockIdx.x * FUSED_PARTIAL_ROWS + warp; row < r1; row += warps)
         rmsnorm_backward_row<true>(dinp, dout, inp, weight, rstd[row], row, C, lane, acc_dw);
-    fused_partials_finish<1>(partial, fused_acc, C);
+    fused_partials_finish(partial, fused_acc, 1, C);
 }
 
 // stage 1 of dw[c] = sum_rows dout * x * rstd

@@ -24,6 +24,8 @@ backward version 2: one warp per row for dinp (16-byte loads); dweight/dbias by 
 backward version 3: version 2's row pass also sums dout*norm and dout of each lane's columns
   into its warp's slice of shared memory; each block of 64 rows writes one partial row, and the
   same fixed-order stage 2 adds them. dout and inp are read once, one kernel fewer. The trainer's.
+  It can also sum the updated dinp's columns (dinp_colsum): in the trainer that is the bias
+  gradient of attproj/fcproj, whose output gradient the residual-stream dinp is.
 Napkin math: forward moves N*C*(1 read + 1 write) floatX; backward version 2 reads dout, inp
   twice (dinp, then the parameter pass) and reads+writes dinp (6 N*C); version 3 reads dout, inp
   once and reads+writes dinp (4 N*C). The GB/s printed are of the bytes each version must move.
@@ -103,7 +105,7 @@ static void backward_version(int v, floatX* dinp, float* dw, float* db, const fl
         layernorm_backward_params_kernel1<<<CEIL_DIV(C, 256), 256>>>(dw, db, dout, inp, mean, rstd, N, C);
         cudaCheck(cudaGetLastError());
     } else {
-        gpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, partial, N, C, 0, v);
+        gpu::layernorm_backward(dinp, dw, db, nullptr, dout, inp, w, mean, rstd, partial, N, C, 0, v);
     }
 }
 
@@ -154,6 +156,28 @@ int main(int argc, char** argv) {
         // dw, db: sums of N terms in fp32 in a different order than the CPU: ~sqrt(N) ulps of the sum of |terms|
         ok &= validate_result(d_dw, dw_ref, "dweight", 1e-3f, 1e-2f);
         ok &= validate_result(d_db, db_ref, "dbias", 1e-3f, 1e-2f);
+    }
+    {
+        // version 3 with dinp_colsum (the trainer's attproj/fcproj bias gradient): the column sums
+        // of the dinp it stored, added to 0.25, against the same sums taken here in double
+        printf(" backward version 3 with the dinp column sums\n");
+        floatX* fresh = dev_upload_x(dinp0);
+        cudaCheck(cudaMemcpy(d_dinp, fresh, dinp0.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaFree(fresh));
+        std::vector<float> quarter(C, 0.25f);
+        float* d_colsum = dev_alloc<float>(C);
+        cudaCheck(cudaMemcpy(d_colsum, quarter.data(), C * sizeof(float), cudaMemcpyHostToDevice));
+        gpu::layernorm_backward(d_dinp, d_dw, d_db, d_colsum, d_dout, d_x, d_w, d_mean, d_rstd, d_partial, N, C, 0, 3);
+        cudaCheck(cudaDeviceSynchronize());
+        ok &= validate_result(d_dinp, dinp_ref, "dinp");
+        std::vector<float> stored = dev_download(d_dinp, dinp0.size()), colsum_ref(C);
+        for (int c = 0; c < C; c++) {
+            double t = 0.25;
+            for (int i = 0; i < N; i++) t += stored[(size_t)i * C + c];
+            colsum_ref[c] = (float)t;
+        }
+        ok &= validate_result(d_colsum, colsum_ref, "dinp colsum", 1e-3f, 1e-2f);
+        cudaCheck(cudaFree(d_colsum));
     }
     if (ok && !check_only) {
         double fwd_bytes = 2.0 * N * C * sizeof(floatX);
