@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,9 @@ struct DataLoader {
     std::vector<uint32_t> seq_order;
     uint64_t perm_epoch, perm_shard;
     bool perm_valid;
+    // called (if set) when a shard loaded mid-run has a token id out of range, just before the
+    // error ends the process: the trainer saves the last completed step there (host/train_loop.h)
+    std::function<void()> on_bad_tokens;
 };
 
 // ----------------------------------------------------------------------------
@@ -335,6 +339,7 @@ inline void dl_load_shard(DataLoader* dl, int fi) {
         const unsigned char* p = dl->tokens + i * tb;
         uint64_t id = tb == 2 ? ((uint64_t)p[0] | ((uint64_t)p[1] << 8)) : (uint64_t)(uint32_t)dl_read_le32(p);
         if (id >= vocab) {
+            if (dl->on_bad_tokens) dl->on_bad_tokens();
             runtime_error("the shard was made with a larger vocabulary than the model's; set --vocab to the tokenizer's vocabulary, or re-tokenize with the right tokenizer",
                           "shard '%s': token id %llu at position %llu is out of range for vocab size %d",
                           path, (unsigned long long)id, (unsigned long long)i, dl->vocab_size);

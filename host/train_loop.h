@@ -177,13 +177,16 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
     return s + "}";
 }
 
+// train_state: the data position to record, if not train's current one (a step cut short)
 template <typename Model>
-void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, int64_t step, const Rng& sample_rng, const DataLoader* train) {
+void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, int64_t step, const Rng& sample_rng, const DataLoader* train,
+                     const DataLoaderState* train_state = nullptr) {
     CheckpointMeta meta;
     meta.model = c;
     meta.step = step;
     meta.sample_rng = sample_rng;
-    if (train) meta.train_data = dataloader_get_state(train);  // none with --max-steps 0 and no data
+    if (train_state) meta.train_data = *train_state;
+    else if (train) meta.train_data = dataloader_get_state(train);  // none with --max-steps 0 and no data
     meta.run_text = run_config_to_text(rc);
     model_save(model, rc.out_dir, &meta);  // every rank: collective under ZeRO-1; rank 0 writes
     if (dist_rank() != 0) return;
@@ -289,9 +292,27 @@ int train_main_unguarded(int argc, char** argv) {
     };
     if (!rc.resume && rc.eval_every > 0) run_evals(0);
 
+    // A training shard is checked when it is first loaded, mid-run. If its token ids are bad, the
+    // run cannot go on, but the steps done since the last checkpoint need not be lost: the weights
+    // and optimizer state are still those after the last completed step (a step changes them only
+    // at its end), so save them with the data position at that step's end, exactly the checkpoint
+    // the step's own save would have written. One process only (a save is collective under data
+    // parallelism, and the other ranks are elsewhere in the step).
+    int steps_done = start_step, last_saved = start_step;
+    DataLoaderState step_start_data{};
+    if (have_train && !rc.out_dir.empty() && !dist)
+        train.on_bad_tokens = [&]() {
+            if (steps_done == last_saved) return;
+            save_checkpoint(&model, rc, c, steps_done, sample_rng, &train, &step_start_data);
+            printf("saved the last completed step (%d) before stopping: fix or replace the shard named below, then --resume 1\n", steps_done);
+            fflush(stdout);
+        };
+
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     for (int step = start_step; step < rc.max_steps; step++) {
         auto t0 = std::chrono::steady_clock::now();
+        steps_done = step;
+        if (have_train) step_start_data = dataloader_get_state(&train);
         gpt_zero_grad(&model);
         double loss = 0;
         for (int micro = 0; micro < grad_accum; micro++) {
@@ -335,8 +356,10 @@ int train_main_unguarded(int argc, char** argv) {
         bool last = done == rc.max_steps;
         if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && !vals.empty())) run_evals(done);
         if (rank0 && rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, T, &sample_rng, done);
-        if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last))
+        if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last)) {
             save_checkpoint(&model, rc, c, done, sample_rng, &train);
+            last_saved = done;
+        }
     }
     if (rc.max_steps == start_step && !rc.resume) {
         // --max-steps 0: no training. With --init-from this evaluates and samples a trained

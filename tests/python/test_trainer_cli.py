@@ -688,3 +688,33 @@ def test_resume_notes_only_the_flags_that_changed(tmp_path, data):
 def test_zero_1_in_one_process_says_it_does_nothing(data):
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--zero", "1"], expect=0)
     assert "note: --zero 1 has no effect in one process" in p.stdout
+
+
+def test_bad_train_shard_mid_run_saves_the_last_completed_step(tmp_path, data):
+    """A training shard is checked when first loaded: a bad id found mid-run stops the run, but
+    only after saving the last completed step. After the shard is fixed, --resume continues
+    exactly as a run on good data would have (the same losses, bit for bit)."""
+    shards = tmp_path / "shards"
+    base = lambda d: TINY_GPT2 + ["--train-data", str(shards / "train_*.bin"), "--out-dir", d, "--max-steps", "150"]
+    n = None
+    for bad in ("train_000.bin", "train_001.bin", "train_002.bin"):  # whichever the shuffle loads after the first
+        shutil.rmtree(shards, ignore_errors=True)
+        shutil.copytree(data, shards)
+        toks = np.fromfile(shards / bad, dtype="<u2", offset=1024).astype(np.int64)
+        toks[20] = 100  # beyond --vocab 64
+        write_shard(str(shards / bad), toks, 1)
+        out = tmp_path / f"run_{bad}"
+        p = run(base(out), expect=1)
+        assert bad in p.stderr and "out of range" in p.stderr
+        m = re.search(r"saved the last completed step \((\d+)\)", p.stdout)
+        if m:
+            n = int(m[1])
+            break
+    assert n is not None and 0 < n < 150, "no shard was loaded after the first step"
+    assert (out / f"ckpt_{n:08d}.bin").exists()
+    shutil.copy(data / bad, shards / bad)  # the fix
+    resumed = run(base(out) + ["--resume", "1"], expect=0)
+    ref = run(base(tmp_path / "ref"), expect=0)
+    losses = lambda text: dict(re.findall(r"step +(\d+)/\d+ \| loss (\S+)", text))
+    after = {s: l for s, l in losses(ref.stdout).items() if int(s) > n}
+    assert losses(resumed.stdout) == after and len(after) == 150 - n
