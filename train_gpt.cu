@@ -976,7 +976,8 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
         norm_backward(m, s.dresidual, lg.ln1_w, lg.ln1_b, fcproj_bias_grad(l - 1), s.dln, la.x, lp.ln1_w, la.ln1_mean, la.ln1_rstd, BT);
         // s.dresidual now holds dL/d(x): the gradient of the block's input
         // layer l's parameter gradients are final (the value paths route gradients into earlier
-        // layers' activations, never into their weights): data parallel sums them now
+        // layers' activations, never into their weights; ln1's pass above wrote layer l-1's fcproj
+        // bias gradient, which layer l-1's own reduce sums later): data parallel sums them now
         if (m->reduce_during_backward) dist_reduce_grads_async(m, l);
     }
     encoder_backward(g.wte, g.wpe, s.dresidual, s.bucket_token, s.bucket_start, s.bucket_pos, m->num_buckets, B, T, C, st);

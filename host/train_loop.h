@@ -105,8 +105,9 @@ inline ModelConfig resolve_model_config(const RunConfig& rc, CheckpointMeta* met
     // wrong: a shape that does not hold together would size buffers wrongly, so refuse it here.
     std::string problem = model_config_problem(c);
     if (problem.empty()) problem = value_path_config_problem(c.vp, c.n_head, c.n_kv_head);
-    if (problem.empty() && count_params(param_specs(c)) != (size_t)meta->num_params)
-        problem = "its model config makes " + std::to_string(count_params(param_specs(c))) + " parameters, its header says " + std::to_string(meta->num_params);
+    size_t config_params = problem.empty() ? count_params(param_specs(c)) : 0;
+    if (problem.empty() && config_params != (size_t)meta->num_params)
+        problem = "its model config makes " + std::to_string(config_params) + " parameters, its header says " + std::to_string(meta->num_params);
     if (problem.empty() && meta->step < 0) problem = "a negative step " + std::to_string(meta->step);
     if (!problem.empty())
         runtime_error("the checkpoint is damaged or was not written by valuepath: use an earlier checkpoint, or restore this one from a copy",

@@ -172,9 +172,9 @@ inline void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float
                                const float* mean, const float* rstd, float* partial, int N, int C, cudaStream_t stream, int version = 3) {
     KERNEL_ASSERT(C % x128::size == 0 && N >= 1 && (version == 3 || (version == 2 && dinp_colsum == nullptr)));
     if (version == 3) {
-        int nacc = dinp_colsum ? 3 : 2, warps = fused_block_warps(nacc, C);
-        size_t smem = (size_t)warps * nacc * fused_padded_cols(C) * sizeof(float);
-        if (smem > (48 << 10)) cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int nacc = dinp_colsum ? 3 : 2;
+        size_t smem;
+        int warps = fused_block_setup(layernorm_backward_kernel3, nacc, C, &smem);
         layernorm_backward_kernel3<<<fused_num_partials(N), warps * 32, smem, stream>>>(dinp, partial, dout, inp, weight, mean, rstd, N, C, nacc);
         cudaCheck(cudaGetLastError());
         reduce_partials(dweight, partial, fused_num_partials(N), C, nacc * C, stream);

@@ -51,8 +51,6 @@ __device__ __forceinline__ void column_partials_finish(float* partial, float acc
     }
 }
 
-// block (32, 32): column c = blockIdx.x*32 + threadIdx.x; row-lane y sums partial rows y, y+32, ...
-// in order, then row-lane 0 adds the 32 lane sums in order (a fixed tree for a given R).
 // Fused stage 1 for one-warp-per-row kernels. A lane owns the x128 chunks c = j*32*S + lane*S
 // (S = x128::size, j = 0, 1, ...) of every row it handles, so it can sum its columns over its rows
 // without talking to other lanes. Each warp keeps NACC such column sums (for example LayerNorm's
@@ -102,6 +100,19 @@ inline int fused_block_warps(int nacc, int C) {
     size_t per_warp = (size_t)nacc * fused_padded_cols(C) * sizeof(float);
     return (int)std::max<size_t>(1, std::min<size_t>(8, (64 << 10) / per_warp));
 }
+// The block of a fused row pass `kernel` with nacc column sums of C columns: returns its warps
+// and sets *smem to its dynamic shared memory (the warps' slices), opting the kernel in to more
+// than the default 48 KB where the slices need it.
+template <typename Kernel>
+inline int fused_block_setup(Kernel kernel, int nacc, int C, size_t* smem) {
+    int warps = fused_block_warps(nacc, C);
+    *smem = (size_t)warps * nacc * fused_padded_cols(C) * sizeof(float);
+    if (*smem > (48 << 10)) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem));
+    return warps;
+}
+
+// block (32, 32): column c = blockIdx.x*32 + threadIdx.x; row-lane y sums partial rows y, y+32, ...
+// in order, then row-lane 0 adds the 32 lane sums in order (a fixed tree for a given R).
 
 static __global__ void reduce_partials_kernel2(float* dst, const float* partial, int R, int ncols, int stride) {
     __shared__ float lane_sums[32][33];

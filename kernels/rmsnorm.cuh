@@ -119,9 +119,8 @@ inline void rmsnorm_backward(floatX* dinp, float* dweight, const floatX* dout, c
                              int C, cudaStream_t stream, int version = 3) {
     KERNEL_ASSERT(C % x128::size == 0 && N >= 1 && (version == 2 || version == 3));
     if (version == 3) {
-        int warps = fused_block_warps(1, C);
-        size_t smem = (size_t)warps * fused_padded_cols(C) * sizeof(float);
-        if (smem > (48 << 10)) cudaCheck(cudaFuncSetAttribute(rmsnorm_backward_kernel3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        size_t smem;
+        int warps = fused_block_setup(rmsnorm_backward_kernel3, 1, C, &smem);
         rmsnorm_backward_kernel3<<<fused_num_partials(N), warps * 32, smem, stream>>>(dinp, partial, dout, inp, weight, rstd, N, C);
         cudaCheck(cudaGetLastError());
         reduce_partials(dweight, partial, fused_num_partials(N), C, C, stream);

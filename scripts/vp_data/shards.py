@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import errno
 import glob
+import json
 import os
 import shutil
 import sys
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import DataError
+from .cache import sha256_file
 
 MAGIC = 20240520
 HEADER_INTS = 256
@@ -208,8 +210,6 @@ def _expand(patterns):
 def _manifest_hashes(files) -> dict:
     """{absolute shard path: sha256} from the pipeline's manifests (*.manifest.json) in the shards'
     directories; shards no manifest lists (llm.c's, hand-made) are simply not in it."""
-    import json
-
     hashes = {}
     for d in sorted({os.path.dirname(os.path.abspath(f)) for f in files}):
         for m in sorted(glob.glob(os.path.join(d, "*.manifest.json"))):
@@ -268,8 +268,6 @@ def main(argv=None) -> int:
                 total += len(toks)
                 want = recorded.get(os.path.abspath(path))
                 if want is not None:
-                    from .cache import sha256_file
-
                     if sha256_file(path) != want:
                         raise DataError(f"{path}: its sha256 does not match the manifest's (damaged since it was "
                                         f"written); re-run the prepare script that wrote it, which re-creates it")
