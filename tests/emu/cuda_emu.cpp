@@ -204,7 +204,18 @@ static std::string launch_where() {
     return buf;
 }
 
+#ifdef VP_EMU_RACE
+static bool race_in_fiber = false;  // the hooks below look only at what a CUDA thread does
+#endif
+
 void kernel_fault(const char* fmt, ...) {
+#ifdef VP_EMU_RACE
+    // The report itself runs on the faulting fiber, and the library code it calls (std::string's
+    // constructor, say) may be the copy the linker took from an instrumented translation unit:
+    // its writes to the heap would be reported as a kernel writing to a host pointer, fault after
+    // fault, until the fiber's stack overflows. The checks end here.
+    race_in_fiber = false;
+#endif
     fflush(stdout);
     fprintf(stderr, "\nCUDA emulator: kernel fault in %s:\n  ", launch_where().c_str());
     va_list ap;
@@ -270,9 +281,6 @@ static void fiber_init(int i) {
 }
 
 // scheduler -> fiber i, until it blocks or finishes
-#ifdef VP_EMU_RACE
-static bool race_in_fiber = false;  // the hooks below look only at what a CUDA thread does
-#endif
 static void run_fiber(int i) {
     Emulator& e = emu();
     e.current = i;
@@ -485,7 +493,9 @@ static bool race_ordered(const RaceAccess& a, const RaceAccess& b) {
 // the code address of an access, as addr2line takes it (an offset into the executable)
 static uint32_t race_pc(const void* pc) { return (uint32_t)((uintptr_t)pc - (uintptr_t)&__executable_start); }
 
+// race_who and race_where build a fault's message: the checks end first (see kernel_fault)
 static std::string race_who(uint32_t thread) {
+    race_in_fiber = false;
     Emulator& e = emu();
     uint32_t n = (uint32_t)e.threads.size(), blk = (thread - 1) / n, t = (thread - 1) % n;
     char buf[128];
@@ -494,6 +504,7 @@ static std::string race_who(uint32_t thread) {
     return buf;
 }
 static std::string race_where(uint32_t pc) {
+    race_in_fiber = false;
     char cmd[160], line[512];
     snprintf(cmd, sizeof(cmd), "addr2line -C -f -e /proc/%d/exe 0x%x 2>/dev/null", (int)getpid(), pc);
     std::string out;
