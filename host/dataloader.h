@@ -26,7 +26,10 @@
 // Memory: only one shard's tokens are held at a time (shards can be 100M+ tokens). Every shard's
 // header and size are checked at init (cheap: stat + 1 KiB read), so a bad file fails at startup;
 // token ids are checked against vocab_size when a shard is loaded (one pass over it), which for
-// an unshuffled (validation) loader is at init too: every shard, once.
+// an unshuffled (validation) loader is at init too: every shard, once. A training shard that
+// fails when it is loaded mid-run (a bad id, or a file removed or changed since startup) raises an
+// ordinary runtime_error; the trainer reads each step's batches under an ErrorCapture
+// (host/utils.h), so that it saves the last completed step before it stops (host/train_loop.h).
 //
 // Resume: DataLoaderState (below) is the position in the global stream; saved in a checkpoint and
 // restored with dataloader_set_state, the resumed run reads exactly the batches an uninterrupted run
@@ -37,7 +40,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -153,9 +155,6 @@ struct DataLoader {
     std::vector<uint32_t> seq_order;
     uint64_t perm_epoch, perm_shard;
     bool perm_valid;
-    // called (if set) when a shard loaded mid-run has a token id out of range, just before the
-    // error ends the process: the trainer saves the last completed step there (host/train_loop.h)
-    std::function<void()> on_bad_tokens;
 };
 
 // ----------------------------------------------------------------------------
@@ -339,7 +338,6 @@ inline void dl_load_shard(DataLoader* dl, int fi) {
         const unsigned char* p = dl->tokens + i * tb;
         uint64_t id = tb == 2 ? ((uint64_t)p[0] | ((uint64_t)p[1] << 8)) : (uint64_t)(uint32_t)dl_read_le32(p);
         if (id >= vocab) {
-            if (dl->on_bad_tokens) dl->on_bad_tokens();
             runtime_error("the shard was made with a larger vocabulary than the model's; set --vocab to the tokenizer's vocabulary, or re-tokenize with the right tokenizer",
                           "shard '%s': token id %llu at position %llu is out of range for vocab size %d",
                           path, (unsigned long long)id, (unsigned long long)i, dl->vocab_size);

@@ -43,6 +43,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -293,31 +294,50 @@ int train_main_unguarded(int argc, char** argv) {
     };
     if (!rc.resume && rc.eval_every > 0) run_evals(0);
 
-    // A training shard is checked when it is first loaded, mid-run. If its token ids are bad, the
-    // run cannot go on, but the steps done since the last checkpoint need not be lost: the weights
-    // and optimizer state are still those after the last completed step (a step changes them only
-    // at its end), so save them with the data position at that step's end, exactly the checkpoint
-    // the step's own save would have written. One process only (a save is collective under data
-    // parallelism, and the other ranks are elsewhere in the step).
-    int steps_done = start_step, last_saved = start_step;
+    // A training shard is checked when it is first loaded, mid-run: a bad token id, or a file
+    // removed or changed since startup, is found there. The run cannot go on, but the steps done
+    // since the last checkpoint need not be lost: the weights and optimizer state are still those
+    // after the last completed step (a step changes them only at its end, and this one stops before
+    // its update), so they are saved with the data position at that step's end: exactly the
+    // checkpoint that step's own save would have written. Under data parallelism the save is
+    // collective, so every rank must learn of the failure at the same point of the step: the rank
+    // whose data failed skips the rest of the step's forward and backward, still takes part in the
+    // gradient reduce (which then reduces every layer itself, in the order the others' backward
+    // does: the GPU build's model_dist_reduce_grads), and its failure rides in the loss sum that
+    // every rank makes anyway.
+    int last_saved = start_step;
     DataLoaderState step_start_data{};
-    if (have_train && !rc.out_dir.empty() && !dist)
-        train.on_bad_tokens = [&]() {
-            if (steps_done == last_saved) return;
+    auto stop_for_data_error = [&](int steps_done, const CapturedError* own, int failed_ranks) {
+        // the reason first: should the save fail too (a full disk), its message adds to this one
+        if (own) print_error("error", own->hint.c_str(), own->message.c_str());
+        else print_error("error", "the message of the rank whose data failed names the shard and what to do",
+                         ("rank " + std::to_string(dist_rank()) + " stops: " + std::to_string(failed_ranks) +
+                          " other rank(s) could not read their training data").c_str());
+        if (!rc.out_dir.empty() && steps_done > last_saved) {
             save_checkpoint(&model, rc, c, steps_done, sample_rng, &train, &step_start_data);
-            printf("saved the last completed step (%d) before stopping: fix or replace the shard named below, then --resume 1\n", steps_done);
-            fflush(stdout);
-        };
+            if (rank0) printf("saved the last completed step (%d) before stopping: fix or replace the shard named in the error, then --resume 1\n", steps_done);
+        }
+        dist_barrier();  // every rank has spoken before the first exits (mpirun then ends the job)
+        exit_after_error(VP_EXIT_RUNTIME);
+    };
 
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     for (int step = start_step; step < rc.max_steps; step++) {
         auto t0 = std::chrono::steady_clock::now();
-        steps_done = step;
         if (have_train) step_start_data = dataloader_get_state(&train);
         gpt_zero_grad(&model);
         double loss = 0;
+        std::unique_ptr<CapturedError> data_error;  // this rank's, if its data failed this step
         for (int micro = 0; micro < grad_accum; micro++) {
-            dataloader_next_batch(&train, inputs.data(), targets.data());
+            if (!data_error) {
+                try {
+                    ErrorCapture capture;
+                    dataloader_next_batch(&train, inputs.data(), targets.data());
+                } catch (const CapturedError& e) {
+                    data_error.reset(new CapturedError(e));
+                }
+            }
+            if (data_error) break;  // model_dist_reduce_grads still makes every collective the others make
             gpt_forward(&model, inputs.data(), targets.data(), B, T);
             loss += model.mean_loss;
             if (dist && micro == grad_accum - 1) model_dist_last_backward(&model);
@@ -328,12 +348,16 @@ int train_main_unguarded(int argc, char** argv) {
             model_dist_reduce_grads(&model);  // the sum over ranks, of this rank's shard at least
             // the loss and this rank's share of the norm in one rank-ordered sum, after the
             // gradients: a rank that never came is reported by the gradients' wait (GPU: nccl_wait)
+            // and the number of ranks whose data failed this step
             DistShard own = dist_shard(model.num_params, dist_rank(), world);
-            double sums[2] = {loss, gpt_grad_sumsq(&model, own.offset, own.count)};
-            dist_allreduce_sum(sums, 2);
+            double own_sumsq = data_error ? 0.0 : gpt_grad_sumsq(&model, own.offset, own.count);  // (unused if any failed)
+            double sums[3] = {loss, own_sumsq, data_error ? 1.0 : 0.0};
+            dist_allreduce_sum(sums, 3);
             loss = sums[0];
             sumsq = sums[1];
+            if (sums[2] > 0) stop_for_data_error(step, data_error.get(), (int)sums[2] - (data_error ? 1 : 0));
         } else {
+            if (data_error) stop_for_data_error(step, data_error.get(), 0);
             sumsq = gpt_grad_sumsq(&model, 0, model.num_params);
         }
         loss /= grad_accum * world;

@@ -21,29 +21,68 @@
 #define VP_EXIT_RUNTIME 1
 #define VP_EXIT_USAGE 2
 
+#include <string>
+
 // In the test binaries an error must not kill the process: the tests check that bad inputs are
 // refused. With VP_ERRORS_THROW defined, errors throw a VpError carrying the exit code instead.
 #ifdef VP_ERRORS_THROW
 #include <stdexcept>
-#include <string>
 struct VpError : std::runtime_error {
     int code;
     VpError(int c, const std::string& msg) : std::runtime_error(msg), code(c) {}
 };
 #endif
 
+// An error raised while an ErrorCapture is alive is thrown as a CapturedError instead of ending
+// the process, so that the caller can finish something first: the trainer reads a step's data
+// under one, and when a training shard fails mid-run it saves the last completed step together
+// with the other ranks before it reports and stops (host/train_loop.h). For the main thread's
+// serial code only: an exception must not leave an OpenMP region. (A plain static, not
+// thread_local: the CUDA emulator's race build, tests/emu, runs kernels on fibers.)
+struct CapturedError {
+    int code;
+    std::string message, hint;
+};
+inline int& error_capture_depth() {
+    static int depth = 0;
+    return depth;
+}
+struct ErrorCapture {
+    ErrorCapture() { error_capture_depth()++; }
+    ~ErrorCapture() { error_capture_depth()--; }
+    ErrorCapture(const ErrorCapture&) = delete;
+    ErrorCapture& operator=(const ErrorCapture&) = delete;
+};
+
+// The message of an error as every binary prints it: "KIND: what", then "---> HINT: what to do".
+inline void print_error(const char* kind, const char* hint, const char* msg) {
+    fflush(stdout);
+    fprintf(stderr, "%s: %s\n", kind, msg);
+    if (hint && hint[0]) fprintf(stderr, "---> HINT: %s\n", hint);
+    fflush(stderr);
+}
+
+// Ends the process after an error that print_error has already reported.
+[[noreturn]] inline void exit_after_error(int code) {
+#ifdef VP_ERRORS_THROW
+    throw VpError(code, "the error printed above");
+#else
+    fflush(stdout);
+    fflush(stderr);
+    exit(code);
+#endif
+}
+
 [[noreturn]] inline void vp_fail(int code, const char* kind, const char* hint, const char* fmt, va_list ap) {
     char msg[4096];
     vsnprintf(msg, sizeof(msg), fmt, ap);
+    if (error_capture_depth() > 0) throw CapturedError{code, msg, hint ? hint : ""};
 #ifdef VP_ERRORS_THROW
     (void)kind; (void)hint;
     throw VpError(code, msg);
 #else
-    fprintf(stderr, "%s: %s\n", kind, msg);
-    if (hint && hint[0]) fprintf(stderr, "---> HINT: %s\n", hint);
-    fflush(stdout);
-    fflush(stderr);
-    exit(code);
+    print_error(kind, hint, msg);
+    exit_after_error(code);
 #endif
 }
 

@@ -504,6 +504,49 @@ TEST(shard_errors_name_the_file) {
     CHECK(em.code == 1 && contains(em.msg, "mixed_001.bin"), "bad shard among good: code %d '%s'", em.code, em.msg.c_str());
 }
 
+// A training shard that fails when it is loaded mid-run (removed, or rewritten with a bad id,
+// after startup) raises the usual error; under an ErrorCapture (how the trainer reads a step's
+// data, host/train_loop.h) that error is thrown as a CapturedError with its code, message and
+// hint, so the trainer can save the last completed step first. Outside one it is the plain error.
+TEST(mid_run_shard_failures_are_captured) {
+    for (int how = 0; how < 2; how++) {
+        std::string prefix = how == 0 ? "midrun_removed" : "midrun_badid";
+        std::string g = three_shards(prefix);
+        DataLoader dl;
+        dataloader_init(&dl, g.c_str(), 1, 4, 5000, true, 7, 0, 1);  // shuffled: shards load as they come
+        std::vector<int> in(4), tg(4);
+        dataloader_next_batch(&dl, in.data(), tg.data());
+        int first = dl.loaded_file;
+        CHECK(first >= 0, "the first batch loads the first shard");
+        for (int fi = 0; fi < 3; fi++) {
+            if (fi == first) continue;
+            if (how == 0) {
+                CHECK(remove(dl.files[fi].c_str()) == 0, "remove %s", dl.files[fi].c_str());
+            } else {  // the same size, so only the id check can tell
+                std::vector<uint32_t> toks = iota_tokens(0, (int)dl.shard_tokens[fi]);
+                toks[5] = 5000;
+                write_bytes(dl.files[fi], shard_bytes(toks, dl.shard_token_bytes[fi] == 2 ? 1 : 2));
+            }
+        }
+        CapturedError err{0, "", ""};
+        int batches = 0;
+        try {
+            ErrorCapture capture;
+            for (; batches < 100; batches++) dataloader_next_batch(&dl, in.data(), tg.data());
+        } catch (const CapturedError& e) {
+            err = e;
+        }
+        CHECK(error_capture_depth() == 0, "the capture ends with its scope");
+        CHECK(err.code == 1 && batches > 0 && batches < 9, "%s: code %d after %d batches", prefix.c_str(), err.code, batches);
+        CHECK(contains(err.message, prefix) && contains(err.message, how == 0 ? "cannot open" : "token id 5000 at position 5"),
+              "%s: message '%s'", prefix.c_str(), err.message.c_str());
+        CHECK(!err.hint.empty(), "%s: the hint travels with the message", prefix.c_str());
+        ErrInfo plain = catch_error([&] { dataloader_next_batch(&dl, in.data(), tg.data()); });  // no capture: the usual error
+        CHECK(plain.code == 1 && contains(plain.msg, prefix), "%s uncaptured: code %d '%s'", prefix.c_str(), plain.code, plain.msg.c_str());
+        dataloader_free(&dl);
+    }
+}
+
 TEST(glob_without_match) {
     std::string pattern = tmp_dir() + "/nothing_here_*.bin";
     ErrInfo e = init_error(pattern);

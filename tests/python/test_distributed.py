@@ -4,6 +4,7 @@ Runs `mpirun -np 2` on build/<path>-mpi/train_cpu, which `make test` builds wher
 exist (CI installs OpenMPI: .ci/run). Without mpirun the tests skip, saying so.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_trainer_cli import PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, path_flags, read_log, trainer  # noqa: F401
+from test_trainer_cli import (PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, path_flags, pattern_tokens,  # noqa: F401
+                              read_log, trainer, write_shard)
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
@@ -212,6 +214,66 @@ def test_rank_0_failing_to_write_a_checkpoint_stops_every_rank(tmp_path, data):
     assert "writing checkpoint" in p.stderr and "File too large" in p.stderr, p.stderr[-3000:]
     assert "rank 1: rank 0 could not write the checkpoint" in p.stderr, p.stderr[-3000:]
     assert not [f for f in out.iterdir() if "ckpt" in f.name]
+
+
+def step_losses(text):
+    """{step: loss as printed} from a trainer's console lines."""
+    return dict(re.findall(r"step +(\d+)/\d+ \| loss (\S+)", text))
+
+
+def run_with_a_bad_token(good, shards, bad, launch):
+    """Copies the shards in `good` to `shards`, with token 20 of `bad` out of range (--vocab 64),
+    runs launch() (a failing run), checks that its error names the shard, and returns the run and
+    the step it saved before stopping (None if it saved nothing)."""
+    shutil.rmtree(shards, ignore_errors=True)
+    shutil.copytree(good, shards)
+    toks = np.fromfile(shards / bad, dtype="<u2", offset=1024).astype(np.int64)
+    toks[20] = 100
+    write_shard(str(shards / bad), toks, 1)
+    p = launch()
+    assert p.returncode != 0 and bad in p.stderr and "out of range" in p.stderr, p.stderr[-3000:]
+    m = re.search(r"saved the last completed step \((\d+)\)", p.stdout)
+    return p, int(m[1]) if m else None
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_bad_train_shard_mid_run_under_two_ranks_saves_the_last_completed_step(tmp_path, zero):
+    """A token id out of range in a training shard loaded mid-run, under 2 ranks: the ranks save
+    the last completed step together, then every rank stops with an error (the one whose data
+    failed names the shard, the other says why it stops). After the fix, a 2-rank --resume gives
+    the losses of an uninterrupted 2-rank run on good data, bit for bit.
+
+    Every shard holds 8k+7 sequences of T=8 and a step reads 8 (B=4 x 2 ranks, rank r the global
+    sequences r, r+2, ...), so the first shard boundary falls on rank 1's last sequence of a step:
+    rank 1 loads the second shard one step before rank 0 does. A bad second shard is therefore
+    found by rank 1 alone; a bad third shard (its boundary at 8m+6) by both ranks in one step."""
+    good = tmp_path / "good"
+    good.mkdir()
+    for i, seqs in enumerate([87, 111, 63]):
+        write_shard(str(good / f"train_{i:03d}.bin"), pattern_tokens(seqs * 8 + 1, seed=i), 1)
+    shards = tmp_path / "shards"
+    common = lambda d: TINY_GPT2 + ["--train-data", shards / "train_*.bin", "--max-steps", "40", "--zero", zero, "--out-dir", d]
+    shutil.copytree(good, shards)
+    ref = step_losses(mpirun(2, common(tmp_path / "ref")).stdout)
+    assert len(ref) == 40
+    seen = set()
+    for bad in ("train_000.bin", "train_001.bin", "train_002.bin"):
+        out = tmp_path / f"run_{bad}"
+        p, n = run_with_a_bad_token(good, shards, bad, lambda: mpirun(2, common(out), expect=None))
+        if n is None:  # the first shard, loaded by step 1: nothing to save
+            assert "step " not in p.stdout and not list(out.glob("ckpt_*"))
+            seen.add("startup")
+            continue
+        assert 0 < n < 40 and sorted(f.name for f in out.glob("ckpt_*")) == [f"ckpt_{n:08d}.bin"]
+        one_rank = "rank 0 stops: 1 other rank(s) could not read their training data" in p.stderr
+        assert one_rank or p.stderr.count(bad) == 2, p.stderr[-3000:]  # else both ranks name the shard
+        seen.add("one rank" if one_rank else "both ranks")
+        assert step_losses(p.stdout) == {s: l for s, l in ref.items() if int(s) <= n}
+        shutil.copy(good / bad, shards / bad)  # the fix
+        resumed = mpirun(2, common(out) + ["--resume", 1])
+        assert f"(step {n})" in resumed.stdout
+        assert step_losses(resumed.stdout) == {s: l for s, l in ref.items() if int(s) > n}
+    assert seen == {"startup", "one rank", "both ranks"}
 
 
 def test_total_batch_tokens_must_divide_by_ranks(tmp_path, data):

@@ -15,15 +15,16 @@ the numbers. It says nothing about NCCL itself (its transports, its summation or
 modes), about real concurrency, or about several real GPUs: those still need a multi-GPU machine.
 """
 import re
+import shutil
 import time
 
 import numpy as np
 import pytest
 
-from test_distributed import MPIRUN, losses
+from test_distributed import MPIRUN, losses, run_with_a_bad_token, step_losses
 from test_distributed import mpirun as mpirun_trainer
 from test_gpu_trainer_emu import MODEL, REPO, emu_trainer, run
-from test_trainer_cli import checkpoint_tensors, data  # noqa: F401  (data is a fixture)
+from test_trainer_cli import checkpoint_tensors, data, pattern_tokens, write_shard  # noqa: F401  (data is a fixture)
 
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
 
@@ -126,6 +127,38 @@ def test_resume_under_two_emulated_gpus_is_bit_exact(tmp_path, data):
     assert "(step 3)" in p.stdout
     assert losses(straight)[3:] == losses(broken)[-3:]
     assert checkpoint_tensors(straight / "ckpt_00000006.bin") == checkpoint_tensors(broken / "ckpt_00000006.bin")
+
+
+def test_bad_train_shard_found_by_one_emulated_gpu_saves_the_last_completed_step(tmp_path):
+    """The GPU build's twin of test_distributed.py's bad-shard test (ZeRO-1): rank 1 alone loads a
+    shard with a bad id mid-run and skips the step's forward and backward, so its gradient reduce
+    issues every layer's all-reduce itself, matching those rank 0's backward overlapped; then both
+    ranks save the last completed step (a sharded, collective save) and stop with an error. Both
+    shards hold 4k+3 sequences of T=16 and a step reads 4 (B=2 x 2 ranks), so the boundary after
+    the first shard is rank 1's last sequence of a step. After the fix, --resume gives the
+    uninterrupted run's losses, bit for bit."""
+    good, shards = tmp_path / "good", tmp_path / "shards"
+    good.mkdir()
+    for i, seqs in enumerate([11, 15]):
+        write_shard(str(good / f"train_{i:03d}.bin"), pattern_tokens(seqs * 16 + 1, seed=i), 1)
+    args = lambda d: MODEL + ["--train-data", shards / "train_*.bin", "--batch-size", "2", "--max-steps", "6", "--lr", "1e-2",
+                              "--zero", "1", "--out-dir", d]
+    shutil.copytree(good, shards)
+    ref = step_losses(mpirun(2, args(tmp_path / "ref")).stdout)
+    assert len(ref) == 6
+    mid_run = 0
+    for bad in ("train_000.bin", "train_001.bin"):  # one of them is loaded by step 1, before anything can be saved
+        out = tmp_path / f"run_{bad}"
+        p, n = run_with_a_bad_token(good, shards, bad, lambda: mpirun(2, args(out), expect=None))
+        if n is None:
+            continue
+        mid_run += 1
+        assert n in (2, 3) and "rank 0 stops: 1 other rank(s) could not read their training data" in p.stderr, p.stderr[-3000:]
+        assert step_losses(p.stdout) == {s: l for s, l in ref.items() if int(s) <= n}
+        shutil.copy(good / bad, shards / bad)  # the fix
+        resumed = mpirun(2, args(out) + ["--resume", 1])
+        assert step_losses(resumed.stdout) == {s: l for s, l in ref.items() if int(s) > n}
+    assert mid_run == 1
 
 
 @pytest.mark.parametrize("zero", [0, 1])
