@@ -73,6 +73,9 @@ include gpu.mk
 # the GPU trainer's real source on the CPU, through the CUDA emulator of tests/emu (no nvcc needed):
 # make test runs its EMU_CI_RUN subset; make test-emu runs everything
 include emu.mk
+# fuzzing the trainer's inputs (dev/fuzz/): make fuzz builds the libFuzzer targets (clang); make
+# test replays the committed corpus under ASan + UBSan (FUZZ_REPLAY_RUN)
+include fuzz.mk
 
 # ---------------------------------------------------------------------------
 # tests
@@ -113,10 +116,10 @@ TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@$(if $(HAVE_MPI),true,echo "✗ no mpicxx/mpirun: the distributed tests are skipped (apt-get install libopenmpi-dev openmpi-bin)")
-	@bash tests/run_all.sh $(CPP_TESTS) $(GPU_TEST_RUN) $(EMU_CI_RUN)
+	@bash tests/run_all.sh $(CPP_TESTS) $(FUZZ_REPLAY_RUN) $(GPU_TEST_RUN) $(EMU_CI_RUN)
 
 .PHONY: test-build
-test-build: $(CPP_TESTS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) $(EMU_CI_TARGETS) venv
+test-build: $(CPP_TESTS) $(FUZZ_REPLAYS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) $(EMU_CI_TARGETS) venv
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt

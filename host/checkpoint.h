@@ -326,7 +326,14 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
     }
     struct stat st;
     fstat(fileno(f), &st);
-    int64_t expect = (int64_t)sizeof(h) + h.run_text_bytes + h.num_params * 4 * (1 + 2 * (int64_t)h.has_optimizer);
+    // the parameter count is bounded by the file's size first, so that the product cannot overflow
+    int64_t tensor_bytes = 4 * (1 + 2 * (int64_t)h.has_optimizer), head_bytes = (int64_t)sizeof(h) + h.run_text_bytes;
+    if (h.num_params > ((int64_t)st.st_size - head_bytes) / tensor_bytes) {
+        fclose(f);
+        runtime_error(hint, "checkpoint '%s' is %lld bytes, too small for the %lld parameters its header gives (truncated or corrupt)", path.c_str(),
+                      (long long)st.st_size, (long long)h.num_params);
+    }
+    int64_t expect = head_bytes + h.num_params * tensor_bytes;
     if ((int64_t)st.st_size != expect) {
         fclose(f);
         runtime_error(hint, "checkpoint '%s' is %lld bytes but its header says %lld (truncated or corrupt)", path.c_str(), (long long)st.st_size, (long long)expect);

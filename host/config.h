@@ -445,29 +445,24 @@ inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
 // tell the user which training flags differ from the run it continues.
 inline std::string run_config_to_text(const RunConfig& rc_in) {
     std::string s;
-    char buf[512];
+    char buf[64];  // a number; strings are copied whole (a path or a list of val sets has no length limit)
     RunConfig rc = rc_in;
     for (const FlagSpec& f : flag_table(&rc)) {
         const char* base = reinterpret_cast<const char*>(f.dst);
+        std::string value;
         switch (f.type) {
-            case FLAG_INT: snprintf(buf, sizeof(buf), "%d", *reinterpret_cast<const int*>(base)); break;
-            case FLAG_LONG: snprintf(buf, sizeof(buf), "%ld", *reinterpret_cast<const long*>(base)); break;
-            case FLAG_U64: snprintf(buf, sizeof(buf), "%llu", (unsigned long long)*reinterpret_cast<const uint64_t*>(base)); break;
-            case FLAG_FLOAT: snprintf(buf, sizeof(buf), "%.9g", *reinterpret_cast<const float*>(base)); break;
-            case FLAG_STRING: snprintf(buf, sizeof(buf), "%s", reinterpret_cast<const std::string*>(base)->c_str()); break;
-            case FLAG_VALSETS: {
-                buf[0] = 0;
-                for (const NamedGlob& ng : rc.val_data) {
-                    std::string one = ng.name.empty() ? ng.glob : ng.name + "=" + ng.glob;
-                    strncat(buf, one.c_str(), sizeof(buf) - strlen(buf) - 2);
-                    strncat(buf, ";", sizeof(buf) - strlen(buf) - 1);
-                }
+            case FLAG_INT: snprintf(buf, sizeof(buf), "%d", *reinterpret_cast<const int*>(base)); value = buf; break;
+            case FLAG_LONG: snprintf(buf, sizeof(buf), "%ld", *reinterpret_cast<const long*>(base)); value = buf; break;
+            case FLAG_U64: snprintf(buf, sizeof(buf), "%llu", (unsigned long long)*reinterpret_cast<const uint64_t*>(base)); value = buf; break;
+            case FLAG_FLOAT: snprintf(buf, sizeof(buf), "%.9g", *reinterpret_cast<const float*>(base)); value = buf; break;
+            case FLAG_STRING: value = *reinterpret_cast<const std::string*>(base); break;
+            case FLAG_VALSETS:
+                for (const NamedGlob& ng : rc.val_data) value += (ng.name.empty() ? ng.glob : ng.name + "=" + ng.glob) + ";";
                 break;
-            }
         }
         s += f.name;
         s += "=";
-        s += buf;
+        s += value;
         s += "\n";
     }
     s += value_path_flags_to_text(rc.vp_flags);

@@ -238,6 +238,30 @@ def test_named_val_sets(tmp_path, data):
     assert vals and set(vals[-1]) == {"step", "val_loss_shakes", "val_loss_other"}
 
 
+def test_many_long_val_sets_are_stored_whole(tmp_path, data):
+    """The run text a checkpoint stores holds every flag whole: 12 named val sets with long paths
+    (about 1.5 KB of --val-data; the run text once went through a 512-byte buffer, which the
+    flag fuzzer overflowed: dev/fuzz/corpus/flags/val_data_run_text_overflow). A resume with the
+    same val sets then notes no change in them."""
+    deep = tmp_path / ("d" * 100) / ("e" * 100)
+    deep.mkdir(parents=True)
+    shutil.copy(data / "val_000.bin", deep / "val_000.bin")
+    out = tmp_path / "run"
+    vals = []
+    for i in range(12):
+        vals += ["--val-data", f"set{i:02d}={deep}/val_*.bin"]
+    args = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)] + vals
+    run(args + ["--max-steps", "2"], expect=0)
+    raw = (out / "ckpt_00000002.bin").read_bytes()
+    header_bytes, run_text_bytes = checkpoint_regions(raw)
+    text = raw[header_bytes:header_bytes + run_text_bytes].decode()
+    line = [l for l in text.splitlines() if l.startswith("--val-data=")][0]
+    assert line == "--val-data=" + "".join(f"set{i:02d}={deep}/val_*.bin;" for i in range(12)) and len(line) > 1500
+    p = run(args + ["--max-steps", "3", "--resume", "1"], expect=0)
+    assert "changed flag: --max-steps=3" in p.stdout and "--val-data" not in p.stdout, p.stdout
+    assert len([r for r in read_log(out) if "step" in r and "train_loss" not in r][-1]) == 13  # step + 12 val losses
+
+
 def test_uint32_shards(tmp_path):
     """Version-2 shards (uint32 tokens) for vocabularies over 65,536."""
     toks = pattern_tokens(600, vocab=70000, seed=3)

@@ -1,0 +1,32 @@
+# fuzz.mk: fuzzing the trainer's inputs (dev/fuzz/fuzz_inputs.cpp), included by the Makefile.
+#
+#   make fuzz                                  build/fuzz/fuzz_<target> with clang's libFuzzer
+#   build/fuzz/fuzz_checkpoint dev/fuzz/corpus/checkpoint -max_total_time=600 -rss_limit_mb=4096
+#                                              fuzz one target, growing its corpus (dev/fuzz/README.md)
+#   make test                                  builds build/fuzz/replay_<target> (g++, ASan + UBSan)
+#                                              and replays the committed corpus: no input may crash
+#
+# Targets: checkpoint, shard, tokenizer, flags. OpenMP is left out: one thread is what a fuzzer
+# wants, and clang's OpenMP runtime is not installed everywhere.
+
+FUZZ_TARGETS := checkpoint shard tokenizer flags
+FUZZ_DEFINE_checkpoint := FUZZ_CHECKPOINT
+FUZZ_DEFINE_shard := FUZZ_SHARD
+FUZZ_DEFINE_tokenizer := FUZZ_TOKENIZER
+FUZZ_DEFINE_flags := FUZZ_FLAGS
+FUZZ_CLANG ?= clang++
+FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_REPLAYS := $(addprefix build/fuzz/replay_,$(FUZZ_TARGETS))
+# what make test runs: each replay binary on its corpus directory (tests/run_all.sh BINARY@ARG)
+FUZZ_REPLAY_RUN := $(foreach t,$(FUZZ_TARGETS),build/fuzz/replay_$(t)@dev/fuzz/corpus/$(t))
+
+.PHONY: fuzz
+fuzz: $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
+
+build/fuzz/fuzz_%: dev/fuzz/fuzz_inputs.cpp $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CLANG) -std=c++17 -O1 -g -fsanitize=fuzzer $(FUZZ_SANITIZE) -Wno-unknown-pragmas $(INCLUDES) -D$(FUZZ_DEFINE_$*) $< -o $@
+
+build/fuzz/replay_%: dev/fuzz/fuzz_inputs.cpp $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O1 -g $(FUZZ_SANITIZE) -Wno-unknown-pragmas $(INCLUDES) -DFUZZ_REPLAY -D$(FUZZ_DEFINE_$*) $< -o $@
