@@ -4,7 +4,7 @@
 // runtime_error/usage_error into exceptions), never a crash, a hang, an out-of-bounds access or
 // undefined behaviour (AddressSanitizer and UBSan watch every run).
 //
-// One source, one binary per target (-DFUZZ_TARGET=...):
+// One source, one binary per target (-DFUZZ_CHECKPOINT, -DFUZZ_SHARD, ...):
 //   FUZZ_CHECKPOINT  the input is a checkpoint file, which the real train_main resumes (and trains
 //                    one step from) or --init-from loads (and evaluates and samples from): header,
 //                    run text, model config, value path, data position, weights
@@ -13,7 +13,7 @@
 //   FUZZ_FLAGS       the input is a command line (NUL-separated words): parsed and validated
 //                    through the model config, as train_main does before it builds anything
 //
-// Built two ways (dev/fuzz/fuzz.mk):
+// Built two ways (fuzz.mk):
 //   make fuzz          clang -fsanitize=fuzzer,address,undefined: libFuzzer's own main; run as
 //                      build/fuzz/fuzz_checkpoint dev/fuzz/corpus/checkpoint -max_total_time=600
 //   make test          g++ -fsanitize=address,undefined with -DFUZZ_REPLAY: a main that runs each
@@ -341,7 +341,10 @@ static void fuzz_make_seeds(const std::string& dir) {
 int main(int argc, char** argv) {
     if (argc == 3 && std::string(argv[1]) == "--make-seeds") {
         fuzz_setup();
-        mkdir(argv[2], 0755);
+        if (mkdir(argv[2], 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "cannot make '%s': %s (does its parent exist?)\n", argv[2], strerror(errno));
+            return 1;
+        }
         fuzz_make_seeds(argv[2]);
         return 0;
     }
