@@ -58,24 +58,40 @@ struct ValuePathFlags {
     std::string resformer_lambda, resformer_lambda_lr, sla_layers, sla_heads, sla_chain, depth_stride;
 };
 
+// The resolved setting of a ValuePathConfig that one flag controls, as text ("learn", "9", "0.02"),
+// to compare a flag with a checkpoint's setting one flag at a time.
+inline std::string vp_int_text(int v) { return std::to_string(v); }
+inline std::string vp_float_text(float v) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%g", v);
+    return buf;
+}
+
 struct ValuePathFlagSpec {
     const char* name;
     int path;                           // the VP_* this flag belongs to
     std::string ValuePathFlags::*field;
     const char* dflt;                   // as shown in --help
     const char* help;
+    std::string (*setting_text)(const ValuePathConfig&);  // the setting it controls, resolved
 };
 
 static const ValuePathFlagSpec VALUE_PATH_FLAGS[] = {
     {"--resformer-lambda", VP_RESFORMER, &ValuePathFlags::resformer_lambda, "fixed",
-     "ResFormer mix v^ = (1-lambda) v + lambda v0: 'fixed' (lambda = 1/2, the paper) or 'learn' (one trainable lambda per layer, init 1/2)"},
+     "ResFormer mix v^ = (1-lambda) v + lambda v0: 'fixed' (lambda = 1/2, the paper) or 'learn' (one trainable lambda per layer, init 1/2)",
+     [](const ValuePathConfig& c) -> std::string { return c.resformer_learn ? "learn" : "fixed"; }},
     {"--resformer-lambda-lr", VP_RESFORMER, &ValuePathFlags::resformer_lambda_lr, "0.02",
-     "ResFormer learn: peak learning rate of the lambdas (same schedule, no weight decay)"},
-    {"--sla-layers", VP_SLA, &ValuePathFlags::sla_layers, "round(3L/4)", "SLA: skip distance n_l; layer l >= n_l reads layer l-n_l's K/V on its skip heads"},
+     "ResFormer learn: peak learning rate of the lambdas (same schedule, no weight decay)",
+     [](const ValuePathConfig& c) { return vp_float_text(c.resformer_lambda_lr); }},
+    {"--sla-layers", VP_SLA, &ValuePathFlags::sla_layers, "round(3L/4)", "SLA: skip distance n_l; layer l >= n_l reads layer l-n_l's K/V on its skip heads",
+     [](const ValuePathConfig& c) { return vp_int_text(c.sla_layers); }},
     {"--sla-heads", VP_SLA, &ValuePathFlags::sla_heads, "round(3H/4)",
-     "SLA: number of skip heads n_h (the last n_h query heads; with GQA a multiple of H/Hkv)"},
-    {"--sla-chain", VP_SLA, &ValuePathFlags::sla_chain, "0", "SLA: 0 = ORIG (source layer's own K/V), 1 = CHAIN (source layer's effective K/V)"},
-    {"--depth-stride", VP_DEPTH, &ValuePathFlags::depth_stride, "L/2", "Depth-Attention: anchor stride s (anchors are layers 0, s, 2s, ...)"},
+     "SLA: number of skip heads n_h (the last n_h query heads; with GQA a multiple of H/Hkv)",
+     [](const ValuePathConfig& c) { return vp_int_text(c.sla_heads); }},
+    {"--sla-chain", VP_SLA, &ValuePathFlags::sla_chain, "0", "SLA: 0 = ORIG (source layer's own K/V), 1 = CHAIN (source layer's effective K/V)",
+     [](const ValuePathConfig& c) { return vp_int_text(c.sla_chain); }},
+    {"--depth-stride", VP_DEPTH, &ValuePathFlags::depth_stride, "L/2", "Depth-Attention: anchor stride s (anchors are layers 0, s, 2s, ...)",
+     [](const ValuePathConfig& c) { return vp_int_text(c.depth_stride); }},
 };
 
 inline void value_path_flags_init(ValuePathFlags* f) { *f = ValuePathFlags(); }
@@ -179,25 +195,11 @@ inline void value_path_check_checkpoint(const ValuePathConfig& ckpt, const char*
                       source, value_path_name(ckpt.path), value_path_name(VALUE_PATH_ID));
 }
 
-// The resolved setting a value-path flag controls, as text ("learn", "9", "0.02"), to compare a
-// flag with a checkpoint's setting one flag at a time.
-inline std::string value_path_setting_text(const ValuePathConfig& c, const char* flag) {
-    char buf[32];
-    if (!strcmp(flag, "--resformer-lambda")) return c.resformer_learn ? "learn" : "fixed";
-    if (!strcmp(flag, "--resformer-lambda-lr")) snprintf(buf, sizeof(buf), "%g", c.resformer_lambda_lr);
-    else if (!strcmp(flag, "--sla-layers")) snprintf(buf, sizeof(buf), "%d", c.sla_layers);
-    else if (!strcmp(flag, "--sla-heads")) snprintf(buf, sizeof(buf), "%d", c.sla_heads);
-    else if (!strcmp(flag, "--sla-chain")) snprintf(buf, sizeof(buf), "%d", c.sla_chain);
-    else if (!strcmp(flag, "--depth-stride")) snprintf(buf, sizeof(buf), "%d", c.depth_stride);
-    else return "";
-    return buf;
-}
-
 inline void value_path_check_flags_match(const ValuePathFlags& flags, const ValuePathConfig& ckpt, int L, int H, int Hkv, const char* source) {
     ValuePathConfig asked = value_path_config_from_flags(flags, L, H, Hkv);
     for (const ValuePathFlagSpec& spec : VALUE_PATH_FLAGS) {
         if (spec.path != VALUE_PATH_ID || (flags.*(spec.field)).empty()) continue;
-        std::string want = value_path_setting_text(asked, spec.name), have = value_path_setting_text(ckpt, spec.name);
+        std::string want = spec.setting_text(asked), have = spec.setting_text(ckpt);
         if (want != have)
             runtime_error("drop the value-path flags (the checkpoint fixes them) or start a new run",
                           "%s %s does not match %s, which has %s %s", spec.name, (flags.*(spec.field)).c_str(), source, spec.name, have.c_str());
