@@ -17,11 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #define VP_EXIT_RUNTIME 1
 #define VP_EXIT_USAGE 2
-
-#include <string>
 
 // In the test binaries an error must not kill the process: the tests check that bad inputs are
 // refused. With VP_ERRORS_THROW defined, errors throw a VpError carrying the exit code instead.

@@ -59,8 +59,7 @@ struct ValuePathFlags {
 };
 
 // The resolved setting of a ValuePathConfig that one flag controls, as text ("learn", "9", "0.02"),
-// to compare a flag with a checkpoint's setting one flag at a time.
-inline std::string vp_int_text(int v) { return std::to_string(v); }
+// to compare a flag with a checkpoint's setting one flag at a time (the ints: std::to_string).
 inline std::string vp_float_text(float v) {
     char buf[32];
     snprintf(buf, sizeof(buf), "%g", v);
@@ -84,14 +83,14 @@ static const ValuePathFlagSpec VALUE_PATH_FLAGS[] = {
      "ResFormer learn: peak learning rate of the lambdas (same schedule, no weight decay)",
      [](const ValuePathConfig& c) { return vp_float_text(c.resformer_lambda_lr); }},
     {"--sla-layers", VP_SLA, &ValuePathFlags::sla_layers, "round(3L/4)", "SLA: skip distance n_l; layer l >= n_l reads layer l-n_l's K/V on its skip heads",
-     [](const ValuePathConfig& c) { return vp_int_text(c.sla_layers); }},
+     [](const ValuePathConfig& c) { return std::to_string(c.sla_layers); }},
     {"--sla-heads", VP_SLA, &ValuePathFlags::sla_heads, "round(3H/4)",
      "SLA: number of skip heads n_h (the last n_h query heads; with GQA a multiple of H/Hkv)",
-     [](const ValuePathConfig& c) { return vp_int_text(c.sla_heads); }},
+     [](const ValuePathConfig& c) { return std::to_string(c.sla_heads); }},
     {"--sla-chain", VP_SLA, &ValuePathFlags::sla_chain, "0", "SLA: 0 = ORIG (source layer's own K/V), 1 = CHAIN (source layer's effective K/V)",
-     [](const ValuePathConfig& c) { return vp_int_text(c.sla_chain); }},
+     [](const ValuePathConfig& c) { return std::to_string(c.sla_chain); }},
     {"--depth-stride", VP_DEPTH, &ValuePathFlags::depth_stride, "L/2", "Depth-Attention: anchor stride s (anchors are layers 0, s, 2s, ...)",
-     [](const ValuePathConfig& c) { return vp_int_text(c.depth_stride); }},
+     [](const ValuePathConfig& c) { return std::to_string(c.depth_stride); }},
 };
 
 inline void value_path_flags_init(ValuePathFlags* f) { *f = ValuePathFlags(); }

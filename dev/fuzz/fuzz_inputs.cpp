@@ -360,8 +360,7 @@ int main(int argc, char** argv) {
             files.push_back(argv[a]);
         }
         for (const std::string& f : files) {
-            std::ifstream in(f, std::ios::binary);
-            std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            std::vector<uint8_t> bytes = fuzz_read_file(f);
             LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
             runs++;
         }
