@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "host/schedule.h"
 #include "host/utils.h"
 #include "host/value_path.h"
 
@@ -64,7 +65,8 @@ struct RunConfig {
     float rope_theta;
     std::string init_from;
     // optimisation
-    float lr, beta1, beta2, eps, weight_decay, min_lr_frac, grad_clip;
+    float lr, beta1, beta2, eps, weight_decay, min_lr_frac, cooldown_frac, grad_clip;
+    std::string lr_schedule;  // cosine | linear | wsd | constant (host/schedule.h)
     int warmup_steps, max_steps, batch_size, seq_len;
     long total_batch_tokens;
     uint64_t seed;
@@ -128,8 +130,10 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--beta2",       FLAG_FLOAT,  RC_FIELD(beta2),       "0.95",  "AdamW beta2"},
     {"--eps",         FLAG_FLOAT,  RC_FIELD(eps),         "1e-8",  "AdamW epsilon"},
     {"--weight-decay",FLAG_FLOAT,  RC_FIELD(weight_decay),"0.1",   "AdamW decoupled weight decay, applied to matrices only (not to biases or norm gains)"},
-    {"--warmup-steps",FLAG_INT,    RC_FIELD(warmup_steps),"0",     "linear warmup steps before the cosine decay"},
-    {"--min-lr-frac", FLAG_FLOAT,  RC_FIELD(min_lr_frac), "0.1",   "cosine decay ends at lr * min-lr-frac at --max-steps"},
+    {"--lr-schedule", FLAG_STRING, RC_FIELD(lr_schedule), "cosine","after warmup: cosine or linear decay to lr * min-lr-frac at --max-steps; wsd (stable at lr, then a linear decay over the last --cooldown-frac); constant"},
+    {"--warmup-steps",FLAG_INT,    RC_FIELD(warmup_steps),"0",     "linear warmup steps before the schedule"},
+    {"--min-lr-frac", FLAG_FLOAT,  RC_FIELD(min_lr_frac), "0.1",   "the decay ends at lr * min-lr-frac at --max-steps (cosine, linear, wsd; constant ignores it)"},
+    {"--cooldown-frac",FLAG_FLOAT, RC_FIELD(cooldown_frac),"0.2",  "wsd: the fraction of the steps after warmup that decay linearly to lr * min-lr-frac"},
     {"--grad-clip",   FLAG_FLOAT,  RC_FIELD(grad_clip),   "1.0",   "clip the global gradient norm to this (0 = off)"},
     {"--batch-size",  FLAG_INT,    RC_FIELD(batch_size),  "4",     "micro-batch size B (sequences per forward/backward)"},
     {"--seq-len",     FLAG_INT,    RC_FIELD(seq_len),     "64",    "sequence length T (at most --max-seq)"},
@@ -418,6 +422,12 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (!(rc.eps > 0)) usage_error(nullptr, "--eps must be > 0");
     if (!(rc.weight_decay >= 0)) usage_error(nullptr, "--weight-decay must be >= 0");
     if (!(rc.min_lr_frac >= 0 && rc.min_lr_frac <= 1)) usage_error(nullptr, "--min-lr-frac must be in [0, 1]");
+    LrShape shape;
+    if (!lr_shape_from_name(rc.lr_schedule.c_str(), &shape))
+        usage_error(nullptr, "--lr-schedule must be cosine, linear, wsd or constant, got '%s'", rc.lr_schedule.c_str());
+    if (!(rc.cooldown_frac >= 0 && rc.cooldown_frac <= 1)) usage_error(nullptr, "--cooldown-frac must be in [0, 1]");
+    if (rc.was_given("--cooldown-frac") && shape != LR_WSD)
+        usage_error("add --lr-schedule wsd, or drop --cooldown-frac", "--cooldown-frac applies only to --lr-schedule wsd (this run's is %s)", rc.lr_schedule.c_str());
     if (!(rc.grad_clip >= 0)) usage_error(nullptr, "--grad-clip must be >= 0 (0 = off)");
     if (rc.eval_every < 0 || rc.eval_batches < 1) usage_error(nullptr, "--eval-every must be >= 0 and --eval-batches >= 1");
     if (rc.sample_every < 0 || rc.sample_tokens < 1) usage_error(nullptr, "--sample-every must be >= 0 and --sample-tokens >= 1");
@@ -432,6 +442,13 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");
     if (rc.was_given("--val-data") && rc.val_data.empty())
         usage_error("drop --val-data for no evaluation, or give a GLOB (is the shell variable you passed set?)", "--val-data is empty");
+}
+
+// The schedule of a validated run config.
+inline LrSchedule run_lr_schedule(const RunConfig& rc) {
+    LrSchedule s = {LR_COSINE, rc.lr, rc.warmup_steps, rc.max_steps, rc.min_lr_frac, rc.cooldown_frac};
+    if (!lr_shape_from_name(rc.lr_schedule.c_str(), &s.shape)) usage_error(nullptr, "--lr-schedule '%s' is unknown", rc.lr_schedule.c_str());
+    return s;
 }
 
 // Checks on the run that need the model (its shape from the flags or a checkpoint).

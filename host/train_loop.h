@@ -166,13 +166,15 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
     snprintf(buf, sizeof(buf),
              "{\"event\":\"config\",\"build\":\"%s\",\"arch\":\"%s\",\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"dim\":%d,\"head_dim\":%d,\"ffn_dim\":%d,"
              "\"vocab\":%d,\"padded_vocab\":%d,\"max_seq\":%d,\"rope_theta\":%g,\"qk_norm\":%d,\"norm_eps\":%g,"
-             "\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"tokens_per_step\":%ld,\"max_steps\":%d,\"lr\":%g,\"min_lr_frac\":%g,\"warmup_steps\":%d,"
-             "\"beta1\":%g,\"beta2\":%g,\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"seed\":%llu,\"train_data\":%s,\"num_params\":%zu,",
+             "\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"tokens_per_step\":%ld,\"max_steps\":%d,\"lr\":%g,\"min_lr_frac\":%g,\"cooldown_frac\":%g,\"warmup_steps\":%d,"
+             "\"beta1\":%g,\"beta2\":%g,\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"seed\":%llu,\"num_params\":%zu,",
              model_build_name((const Model*)nullptr), arch_name(c.arch), c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.head_dim, c.ffn_dim, c.vocab_size, c.padded_vocab_size,
              c.max_seq_len, c.rope_theta, c.qk_norm, c.norm_eps, rc.batch_size, rc.seq_len, grad_accum, (long)rc.batch_size * rc.seq_len * grad_accum * dist_world(),
-             rc.max_steps, rc.lr, rc.min_lr_frac, rc.warmup_steps, rc.beta1, rc.beta2, rc.eps, rc.weight_decay, rc.grad_clip, (unsigned long long)rc.seed,
-             json_escape(rc.train_data).c_str(), num_params);
+             rc.max_steps, rc.lr, rc.min_lr_frac, rc.cooldown_frac, rc.warmup_steps, rc.beta1, rc.beta2, rc.eps, rc.weight_decay, rc.grad_clip, (unsigned long long)rc.seed,
+             num_params);
+    // the strings outside the fixed buffer: a glob has no length limit
     std::string s = buf;
+    s += "\"lr_schedule\":" + json_escape(rc.lr_schedule) + ",\"train_data\":" + json_escape(rc.train_data) + ",";
     s += value_path_config_json(c.vp);
     if (resumed_from >= 0) s += ",\"resumed_from\":" + std::to_string(resumed_from);
     s += ",\"world\":" + std::to_string(dist_world()) + ",\"zero\":" + std::to_string(rc.zero);
@@ -321,6 +323,7 @@ int train_main_unguarded(int argc, char** argv) {
         exit_after_error(VP_EXIT_RUNTIME);
     };
 
+    const LrSchedule schedule = run_lr_schedule(rc);
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     for (int step = start_step; step < rc.max_steps; step++) {
         auto t0 = std::chrono::steady_clock::now();
@@ -365,7 +368,7 @@ int train_main_unguarded(int argc, char** argv) {
         if (!std::isfinite(loss) || !std::isfinite(norm))
             runtime_error("lower --lr or raise --warmup-steps; the last checkpoint is intact", "step %d: the loss (%g) or gradient norm (%g) is not finite", step + 1, loss, norm);
         AdamWSettings opt;
-        opt.lr = lr_at_step(step, rc.lr, rc.warmup_steps, rc.max_steps, rc.min_lr_frac);
+        opt.lr = lr_at(schedule, step);
         opt.beta1 = rc.beta1;
         opt.beta2 = rc.beta2;
         opt.eps = rc.eps;

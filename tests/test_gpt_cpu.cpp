@@ -326,6 +326,25 @@ TEST(lr_schedule) {
     CHECK(lr_at_step(9, 1.0f, 10, 100, 0.1f) == 1.0f, "end of warmup");
     CHECK(close_enough(lr_at_step(55, 1.0f, 10, 100, 0.1f), 0.55, 1e-6, 0), "cosine midpoint %g", lr_at_step(55, 1.0f, 10, 100, 0.1f));
     CHECK(close_enough(lr_at_step(100, 1.0f, 10, 100, 0.1f), 0.1, 1e-7, 0), "end of decay");
+    // the other shapes, against values worked out by hand: peak 2, warmup 4, max_steps 24 (so
+    // n = 20 steps after warmup), min 2 * 0.25 = 0.5, wsd cooldown 0.25 * 20 = 5 steps from t = 15
+    auto at = [](LrShape shape, int step) { return lr_at(LrSchedule{shape, 2.0f, 4, 24, 0.25f, 0.25f}, step); };
+    for (LrShape shape : {LR_COSINE, LR_LINEAR, LR_WSD, LR_CONSTANT}) {
+        CHECK(at(shape, 0) == 0.5f && at(shape, 3) == 2.0f, "%s: the warmup is the same for every shape", lr_shape_name(shape));
+        CHECK(at(shape, 4) == 2.0f, "%s: the first step after warmup is at the peak", lr_shape_name(shape));
+    }
+    CHECK(close_enough(at(LR_LINEAR, 9), 2.0 - 1.5 * 5 / 20, 1e-6, 0), "linear, a quarter down: %g", at(LR_LINEAR, 9));
+    CHECK(close_enough(at(LR_LINEAR, 24), 0.5, 1e-7, 0) && at(LR_LINEAR, 30) == at(LR_LINEAR, 24), "linear ends at min and stays");
+    CHECK(close_enough(at(LR_COSINE, 14), 1.25, 1e-6, 0), "cosine half way: %g", at(LR_COSINE, 14));
+    for (int step = 4; step <= 19; step++) CHECK(at(LR_WSD, step) == 2.0f, "wsd stable at step %d: %g", step, at(LR_WSD, step));
+    CHECK(close_enough(at(LR_WSD, 20), 2.0 - 1.5 * 1 / 5, 1e-6, 0), "wsd, first cooldown step: %g", at(LR_WSD, 20));
+    CHECK(close_enough(at(LR_WSD, 23), 2.0 - 1.5 * 4 / 5, 1e-6, 0), "wsd, last step of the run: %g", at(LR_WSD, 23));
+    CHECK(close_enough(at(LR_WSD, 24), 0.5, 1e-7, 0) && at(LR_WSD, 40) == at(LR_WSD, 24), "wsd ends at min and stays");
+    CHECK(at(LR_CONSTANT, 23) == 2.0f && at(LR_CONSTANT, 100) == 2.0f, "constant after warmup");
+    CHECK(lr_at(LrSchedule{LR_WSD, 2.0f, 4, 24, 0.25f, 0.0f}, 23) == 2.0f, "wsd with no cooldown is constant");
+    CHECK(close_enough(lr_at(LrSchedule{LR_WSD, 2.0f, 4, 24, 0.25f, 1.0f}, 9), at(LR_LINEAR, 9), 1e-7, 0), "wsd cooling down the whole run is linear");
+    LrShape parsed;
+    CHECK(lr_shape_from_name("wsd", &parsed) && parsed == LR_WSD && !lr_shape_from_name("Cosine", &parsed), "shape names");
 }
 
 TEST(bad_flags_are_usage_errors) {

@@ -11,7 +11,8 @@
 #              (e.g. 'build/{path}/train_cpu'); default: the GPU build where a GPU is visible,
 #              else the CPU build (far too slow at these sizes: only to try a recipe out)
 #   OUT        where the runs go: OUT/<path>/ (log.jsonl, checkpoints), OUT/<path>.out (console)
-#   EXTRA      flags added to every run (they must not repeat a recipe's flag)
+#   EXTRA      flags added to every run (they must not repeat a recipe's flag), e.g.
+#              EXTRA="--lr-schedule wsd --cooldown-frac 0.2" for a warmup-stable-decay schedule
 #   SEED       the seed of the init, the data order and the samples (1337), the same for every path
 #   DRY_RUN=1  print the commands, build and run nothing
 #
@@ -89,7 +90,7 @@ recipe_trainer() {
 # recipe_run PATH FLAG...: one run into OUT/PATH, resumed if it has checkpoints already. Besides
 # FLAG..., every run gets the batch and schedule of the recipe's B T TOTAL STEPS LR WARMUP SEED,
 # and the AdamW settings that GPT-2 (llm.c, nanoGPT) and both papers share: betas (0.9, 0.95),
-# weight decay 0.1, clipping at norm 1, cosine decay to a tenth of the peak.
+# weight decay 0.1, clipping at norm 1, decay to a tenth of the peak (cosine unless EXTRA says otherwise).
 recipe_run() {
     local path=$1
     shift

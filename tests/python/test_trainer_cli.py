@@ -118,6 +118,9 @@ def test_help_lists_every_flag_with_its_default():
     (["--lr", "1e39", "--train-data", "x"], "--lr value '1e39' is out of range"),
     # an empty glob (an unset shell variable) is not "no evaluation"
     (["--val-data", "", "--train-data", "x"], "--val-data is empty"),
+    (["--lr-schedule", "step", "--train-data", "x"], "--lr-schedule must be cosine, linear, wsd or constant"),
+    (["--cooldown-frac", "0.3", "--train-data", "x"], "--cooldown-frac applies only to --lr-schedule wsd"),
+    (["--lr-schedule", "wsd", "--cooldown-frac", "1.5", "--train-data", "x"], "--cooldown-frac must be in [0, 1]"),
     # flag combinations are usage errors before any checkpoint is looked for
     (["--resume", "1", "--train-data", "x"], "--resume 1 needs --out-dir"),
     # sizes that would overflow what is derived from them
@@ -228,6 +231,83 @@ def test_training_run_logs_and_loss_falls(tmp_path, data):
     # the console line per step
     assert re.search(r"step +150/150 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s", p.stdout)
     assert (out / "ckpt_00000150.bin").exists()
+
+
+def expected_lr(shape, step, lr, warmup, max_steps, min_frac, cooldown_frac):
+    """The schedules of --lr-schedule, written from their definitions (not from host/schedule.h)."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    n, t, low = max_steps - warmup, step - warmup, lr * min_frac
+    if shape == "constant":
+        return lr
+    if shape == "wsd":
+        decay_from = n * (1 - cooldown_frac)
+        return lr if t < decay_from else low + (lr - low) * (1 - min(1, (t - decay_from) / (n * cooldown_frac)))
+    progress = min(1, t / n)
+    if shape == "linear":
+        return low + (lr - low) * (1 - progress)
+    return low + (lr - low) * 0.5 * (1 + np.cos(np.pi * progress))
+
+
+@pytest.mark.parametrize("shape", ["cosine", "linear", "wsd", "constant"])
+def test_lr_schedules_log_the_lr_they_define(tmp_path, data, shape):
+    """Each --lr-schedule, end to end: the lr logged at every step of a run (%.9g, every bit of the
+    float the update used) equals the schedule's definition to float rounding (a relative 1e-6:
+    a few float32 roundings of about 6e-8 each)."""
+    out = tmp_path / "run"
+    extra = ["--cooldown-frac", "0.4"] if shape == "wsd" else []
+    extra += ["--min-lr-frac", "0.2"] if shape != "constant" else []
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", out, "--max-steps", "12", "--warmup-steps", "2",
+                     "--lr", "0.01", "--lr-schedule", shape] + extra, expect=0)
+    log = read_log(out)
+    assert log[0]["lr_schedule"] == shape and log[0]["cooldown_frac"] == pytest.approx(0.4 if shape == "wsd" else 0.2)
+    lrs = [r["lr"] for r in log if "train_loss" in r]
+    want = [expected_lr(shape, s, 0.01, 2, 12, 0.2, 0.4) for s in range(12)]
+    assert lrs == pytest.approx(want, rel=1e-6, abs=0)
+    if shape == "wsd":  # 10 steps after warmup, the last 4 decay: stable through step 8 (1-based)
+        assert lrs[2:8] == [pytest.approx(0.01, rel=1e-7)] * 6 and lrs[8] < 0.01
+
+
+def test_wsd_stable_checkpoint_extends_to_a_longer_run_exactly(tmp_path, data):
+    """What wsd is for: a checkpoint from the stable phase, resumed with a larger --max-steps,
+    continues exactly as a run planned that long from the start (the lr of the stable phase does
+    not depend on --max-steps). A change of schedule on resume is allowed, and noted."""
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--lr", "3e-3", "--warmup-steps", "2",
+                        "--lr-schedule", "wsd", "--cooldown-frac", "0.25"]
+    # planned for 8 steps: at the peak from step index 2 through 6 (the cooldown, the last 0.25 of
+    # the 6 steps after warmup, begins at index 6.5); a checkpoint after 4 steps; then extended to 16
+    short, long_ = tmp_path / "short", tmp_path / "long"
+    run(base + ["--max-steps", "8", "--checkpoint-every", "4", "--out-dir", short], expect=0)
+    (short / "ckpt_00000008.bin").unlink()
+    p = run(base + ["--max-steps", "16", "--out-dir", short, "--resume", "1"], expect=0)
+    assert "(step 4)" in p.stdout and "changed flag: --max-steps=16" in p.stdout
+    run(base + ["--max-steps", "16", "--out-dir", long_], expect=0)
+
+    def steps(log, after):
+        resumed = [i for i, r in enumerate(log) if "resumed_from" in r]
+        start = resumed[-1] + 1 if resumed else 0
+        return [(r["step"], r["train_loss"], r["lr"]) for r in log[start:] if r.get("step", 0) > after and "train_loss" in r]
+
+    extended, planned = steps(read_log(short), 4), steps(read_log(long_), 4)
+    assert len(planned) == 12 and extended == planned
+    assert checkpoint_tensors(short / "ckpt_00000016.bin") == checkpoint_tensors(long_ / "ckpt_00000016.bin")
+    # a cooldown of another shape from the same checkpoint: allowed, and the note names it
+    p = run(base[:-4] + ["--lr-schedule", "linear", "--max-steps", "20", "--out-dir", long_, "--resume", "1"], expect=0)
+    assert "note: resumed with a changed flag: --lr-schedule=linear" in p.stdout, p.stdout
+
+
+def test_a_long_train_glob_is_logged_whole(tmp_path, data):
+    """The config line of log.jsonl once held --train-data in a 2 KB buffer: a longer glob was cut
+    and the line was no longer JSON."""
+    deep = tmp_path.joinpath(*["d" * 200] * 12)
+    deep.mkdir(parents=True)
+    for f in data.glob("train_*.bin"):
+        shutil.copy(f, deep / f.name)
+    glob = str(deep / "train_*.bin")
+    assert len(glob) > 2400
+    out = tmp_path / "run"
+    run(TINY_GPT2 + ["--train-data", glob, "--out-dir", out, "--max-steps", "1"], expect=0)
+    assert read_log(out)[0]["train_data"] == glob
 
 
 def test_named_val_sets(tmp_path, data):
