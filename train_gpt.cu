@@ -1037,17 +1037,10 @@ inline void copy_logits_to_host(GpuModel* m, int nrows, std::vector<float>* out)
     for (size_t i = 0; i < n; i++) (*out)[i] = (float)tmp[i];
 }
 
-inline std::vector<int> gpt_generate(GpuModel* m, int start_token, int n, int T, float temperature, Rng* rng) {
-    std::vector<int> seq = {start_token};
-    std::vector<float> logits;
-    for (int i = 0; i < n; i++) {
-        int ctx = std::min((int)seq.size(), T);
-        const int* window = seq.data() + seq.size() - ctx;
-        gpt_forward(m, window, (const int*)nullptr, 1, ctx);
-        copy_logits_to_host(m, 1, &logits);
-        seq.push_back(sample_token(logits.data(), m->config.vocab_size, temperature, rng));
-    }
-    return std::vector<int>(seq.begin() + 1, seq.end());
+// Without targets the forward computes the logits of the last position only: one row.
+inline void gpt_last_logits(GpuModel* m, const int* tokens, int T, std::vector<float>* logits) {
+    gpt_forward(m, tokens, (const int*)nullptr, 1, T);
+    copy_logits_to_host(m, 1, logits);
 }
 
 // ----------------------------------------------------------------------------
@@ -1055,6 +1048,16 @@ inline std::vector<int> gpt_generate(GpuModel* m, int start_token, int n, int T,
 // argument-dependent lookup: GpuModel lives in namespace gpu.
 
 inline const char* model_build_name(const GpuModel*) { return "gpu-" PRECISION_NAME; }
+
+// ResFormer's lambdas as the kernels read them (the fp32 copy, current on every rank after an update)
+inline std::vector<float> model_lambdas(const GpuModel* m) {
+    std::vector<float> out(m->lambda_f32 ? m->config.n_layer : 0);
+    if (!out.empty()) {
+        cudaCheck(cudaMemcpyAsync(out.data(), m->lambda_f32, out.size() * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+        cudaCheck(cudaStreamSynchronize(m->stream));
+    }
+    return out;
+}
 
 // Flags of the shared CLI that only this build uses: --recompute (activation memory).
 inline void model_set_run_options(GpuModel* m, const RunConfig& rc) {

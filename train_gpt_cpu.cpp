@@ -927,18 +927,13 @@ void gpt_update(GPT<real, VP>* m, const AdamWSettings& s, int step) {
 // ----------------------------------------------------------------------------
 // Sampling
 
-// Generates n tokens after the start token (end-of-text when the tokenizer knows it, else 0),
-// feeding back at most T tokens of context (the allocated sequence length).
+// For the shared sampler (host/train_loop.h generate_tokens): the logits of a sequence's last
+// position, in float whatever real is.
 template <typename real, typename VP>
-std::vector<int> gpt_generate(GPT<real, VP>* m, int start_token, int n, int T, float temperature, Rng* rng) {
-    std::vector<int> seq = {start_token};
-    for (int i = 0; i < n; i++) {
-        int ctx = std::min((int)seq.size(), T);
-        const int* window = seq.data() + seq.size() - ctx;
-        gpt_forward(m, window, (const int*)nullptr, 1, ctx);
-        seq.push_back(sample_token(m->acts.logits + (size_t)(ctx - 1) * m->config.padded_vocab_size, m->config.vocab_size, temperature, rng));
-    }
-    return std::vector<int>(seq.begin() + 1, seq.end());
+void gpt_last_logits(GPT<real, VP>* m, const int* tokens, int T, std::vector<float>* logits) {
+    gpt_forward(m, tokens, (const int*)nullptr, 1, T);
+    const real* last = m->acts.logits + (size_t)(T - 1) * m->config.padded_vocab_size;
+    logits->assign(last, last + m->config.padded_vocab_size);
 }
 
 // ----------------------------------------------------------------------------
@@ -949,6 +944,11 @@ std::vector<int> gpt_generate(GPT<real, VP>* m, int start_token, int n, int T, f
 typedef GPT<float> CpuModel;
 
 inline const char* model_build_name(const CpuModel*) { return "cpu-fp32"; }
+
+inline std::vector<float> model_lambdas(const CpuModel* m) {
+    int n = value_path_num_lambdas(m->config.vp, m->config.n_layer);
+    return n ? std::vector<float>(m->params.vp_lambda, m->params.vp_lambda + n) : std::vector<float>();
+}
 
 // Under ZeRO-1 (model_dist_shard_optimizer came first) only this rank's slice of m and v is kept;
 // the file streams through in pieces, so loading never holds a second copy of the state.

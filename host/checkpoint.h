@@ -50,6 +50,7 @@
 #define CHECKPOINT_MAGIC 20261101
 #define CHECKPOINT_VERSION 2          // written; 2 adds the CRCs
 #define CHECKPOINT_VERSION_NO_CRC 1   // still read, without the checks
+#define CHECKPOINT_MAX_RUN_TEXT (1 << 20)  // bytes of run text a reader accepts; a run is refused at startup above it
 
 static_assert(std::is_trivially_copyable<ModelConfig>::value, "ModelConfig is written raw into checkpoints");
 static_assert(std::is_trivially_copyable<DataLoaderState>::value, "DataLoaderState is written raw into checkpoints");
@@ -306,7 +307,7 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
         runtime_error("use the valuepath version that wrote it", "checkpoint '%s' has version %d (header %d bytes); this build reads versions %d and %d (%d bytes)",
                       path.c_str(), h.version, h.header_bytes, CHECKPOINT_VERSION_NO_CRC, CHECKPOINT_VERSION, (int)sizeof(CheckpointHeader));
     }
-    if (got != sizeof(h) || h.run_text_bytes < 0 || h.run_text_bytes > (1 << 20)) {
+    if (got != sizeof(h) || h.run_text_bytes < 0 || h.run_text_bytes > CHECKPOINT_MAX_RUN_TEXT) {
         fclose(f);
         runtime_error(hint, "checkpoint '%s' has a corrupt header", path.c_str());
     }

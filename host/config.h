@@ -75,7 +75,7 @@ struct RunConfig {
     std::vector<NamedGlob> val_data;
     int eval_every, eval_batches;
     // samples
-    int sample_every, sample_tokens;
+    int sample_every, sample_tokens, sample_top_k;
     float sample_temperature;
     std::string tokenizer;
     // checkpoints and logs
@@ -149,6 +149,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--sample-every",FLAG_INT,    RC_FIELD(sample_every),"0",     "print a generated sample every N steps and at the end (0 = never)"},
     {"--sample-tokens",FLAG_INT,   RC_FIELD(sample_tokens),"64",   "tokens per sample"},
     {"--sample-temperature",FLAG_FLOAT,RC_FIELD(sample_temperature),"1.0","sampling temperature (0 = greedy)"},
+    {"--sample-top-k",FLAG_INT,    RC_FIELD(sample_top_k),"0",     "draw each sampled token among the k most likely only (0 = among all)"},
     {"--tokenizer",   FLAG_STRING, RC_FIELD(tokenizer),   "",      "GPT-2 encoder.json or a .vptok file to decode samples (none: samples are printed as token ids)"},
     // checkpoints and logs
     {"--out-dir",     FLAG_STRING, RC_FIELD(out_dir),     "",      "directory for checkpoints and log.jsonl (empty: no checkpoints, no log file)"},
@@ -184,6 +185,9 @@ inline bool parse_long_strict(const char* s, long* out) {
 
 inline void flag_set_value(const FlagSpec& f, const char* value) {
     char* base = reinterpret_cast<char*>(f.dst);
+    // checkpoints store the flags one per line (run_config_to_text)
+    if (strpbrk(value, "\n\r"))
+        usage_error("rename the file or directory, or reach it through a symlink without one", "%s: a value with a line break is not supported", f.name);
     switch (f.type) {
         case FLAG_INT:
         case FLAG_LONG:
@@ -432,6 +436,7 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.eval_every < 0 || rc.eval_batches < 1) usage_error(nullptr, "--eval-every must be >= 0 and --eval-batches >= 1");
     if (rc.sample_every < 0 || rc.sample_tokens < 1) usage_error(nullptr, "--sample-every must be >= 0 and --sample-tokens >= 1");
     if (!(rc.sample_temperature >= 0)) usage_error(nullptr, "--sample-temperature must be >= 0");
+    if (rc.sample_top_k < 0) usage_error(nullptr, "--sample-top-k must be >= 0 (0 = no limit), got %d", rc.sample_top_k);
     if (rc.checkpoint_every < 0 || rc.keep_checkpoints < 0) usage_error(nullptr, "--checkpoint-every and --keep-checkpoints must be >= 0");
     if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
     if (rc.zero != 0 && rc.zero != 1) usage_error(nullptr, "--zero must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded over the ranks)");

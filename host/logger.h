@@ -65,13 +65,35 @@ inline std::string json_escape(const std::string& s) {
 }
 
 // %.9g keeps every bit of a float, so losses in the log can be compared exactly between runs.
-inline void logger_step(Logger* lg, int step, int max_steps, float loss, float lr, float grad_norm, double ms, double tok_per_s) {
+// lambdas: ResFormer's learnable lambdas after this step's update (layer 0 first), logged as
+// "resformer_lambdas" (the config line's "resformer_lambda" is the setting); empty otherwise.
+inline void logger_step(Logger* lg, int step, int max_steps, float loss, float lr, float grad_norm, double ms, double tok_per_s,
+                        const std::vector<float>& lambdas = {}) {
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step, max_steps, loss, lr, grad_norm, ms, tok_per_s);
     fflush(stdout);
     char buf[256];
-    snprintf(buf, sizeof(buf), "{\"step\":%d,\"train_loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f}", step, loss, lr,
+    snprintf(buf, sizeof(buf), "{\"step\":%d,\"train_loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f", step, loss, lr,
              grad_norm, ms, tok_per_s);
-    logger_write_line(lg, buf);
+    std::string json = buf;
+    if (!lambdas.empty()) {
+        json += ",\"resformer_lambdas\":[";
+        for (size_t l = 0; l < lambdas.size(); l++) {
+            snprintf(buf, sizeof(buf), "%s%.9g", l ? "," : "", lambdas[l]);
+            json += buf;
+        }
+        json += "]";
+    }
+    logger_write_line(lg, json + "}");
+}
+
+// The console's view of ResFormer's lambdas, at each evaluation: layer 0's never moves (it mixes
+// v^0 with itself), so from layer 1.
+inline void print_lambdas(int step, const std::vector<float>& lambdas) {
+    if (lambdas.size() < 2) return;
+    printf("step %5d | resformer lambda, layers 1..%zu |", step, lambdas.size() - 1);
+    for (size_t l = 1; l < lambdas.size(); l++) printf(" %.4f", lambdas[l]);
+    printf("\n");
+    fflush(stdout);
 }
 
 struct NamedLoss {

@@ -3,11 +3,13 @@
 // same table, so a checkpoint written by one resumes in the other.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "host/config.h"
@@ -188,21 +190,38 @@ struct AdamWSettings {
 inline float tensor_lr(const ParamSpec& spec, const AdamWSettings& s) { return spec.own_lr > 0 && s.lr_peak > 0 ? spec.own_lr * (s.lr / s.lr_peak) : s.lr; }
 
 
-// Draws a token from the logits row (length V) at the given temperature (0 = argmax).
+struct SampleSettings {
+    float temperature;  // 0 = greedy (argmax)
+    int top_k;          // > 0: draw only among the k largest logits (and any equal to the k-th); 0 = all
+};
+
+// Draws a token from the logits row (length V). One uniform draw per token unless greedy, so a
+// resumed run's samples continue exactly. PyTorch (nanoGPT's sample.py): logits / temperature,
+// logits[logits < topk(logits, k).values[-1]] = -inf, softmax, multinomial.
 template <typename real>
-int sample_token(const real* logits, int V, float temperature, Rng* rng) {
+int sample_token(const real* logits, int V, const SampleSettings& s, Rng* rng) {
     int best = 0;
     for (int j = 1; j < V; j++)
         if (logits[j] > logits[best]) best = j;
-    if (temperature <= 0) return best;
+    if (s.temperature <= 0) return best;
+    double cutoff = -INFINITY;  // logits below it are never drawn
+    if (s.top_k > 0 && s.top_k < V) {
+        std::vector<double> sorted(logits, logits + V);
+        std::nth_element(sorted.begin(), sorted.begin() + (s.top_k - 1), sorted.end(), std::greater<double>());
+        cutoff = sorted[s.top_k - 1];
+    }
     std::vector<double> w(V);
     double sum = 0;
-    for (int j = 0; j < V; j++) sum += (w[j] = std::exp(((double)logits[j] - logits[best]) / temperature));
+    for (int j = 0; j < V; j++)
+        sum += (w[j] = (double)logits[j] < cutoff ? 0.0 : std::exp(((double)logits[j] - logits[best]) / s.temperature));
     double r = rng_uniform(rng) * sum, acc = 0;
+    int last_drawable = best;
     for (int j = 0; j < V; j++) {
+        if (w[j] == 0) continue;
         acc += w[j];
+        last_drawable = j;
         if (r < acc) return j;
     }
-    return V - 1;
+    return last_drawable;  // r rounded up to the whole sum
 }
 

@@ -13,7 +13,10 @@
 //   void  gpt_backward(Model*, float loss_scale)             accumulate gradients of loss * loss_scale
 //   double gpt_grad_sumsq(Model*, size_t off, size_t count)  sum of squares of gradients [off, off + count), in double
 //   void  gpt_update(Model*, const AdamWSettings&, int step) step is 1-based
-//   std::vector<int> gpt_generate(Model*, int start_token, int n, int T, float temperature, Rng*)
+//   void  gpt_last_logits(Model*, const int* tokens, int T, std::vector<float>* logits)
+//                                                            forward one sequence (no targets); the logits of its
+//                                                            last position, Vp floats
+//   std::vector<float> model_lambdas(const Model*)           ResFormer's learnable lambdas (L), else empty
 //   void  gpt_free(Model*)
 //   void  model_load(Model*, const std::string& path, CheckpointMeta*, bool with_optimizer)
 //   void  model_save(Model*, const std::string& dir, CheckpointMeta*)   fills the tensors of meta's checkpoint
@@ -147,11 +150,25 @@ float evaluate_loss(Model* model, ValSet* vs, int B, int T) {
     return (float)(sum / vs->batches);
 }
 
+// n tokens after start_token, each sampled from the model's logits over the last T tokens (a
+// sliding window; no KV cache: samples are short and occasional).
+template <typename Model>
+std::vector<int> generate_tokens(Model* model, int start_token, int n, int T, const SampleSettings& settings, Rng* rng) {
+    std::vector<int> seq = {start_token};
+    std::vector<float> logits;
+    for (int i = 0; i < n; i++) {
+        int ctx = std::min((int)seq.size(), T);
+        gpt_last_logits(model, seq.data() + seq.size() - ctx, ctx, &logits);
+        seq.push_back(sample_token(logits.data(), model->config.vocab_size, settings, rng));
+    }
+    return std::vector<int>(seq.begin() + 1, seq.end());
+}
+
 template <typename Model>
 void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, int T, Rng* rng, int step) {
     int start = tok ? tokenizer_eot(tok) : -1;
     if (start < 0 || start >= model->config.vocab_size) start = 0;
-    std::vector<int> ids = gpt_generate(model, start, rc.sample_tokens, T, rc.sample_temperature, rng);
+    std::vector<int> ids = generate_tokens(model, start, rc.sample_tokens, T, SampleSettings{rc.sample_temperature, rc.sample_top_k}, rng);
     printf("---- sample at step %d ----\n", step);
     if (tok) tokenizer_print(tok, ids.data(), (int)ids.size(), stdout);
     else
@@ -213,6 +230,9 @@ int train_main_unguarded(int argc, char** argv) {
     }
 
     validate_run_flags(rc);  // a wrong combination of flags is a usage error before any file is read
+    if (run_config_to_text(rc).size() > CHECKPOINT_MAX_RUN_TEXT)  // else its checkpoints could not be read back
+        usage_error("shorten the paths and globs (a directory of shards needs one glob, not a list)",
+                    "the flags add up to more than %d bytes, more than a checkpoint can store", CHECKPOINT_MAX_RUN_TEXT);
     CheckpointMeta meta;
     std::string ckpt_path;
     ModelConfig c = resolve_model_config(rc, &meta, &ckpt_path);
@@ -288,11 +308,13 @@ int train_main_unguarded(int argc, char** argv) {
     if (dist) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
     if (have_train) printf("train data: %zu tokens in '%s'\n", dataloader_num_tokens(&train), rc.train_data.c_str());
 
+    const bool learns_lambdas = value_path_num_lambdas(c.vp, c.n_layer) > 0;
     auto run_evals = [&](int step) {
         if (vals.empty()) return;
         std::vector<NamedLoss> losses;
         for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T)});
         if (rank0) logger_val(&lg, step, losses);
+        if (rank0 && learns_lambdas) print_lambdas(step, model_lambdas(&model));
     };
     if (!rc.resume && rc.eval_every > 0) run_evals(0);
 
@@ -379,7 +401,9 @@ int train_main_unguarded(int argc, char** argv) {
         else gpt_update(&model, opt, step + 1);
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         int done = step + 1;
-        if (rank0) logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum * world / (ms / 1000.0));
+        if (rank0)
+            logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum * world / (ms / 1000.0),
+                        learns_lambdas ? model_lambdas(&model) : std::vector<float>());
 
         bool last = done == rc.max_steps;
         if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && !vals.empty())) run_evals(done);

@@ -15,9 +15,11 @@ valuepath's bit-exact resume, identical to them).
 
 The table (markdown, on stdout) needs only the standard library; the plot needs matplotlib
 (requirements.txt). Panels: train loss (smoothed by a debiased EMA, raw behind it), val loss
-(every named set), learning rate, gradient norm, throughput, and with --baseline each run's val
-loss minus the baseline's at the steps both evaluated. The file is written under a temporary
-name and renamed, so an existing plot is replaced only by a complete one.
+(every named set, where a run evaluated), learning rate, gradient norm, throughput, with --baseline each run's val
+loss minus the baseline's at the steps both evaluated, and for ResFormer runs with learnable
+lambdas (--resformer-lambda learn) each layer's lambda (layers 1..L-1; layer 0's never moves).
+The file is written under a temporary name and renamed, so an existing plot is replaced only by
+a complete one.
 
 Exit codes as the trainers: 0 success, 1 a missing or damaged log, 2 a usage error.
 """
@@ -29,7 +31,7 @@ import statistics
 import sys
 import tempfile
 
-PANELS = ["train", "val", "lr", "norm", "speed", "delta"]
+PANELS = ["train", "val", "lr", "norm", "speed", "delta", "lambda"]
 X_AXES = {"step": "optimizer step", "tokens": "tokens", "time": "training time (min, evals excluded)"}
 PATH_SETTING_PREFIXES = ("resformer", "sla", "depth")
 
@@ -170,6 +172,16 @@ class Run:
             return [self.tokens_at(s) for s in steps]
         return [self.minutes_at(s) for s in steps]
 
+    def lambda_layers(self):
+        """How many lambdas the step records carry (ResFormer, learnable lambdas), else 0."""
+        steps = self.step_numbers()
+        return len(self.steps[steps[-1]].get("resformer_lambdas", [])) if steps else 0
+
+    def lambda_curve(self, layer):
+        """(steps, lambda of `layer`) over the steps that logged lambdas."""
+        steps = [s for s in self.step_numbers() if len(self.steps[s].get("resformer_lambdas", [])) > layer]
+        return steps, [self.steps[s]["resformer_lambdas"][layer] for s in steps]
+
     def val_sets(self):
         """The val keys in the order the log gives them: "val_loss", "val_loss_NAME"..."""
         keys = []
@@ -286,7 +298,8 @@ def import_pyplot():
 def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, logx=False):
     """The figure; one axis per panel, each run one colour in every panel. Returns (fig, {panel: ax})."""
     plt = import_pyplot()
-    panels = [p for p in panels if p != "delta" or baseline is not None]
+    shown = {"delta": baseline is not None, "lambda": any(r.lambda_layers() > 1 for r in runs), "val": any(r.val_sets() for r in runs)}
+    panels = [p for p in panels if shown.get(p, True)]
     cols = 2 if len(panels) > 1 else 1
     rows = math.ceil(len(panels) / cols)
     fig, grid = plt.subplots(rows, cols, figsize=(6.4 * cols, 3.6 * rows), squeeze=False)
@@ -315,6 +328,15 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
         for panel, key in (("lr", "lr"), ("norm", "grad_norm"), ("speed", "tok_per_s")):
             if panel in axes:
                 axes[panel].plot(x, run.series(key), color=colour, label=run.label, linewidth=1.0)
+        if "lambda" in axes and run.lambda_layers() > 1:
+            layers = run.lambda_layers()
+            for layer in range(1, layers):
+                ls, lams = run.lambda_curve(layer)
+                # one colour per run, lighter for shallower layers; the layer's number at its last point
+                axes["lambda"].plot(run.x_of(ls, x_axis), lams, color=colour, linewidth=1.0, alpha=0.35 + 0.65 * layer / (layers - 1),
+                                    label=f"{run.label} (layers 1..{layers - 1}, light to dark)" if layer == 1 else None)
+                axes["lambda"].annotate(str(layer), (run.x_of(ls[-1:], x_axis)[0], lams[-1]), fontsize=6, color=colour,
+                                        xytext=(2, 0), textcoords="offset points", va="center")
         if "delta" in axes and run is not baseline:
             key = next((k for k in baseline.val_sets() if k in run.val_sets()), None)
             if key:
@@ -322,7 +344,7 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
                 axes["delta"].plot(run.x_of(ds, x_axis), deltas, marker="o", markersize=3, color=colour, label=run.label)
     titles = {"train": f"train loss (EMA {smooth})" if smooth > 0 else "train loss", "val": "val loss",
               "lr": "learning rate", "norm": "gradient norm (before clipping)", "speed": "tokens/s",
-              "delta": f"val loss − {baseline.label if baseline else ''}'s"}
+              "delta": f"val loss − {baseline.label if baseline else ''}'s", "lambda": "ResFormer lambda per layer"}
     for panel, ax in axes.items():
         ax.set_title(titles[panel])
         ax.set_xlabel(X_AXES[x_axis])
@@ -366,8 +388,9 @@ def parse_args(argv):
     p.add_argument("--table", action="store_true", help="print the table only, write no plot (needs no matplotlib)")
     p.add_argument("--x", dest="x_axis", choices=sorted(X_AXES), default="step", help="x axis [step]")
     p.add_argument("--smooth", type=float, default=0.9, help="EMA weight for the train loss, in [0, 1); 0 = raw [0.9]")
-    p.add_argument("--panels", default="train,val,lr,norm,speed,delta",
-                   help="comma-separated, from " + ",".join(PANELS) + " (delta only with --baseline) [all]")
+    p.add_argument("--panels", default=",".join(PANELS),
+                   help="comma-separated, from " + ",".join(PANELS) + " (delta only with --baseline, lambda only for runs "
+                   "that log ResFormer's learnable lambdas) [all]")
     p.add_argument("--baseline", metavar="LABEL", help="plot and tabulate each run's val loss minus this run's")
     p.add_argument("--loss-ylim", metavar="LO,HI", help="y range of the loss panels, e.g. 3,4.5")
     p.add_argument("--logx", action="store_true", help="logarithmic x axis")

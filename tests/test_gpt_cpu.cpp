@@ -347,6 +347,46 @@ TEST(lr_schedule) {
     CHECK(lr_shape_from_name("wsd", &parsed) && parsed == LR_WSD && !lr_shape_from_name("Cosine", &parsed), "shape names");
 }
 
+TEST(sample_token_top_k) {
+    // the counts of 40000 draws against the softmax of the kept logits: a binomial proportion has a
+    // standard deviation of at most 0.5 / sqrt(40000) = 0.0025, so 0.01 is 4 of them (the draws
+    // come from a fixed seed: the outcome is the same on every run)
+    const float logits[6] = {0.0f, 5.0f, 4.0f, 3.0f, -1.0f, 4.0f};
+    auto frequencies = [&](SampleSettings s) {
+        Rng rng;
+        rng_init(&rng, 42);
+        std::vector<double> f(6, 0);
+        for (int i = 0; i < 40000; i++) f[sample_token(logits, 6, s, &rng)] += 1.0 / 40000;
+        return f;
+    };
+    auto softmax_over = [&](std::vector<int> kept, float temperature) {
+        std::vector<double> p(6, 0);
+        double z = 0;
+        for (int j : kept) z += (p[j] = std::exp(logits[j] / temperature));
+        for (double& x : p) x /= z;
+        return p;
+    };
+    struct Case { SampleSettings s; std::vector<int> kept; const char* what; } cases[] = {
+        {{1.0f, 0}, {0, 1, 2, 3, 4, 5}, "no limit"},
+        {{1.0f, 3}, {1, 2, 5}, "top 3: 5, 4, 4"},
+        {{1.0f, 2}, {1, 2, 5}, "top 2: the k-th value (4) is tied, and both ties stay (as nanoGPT's mask)"},
+        {{0.5f, 4}, {1, 2, 3, 5}, "top 4 at temperature 0.5"},
+        {{1.0f, 6}, {0, 1, 2, 3, 4, 5}, "k = V"},
+        {{1.0f, 100}, {0, 1, 2, 3, 4, 5}, "k > V"},
+    };
+    for (const Case& c : cases) {
+        std::vector<double> got = frequencies(c.s), want = softmax_over(c.kept, c.s.temperature);
+        for (int j = 0; j < 6; j++)
+            CHECK(std::fabs(got[j] - want[j]) < 0.01 && (want[j] > 0 || got[j] == 0), "%s: token %d drawn %.4f of the time, softmax %.4f", c.what, j,
+                  got[j], want[j]);
+    }
+    // k >= V draws exactly what no limit draws, and greedy ignores k
+    CHECK(frequencies({1.0f, 6}) == frequencies({1.0f, 0}), "k = V changes the draws");
+    Rng rng;
+    rng_init(&rng, 1);
+    CHECK(sample_token(logits, 6, {0.0f, 3}, &rng) == 1, "greedy is the argmax");
+}
+
 TEST(bad_flags_are_usage_errors) {
     auto code_of = [](std::vector<const char*> args) {
         args.insert(args.begin(), "train");

@@ -24,7 +24,7 @@ import pytest
 from test_distributed import MPIRUN, losses, run_with_a_bad_token, step_losses
 from test_distributed import mpirun as mpirun_trainer
 from test_gpu_trainer_emu import MODEL, REPO, emu_trainer, run
-from test_trainer_cli import checkpoint_tensors, data, pattern_tokens, write_shard  # noqa: F401  (data is a fixture)
+from test_trainer_cli import checkpoint_tensors, data, pattern_tokens, read_log, write_shard  # noqa: F401  (data is a fixture)
 
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
 
@@ -192,6 +192,9 @@ def test_resformer_bf16_learnable_lambda_zero1_equal_zero0(tmp_path, data):
         mpirun(2, args + ["--zero", zero, "--out-dir", tmp_path / f"z{zero}"], path="resformer", prec="bf16")
     assert losses(tmp_path / "z0") == losses(tmp_path / "z1") and len(losses(tmp_path / "z0")) == 3
     assert checkpoint_tensors(tmp_path / "z0" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "z1" / "ckpt_00000003.bin")
+    # rank 0 logs the lambdas from its fp32 copy: under ZeRO-1 that is the broadcast one
+    lambdas = lambda d: [r["resformer_lambdas"] for r in read_log(d) if "train_loss" in r]
+    assert lambdas(tmp_path / "z1") == lambdas(tmp_path / "z0") and lambdas(tmp_path / "z0")[-1][1] != 0.5
     # resumed under ZeRO-1 from step 2 through 7-float pieces: the bf16 weights are rounded from the
     # staged fp32 ones, the lambdas' fp32 copy comes from the staging buffer, each rank keeps its
     # shard of the master weights and moments; bit-exact

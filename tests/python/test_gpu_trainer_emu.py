@@ -60,6 +60,24 @@ def test_emulated_trainer_trains_and_resumes_bit_exact(tmp_path, data, prec):
     assert checkpoint_tensors(straight / "ckpt_00000006.bin") == checkpoint_tensors(broken / "ckpt_00000006.bin")
 
 
+def test_resformer_lambdas_logged_by_the_gpu_build(tmp_path, data):
+    """./train (ResFormer, learnable lambdas) logs each step's lambdas from the device (the fp32
+    copy the kernels read), equal bit for bit to what its checkpoint stores, and within fp32
+    round-off of ./train_cpu's on the same run."""
+    from test_trainer_cli import checkpoint_params
+    args = common(data, 3) + ["--resformer-lambda", "learn", "--resformer-lambda-lr", "0.05"]
+    for prec in ("bf16", "fp32"):
+        run(emu_trainer(prec, "resformer"), args + ["--out-dir", tmp_path / prec], expect=0)
+        steps = [r for r in read_log(tmp_path / prec) if "train_loss" in r]
+        assert len(steps) == 3 and all(len(r["resformer_lambdas"]) == 2 for r in steps)
+        stored = checkpoint_params(tmp_path / prec / "ckpt_00000003.bin")[-2:]
+        assert list(stored) == steps[-1]["resformer_lambdas"], prec
+    run(REPO / "build" / "resformer" / "train_cpu", args + ["--out-dir", tmp_path / "cpu"], expect=0)
+    cpu = [r for r in read_log(tmp_path / "cpu") if "train_loss" in r][-1]["resformer_lambdas"]
+    gpu = [r for r in read_log(tmp_path / "fp32") if "train_loss" in r][-1]["resformer_lambdas"]
+    assert abs(cpu[1] - 0.5) > 1e-4 and gpu == pytest.approx(cpu, rel=1e-5, abs=0)
+
+
 def test_recompute_levels_give_identical_losses(tmp_path, data):
     runs = []
     for level in ["0", "1", "2"]:

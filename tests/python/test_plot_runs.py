@@ -132,6 +132,33 @@ def test_drawn_curves_are_the_logs_numbers(straight_and_resumed):
     np.testing.assert_allclose(runs[0].x_of([1, 12], "time"), [steps[0]["ms"] / 60000, sum(r["ms"] for r in steps) / 60000])
 
 
+def test_resformer_lambdas_panel_draws_each_layer(tmp_path, data, straight_and_resumed):
+    """A ResFormer run with learnable lambdas, resumed midway, beside a vanilla one: the lambda
+    panel has one line per layer 1..L-1 of the ResFormer run (its logged values, the resumed
+    segment spliced in), none for the vanilla run; without such a run there is no lambda panel."""
+    out = tmp_path / "res"
+    args = [("3" if prev == "--layers" else a) for prev, a in zip([None] + COMMON, COMMON)]
+    args += ["--train-data", data / "train_*.bin", "--resformer-lambda", "learn", "--out-dir", out]
+    run(args, expect=0, path="resformer")
+    (out / "ckpt_00000012.bin").unlink()
+    (out / "ckpt_00000010.bin").unlink()
+    run(args + ["--resume", "1"], expect=0, path="resformer")
+    steps = {r["step"]: r for r in read_log(out) if "train_loss" in r}  # the newest record of each step
+    straight, _ = straight_and_resumed
+    runs = [plot_runs.Run("vanilla", straight / "log.jsonl"), plot_runs.Run("res", out / "log.jsonl")]
+    fig, axes = plot_runs.make_figure(runs, plot_runs.PANELS, "step", 0.9)
+    lines = axes["lambda"].lines
+    assert len(lines) == 2 and lines[0].get_label().startswith("res (layers 1..2")
+    for layer, line in zip((1, 2), lines):
+        np.testing.assert_array_equal(line.get_xdata(), list(range(1, 13)))
+        np.testing.assert_array_equal(line.get_ydata(), [steps[s]["resformer_lambdas"][layer] for s in range(1, 13)])
+    _, alone = plot_runs.make_figure(runs[:1], plot_runs.PANELS, "step", 0.9)
+    assert "lambda" not in alone and "val" in alone
+    # and no empty val panel when no run evaluated (this ResFormer run had no --val-data)
+    _, no_val = plot_runs.make_figure(runs[1:], plot_runs.PANELS, "step", 0.9)
+    assert "val" not in no_val and "lambda" in no_val
+
+
 def test_table_holds_the_logs_last_values(straight_and_resumed):
     straight, broken = straight_and_resumed
     p = plot(["a=" + str(straight), "b=" + str(broken / "log.jsonl"), "--table", "--baseline", "a"], expect=0)

@@ -120,6 +120,12 @@ def test_help_lists_every_flag_with_its_default():
     (["--val-data", "", "--train-data", "x"], "--val-data is empty"),
     (["--lr-schedule", "step", "--train-data", "x"], "--lr-schedule must be cosine, linear, wsd or constant"),
     (["--cooldown-frac", "0.3", "--train-data", "x"], "--cooldown-frac applies only to --lr-schedule wsd"),
+    (["--sample-top-k", "-1", "--train-data", "x"], "--sample-top-k must be >= 0"),
+    # checkpoints store one flag per line
+    (["--out-dir", "runs/a\nb", "--train-data", "x"], "--out-dir: a value with a line break is not supported"),
+    (["--val-data", "v=a\rb", "--train-data", "x"], "--val-data: a value with a line break is not supported"),
+    # more than a checkpoint's run text may hold (1 MiB; one argument may be at most 128 KiB)
+    ([f"--val-data=v{i}=" + "x" * 120_000 for i in range(9)] + ["--train-data", "x"], "more than 1048576 bytes"),
     (["--lr-schedule", "wsd", "--cooldown-frac", "1.5", "--train-data", "x"], "--cooldown-frac must be in [0, 1]"),
     # flag combinations are usage errors before any checkpoint is looked for
     (["--resume", "1", "--train-data", "x"], "--resume 1 needs --out-dir"),
@@ -361,6 +367,49 @@ def test_sample_decoded_with_gpt2_tokenizer(tmp_path, data):
              "--batch-size", "2", "--train-data", str(tmp_path / "t.bin"), "--max-steps", "1", "--sample-every", "1",
              "--sample-tokens", "12", "--tokenizer", str(enc)], expect=0)
     assert "---- sample at step 1 ----" in p.stdout
+
+
+def test_sample_top_k_end_to_end(tmp_path, data):
+    """--sample-top-k reaches the sampler: top-1 at temperature 1 draws the argmax, as greedy does;
+    k = V draws exactly what no limit draws (the same random numbers on the same weights)."""
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "30", "--lr", "1e-2",
+                        "--sample-every", "30", "--sample-tokens", "24"]
+    sample = lambda p: re.findall(r"---- sample at step 30 ----\n(.*)", p.stdout)
+    greedy = sample(run(base + ["--sample-temperature", "0"], expect=0))
+    top1 = sample(run(base + ["--sample-top-k", "1"], expect=0))
+    assert len(greedy) == 1 and top1 == greedy
+    unlimited, k_is_v = sample(run(base, expect=0)), sample(run(base + ["--sample-top-k", "64"], expect=0))
+    assert k_is_v == unlimited and unlimited != greedy
+
+
+def checkpoint_params(path):
+    """The parameters of a checkpoint, as float32 (the first third of its tensors)."""
+    t = np.frombuffer(checkpoint_tensors(path), dtype="<f4")
+    return t[: len(t) // 3]
+
+
+def test_resformer_lambdas_are_logged(tmp_path, data):
+    """--resformer-lambda learn: every step line carries the L lambdas after that step's update,
+    equal bit for bit to the weights the checkpoint of that step stores (vp_lambda, the last
+    parameter tensor); layer 0's stays 1/2 (it mixes v^0 with itself); each eval prints layers
+    1..L-1. The fixed-lambda build logs none."""
+    out = tmp_path / "learn"
+    model = [("3" if prev == "--layers" else a) for prev, a in zip([None] + TINY_GPT2, TINY_GPT2)]
+    p = run(model + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"), "--eval-every", "5",
+                     "--max-steps", "10", "--lr", "1e-2", "--checkpoint-every", "5", "--out-dir", out,
+                     "--resformer-lambda", "learn", "--resformer-lambda-lr", "0.05"], expect=0, path="resformer")
+    steps = [r for r in read_log(out) if "train_loss" in r]
+    assert len(steps) == 10 and all(len(r["resformer_lambdas"]) == 3 for r in steps)
+    assert all(r["resformer_lambdas"][0] == 0.5 for r in steps)
+    for step in (5, 10):
+        stored = checkpoint_params(out / f"ckpt_{step:08d}.bin")[-3:]
+        assert np.array_equal(np.array(steps[step - 1]["resformer_lambdas"], dtype=np.float32), stored)
+    assert all(abs(x - 0.5) > 1e-4 for x in steps[-1]["resformer_lambdas"][1:]), steps[-1]
+    lines = re.findall(r"^step +(\d+) \| resformer lambda, layers 1\.\.2 \| ([0-9.]+) ([0-9.]+)$", p.stdout, re.M)
+    assert [int(s) for s, _, _ in lines] == [0, 5, 10]
+    assert [float(x) for x in lines[-1][1:]] == pytest.approx(steps[-1]["resformer_lambdas"][1:], abs=5e-5)
+    run(model + ["--train-data", str(data / "train_*.bin"), "--max-steps", "2", "--out-dir", tmp_path / "fixed"], expect=0, path="resformer")
+    assert not any("resformer_lambdas" in r for r in read_log(tmp_path / "fixed"))
 
 
 # ---------------------------------------------------------------------------
