@@ -301,6 +301,7 @@ struct GpuModel {
     bool keep_logits = false;    // tests: leave the logits in place (no dlogits)
     cudaStream_t stream = nullptr;
     size_t bytes_allocated = 0;  // device memory held by this model (the cuBLASLt workspace aside)
+    double peak_tflops = 0;      // what MFU divides by (device_peak_tflops); 0 = unknown, no MFU
     // data parallel (model_dist_*): during the last backward of a step, each layer's gradients are
     // summed over the ranks on comm_stream while the backward goes on to the layers below
     bool reduce_during_backward = false;
@@ -322,6 +323,36 @@ inline void* model_device_alloc(GpuModel* m, size_t bytes, const char* what) {
     m->bytes_allocated += bytes;
     return p;
 }
+
+// The dense peak FLOP/s (in TFLOP/s) of this build's math on the device, from NVIDIA's datasheets
+// without sparsity: bf16 tensor cores 989.4 (H100 SXM, H200), 756 (H100 PCIe), 312 (A100); FP32
+// builds the fp32 non-tensor-core peak, 67 / 51 / 19.5. 0 for any other device, unless the
+// environment gives VP_PEAK_TFLOPS (the trainer; dev/cuda/bench_gpt takes --peak-tflops).
+inline double device_peak_tflops(const cudaDeviceProp& p) {
+    std::string name = p.name;
+    bool h100 = name.find("H100") != std::string::npos, h200 = name.find("H200") != std::string::npos, a100 = name.find("A100") != std::string::npos;
+    bool pcie = name.find("PCIe") != std::string::npos;
+#ifdef ENABLE_FP32
+    if (h100 || h200) return pcie ? 51.0 : 67.0;
+    if (a100) return 19.5;
+#else
+    if (h100 || h200) return pcie ? 756.0 : 989.4;
+    if (a100) return 312.0;
+#endif
+    return 0;
+}
+
+inline double peak_tflops_for_mfu(const cudaDeviceProp& p) {
+    const char* env = getenv("VP_PEAK_TFLOPS");
+    if (!env || !*env) return device_peak_tflops(p);
+    char* end = nullptr;
+    double v = strtod(env, &end);
+    if (*end || !(v > 0) || !std::isfinite(v))
+        usage_error("set it to the device's peak in TFLOP/s, e.g. VP_PEAK_TFLOPS=989.4, or unset it", "VP_PEAK_TFLOPS='%s' is not a positive number", env);
+    return v;
+}
+
+inline double model_peak_tflops(const GpuModel* m) { return m->peak_tflops; }
 
 // Where ResFormer's lambdas (the vp_lambda tensor, L floats) start in the flat parameter vector.
 inline size_t lambda_offset(const GpuModel* m) { return (size_t)(m->params.vp_lambda - m->params_memory); }
@@ -408,8 +439,11 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaGetDeviceProperties(&prop, dev));
-    printf("device: %s (%d SMs, %.1f GiB), %s, --recompute %d\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, PRECISION_NAME,
+    m->peak_tflops = peak_tflops_for_mfu(prop);
+    printf("device: %s (%d SMs, %.1f GiB), %s, --recompute %d, ", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, PRECISION_NAME,
            m->options.recompute);
+    if (m->peak_tflops > 0) printf("MFU of %g TFLOP/s\n", m->peak_tflops);
+    else printf("no MFU (peak unknown: set VP_PEAK_TFLOPS)\n");
     if (m->zero_shard)
         printf("ZeRO-1: master weights and AdamW state of %zu of %zu parameters on this rank; weights, gradients and state: %zu bytes\n", m->shard_count, n,
                bytes);

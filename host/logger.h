@@ -65,16 +65,24 @@ inline std::string json_escape(const std::string& s) {
 }
 
 // %.9g keeps every bit of a float, so losses in the log can be compared exactly between runs.
+// mfu: model FLOPs utilisation in [0, 1] (host/params.h training_flops_per_token over the device's
+// peak), printed and logged when > 0 (a GPU with a known peak).
 // lambdas: ResFormer's learnable lambdas after this step's update (layer 0 first), logged as
 // "resformer_lambdas" (the config line's "resformer_lambda" is the setting); empty otherwise.
-inline void logger_step(Logger* lg, int step, int max_steps, float loss, float lr, float grad_norm, double ms, double tok_per_s,
-                        const std::vector<float>& lambdas = {}) {
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step, max_steps, loss, lr, grad_norm, ms, tok_per_s);
+inline void logger_step(Logger* lg, int step, int max_steps, float loss, float lr, float grad_norm, double ms, double tok_per_s, double mfu,
+                        const std::vector<float>& lambdas) {
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", step, max_steps, loss, lr, grad_norm, ms, tok_per_s);
+    if (mfu > 0) printf(" | MFU %.1f%%", 100 * mfu);
+    printf("\n");
     fflush(stdout);
     char buf[256];
     snprintf(buf, sizeof(buf), "{\"step\":%d,\"train_loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f", step, loss, lr,
              grad_norm, ms, tok_per_s);
     std::string json = buf;
+    if (mfu > 0) {
+        snprintf(buf, sizeof(buf), ",\"mfu\":%.6f", mfu);
+        json += buf;
+    }
     if (!lambdas.empty()) {
         json += ",\"resformer_lambdas\":[";
         for (size_t l = 0; l < lambdas.size(); l++) {

@@ -22,6 +22,7 @@
 //   void  model_save(Model*, const std::string& dir, CheckpointMeta*)   fills the tensors of meta's checkpoint
 //   const char* model_build_name(const Model*)               e.g. "cpu-fp32"
 //   void  model_set_run_options(Model*, const RunConfig&)    optional, before gpt_build: flags only one build uses (GPU: --recompute, --overlap-reduce)
+//   double model_peak_tflops(const Model*)                   optional: the device's peak that MFU divides by (0 = no MFU)
 // and the fields model->config, model->num_params, model->mean_loss.
 //
 // Data parallel (host/distributed.h, docs/distributed.md): under mpirun every rank runs this same
@@ -67,6 +68,8 @@
 
 template <typename Model>
 void model_set_run_options(Model*, const RunConfig&) {}
+template <typename Model>
+double model_peak_tflops(const Model*) { return 0; }
 template <typename Model>
 bool model_supports_dist(const Model*) { return false; }
 template <typename Model>
@@ -346,6 +349,7 @@ int train_main_unguarded(int argc, char** argv) {
     };
 
     const LrSchedule schedule = run_lr_schedule(rc);
+    const double peak_tflops = model_peak_tflops(&model), flops_per_token = training_flops_per_token(c, model.num_params, T);
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     for (int step = start_step; step < rc.max_steps; step++) {
         auto t0 = std::chrono::steady_clock::now();
@@ -401,8 +405,10 @@ int train_main_unguarded(int argc, char** argv) {
         else gpt_update(&model, opt, step + 1);
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         int done = step + 1;
+        // MFU per device: this rank's B * T * grad_accum tokens in the step's time
+        double mfu = peak_tflops > 0 ? flops_per_token * B * T * grad_accum / (ms / 1000.0) / (peak_tflops * 1e12) : 0;
         if (rank0)
-            logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum * world / (ms / 1000.0),
+            logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum * world / (ms / 1000.0), mfu,
                         learns_lambdas ? model_lambdas(&model) : std::vector<float>());
 
         bool last = done == rc.max_steps;

@@ -45,19 +45,6 @@ static float forward_loss(M* m, const int* inputs, const int* targets, int B, in
     return m->mean_loss;
 }
 
-static double device_peak_tflops(const cudaDeviceProp& p) {
-    std::string name = p.name;
-    bool h100 = name.find("H100") != std::string::npos, h200 = name.find("H200") != std::string::npos, a100 = name.find("A100") != std::string::npos;
-    bool pcie = name.find("PCIe") != std::string::npos;
-#ifdef ENABLE_FP32
-    if (h100 || h200) return pcie ? 51.0 : 67.0;
-    if (a100) return 19.5;
-#else
-    if (h100 || h200) return pcie ? 756.0 : 989.4;
-    if (a100) return 312.0;
-#endif
-    return 0;
-}
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0, attention_version = 4;
@@ -85,7 +72,7 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (peak < 0) peak = device_peak_tflops(prop);
+    if (peak < 0) peak = gpu::device_peak_tflops(prop);
 
     RunConfig rc;
     const char* no_args[] = {"bench_gpt"};
@@ -98,7 +85,7 @@ int main(int argc, char** argv) {
     gpt_init_params(&m, 1337);
     size_t wpe = c.arch == ARCH_GPT2 ? (size_t)c.max_seq_len * c.n_embd : 0;
     double N = (double)(m.num_params - wpe);
-    double flops_per_token = 6.0 * N + 12.0 * c.n_layer * c.n_embd * T;
+    double flops_per_token = training_flops_per_token(c, m.num_params, T);
     double flops_per_step = flops_per_token * B * T;
     printf("bench_gpt: %s %s L=%d C=%d H=%d V=%d, %zu parameters (N = %.0f without wpe), B=%d T=%d, --recompute %d, attention version %d, %s\n", PRECISION_NAME,
            arch_name(c.arch), c.n_layer, c.n_embd, c.n_head, c.vocab_size, m.num_params, N, B, T, recompute, attention_version, prop.name);

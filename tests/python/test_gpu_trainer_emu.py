@@ -78,6 +78,28 @@ def test_resformer_lambdas_logged_by_the_gpu_build(tmp_path, data):
     assert abs(cpu[1] - 0.5) > 1e-4 and gpu == pytest.approx(cpu, rel=1e-5, abs=0)
 
 
+def test_mfu_in_the_step_lines(tmp_path, data):
+    """MFU per step: 6 N + 12 L C T FLOPs per token (N without GPT-2's position table) times this
+    step's tokens per second, over the device's peak. The emulator has no known peak, so the
+    trainer prints no MFU unless VP_PEAK_TFLOPS gives one; a bad value is a usage error."""
+    p = run(emu_trainer("bf16"), common(data, 2) + ["--out-dir", tmp_path / "none"], expect=0)
+    assert "no MFU (peak unknown: set VP_PEAK_TFLOPS)" in p.stdout
+    assert not any("mfu" in r for r in read_log(tmp_path / "none"))
+    peak = 1e-4  # TFLOP/s: an emulated step of this model runs at about that
+    p = run(emu_trainer("bf16"), common(data, 2) + ["--out-dir", tmp_path / "mfu"], expect=0, env={"VP_PEAK_TFLOPS": str(peak)})
+    assert "MFU of 0.0001 TFLOP/s" in p.stdout
+    log = read_log(tmp_path / "mfu")
+    cfg, steps = log[0], [r for r in log if "train_loss" in r]
+    L, C, T = cfg["layers"], cfg["dim"], cfg["seq_len"]
+    flops_per_token = 6 * cfg["num_params"] + 12 * L * C * T  # llama: no position table
+    for r in steps:
+        # tok_per_s is logged to 0.1 and mfu to 1e-6: a relative 1e-3 covers both roundings
+        assert r["mfu"] == pytest.approx(flops_per_token * r["tok_per_s"] / (peak * 1e12), rel=1e-3)
+        assert re.search(rf"step +{r['step']}/2 \| .* tok/s \| MFU {100 * r['mfu']:.1f}%", p.stdout)
+    p = run(emu_trainer("bf16"), common(data, 1) + ["--out-dir", tmp_path / "bad"], env={"VP_PEAK_TFLOPS": "fast"})
+    assert p.returncode == 2 and "VP_PEAK_TFLOPS='fast' is not a positive number" in p.stderr
+
+
 def test_recompute_levels_give_identical_losses(tmp_path, data):
     runs = []
     for level in ["0", "1", "2"]:
