@@ -255,7 +255,8 @@ def table(runs, baseline=None):
     head += [k.replace("val_loss_", "val ").replace("val_loss", "val loss") for k in val_keys]
     if baseline:
         head += [f"Δ val vs {baseline.label}"]
-    head += ["ms/step", "tok/s", "settings"]
+    with_mfu = any("mfu" in rec for r in runs for rec in r.steps.values())  # GPU runs on a device of known peak
+    head += ["ms/step", "tok/s"] + (["MFU"] if with_mfu else []) + ["settings"]
     rows = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 3 else "---:" for i in range(len(head) - 1)) + "|---|"]
     for r in runs:
         c = r.config
@@ -275,6 +276,9 @@ def table(runs, baseline=None):
         timed = [r.steps[s] for s in steps if s not in r.segment_first] or [r.steps[s] for s in steps]
         cells.append(fmt(statistics.median(x["ms"] for x in timed) if timed else None, ".1f"))
         cells.append(fmt(statistics.median(x["tok_per_s"] for x in timed) if timed else None, ",.0f"))
+        if with_mfu:
+            mfus = [x["mfu"] for x in timed if "mfu" in x]
+            cells.append(fmt(100 * statistics.median(mfus), ".1f") + "%" if mfus else "-")
         cells.append(", ".join(f"{k}={v}" for k, v in r.settings().items()) or "-")
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

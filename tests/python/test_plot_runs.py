@@ -2,6 +2,7 @@
 log's numbers, a resumed run comes out as its uninterrupted twin, and every bad log or flag is a
 clear error that leaves an existing plot alone. Also scripts/compare_paths.sh end to end."""
 import importlib.util
+import json
 import os
 import re
 import statistics
@@ -179,6 +180,22 @@ def test_table_holds_the_logs_last_values(straight_and_resumed):
         assert row["Δ val vs a"] == "+0.0000 @12"
     # ms/step: the median of every step but the first (warm-up)
     assert rows["a"]["ms/step"] == f"{statistics.median(r['ms'] for r in steps[1:]):.1f}"
+
+
+def test_table_has_an_mfu_column_only_when_a_run_logged_mfu(straight_and_resumed, tmp_path):
+    """The GPU build logs "mfu" per step where the device's peak is known (docs/formats.md): the
+    table then gains an MFU column, the median over the steps after the first, in percent; a run
+    without it shows "-". CPU logs have none, and no column."""
+    straight, _ = straight_and_resumed
+    assert "MFU" not in plot([straight, "--table"], expect=0).stdout
+    lines = (straight / "log.jsonl").read_text().splitlines()
+    gpu = tmp_path / "gpu.jsonl"  # the same log as a GPU run on a known device would write it
+    fake_mfu = lambda step: 0.3 + 0.01 * step
+    gpu.write_text("".join(
+        (json.dumps({**json.loads(l), "mfu": fake_mfu(json.loads(l)["step"])}) if "train_loss" in l else l) + "\n" for l in lines))
+    rows = table_rows(plot(["gpu=" + str(gpu), "cpu=" + str(straight), "--table"], expect=0).stdout)
+    assert rows["gpu"]["MFU"] == f"{100 * statistics.median(fake_mfu(s) for s in range(2, 13)):.1f}%" == "37.0%"  # median step 7
+    assert rows["cpu"]["MFU"] == "-"
 
 
 def test_plot_file_is_written_whole_and_only_then_replaced(straight_and_resumed, tmp_path):
