@@ -410,6 +410,14 @@ inline void run_config_set_shape(RunConfig* rc, const ModelConfig& c) {
     rc->qk_norm = c.qk_norm;
 }
 
+// The run's learning-rate schedule; an unknown --lr-schedule is a usage error.
+inline LrSchedule run_lr_schedule(const RunConfig& rc) {
+    LrSchedule s = {LR_COSINE, rc.lr, rc.warmup_steps, rc.max_steps, rc.min_lr_frac, rc.cooldown_frac};
+    if (!lr_shape_from_name(rc.lr_schedule.c_str(), &s.shape))
+        usage_error(nullptr, "--lr-schedule must be cosine, linear, wsd or constant, got '%s'", rc.lr_schedule.c_str());
+    return s;
+}
+
 // Checks on the run flags alone that are usage errors: done before any checkpoint is looked at, so
 // that a wrong combination of flags is reported as such.
 inline void validate_run_flags(const RunConfig& rc) {
@@ -426,9 +434,7 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (!(rc.eps > 0)) usage_error(nullptr, "--eps must be > 0");
     if (!(rc.weight_decay >= 0)) usage_error(nullptr, "--weight-decay must be >= 0");
     if (!(rc.min_lr_frac >= 0 && rc.min_lr_frac <= 1)) usage_error(nullptr, "--min-lr-frac must be in [0, 1]");
-    LrShape shape;
-    if (!lr_shape_from_name(rc.lr_schedule.c_str(), &shape))
-        usage_error(nullptr, "--lr-schedule must be cosine, linear, wsd or constant, got '%s'", rc.lr_schedule.c_str());
+    LrShape shape = run_lr_schedule(rc).shape;
     if (!(rc.cooldown_frac >= 0 && rc.cooldown_frac <= 1)) usage_error(nullptr, "--cooldown-frac must be in [0, 1]");
     if (rc.was_given("--cooldown-frac") && shape != LR_WSD)
         usage_error("add --lr-schedule wsd, or drop --cooldown-frac", "--cooldown-frac applies only to --lr-schedule wsd (this run's is %s)", rc.lr_schedule.c_str());
@@ -447,13 +453,6 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");
     if (rc.was_given("--val-data") && rc.val_data.empty())
         usage_error("drop --val-data for no evaluation, or give a GLOB (is the shell variable you passed set?)", "--val-data is empty");
-}
-
-// The schedule of a validated run config.
-inline LrSchedule run_lr_schedule(const RunConfig& rc) {
-    LrSchedule s = {LR_COSINE, rc.lr, rc.warmup_steps, rc.max_steps, rc.min_lr_frac, rc.cooldown_frac};
-    if (!lr_shape_from_name(rc.lr_schedule.c_str(), &s.shape)) usage_error(nullptr, "--lr-schedule '%s' is unknown", rc.lr_schedule.c_str());
-    return s;
 }
 
 // Checks on the run that need the model (its shape from the flags or a checkpoint).

@@ -95,9 +95,12 @@ inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
 // counts: it is also the LM head), 12 L C T = the attention scores and their backward, without the
 // causal halving. A value path's own FLOPs (value_paths.md "Cost") are not added, so every path
 // divides by the same formula; SVFormer's smaller N makes its figure lower.
+inline size_t params_for_flops(const ModelConfig& c, size_t num_params) {
+    return num_params - (c.arch == ARCH_GPT2 ? (size_t)c.max_seq_len * c.n_embd : 0);
+}
+
 inline double training_flops_per_token(const ModelConfig& c, size_t num_params, int T) {
-    size_t wpe = c.arch == ARCH_GPT2 ? (size_t)c.max_seq_len * c.n_embd : 0;
-    return 6.0 * (double)(num_params - wpe) + 12.0 * c.n_layer * c.n_embd * (double)T;
+    return 6.0 * (double)params_for_flops(c, num_params) + 12.0 * c.n_layer * c.n_embd * (double)T;
 }
 
 inline size_t count_params(const std::vector<ParamSpec>& specs) {

@@ -311,13 +311,12 @@ int train_main_unguarded(int argc, char** argv) {
     if (dist) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
     if (have_train) printf("train data: %zu tokens in '%s'\n", dataloader_num_tokens(&train), rc.train_data.c_str());
 
-    const bool learns_lambdas = value_path_num_lambdas(c.vp, c.n_layer) > 0;
     auto run_evals = [&](int step) {
         if (vals.empty()) return;
         std::vector<NamedLoss> losses;
         for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T)});
         if (rank0) logger_val(&lg, step, losses);
-        if (rank0 && learns_lambdas) print_lambdas(step, model_lambdas(&model));
+        if (rank0) print_lambdas(step, model_lambdas(&model));  // ResFormer learn only: empty otherwise
     };
     if (!rc.resume && rc.eval_every > 0) run_evals(0);
 
@@ -409,7 +408,7 @@ int train_main_unguarded(int argc, char** argv) {
         double mfu = peak_tflops > 0 ? flops_per_token * B * T * grad_accum / (ms / 1000.0) / (peak_tflops * 1e12) : 0;
         if (rank0)
             logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum * world / (ms / 1000.0), mfu,
-                        learns_lambdas ? model_lambdas(&model) : std::vector<float>());
+                        model_lambdas(&model));
 
         bool last = done == rc.max_steps;
         if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && !vals.empty())) run_evals(done);

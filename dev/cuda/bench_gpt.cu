@@ -83,8 +83,7 @@ int main(int argc, char** argv) {
     m.options.recompute = recompute;
     gpt_build(&m, c);
     gpt_init_params(&m, 1337);
-    size_t wpe = c.arch == ARCH_GPT2 ? (size_t)c.max_seq_len * c.n_embd : 0;
-    double N = (double)(m.num_params - wpe);
+    double N = (double)params_for_flops(c, m.num_params);
     double flops_per_token = training_flops_per_token(c, m.num_params, T);
     double flops_per_step = flops_per_token * B * T;
     printf("bench_gpt: %s %s L=%d C=%d H=%d V=%d, %zu parameters (N = %.0f without wpe), B=%d T=%d, --recompute %d, attention version %d, %s\n", PRECISION_NAME,
