@@ -6,14 +6,15 @@
 #   make test                                  builds build/fuzz/replay_<target> (g++, ASan + UBSan)
 #                                              and replays the committed corpus: no input may crash
 #
-# Targets: checkpoint, shard, tokenizer, flags. OpenMP is left out: one thread is what a fuzzer
+# Targets: checkpoint, shard, tokenizer, flags, mc. OpenMP is left out: one thread is what a fuzzer
 # wants, and clang's OpenMP runtime is not installed everywhere.
 
-FUZZ_TARGETS := checkpoint shard tokenizer flags
+FUZZ_TARGETS := checkpoint shard tokenizer flags mc
 FUZZ_DEFINE_checkpoint := FUZZ_CHECKPOINT
 FUZZ_DEFINE_shard := FUZZ_SHARD
 FUZZ_DEFINE_tokenizer := FUZZ_TOKENIZER
 FUZZ_DEFINE_flags := FUZZ_FLAGS
+FUZZ_DEFINE_mc := FUZZ_MC
 FUZZ_CLANG ?= clang++
 FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_REPLAYS := $(addprefix build/fuzz/replay_,$(FUZZ_TARGETS))

@@ -1058,6 +1058,13 @@ inline void gpt_update(GpuModel* m, const AdamWSettings& s, int step) {
     cudaCheck(cudaStreamSynchronize(m->stream));  // the step's wall time (train_loop's log) includes the update
 }
 
+// The per-position losses -log p(target), (B,T) row-major, of the last forward with targets: the
+// forward already copied them to the host (multiple-choice evaluation, host/mc_eval.h).
+inline void gpt_position_losses(const GpuModel* m, std::vector<double>* out) {
+    size_t n = (size_t)m->B * m->T;
+    out->assign(m->h_losses, m->h_losses + n);
+}
+
 // ----------------------------------------------------------------------------
 // Sampling (on the host, from the logits of the last position)
 

@@ -936,6 +936,14 @@ void gpt_last_logits(GPT<real, VP>* m, const int* tokens, int T, std::vector<flo
     logits->assign(last, last + m->config.padded_vocab_size);
 }
 
+// The per-position losses -log p(target), (B,T) row-major, of the last forward with targets
+// (multiple-choice evaluation, host/mc_eval.h).
+template <typename real, typename VP>
+void gpt_position_losses(const GPT<real, VP>* m, std::vector<double>* out) {
+    size_t n = (size_t)m->B * m->T;
+    out->assign(m->acts.losses, m->acts.losses + n);
+}
+
 // ----------------------------------------------------------------------------
 // The backend of the shared training program (host/train_loop.h lists what it needs)
 

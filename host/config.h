@@ -54,8 +54,8 @@ inline int config_qkv_width(const ModelConfig& c) { return (c.n_head + 2 * c.n_k
 // The run configuration: everything the command line sets.
 
 struct NamedGlob {
-    std::string name;  // "" for the unnamed val set (logged as "val_loss")
-    std::string glob;
+    std::string name;  // "" for the unnamed set (logged as "val_loss", or "mc_acc", ...)
+    std::string glob;  // --val-data: a glob of shards; --eval-mc: one file
 };
 
 struct RunConfig {
@@ -74,6 +74,7 @@ struct RunConfig {
     std::string train_data;
     std::vector<NamedGlob> val_data;
     int eval_every, eval_batches;
+    std::vector<NamedGlob> eval_mc;  // multiple-choice sets (host/mc_eval.h)
     // samples
     int sample_every, sample_tokens, sample_top_k;
     float sample_temperature;
@@ -143,8 +144,9 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     // data
     {"--train-data",  FLAG_STRING, RC_FIELD(train_data),  "",      "glob of training shards (llm.c .bin format), e.g. 'data/tinyshakespeare/*_train.bin'"},
     {"--val-data",    FLAG_VALSETS,RC_FIELD(val_data),    "",      "glob of validation shards, or NAME=GLOB; repeat for one val loss per named set"},
-    {"--eval-every",  FLAG_INT,    RC_FIELD(eval_every),  "0",     "evaluate the val loss every N steps and at the end (0 = only at the end, if --val-data is set)"},
+    {"--eval-every",  FLAG_INT,    RC_FIELD(eval_every),  "0",     "evaluate (val loss, --eval-mc) every N steps and at the end (0 = only at the end, if --val-data or --eval-mc is set)"},
     {"--eval-batches",FLAG_INT,    RC_FIELD(eval_batches),"20",    "micro-batches per val set per evaluation (fewer if the set is smaller)"},
+    {"--eval-mc",     FLAG_VALSETS,RC_FIELD(eval_mc),     "",      "multiple-choice file (.vpmc, e.g. from scripts/prepare_hellaswag.py), or NAME=FILE; repeatable; scored at every evaluation"},
     // samples
     {"--sample-every",FLAG_INT,    RC_FIELD(sample_every),"0",     "print a generated sample every N steps and at the end (0 = never)"},
     {"--sample-tokens",FLAG_INT,   RC_FIELD(sample_tokens),"64",   "tokens per sample"},
@@ -227,15 +229,15 @@ inline void flag_set_value(const FlagSpec& f, const char* value) {
                 ng.glob = eq + 1;
                 for (char ch : ng.name)
                     if (!(isalnum((unsigned char)ch) || ch == '_' || ch == '-'))
-                        usage_error(nullptr, "--val-data name '%s' may only use letters, digits, '_' and '-' (it becomes the log key val_loss_NAME)", ng.name.c_str());
-                if (ng.name.empty() || ng.glob.empty()) usage_error(nullptr, "--val-data '%s' must be GLOB or NAME=GLOB", value);
+                        usage_error(nullptr, "%s name '%s' may only use letters, digits, '_' and '-' (it becomes part of a log key)", f.name, ng.name.c_str());
+                if (ng.name.empty() || ng.glob.empty()) usage_error(nullptr, "%s '%s' must be PATH or NAME=PATH", f.name, value);
             } else {
                 ng.glob = value;
             }
             for (const NamedGlob& other : *sets)
                 if (other.name == ng.name)
-                    usage_error(nullptr, "--val-data: the set name '%s' is used twice%s", ng.name.c_str(),
-                                ng.name.empty() ? " (give each set a NAME=GLOB)" : "");
+                    usage_error(nullptr, "%s: the set name '%s' is used twice%s", f.name, ng.name.c_str(),
+                                ng.name.empty() ? " (give each set a NAME=PATH)" : "");
             sets->push_back(ng);
             break;
         }
@@ -453,6 +455,14 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");
     if (rc.was_given("--val-data") && rc.val_data.empty())
         usage_error("drop --val-data for no evaluation, or give a GLOB (is the shell variable you passed set?)", "--val-data is empty");
+    if (rc.was_given("--eval-mc") && rc.eval_mc.empty())
+        usage_error("drop --eval-mc, or give a .vpmc file (is the shell variable you passed set?)", "--eval-mc is empty");
+    // the log keys are mc_acc_NAME, mc_acc_norm_NAME, mc_acc_tokavg_NAME: a NAME starting with
+    // "norm" or "tokavg" would read as another metric of another set
+    for (const NamedGlob& ng : rc.eval_mc)
+        if (ng.name.rfind("norm", 0) == 0 || ng.name.rfind("tokavg", 0) == 0)
+            usage_error("choose another name, e.g. hellaswag", "--eval-mc name '%s' starts like a metric (its log key mc_acc_%s would be ambiguous)", ng.name.c_str(),
+                        ng.name.c_str());
 }
 
 // Checks on the run that need the model (its shape from the flags or a checkpoint).
@@ -478,7 +488,7 @@ inline std::string run_config_to_text(const RunConfig& rc_in) {
             case FLAG_FLOAT: snprintf(buf, sizeof(buf), "%.9g", *reinterpret_cast<const float*>(base)); value = buf; break;
             case FLAG_STRING: value = *reinterpret_cast<const std::string*>(base); break;
             case FLAG_VALSETS:
-                for (const NamedGlob& ng : rc.val_data) value += (ng.name.empty() ? ng.glob : ng.name + "=" + ng.glob) + ";";
+                for (const NamedGlob& ng : *reinterpret_cast<const std::vector<NamedGlob>*>(base)) value += (ng.name.empty() ? ng.glob : ng.name + "=" + ng.glob) + ";";
                 break;
         }
         s += f.name;

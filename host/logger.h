@@ -3,7 +3,7 @@
 // log.jsonl is one JSON object per line, flushed as it is written (a crashed run keeps its log):
 //   {"event":"config", ...model and run settings..., "num_params":N, "value_path":"..."}
 //   {"step":S,"train_loss":..,"lr":..,"grad_norm":..,"ms":..,"tok_per_s":..}     every step
-//   {"step":S,"val_loss":..,"val_loss_NAME":..}                                   every eval
+//   {"step":S,"val_loss":..,"val_loss_NAME":..,"mc_acc_NAME":..,...}               every eval
 // A resumed run appends to the same file, starting with a config line that has "resumed_from".
 // A new run moves an earlier run's log.jsonl aside to log.jsonl.N rather than overwrite it.
 #pragma once
@@ -109,16 +109,33 @@ struct NamedLoss {
     float loss;
 };
 
-inline void logger_val(Logger* lg, int step, const std::vector<NamedLoss>& losses) {
-    char buf[128];
+// One multiple-choice set's accuracies (host/mc_eval.h), logged as mc_acc[_NAME], mc_acc_norm[_NAME]
+// and mc_acc_tokavg[_NAME].
+struct NamedMc {
+    std::string name;  // "" = the unnamed set
+    double acc, acc_norm, acc_tokavg;
+};
+
+inline void logger_val(Logger* lg, int step, const std::vector<NamedLoss>& losses, const std::vector<NamedMc>& mcs = {}) {
+    char buf[256];
     snprintf(buf, sizeof(buf), "{\"step\":%d", step);
     std::string json = buf;
-    printf("step %5d | val", step);
+    printf("step %5d | %s", step, losses.empty() ? "eval" : "val");
     for (const NamedLoss& nl : losses) {
         std::string key = nl.name.empty() ? "val_loss" : "val_loss_" + nl.name;
-        snprintf(buf, sizeof(buf), ",\"%s\":%.9g", key.c_str(), nl.loss);
-        json += buf;
+        snprintf(buf, sizeof(buf), "%.9g", nl.loss);
+        json += ",\"" + key + "\":" + buf;
         printf(" | %s %.6f", key.c_str(), nl.loss);
+    }
+    for (const NamedMc& mc : mcs) {
+        std::string suffix = mc.name.empty() ? "" : "_" + mc.name;  // a name has no length limit: not through buf
+        const char* keys[3] = {"mc_acc", "mc_acc_norm", "mc_acc_tokavg"};
+        double values[3] = {mc.acc, mc.acc_norm, mc.acc_tokavg};
+        for (int k = 0; k < 3; k++) {
+            snprintf(buf, sizeof(buf), "%.9g", values[k]);
+            json += ",\"" + std::string(keys[k]) + suffix + "\":" + buf;
+        }
+        printf(" | %s acc %.4f acc_norm %.4f acc_tokavg %.4f", mc.name.empty() ? "mc" : mc.name.c_str(), mc.acc, mc.acc_norm, mc.acc_tokavg);
     }
     printf("\n");
     fflush(stdout);

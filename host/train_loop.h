@@ -16,6 +16,8 @@
 //   void  gpt_last_logits(Model*, const int* tokens, int T, std::vector<float>* logits)
 //                                                            forward one sequence (no targets); the logits of its
 //                                                            last position, Vp floats
+//   void  gpt_position_losses(const Model*, std::vector<double>*)  the B*T per-position losses of the last
+//                                                            forward with targets (--eval-mc: host/mc_eval.h)
 //   std::vector<float> model_lambdas(const Model*)           ResFormer's learnable lambdas (L), else empty
 //   void  gpt_free(Model*)
 //   void  model_load(Model*, const std::string& path, CheckpointMeta*, bool with_optimizer)
@@ -56,6 +58,7 @@
 #include "host/dataloader.h"
 #include "host/distributed.h"
 #include "host/logger.h"
+#include "host/mc_eval.h"
 #include "host/params.h"
 #include "host/rng.h"
 #include "host/schedule.h"
@@ -268,6 +271,11 @@ int train_main_unguarded(int argc, char** argv) {
         size_t seqs = (size_t)vals[i].loader.num_seqs;
         vals[i].batches = (int)std::min<size_t>((size_t)rc.eval_batches, std::max<size_t>(1, seqs / B));
     }
+    std::vector<McSet> mcs(rc.eval_mc.size());
+    for (size_t i = 0; i < rc.eval_mc.size(); i++) {
+        mcs[i].name = rc.eval_mc[i].name;
+        mc_load(&mcs[i], rc.eval_mc[i].glob, c.vocab_size);
+    }
     Tokenizer tok;
     bool have_tok = !rc.tokenizer.empty();
     if (have_tok) tokenizer_init(&tok, rc.tokenizer.c_str());
@@ -310,12 +318,26 @@ int train_main_unguarded(int argc, char** argv) {
            rc.max_steps);
     if (dist) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
     if (have_train) printf("train data: %zu tokens in '%s'\n", dataloader_num_tokens(&train), rc.train_data.c_str());
+    for (const McSet& mc : mcs) {
+        size_t rows = 0;
+        for (const McExample& ex : mc.examples) rows += ex.endings.size();
+        int cut = mc_count_truncated(mc, T);
+        printf("multiple choice%s%s: %zu examples (%zu rows, %zu forwards of %d x %d) in '%s'", mc.name.empty() ? "" : " ", mc.name.c_str(), mc.examples.size(), rows,
+               (size_t)CEIL_DIV(rows, (size_t)B), B, T, mc.path.c_str());
+        if (cut) printf("; %d cut to their last %d tokens (raise --seq-len to score them whole)", cut, T + 1);
+        printf("\n");
+    }
 
     auto run_evals = [&](int step) {
-        if (vals.empty()) return;
+        if (vals.empty() && mcs.empty()) return;
         std::vector<NamedLoss> losses;
         for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T)});
-        if (rank0) logger_val(&lg, step, losses);
+        std::vector<NamedMc> mc_results;
+        for (const McSet& mc : mcs) {
+            McResult r = evaluate_mc(&model, mc, B, T);
+            mc_results.push_back({mc.name, r.acc, r.acc_norm, r.acc_tokavg});
+        }
+        if (rank0) logger_val(&lg, step, losses, mc_results);
         if (rank0) print_lambdas(step, model_lambdas(&model));  // ResFormer learn only: empty otherwise
     };
     if (!rc.resume && rc.eval_every > 0) run_evals(0);
@@ -411,7 +433,7 @@ int train_main_unguarded(int argc, char** argv) {
                         model_lambdas(&model));
 
         bool last = done == rc.max_steps;
-        if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && !vals.empty())) run_evals(done);
+        if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && (!vals.empty() || !mcs.empty()))) run_evals(done);
         if (rank0 && rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, T, &sample_rng, done);
         if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last)) {
             save_checkpoint(&model, rc, c, done, sample_rng, &train);

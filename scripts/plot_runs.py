@@ -16,8 +16,10 @@ valuepath's bit-exact resume, identical to them).
 The table (markdown, on stdout) needs only the standard library; the plot needs matplotlib
 (requirements.txt). Panels: train loss (smoothed by a debiased EMA, raw behind it), val loss
 (every named set, where a run evaluated), learning rate, gradient norm, throughput, with --baseline each run's val
-loss minus the baseline's at the steps both evaluated, and for ResFormer runs with learnable
-lambdas (--resformer-lambda learn) each layer's lambda (layers 1..L-1; layer 0's never moves).
+loss minus the baseline's at the steps both evaluated, for ResFormer runs with learnable
+lambdas (--resformer-lambda learn) each layer's lambda (layers 1..L-1; layer 0's never moves),
+and for runs with --eval-mc (HellaSwag, ...) each set's accuracy (--mc-metric picks which of the
+three the trainer logs; the table has a column per set).
 The file is written under a temporary name and renamed, so an existing plot is replaced only by
 a complete one.
 
@@ -31,7 +33,8 @@ import statistics
 import sys
 import tempfile
 
-PANELS = ["train", "val", "lr", "norm", "speed", "delta", "lambda"]
+PANELS = ["train", "val", "lr", "norm", "speed", "delta", "lambda", "mc"]
+MC_METRICS = ("acc", "acc_norm", "acc_tokavg")  # host/mc_eval.h
 X_AXES = {"step": "optimizer step", "tokens": "tokens", "time": "training time (min, evals excluded)"}
 PATH_SETTING_PREFIXES = ("resformer", "sla", "depth")
 
@@ -114,7 +117,7 @@ class Run:
                 if segment_first_pending:
                     self.segment_first.add(step)
                     segment_first_pending = False
-            elif any(k == "val_loss" or k.startswith("val_loss_") for k in record):
+            elif any(k == "val_loss" or k.startswith(("val_loss_", "mc_acc")) for k in record):
                 self.evals[self._step_of(record, number)] = record
             else:
                 raise LogError(f"{self.log_path}:{number}: neither a step nor an eval record: {line[:120]!r}")
@@ -191,6 +194,17 @@ class Run:
                     keys.append(k)
         return keys
 
+    def mc_sets(self, metric):
+        """The --eval-mc keys of one metric in log order: "mc_acc_norm", "mc_acc_norm_NAME"..."""
+        key, keys = "mc_" + metric, []
+        for s in sorted(self.evals):
+            for k in self.evals[s]:
+                # mc_acc_NAME must not take mc_acc_norm or mc_acc_tokavg for a set's name
+                other = any(k.startswith("mc_" + m) for m in MC_METRICS if len(m) > len(metric) and m.startswith(metric))
+                if (k == key or k.startswith(key + "_")) and not other and k not in keys:
+                    keys.append(k)
+        return keys
+
     def val_curve(self, key):
         steps = [s for s in sorted(self.evals) if key in self.evals[s]]
         return steps, [self.evals[s][key] for s in steps]
@@ -246,13 +260,21 @@ def fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
 
-def table(runs, baseline=None):
+def mc_label(key, metric):
+    """mc_acc_norm_hellaswag -> "hellaswag acc_norm"; mc_acc_norm -> "mc acc_norm"."""
+    name = key[len("mc_" + metric):].lstrip("_")
+    return f"{name or 'mc'} {metric}"
+
+
+def table(runs, baseline=None, mc_metric="acc_norm"):
     """Markdown: one row per run; floats as the log holds them, rounded for reading."""
-    val_keys = []
+    val_keys, mc_keys = [], []
     for r in runs:
         val_keys += [k for k in r.val_sets() if k not in val_keys]
+        mc_keys += [k for k in r.mc_sets(mc_metric) if k not in mc_keys]
     head = ["run", "path", "arch", "params", "steps", "tokens", "train loss"]
     head += [k.replace("val_loss_", "val ").replace("val_loss", "val loss") for k in val_keys]
+    head += [mc_label(k, mc_metric) for k in mc_keys]
     if baseline:
         head += [f"Δ val vs {baseline.label}"]
     with_mfu = any("mfu" in rec for r in runs for rec in r.steps.values())  # GPU runs on a device of known peak
@@ -265,9 +287,9 @@ def table(runs, baseline=None):
         cells = [r.label, c["value_path"], c.get("arch", "-"), f"{c['num_params']:,}",
                  f"{last if last is not None else 0}/{c['max_steps']}", f"{r.tokens_at(last) if last else 0:,}",
                  fmt(r.steps[last]["train_loss"] if steps else None, ".4f")]
-        for k in val_keys:
-            s, losses = r.val_curve(k)
-            cells.append(fmt(losses[-1] if losses else None, ".4f"))
+        for k in val_keys + mc_keys:
+            s, values = r.val_curve(k)
+            cells.append(fmt(values[-1] if values else None, ".4f"))
         if baseline:
             key = next((k for k in baseline.val_sets() if k in r.val_sets()), None)
             d_steps, deltas = baseline_delta(r, baseline, key) if key else ([], [])
@@ -299,10 +321,11 @@ def import_pyplot():
     return plt
 
 
-def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, logx=False):
+def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, logx=False, mc_metric="acc_norm"):
     """The figure; one axis per panel, each run one colour in every panel. Returns (fig, {panel: ax})."""
     plt = import_pyplot()
-    shown = {"delta": baseline is not None, "lambda": any(r.lambda_layers() > 1 for r in runs), "val": any(r.val_sets() for r in runs)}
+    shown = {"delta": baseline is not None, "lambda": any(r.lambda_layers() > 1 for r in runs), "val": any(r.val_sets() for r in runs),
+             "mc": any(r.mc_sets(mc_metric) for r in runs)}
     panels = [p for p in panels if shown.get(p, True)]
     cols = 2 if len(panels) > 1 else 1
     rows = math.ceil(len(panels) / cols)
@@ -329,6 +352,11 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
                 name = key.replace("val_loss_", "").replace("val_loss", "val")
                 axes["val"].plot(run.x_of(vs, x_axis), losses, styles[k % len(styles)], marker="o", markersize=3,
                                  color=colour, label=run.label if name == "val" else f"{run.label} {name}")
+        if "mc" in axes:
+            for k, key in enumerate(run.mc_sets(mc_metric)):
+                ms, accs = run.val_curve(key)
+                axes["mc"].plot(run.x_of(ms, x_axis), accs, styles[k % len(styles)], marker="o", markersize=3, color=colour,
+                                label=f"{run.label} {mc_label(key, mc_metric).split(' ')[0]}")
         for panel, key in (("lr", "lr"), ("norm", "grad_norm"), ("speed", "tok_per_s")):
             if panel in axes:
                 axes[panel].plot(x, run.series(key), color=colour, label=run.label, linewidth=1.0)
@@ -348,7 +376,8 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
                 axes["delta"].plot(run.x_of(ds, x_axis), deltas, marker="o", markersize=3, color=colour, label=run.label)
     titles = {"train": f"train loss (EMA {smooth})" if smooth > 0 else "train loss", "val": "val loss",
               "lr": "learning rate", "norm": "gradient norm (before clipping)", "speed": "tokens/s",
-              "delta": f"val loss − {baseline.label if baseline else ''}'s", "lambda": "ResFormer lambda per layer"}
+              "delta": f"val loss − {baseline.label if baseline else ''}'s", "lambda": "ResFormer lambda per layer",
+              "mc": f"multiple choice: {mc_metric}"}
     for panel, ax in axes.items():
         ax.set_title(titles[panel])
         ax.set_xlabel(X_AXES[x_axis])
@@ -394,7 +423,9 @@ def parse_args(argv):
     p.add_argument("--smooth", type=float, default=0.9, help="EMA weight for the train loss, in [0, 1); 0 = raw [0.9]")
     p.add_argument("--panels", default=",".join(PANELS),
                    help="comma-separated, from " + ",".join(PANELS) + " (delta only with --baseline, lambda only for runs "
-                   "that log ResFormer's learnable lambdas) [all]")
+                   "that log ResFormer's learnable lambdas, mc only for runs with --eval-mc) [all]")
+    p.add_argument("--mc-metric", choices=MC_METRICS, default="acc_norm",
+                   help="which --eval-mc accuracy the mc panel and the table show [acc_norm]")
     p.add_argument("--baseline", metavar="LABEL", help="plot and tabulate each run's val loss minus this run's")
     p.add_argument("--loss-ylim", metavar="LO,HI", help="y range of the loss panels, e.g. 3,4.5")
     p.add_argument("--logx", action="store_true", help="logarithmic x axis")
@@ -433,12 +464,12 @@ def main(argv=None):
     for r in runs:
         if not r.steps:
             warn(f"{r.log_path}: no step logged yet; its row is empty and it is left out of the plot")
-    print(table(runs, baseline))
+    print(table(runs, baseline, a.mc_metric))
     if a.table:
         return 0
     if not any(r.steps for r in runs):
         fail("no run has a logged step: nothing to plot", "wait for the first step, or use --table", 1)
-    fig, _ = make_figure(runs, a.panels, a.x_axis, a.smooth, baseline, a.loss_ylim, a.logx)
+    fig, _ = make_figure(runs, a.panels, a.x_axis, a.smooth, baseline, a.loss_ylim, a.logx, a.mc_metric)
     try:
         save_figure(fig, a.out)
     except (LogError, OSError) as e:

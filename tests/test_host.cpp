@@ -1,5 +1,6 @@
 // tests/test_host.cpp: the host-side data path: token shards (host/dataloader.h), the
-// tokenizer used for printing samples (host/tokenizer.h), and the shard layout of data-parallel
+// tokenizer used for printing samples (host/tokenizer.h), multiple-choice files (host/mc_eval.h),
+// and the shard layout of data-parallel
 // training (host/distributed.h dist_shard), and the CRC-32 of checkpoints (host/crc32.h).
 // Build (errors throw VpError so bad inputs can be checked):
 //   g++ -O2 -std=c++17 -DVP_ERRORS_THROW -I. tests/test_host.cpp -o /tmp/test_host && /tmp/test_host
@@ -8,6 +9,7 @@
 #include "host/crc32.h"
 #include "host/dataloader.h"
 #include "host/distributed.h"
+#include "host/mc_eval.h"
 #include "host/rng.h"
 #include "host/tokenizer.h"
 #include "tests/testing.h"
@@ -545,6 +547,108 @@ TEST(mid_run_shard_failures_are_captured) {
         CHECK(plain.code == 1 && contains(plain.msg, prefix), "%s uncaptured: code %d '%s'", prefix.c_str(), plain.code, plain.msg.c_str());
         dataloader_free(&dl);
     }
+}
+
+// ----------------------------------------------------------------------------
+// multiple-choice files (.vpmc, host/mc_eval.h; written by scripts/vp_data/mc.py)
+
+// The ints of a .vpmc file: header then body (see docs/formats.md).
+static std::vector<int32_t> mc_ints(const std::vector<int32_t>& body, int n_examples, int vocab, const char* tok = "gpt2") {
+    std::vector<int32_t> ints(MC_HEADER_INTS, 0);
+    ints[0] = MC_MAGIC;
+    ints[1] = MC_VERSION;
+    ints[2] = n_examples;
+    ints[3] = vocab;
+    ints[4] = (int32_t)body.size();
+    memcpy(ints.data() + 8, tok, strlen(tok));
+    ints.insert(ints.end(), body.begin(), body.end());
+    return ints;
+}
+
+static std::string write_mc(const std::string& name, const std::vector<int32_t>& ints) {
+    std::vector<unsigned char> bytes(ints.size() * 4);
+    for (size_t i = 0; i < ints.size(); i++)
+        for (int k = 0; k < 4; k++) bytes[4 * i + k] = (unsigned char)((uint32_t)ints[i] >> (8 * k));
+    std::string p = tmp_path(name);
+    write_bytes(p, bytes);
+    return p;
+}
+
+// Two examples: 3 choices (label 2, context 7 8, endings [1], [2 3], [4]) and 2 (label 0,
+// context 9, endings [5 6 7], [8]).
+static const std::vector<int32_t> MC_BODY = {3, 2, 2, 1, 4, 2, 9, 1, 3, 7, 8, 1, 2, 3, 4,
+                                             2, 0, 1, 3, 11, 1, 2, 9, 5, 6, 7, 8};
+
+TEST(mc_file_round_trip) {
+    std::string p = write_mc("ok.vpmc", mc_ints(MC_BODY, 2, 100));
+    McSet set;
+    mc_load(&set, p, 100);
+    REQUIRE(set.examples.size() == 2, "%zu examples", set.examples.size());
+    const McExample& a = set.examples[0];
+    const McExample& b = set.examples[1];
+    CHECK(set.tokenizer == "gpt2", "tokenizer '%s'", set.tokenizer.c_str());
+    CHECK(a.label == 2 && a.context == std::vector<int>({7, 8}) && a.endings.size() == 3, "example 0 header");
+    CHECK(a.endings[0] == std::vector<int>({1}) && a.endings[1] == std::vector<int>({2, 3}) && a.endings[2] == std::vector<int>({4}), "example 0 endings");
+    CHECK(a.ending_chars == std::vector<int>({4, 9, 3}), "example 0 chars");
+    CHECK(b.label == 0 && b.context == std::vector<int>({9}) && b.endings[0] == std::vector<int>({5, 6, 7}) && b.endings[1] == std::vector<int>({8}),
+          "example 1");
+    CHECK(b.ending_chars == std::vector<int>({11, 2}), "example 1 chars");
+    // rows: context + ending, cut to the last T + 1 tokens; scored from the ending's first token
+    // that still has a predecessor in the row
+    McRow whole = mc_row(b, 0, 8);
+    CHECK(whole.tokens == std::vector<int>({9, 5, 6, 7}) && whole.first_scored == 1 && !whole.truncated, "b/0 at T=8");
+    McRow cut = mc_row(a, 1, 2);  // 7 8 2 3 -> 8 2 3
+    CHECK(cut.tokens == std::vector<int>({8, 2, 3}) && cut.first_scored == 1 && cut.truncated, "a/1 at T=2");
+    McRow into_ending = mc_row(b, 0, 1);  // 9 5 6 7 -> 6 7: only 7 has its predecessor
+    CHECK(into_ending.tokens == std::vector<int>({6, 7}) && into_ending.first_scored == 1 && into_ending.truncated, "b/0 at T=1");
+}
+
+TEST(mc_file_errors_name_the_file) {
+    struct Case {
+        const char* name;
+        std::vector<int32_t> ints;
+        const char* must_say;
+    };
+    auto body_with = [](size_t i, int32_t v) { std::vector<int32_t> b = MC_BODY; b[i] = v; return b; };
+    std::vector<int32_t> ok = mc_ints(MC_BODY, 2, 100);
+    std::vector<int32_t> truncated(ok.begin(), ok.end() - 1);
+    std::vector<int32_t> bad_magic = ok;
+    bad_magic[0] = SHARD_MAGIC;
+    std::vector<int32_t> bad_version = ok;
+    bad_version[1] = 2;
+    std::vector<int32_t> trailing_body = MC_BODY;
+    trailing_body.push_back(0);
+    std::vector<Case> cases = {
+        {"mc_truncated.vpmc", truncated, "truncated"},
+        {"mc_short.vpmc", std::vector<int32_t>(ok.begin(), ok.begin() + 10), "header"},
+        {"mc_magic.vpmc", bad_magic, "not a .vpmc file"},
+        {"mc_version.vpmc", bad_version, "version 2"},
+        {"mc_vocab.vpmc", mc_ints(MC_BODY, 2, 50257), "vocabulary 50257"},
+        {"mc_count.vpmc", mc_ints(MC_BODY, 3, 100), "damaged"},
+        {"mc_zero.vpmc", mc_ints(MC_BODY, 0, 100), "0 examples"},
+        {"mc_one_choice.vpmc", mc_ints(body_with(0, 1), 2, 100), "1 choices"},
+        {"mc_label.vpmc", mc_ints(body_with(1, 3), 2, 100), "label 3"},
+        {"mc_neg_label.vpmc", mc_ints(body_with(1, -1), 2, 100), "label -1"},
+        {"mc_empty_context.vpmc", mc_ints(body_with(2, 0), 2, 100), "context of 0 tokens"},
+        {"mc_empty_ending.vpmc", mc_ints(body_with(3, 0), 2, 100), "ending of 0 tokens"},
+        {"mc_chars.vpmc", mc_ints(body_with(4, 0), 2, 100), "0 characters"},
+        {"mc_long_ending.vpmc", mc_ints(body_with(5, 50), 2, 100), "past the end"},
+        {"mc_token.vpmc", mc_ints(body_with(9, 100), 2, 100), "token id 100"},
+        {"mc_neg_token.vpmc", mc_ints(body_with(25, -5), 2, 100), "token id -5"},
+        {"mc_trailing.vpmc", mc_ints(trailing_body, 2, 100), "after the last example"},
+    };
+    for (const Case& c : cases) {
+        std::string p = write_mc(c.name, c.ints);
+        McSet set;
+        ErrInfo e = catch_error([&] { mc_load(&set, p, 100); });
+        CHECK(e.code == 1, "%s: exit code %d (want 1), msg '%s'", c.name, e.code, e.msg.c_str());
+        CHECK(contains(e.msg, c.name), "%s: message does not name the file: '%s'", c.name, e.msg.c_str());
+        CHECK(contains(e.msg, c.must_say), "%s: message lacks '%s': '%s'", c.name, c.must_say, e.msg.c_str());
+    }
+    ErrInfo dir = catch_error([&] { McSet set; mc_load(&set, tmp_dir(), 100); });
+    CHECK(dir.code == 1 && contains(dir.msg, "not a regular file"), "a directory: '%s'", dir.msg.c_str());
+    ErrInfo missing = catch_error([&] { McSet set; mc_load(&set, tmp_dir() + "/no_such.vpmc", 100); });
+    CHECK(missing.code == 1 && contains(missing.msg, "no_such.vpmc"), "a missing file: '%s'", missing.msg.c_str());
 }
 
 TEST(glob_without_match) {

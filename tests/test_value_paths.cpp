@@ -7,7 +7,9 @@
 //   * the equivalences: ResFormer lambda=0 == vanilla; ResFormer lambda=1 forward == SVFormer;
 //     SLA n_h=0 == vanilla; SLA ORIG == CHAIN when 2 n_l >= L, and != when 2 n_l < L;
 //     Depth-Attention with anchor logits at -inf == vanilla;
-//   * parameter counts per path against the formula.
+//   * parameter counts per path against the formula;
+//   * multiple-choice scoring (host/mc_eval.h): batched, padded and truncated rows against the
+//     definition one token at a time, for every path x family; the accuracies worked by hand.
 // Tolerances of the finite differences: tests/gradcheck.h. Equivalences compare double-precision
 // runs and must agree to 1e-12 relative (they are the same arithmetic up to adding exact zeros).
 #define TESTING
@@ -274,6 +276,110 @@ TEST(param_slices_cover_the_flat_vector_once) {
             CHECK(l2.fc_w == t.fc_w + 2 * (fc_w_count / c.n_layer), "layer 2's fc_w slice");
             CHECK((layer_params(t, c, 1).v_w == nullptr) == (path == VP_SVFORMER), "layer 1's value projection");
         }
+}
+
+// ----------------------------------------------------------------------------
+// multiple-choice scoring (host/mc_eval.h)
+
+// A set of random examples over the test vocabulary, contexts of 1..5 tokens and endings of 1..4,
+// so that at T = 6 some rows fit whole, some lose context and some lose ending tokens too.
+static McSet random_mc_set(int V, uint64_t seed) {
+    Rng rng = rng_stream(seed, 0);
+    auto below = [&](int n) { return (int)(rng_uniform(&rng) * n) % n; };
+    McSet set;
+    for (int e = 0; e < 7; e++) {
+        McExample ex;
+        int n_choices = 2 + below(3);
+        ex.label = below(n_choices);
+        for (int i = 1 + below(5); i > 0; i--) ex.context.push_back(below(V));
+        for (int j = 0; j < n_choices; j++) {
+            std::vector<int> end;
+            for (int i = 1 + below(4); i > 0; i--) end.push_back(below(V));
+            ex.endings.push_back(end);
+            ex.ending_chars.push_back(1 + below(20));
+        }
+        set.examples.push_back(ex);
+    }
+    return set;
+}
+
+// Batched scoring (rows packed B to a forward, right-padded, truncated on the left, the losses
+// read back at the ending's positions) against the definition computed one token at a time:
+// for each scored token, a forward over exactly the tokens before it (within the row's window of
+// T + 1) and -log softmax of the last position's logits, in double. Every path and family: the
+// padding after a row must not reach back into it, also through the cross-layer routes.
+template <typename VP>
+static void mc_rows_match_definition() {
+    for (int arch : FAMILIES) {
+        ModelConfig c = path_config(arch, VP::id, 2, 2, 0, 2, VP::id == VP_RESFORMER);
+        GPT<double, VP> m = make_model<VP>(c, 40 + arch);
+        const int B = 3, T = 6, V = c.vocab_size, Vp = c.padded_vocab_size;
+        McSet set = random_mc_set(V, 50 + arch);
+        std::vector<double> sums;
+        std::vector<int> counts;
+        mc_row_losses(&m, set, B, T, &sums, &counts);
+        size_t row = 0;
+        int truncated_rows = 0;
+        for (const McExample& ex : set.examples) {
+            for (const std::vector<int>& end : ex.endings) {
+                std::vector<int> seq = ex.context;
+                seq.insert(seq.end(), end.begin(), end.end());
+                int n = (int)seq.size(), start = std::max(0, n - (T + 1));
+                truncated_rows += start > 0;
+                double want = 0;
+                int scored = 0;
+                for (int k = std::max((int)ex.context.size(), start + 1); k < n; k++, scored++) {
+                    int len = k - start;
+                    gpt_forward(&m, seq.data() + start, (const int*)nullptr, 1, len);
+                    const double* logits = m.acts.logits + (size_t)(len - 1) * Vp;
+                    double mx = logits[0], z = 0;
+                    for (int v = 1; v < V; v++) mx = std::max(mx, logits[v]);
+                    for (int v = 0; v < V; v++) z += std::exp(logits[v] - mx);
+                    want += -(logits[seq[k]] - mx - std::log(z));
+                }
+                CHECK(counts[row] == scored, "%s %s row %zu: %d tokens scored, want %d", value_path_name(VP::id), arch_name(arch), row, counts[row], scored);
+                CHECK(close_enough(sums[row], want, 1e-12, 1e-10), "%s %s row %zu: sum %.15g, want %.15g", value_path_name(VP::id), arch_name(arch), row, sums[row], want);
+                row++;
+            }
+        }
+        CHECK(row == sums.size(), "%zu rows scored, %zu expected", sums.size(), row);
+        CHECK(truncated_rows > 0 && truncated_rows < (int)row, "the set should mix whole and cut rows (%d of %zu cut)", truncated_rows, row);
+        gpt_free(&m);
+    }
+}
+
+TEST(mc_rows_vanilla) { mc_rows_match_definition<VpVanilla>(); }
+TEST(mc_rows_resformer) { mc_rows_match_definition<VpResformer>(); }
+TEST(mc_rows_svformer) { mc_rows_match_definition<VpSvformer>(); }
+TEST(mc_rows_sla) { mc_rows_match_definition<VpSla>(); }
+TEST(mc_rows_depth) { mc_rows_match_definition<VpDepth>(); }
+
+// The three accuracies from given row sums, worked by hand: acc takes the lowest sum, acc_norm the
+// lowest sum per character, acc_tokavg the lowest sum per scored token; a tie goes to the lower
+// choice; truncated examples are those with any row longer than T + 1.
+TEST(mc_accuracies_by_hand) {
+    McSet set;
+    McExample a;  // label 1: sums 4, 6, 9; chars 2, 6, 3; tokens 1, 3, 9 (token lengths as given)
+    a.label = 1;
+    a.context = {1, 2};
+    a.endings = {{1}, {1, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}};
+    a.ending_chars = {2, 6, 3};
+    McExample b;  // label 0: sums 3, 3 (a tie), chars 1, 1, tokens 1, 1
+    b.label = 0;
+    b.context = {5};
+    b.endings = {{7}, {8}};
+    b.ending_chars = {1, 1};
+    set.examples = {a, b};
+    std::vector<double> sums = {4, 6, 9, 3, 3};
+    std::vector<int> counts = {1, 3, 9, 1, 1};
+    // a: acc picks 0 (4 < 6 < 9): wrong; acc_norm 2, 1, 3 picks 1: right; acc_tokavg 4, 2, 1 picks 2: wrong
+    // b: every score ties, choice 0 wins: right
+    McResult r = mc_accuracies(set, sums, counts, 16);
+    CHECK(r.examples == 2 && r.truncated == 0, "examples %d truncated %d", r.examples, r.truncated);
+    CHECK(r.acc == 0.5 && r.acc_norm == 1.0 && r.acc_tokavg == 0.5, "acc %g acc_norm %g acc_tokavg %g", r.acc, r.acc_norm, r.acc_tokavg);
+    // at T = 8 example a's third row (2 + 9 = 11 tokens > 9) is cut; b's are not
+    CHECK(mc_accuracies(set, sums, counts, 8).truncated == 1, "one example cut at T = 8");
+    CHECK(mc_accuracies(set, sums, counts, 10).truncated == 0, "11 tokens fit T + 1 = 11");
 }
 
 TEST_MAIN()

@@ -1,5 +1,5 @@
 // dev/fuzz/fuzz_inputs.cpp: coverage-guided fuzzing of everything the trainer reads from a user:
-// checkpoints, token shards, tokenizer files and the command line. The rule under test is the
+// checkpoints, token shards, tokenizer files, multiple-choice files and the command line. The rule under test is the
 // project's: every bad input gets a clear error (here: a VpError, since VP_ERRORS_THROW turns
 // runtime_error/usage_error into exceptions), never a crash, a hang, an out-of-bounds access or
 // undefined behaviour (AddressSanitizer and UBSan watch every run).
@@ -12,6 +12,8 @@
 //   FUZZ_TOKENIZER   the input is a tokenizer file (vptok, llm.c's, GPT-2's encoder.json)
 //   FUZZ_FLAGS       the input is a command line (NUL-separated words): parsed and validated
 //                    through the model config, as train_main does before it builds anything
+//   FUZZ_MC          the input is a multiple-choice file (.vpmc, --eval-mc): loaded, then scored
+//                    by a tiny model (rows cut to T + 1, batches padded)
 //
 // Built two ways (fuzz.mk):
 //   make fuzz          clang -fsanitize=fuzzer,address,undefined: libFuzzer's own main; run as
@@ -215,8 +217,32 @@ static void fuzz_one(const uint8_t* data, size_t size) {
         fuzz_refused(e);
     }
 }
+#elif defined(FUZZ_MC)
+// The input is a .vpmc file; data[0] picks B (1..4) and T (1..8). A file that loads (for a
+// vocabulary of 64) is scored by a 1-layer model built for it.
+static void fuzz_one(const uint8_t* data, size_t size) {
+    if (size < 1) return;
+    int mode = data[0], B = 1 + (mode & 3), T = 1 + (mode >> 2 & 7);
+    std::string path = fuzz_dir + "/mc.vpmc";
+    fuzz_write_file(path, data + 1, size - 1);
+    try {
+        McSet set;
+        mc_load(&set, path, 64);
+        RunConfig rc;
+        const char* argv[] = {"fuzz", "--layers", "1", "--heads", "2", "--dim", "8", "--vocab", "64", "--max-seq", "16"};
+        parse_command_line(&rc, (int)(sizeof(argv) / sizeof(argv[0])), (char**)argv);
+        CpuModel model;
+        gpt_build(&model, model_config_from_flags(rc));
+        gpt_init_params(&model, 1);
+        McResult r = evaluate_mc(&model, set, B, T);
+        gpt_free(&model);
+        if (!(r.acc >= 0 && r.acc <= 1 && r.acc_norm >= 0 && r.acc_norm <= 1 && r.acc_tokavg >= 0 && r.acc_tokavg <= 1)) abort();
+    } catch (const VpError& e) {
+        fuzz_refused(e);
+    }
+}
 #else
-#error "define one of FUZZ_CHECKPOINT, FUZZ_SHARD, FUZZ_TOKENIZER, FUZZ_FLAGS"
+#error "define one of FUZZ_CHECKPOINT, FUZZ_SHARD, FUZZ_TOKENIZER, FUZZ_FLAGS, FUZZ_MC"
 #endif
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -332,6 +358,21 @@ static void fuzz_make_seeds(const std::string& dir) {
             b.push_back(0);
         }
         fuzz_seed(dir, "line" + std::to_string(k++), -1, b);
+    }
+#elif defined(FUZZ_MC)
+    // two examples (3 and 2 choices), then one with a long context and ending that T cuts
+    std::vector<int32_t> body = {3, 2, 2, 1, 4, 2, 9, 1, 3, 7, 8, 1, 2, 3, 4, 2, 0, 1, 3, 11, 1, 2, 9, 5, 6, 7, 8,
+                                 2, 1, 12, 9, 30, 1, 5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+    for (int examples : {2, 3}) {
+        std::vector<uint8_t> b;
+        size_t ints = examples == 2 ? 27 : body.size();
+        for (int32_t v : {MC_MAGIC, MC_VERSION, examples, 64, (int)ints}) le32(b, (uint32_t)v);
+        b.resize(4 * 8, 0);
+        for (char ch : std::string("test")) b.push_back((uint8_t)ch);
+        b.resize(4 * MC_HEADER_INTS, 0);
+        for (size_t i = 0; i < ints; i++) le32(b, (uint32_t)body[i]);
+        fuzz_seed(dir, "examples" + std::to_string(examples) + "_b2_t8", 1 | (7 << 2), b);
+        fuzz_seed(dir, "examples" + std::to_string(examples) + "_b1_t2", 0 | (1 << 2), b);
     }
 #endif
 }

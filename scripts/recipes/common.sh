@@ -13,6 +13,8 @@
 #   OUT        where the runs go: OUT/<path>/ (log.jsonl, checkpoints), OUT/<path>.out (console)
 #   EXTRA      flags added to every run (they must not repeat a recipe's flag), e.g.
 #              EXTRA="--lr-schedule wsd --cooldown-frac 0.2" for a warmup-stable-decay schedule
+#              EXTRA="--eval-mc hellaswag=data/hellaswag/hellaswag_val_neox.vpmc" for HellaSwag at
+#              every eval (scripts/prepare_hellaswag.py --tokenizer neox; gpt2 for the GPT-2 recipes)
 #   SEED       the seed of the init, the data order and the samples (1337), the same for every path
 #   DRY_RUN=1  print the commands, build and run nothing
 #

@@ -9,6 +9,7 @@ just link that tree in):
     tokenizers/gpt-neox-20b/tokenizer.json
     tokenizers/llama2/tokenizer.model
     tinyshakespeare/input.txt
+    hellaswag/hellaswag_{val,train}.jsonl   (scripts/prepare_hellaswag.py)
     corpus/gutenberg-en-50mb/{corpus.txt.gz,sources.jsonl}   (only from shared data)
     samples/...                                              (only from shared data)
     hf/                                  HF `datasets` / hub cache (OpenWebText)
@@ -88,6 +89,19 @@ RESOURCES = {
         "tinyshakespeare/input.txt",
         "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
         "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    ),
+    # HellaSwag (Zellers et al. 2019, MIT) from its authors' repository, as llm.c fetches it. No
+    # hash is pinned: the file could not be fetched here to record one (prepare_hellaswag.py
+    # checks every record instead).
+    "hellaswag/hellaswag_val.jsonl": Resource(
+        "hellaswag/hellaswag_val.jsonl",
+        "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl",
+        None,
+    ),
+    "hellaswag/hellaswag_train.jsonl": Resource(
+        "hellaswag/hellaswag_train.jsonl",
+        "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_train.jsonl",
+        None,
     ),
 }
 

@@ -332,3 +332,30 @@ def test_a_dead_or_hung_rank_ends_the_job(tmp_path, data, how):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_eval_mc_under_ranks_equals_one_process(tmp_path, data):
+    """--eval-mc under 2 and 3 ranks: each rank forwards every W-th batch of rows and the row sums
+    are added over the ranks, so the accuracies equal one process's exactly (160 rows in 54
+    batches of 3: the last batch is short, and 3 ranks get 18 batches each, 2 ranks 27)."""
+    from test_trainer_cli import successor_mc_examples, write_mc
+
+    mcf = write_mc(tmp_path / "succ.vpmc", successor_mc_examples(40, seed=3))
+    common = TINY_LLAMA + ["--train-data", data / "train_*.bin", "--batch-size", "3", "--max-steps", "3", "--lr", "1e-2",
+                           "--eval-every", "3", "--eval-mc", f"s={mcf}"]
+    single(common + ["--total-batch-tokens", "144", "--out-dir", tmp_path / "one"])  # 6 micro-batches of 3 x 8: any of 1, 2, 3 ranks
+    evals = {}
+    for world in (1, 2, 3):
+        out = tmp_path / f"w{world}"
+        if world == 1:
+            out = tmp_path / "one"
+        else:
+            mpirun(world, common + ["--total-batch-tokens", "144", "--out-dir", out])
+        evals[world] = [r for r in read_log(out) if "mc_acc_s" in r]
+    assert [r["step"] for r in evals[1]] == [0, 3]
+    # step 0: the same weights, so the same figures bit for bit; step 3: the weights agree to fp32
+    # round-off only, but the accuracies are counts over 40 examples
+    assert evals[2][0] == evals[1][0] and evals[3][0] == evals[1][0]
+    for world in (2, 3):
+        for k in ("mc_acc_s", "mc_acc_norm_s", "mc_acc_tokavg_s"):
+            assert abs(evals[world][1][k] - evals[1][1][k]) <= 1 / 40 + 1e-12, (world, k, evals)

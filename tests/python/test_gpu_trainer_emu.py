@@ -185,3 +185,27 @@ def test_max_steps_0_evaluates_and_samples_a_cpu_checkpoint(tmp_path, data):
     got = [float(v) for v in re.findall(r"^step +0 \| val \| val_loss ([0-9.]+)$", p.stdout, re.M)]
     assert len(got) == 1 and abs(got[0] - cpu_val["val_loss"]) <= 1e-4 * cpu_val["val_loss"], (got, cpu_val)
     assert "---- sample at step 0 ----" in p.stdout
+
+
+def test_eval_mc_of_a_cpu_checkpoint_agrees(tmp_path, data):
+    """--eval-mc in the GPU build (per-position losses read back from the fused classifier): a
+    ./train_cpu model trained on the successor stream, scored by ./train --max-steps 0, gets the
+    CPU's accuracies: the same in fp32, and within one example of 40 in bf16 (whose losses
+    differ by about 1e-2 relative, which can only flip a near-tie)."""
+    from test_trainer_cli import successor_mc_examples, write_mc
+
+    mcf = write_mc(tmp_path / "succ.vpmc", successor_mc_examples(40, seed=5))
+    trained = tmp_path / "trained"
+    run(CPU_TRAINER, MODEL + ["--train-data", data / "train_*.bin", "--batch-size", "4", "--max-steps", "150", "--lr", "1e-2",
+                              "--eval-mc", f"s={mcf}", "--out-dir", trained], expect=0)
+    cpu = [r for r in read_log(trained) if "mc_acc_s" in r][-1]
+    assert cpu["step"] == 150 and cpu["mc_acc_s"] >= 0.9, cpu
+    for prec in ("fp32", "bf16"):
+        p = run(emu_trainer(prec), MODEL[-2:] + ["--init-from", trained / "ckpt_00000150.bin", "--max-steps", "0", "--batch-size", "8",
+                                                 "--eval-mc", f"s={mcf}"], expect=0)
+        m = re.search(r"^step +0 \| eval \| s acc ([0-9.]+) acc_norm ([0-9.]+) acc_tokavg ([0-9.]+)$", p.stdout, re.M)
+        assert m, p.stdout[-2000:]
+        got = [float(x) for x in m.groups()]
+        want = [cpu["mc_acc_s"], cpu["mc_acc_norm_s"], cpu["mc_acc_tokavg_s"]]
+        tol = 1e-4 if prec == "fp32" else 1 / 40 + 1e-4  # the console prints 4 decimals
+        assert all(abs(g - w) <= tol for g, w in zip(got, want)), (prec, got, want)

@@ -160,6 +160,39 @@ def test_resformer_lambdas_panel_draws_each_layer(tmp_path, data, straight_and_r
     assert "val" not in no_val and "lambda" in no_val
 
 
+def test_mc_accuracies_in_the_panel_and_the_table(tmp_path, data, straight_and_resumed):
+    """A run with two --eval-mc sets and no --val-data (its eval lines hold mc keys only): the mc
+    panel draws each set's logged accuracy of the chosen metric, and the table has a column per
+    set with the last value; a set named like the unnamed one's other metric cannot exist (the
+    trainer refuses names starting with "norm" or "tokavg"), so the keys are read unambiguously."""
+    from test_trainer_cli import successor_mc_examples, write_mc
+
+    mcf = write_mc(tmp_path / "s.vpmc", successor_mc_examples(12))
+    out = tmp_path / "mc"
+    run(TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "6", "--lr", "1e-2", "--eval-every", "3",
+                     "--eval-mc", mcf, "--eval-mc", f"hs={mcf}", "--out-dir", out], expect=0)
+    evals = [r for r in read_log(out) if "mc_acc" in r]
+    assert [r["step"] for r in evals] == [0, 3, 6] and not any("val_loss" in r for r in evals)
+    straight, _ = straight_and_resumed
+    runs = [plot_runs.Run("mc", out / "log.jsonl"), plot_runs.Run("plain", straight / "log.jsonl")]
+    for metric in ("acc", "acc_norm", "acc_tokavg"):
+        assert runs[0].mc_sets(metric) == [f"mc_{metric}", f"mc_{metric}_hs"]
+        fig, axes = plot_runs.make_figure(runs, plot_runs.PANELS, "step", 0.9, mc_metric=metric)
+        lines = axes["mc"].lines
+        assert [l.get_label() for l in lines] == ["mc mc", "mc hs"]
+        for line, key in zip(lines, [f"mc_{metric}", f"mc_{metric}_hs"]):
+            np.testing.assert_array_equal(line.get_xdata(), [0, 3, 6])
+            np.testing.assert_array_equal(line.get_ydata(), [r[key] for r in evals])
+    _, alone = plot_runs.make_figure(runs[:1], plot_runs.PANELS, "step", 0.9)
+    assert "val" not in alone and "mc" in alone  # no empty val panel for a run with mc evals only
+    _, plain = plot_runs.make_figure(runs[1:], plot_runs.PANELS, "step", 0.9)
+    assert "mc" not in plain
+    rows = table_rows(plot(["mc=" + str(out), "plain=" + str(straight), "--table", "--mc-metric", "acc_tokavg"], expect=0).stdout)
+    assert rows["mc"]["mc acc_tokavg"] == f"{evals[-1]['mc_acc_tokavg']:.4f}"
+    assert rows["mc"]["hs acc_tokavg"] == f"{evals[-1]['mc_acc_tokavg_hs']:.4f}"
+    assert rows["plain"]["hs acc_tokavg"] == "-" and rows["mc"]["val loss"] == "-"
+
+
 def test_table_holds_the_logs_last_values(straight_and_resumed):
     straight, broken = straight_and_resumed
     p = plot(["a=" + str(straight), "b=" + str(broken / "log.jsonl"), "--table", "--baseline", "a"], expect=0)

@@ -121,6 +121,10 @@ def test_help_lists_every_flag_with_its_default():
     (["--lr-schedule", "step", "--train-data", "x"], "--lr-schedule must be cosine, linear, wsd or constant"),
     (["--cooldown-frac", "0.3", "--train-data", "x"], "--cooldown-frac applies only to --lr-schedule wsd"),
     (["--sample-top-k", "-1", "--train-data", "x"], "--sample-top-k must be >= 0"),
+    (["--eval-mc", "", "--train-data", "x"], "--eval-mc is empty"),
+    (["--eval-mc", "a b=x.vpmc", "--train-data", "x"], "--eval-mc name 'a b' may only use"),
+    (["--eval-mc", "h=a.vpmc", "--eval-mc", "h=b.vpmc", "--train-data", "x"], "--eval-mc: the set name 'h' is used twice"),
+    (["--eval-mc", "norm2=a.vpmc", "--train-data", "x"], "--eval-mc name 'norm2' starts like a metric"),
     # checkpoints store one flag per line
     (["--out-dir", "runs/a\nb", "--train-data", "x"], "--out-dir: a value with a line break is not supported"),
     (["--val-data", "v=a\rb", "--train-data", "x"], "--val-data: a value with a line break is not supported"),
@@ -322,6 +326,84 @@ def test_named_val_sets(tmp_path, data):
                      "--val-data", f"other={data}/train_001.bin", "--max-steps", "2", "--out-dir", str(out)], expect=0)
     vals = [r for r in read_log(out) if "step" in r and "train_loss" not in r]
     assert vals and set(vals[-1]) == {"step", "val_loss_shakes", "val_loss_other"}
+
+
+def successor_mc_examples(n, vocab=64, seed=0):
+    """Multiple-choice examples on the rule of pattern_tokens (t -> 5t + 3 mod V): the context is
+    a run of the rule, the right ending continues it, the others are random tokens. A model that
+    learned the stream picks the right one; an untrained one is at chance."""
+    from vp_data.mc import McExample
+
+    rng = np.random.default_rng(seed)
+    step = lambda t: (t * 5 + 3) % vocab  # noqa: E731
+    examples = []
+    for _ in range(n):
+        ctx = [int(rng.integers(vocab))]
+        for _ in range(int(rng.integers(2, 5))):
+            ctx.append(step(ctx[-1]))
+        right = [step(ctx[-1])]
+        for _ in range(int(rng.integers(1, 3))):
+            right.append(step(right[-1]))
+        label = int(rng.integers(4))
+        endings = []
+        for j in range(4):
+            wrong = [int(x) for x in rng.integers(vocab, size=len(right))]
+            endings.append(right if j == label else (wrong if wrong != right else [(right[0] + 1) % vocab] + right[1:]))
+        examples.append(McExample(ctx, endings, [3 * len(e) + j for j, e in enumerate(endings)], label))
+    return examples
+
+
+def write_mc(path, examples, vocab=64, name="test"):
+    from vp_data import mc
+
+    mc.write(str(path), examples, vocab, name)
+    return path
+
+
+def test_eval_mc_scores_a_trained_model_above_chance(tmp_path, data):
+    """--eval-mc end to end: a model trained on the successor stream picks the ending that follows
+    the rule (all three scores at least 0.9 after 150 steps), where the untrained one is near
+    chance (0.25); named and unnamed sets are logged under their keys at every evaluation, and the
+    console says how many examples were cut to fit --seq-len."""
+    mcf = write_mc(tmp_path / "succ.vpmc", successor_mc_examples(40))
+    out = tmp_path / "run"
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--batch-size", "4", "--max-steps", "150", "--lr", "1e-2",
+                         "--eval-every", "75", "--eval-mc", f"succ={mcf}", "--eval-mc", str(mcf), "--out-dir", str(out)], expect=0)
+    evals = [r for r in read_log(out) if "step" in r and "train_loss" not in r]
+    assert [r["step"] for r in evals] == [0, 75, 150]
+    keys = {f"mc_{m}{s}" for m in ("acc", "acc_norm", "acc_tokavg") for s in ("", "_succ")}
+    assert all(set(r) == {"step"} | keys for r in evals), evals
+    first, last = evals[0], evals[-1]
+    for m in ("acc", "acc_norm", "acc_tokavg"):
+        assert first[f"mc_{m}_succ"] < 0.5, first
+        assert last[f"mc_{m}_succ"] >= 0.9, last
+        assert last[f"mc_{m}"] == last[f"mc_{m}_succ"]  # the same file twice
+    assert f"multiple choice succ: 40 examples (160 rows, 40 forwards of 4 x 8) in '{mcf}'" in p.stdout
+    assert re.search(r"step +150 \| eval \| succ acc [0-9.]+ acc_norm [0-9.]+ acc_tokavg [0-9.]+ \| mc acc", p.stdout)
+    # the examples of 8 tokens or fewer plus one fit T=8 whole; the console counts the others
+    examples = successor_mc_examples(40)
+    cut = sum(any(len(e.context) + len(x) > 9 for x in e.endings) for e in examples)
+    assert (f"; {cut} cut to their last 9 tokens" in p.stdout) == (cut > 0)
+    # a checkpoint evaluated with --max-steps 0 gives the run's last figures
+    q = run(["--init-from", out / "ckpt_00000150.bin", "--max-steps", "0", "--seq-len", "8", "--batch-size", "4",
+             "--eval-mc", f"succ={mcf}"], expect=0)
+    assert f"succ acc {last['mc_acc_succ']:.4f} acc_norm {last['mc_acc_norm_succ']:.4f}" in q.stdout
+
+
+def test_eval_mc_bad_files_stop_before_training(tmp_path, data):
+    """A .vpmc of another vocabulary, or a damaged one, is a runtime error at startup that names
+    the file; nothing is written to --out-dir."""
+    other = write_mc(tmp_path / "other.vpmc", successor_mc_examples(5), vocab=50257, name="gpt2")
+    out = tmp_path / "run"
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--eval-mc", str(other), "--out-dir", str(out)], expect=1)
+    assert "other.vpmc' was tokenized with gpt2 (vocabulary 50257); the model's vocabulary is 64" in p.stderr
+    assert "HINT" in p.stderr and not out.exists()
+    good = write_mc(tmp_path / "good.vpmc", successor_mc_examples(5))
+    raw = good.read_bytes()
+    cut = tmp_path / "cut.vpmc"
+    cut.write_bytes(raw[:-4])
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--eval-mc", str(cut)], expect=1)
+    assert "cut.vpmc" in p.stderr and "truncated or damaged" in p.stderr
 
 
 def test_many_long_val_sets_are_stored_whole(tmp_path, data):
