@@ -119,7 +119,7 @@ EMU_CI_RUN := build/emu/test_emu $(addsuffix @$(EMU_CI_FILTER),$(EMU_TEST_BINS))
 # plus ./train's main under the emulator, for tests/python/test_gpu_trainer_emu.py, and its
 # data-parallel build where MPI exists (tests/python/test_distributed_gpu_emu.py)
 EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) build/emu/vanilla/test_gpt_bf16_asan $(foreach e,$(EMU_CI_RACE_RUN),$(firstword $(subst @, ,$(e)))) build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \
-	build/emu/resformer/train_fp32 build/emu/resformer/train_bf16 \
+	build/emu/resformer/train_fp32 build/emu/resformer/train_bf16 build/emu/depth/train_fp32 \
 	$(if $(HAVE_MPI),build/emu/vanilla-mpi/train_fp32 build/emu/depth-mpi/train_bf16 build/emu/resformer-mpi/train_bf16) $(EMU_BENCH_BINS)
 
 test-emu: build/emu/test_emu $(EMU_TEST_BINS)

@@ -207,7 +207,7 @@ inline std::vector<TensorSpec> activation_plan(Activations& a, const ModelConfig
 // Depth-Attention bookkeeping (the same definitions as cpu/vp_depth.h, from the shared config)
 inline int depth_num_anchors(const ModelConfig& c) { return CEIL_DIV(c.n_layer, c.vp.depth_stride); }
 inline bool depth_is_anchor(const ModelConfig& c, int l) { return l % c.vp.depth_stride == 0; }
-inline int depth_num_sources(const ModelConfig& c, int l) { return l == 0 ? 0 : (l - 1) / c.vp.depth_stride + 1; }  // |S(l)|
+inline int depth_num_sources(const ModelConfig& c, int l) { return ::depth_num_sources(c.vp, l); }  // |S(l)|
 inline int depth_max_cands(const ModelConfig& c) { return depth_num_sources(c, c.n_layer - 1) + 1; }
 // SLA: skip layers and the first skip KV head (cpu/vp_sla.h)
 inline bool sla_is_skip_layer(const ModelConfig& c, int l) { return c.vp.sla_heads > 0 && l >= c.vp.sla_layers; }
@@ -1063,6 +1063,30 @@ inline void gpt_update(GpuModel* m, const AdamWSettings& s, int step) {
 inline void gpt_position_losses(const GpuModel* m, std::vector<double>* out) {
     size_t n = (size_t)m->B * m->T;
     out->assign(m->h_losses, m->h_losses + n);
+}
+
+// Depth-Attention: adds the depth softmax weights of the last forward, summed over positions and
+// KV heads, to a (host/value_path.h); false for the other paths. Copies the (L-1, B*T, Hkv,
+// max_cands) weights to the host: an evaluation's cost, not a training step's.
+inline bool model_depth_alpha_add(GpuModel* m, DepthAlphaSums* a) {
+    const ModelConfig& c = m->config;
+    if (c.vp.path != VP_DEPTH) return false;
+    int mc = depth_max_cands(c);
+    size_t rows = (size_t)m->B * m->T * c.n_kv_head, n = (size_t)(c.n_layer - 1) * rows * mc;
+    std::vector<float> host(n);
+    if (n) cudaCheck(cudaMemcpyAsync(host.data(), m->vpb.alpha, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    if (a->sum.empty()) {
+        a->max_cands = mc;
+        a->sum.assign((size_t)c.n_layer * mc, 0.0);
+    }
+    for (int l = 1; l < c.n_layer; l++) {
+        const float* block = host.data() + (size_t)(l - 1) * rows * mc;  // as depth_alpha(m, l)
+        for (size_t r = 0; r < rows; r++)
+            for (int k = 0; k <= depth_num_sources(c, l); k++) a->sum[(size_t)l * mc + k] += block[r * mc + k];
+    }
+    a->count += (double)rows;
+    return true;
 }
 
 // ----------------------------------------------------------------------------

@@ -944,6 +944,30 @@ void gpt_position_losses(const GPT<real, VP>* m, std::vector<double>* out) {
     out->assign(m->acts.losses, m->acts.losses + n);
 }
 
+// Depth-Attention: adds the depth softmax weights of the last forward, summed over positions and
+// KV heads, to a (host/value_path.h); false for the other paths.
+template <typename real, typename VP>
+bool model_depth_alpha_add(GPT<real, VP>* m, DepthAlphaSums* a) {  // not const: see host/train_loop.h
+    if constexpr (VP::id == VP_DEPTH) {
+        const ModelConfig& c = m->config;
+        int mc = m->vp.max_cands, rows = m->B * m->T * c.n_kv_head;
+        if (a->sum.empty()) {
+            a->max_cands = mc;
+            a->sum.assign((size_t)c.n_layer * mc, 0.0);
+        }
+        size_t layer = (size_t)rows * mc;  // each layer's block, at this forward's B x T (cpu/vp_depth.h)
+        for (int l = 1; l < c.n_layer; l++)
+            for (int r = 0; r < rows; r++)
+                for (int n = 0; n <= depth_num_sources(c.vp, l); n++) a->sum[(size_t)l * mc + n] += m->vp.alpha[l * layer + (size_t)r * mc + n];
+        a->count += rows;
+        return true;
+    } else {
+        (void)m;
+        (void)a;
+        return false;
+    }
+}
+
 // ----------------------------------------------------------------------------
 // The backend of the shared training program (host/train_loop.h lists what it needs)
 

@@ -38,7 +38,7 @@ struct VpDepth {
 
     static int num_anchors(const ModelConfig& c) { return CEIL_DIV(c.n_layer, c.vp.depth_stride); }
     static bool is_anchor(const ModelConfig& c, int l) { return l % c.vp.depth_stride == 0; }
-    static int num_sources(const ModelConfig& c, int l) { return l == 0 ? 0 : (l - 1) / c.vp.depth_stride + 1; }  // |S(l)|
+    static int num_sources(const ModelConfig& c, int l) { return depth_num_sources(c.vp, l); }  // |S(l)|
 
     template <typename real>
     static void init(State<real>* s, const ModelConfig& c, const VpDims& d) {

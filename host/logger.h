@@ -116,7 +116,10 @@ struct NamedMc {
     double acc, acc_norm, acc_tokavg;
 };
 
-inline void logger_val(Logger* lg, int step, const std::vector<NamedLoss>& losses, const std::vector<NamedMc>& mcs = {}) {
+// depth_alpha: Depth-Attention's mean weights over the evaluation, one row per layer 1..L-1
+// ([anchors..., own]; host/value_path.h depth_alpha_means), logged as "depth_alpha"; empty otherwise.
+inline void logger_val(Logger* lg, int step, const std::vector<NamedLoss>& losses, const std::vector<NamedMc>& mcs = {},
+                       const std::vector<std::vector<double>>& depth_alpha = {}) {
     char buf[256];
     snprintf(buf, sizeof(buf), "{\"step\":%d", step);
     std::string json = buf;
@@ -139,5 +142,27 @@ inline void logger_val(Logger* lg, int step, const std::vector<NamedLoss>& losse
     }
     printf("\n");
     fflush(stdout);
+    if (!depth_alpha.empty()) {
+        json += ",\"depth_alpha\":[";
+        for (size_t l = 0; l < depth_alpha.size(); l++) {
+            json += l ? ",[" : "[";
+            for (size_t n = 0; n < depth_alpha[l].size(); n++) {
+                snprintf(buf, sizeof(buf), "%s%.6g", n ? "," : "", depth_alpha[l][n]);
+                json += buf;
+            }
+            json += "]";
+        }
+        json += "]";
+    }
     logger_write_line(lg, json + "}");
+}
+
+// The console's view of Depth-Attention's weights at each evaluation: how much of each layer's
+// value is its own (1 = the layer ignores its anchors, as vanilla attention).
+inline void print_depth_alpha(int step, const std::vector<std::vector<double>>& depth_alpha) {
+    if (depth_alpha.empty()) return;
+    printf("step %5d | depth alpha on the own value, layers 1..%zu |", step, depth_alpha.size());
+    for (const std::vector<double>& row : depth_alpha) printf(" %.3f", row.back());
+    printf("\n");
+    fflush(stdout);
 }

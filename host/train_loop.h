@@ -19,6 +19,10 @@
 //   void  gpt_position_losses(const Model*, std::vector<double>*)  the B*T per-position losses of the last
 //                                                            forward with targets (--eval-mc: host/mc_eval.h)
 //   std::vector<float> model_lambdas(const Model*)           ResFormer's learnable lambdas (L), else empty
+//   bool  model_depth_alpha_add(Model*, DepthAlphaSums*)     optional: Depth-Attention's weights of the last forward,
+//                                                            summed (host/value_path.h); false for other paths
+//                                                            (a backend's version takes a non-const Model*, so that
+//                                                            it, not the fallback below, is chosen)
 //   void  gpt_free(Model*)
 //   void  model_load(Model*, const std::string& path, CheckpointMeta*, bool with_optimizer)
 //   void  model_save(Model*, const std::string& dir, CheckpointMeta*)   fills the tensors of meta's checkpoint
@@ -73,6 +77,8 @@ template <typename Model>
 void model_set_run_options(Model*, const RunConfig&) {}
 template <typename Model>
 double model_peak_tflops(const Model*) { return 0; }
+template <typename Model>
+bool model_depth_alpha_add(Model*, DepthAlphaSums*) { return false; }
 template <typename Model>
 bool model_supports_dist(const Model*) { return false; }
 template <typename Model>
@@ -140,8 +146,9 @@ inline void warn_changed_flags(const std::string& before, const std::string& now
     }
 }
 
+// alpha: where Depth-Attention's weights of every forward are summed, or null
 template <typename Model>
-float evaluate_loss(Model* model, ValSet* vs, int B, int T) {
+float evaluate_loss(Model* model, ValSet* vs, int B, int T, DepthAlphaSums* alpha = nullptr) {
     dataloader_reset(&vs->loader);
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     double sum = 0;
@@ -151,6 +158,7 @@ float evaluate_loss(Model* model, ValSet* vs, int B, int T) {
         if (i % dist_world() != dist_rank()) continue;
         gpt_forward(model, inputs.data(), targets.data(), B, T);
         sum += model->mean_loss;
+        if (alpha) model_depth_alpha_add(model, alpha);
     }
     dist_allreduce_sum(&sum, 1);
     return (float)(sum / vs->batches);
@@ -331,13 +339,28 @@ int train_main_unguarded(int argc, char** argv) {
     auto run_evals = [&](int step) {
         if (vals.empty() && mcs.empty()) return;
         std::vector<NamedLoss> losses;
-        for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T)});
+        // Depth-Attention: the mean weight of each (layer, source) over this evaluation's val batches,
+        // sized here so that every rank adds the same vector (a rank may have no batch to run)
+        DepthAlphaSums alpha;
+        if (c.vp.path == VP_DEPTH) {
+            alpha.max_cands = depth_num_sources(c.vp, c.n_layer - 1) + 1;
+            alpha.sum.assign((size_t)c.n_layer * alpha.max_cands, 0.0);
+        }
+        for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T, &alpha)});
+        if (c.vp.path == VP_DEPTH) {
+            alpha.sum.push_back(alpha.count);
+            dist_allreduce_sum(alpha.sum.data(), (int)alpha.sum.size());
+            alpha.count = alpha.sum.back();
+            alpha.sum.pop_back();
+        }
+        std::vector<std::vector<double>> depth_alpha = depth_alpha_means(alpha, c.vp, c.n_layer);
         std::vector<NamedMc> mc_results;
         for (const McSet& mc : mcs) {
             McResult r = evaluate_mc(&model, mc, B, T);
             mc_results.push_back({mc.name, r.acc, r.acc_norm, r.acc_tokavg});
         }
-        if (rank0) logger_val(&lg, step, losses, mc_results);
+        if (rank0) logger_val(&lg, step, losses, mc_results, depth_alpha);
+        if (rank0) print_depth_alpha(step, depth_alpha);
         if (rank0) print_lambdas(step, model_lambdas(&model));  // ResFormer learn only: empty otherwise
     };
     if (!rc.resume && rc.eval_every > 0) run_evals(0);

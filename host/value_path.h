@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "host/utils.h"
 
@@ -233,4 +234,29 @@ inline std::string value_path_config_json(const ValuePathConfig& c) {
         s += buf;
     }
     return s;
+}
+
+// Depth-Attention: |S(l)|, the anchors (layers 0, s, 2s, ...) below layer l that it reads; 0 for
+// layer 0. One definition for the CPU and GPU builds and the logs.
+inline int depth_num_sources(const ValuePathConfig& vp, int l) { return l == 0 ? 0 : (l - 1) / vp.depth_stride + 1; }
+
+// Depth-Attention's depth softmax weights summed over an evaluation's forwards, for the mean
+// weight of every (target layer, source) pair over tokens, KV heads and evaluated sequences: what
+// the Depth-Attention paper plots (its section 4.5). Filled by the backend's model_depth_alpha_add.
+struct DepthAlphaSums {
+    int max_cands = 0;        // |S(L-1)| + 1
+    std::vector<double> sum;  // (L, max_cands): row l, candidates [anchors 0, s, ... below l, own]; row 0 unused
+    double count = 0;         // (position, KV head) pairs summed into each row
+};
+
+// The means, one row per layer 1..L-1, each |S(l)| + 1 long and ending with the layer's own value.
+inline std::vector<std::vector<double>> depth_alpha_means(const DepthAlphaSums& a, const ValuePathConfig& vp, int n_layer) {
+    std::vector<std::vector<double>> rows;
+    if (a.count <= 0) return rows;
+    for (int l = 1; l < n_layer; l++) {
+        std::vector<double> row;
+        for (int n = 0; n <= depth_num_sources(vp, l); n++) row.push_back(a.sum[(size_t)l * a.max_cands + n] / a.count);
+        rows.push_back(row);
+    }
+    return rows;
 }

@@ -18,8 +18,10 @@ The table (markdown, on stdout) needs only the standard library; the plot needs 
 (every named set, where a run evaluated), learning rate, gradient norm, throughput, with --baseline each run's val
 loss minus the baseline's at the steps both evaluated, for ResFormer runs with learnable
 lambdas (--resformer-lambda learn) each layer's lambda (layers 1..L-1; layer 0's never moves),
-and for runs with --eval-mc (HellaSwag, ...) each set's accuracy (--mc-metric picks which of the
-three the trainer logs; the table has a column per set).
+for runs with --eval-mc (HellaSwag, ...) each set's accuracy (--mc-metric picks which of the
+three the trainer logs; the table has a column per set), and for Depth-Attention runs with val
+sets the weight each layer puts on its own value at each evaluation (1 - that is what it reads
+from its anchors).
 The file is written under a temporary name and renamed, so an existing plot is replaced only by
 a complete one.
 
@@ -33,7 +35,7 @@ import statistics
 import sys
 import tempfile
 
-PANELS = ["train", "val", "lr", "norm", "speed", "delta", "lambda", "mc"]
+PANELS = ["train", "val", "lr", "norm", "speed", "delta", "lambda", "mc", "depth"]
 MC_METRICS = ("acc", "acc_norm", "acc_tokavg")  # host/mc_eval.h
 X_AXES = {"step": "optimizer step", "tokens": "tokens", "time": "training time (min, evals excluded)"}
 PATH_SETTING_PREFIXES = ("resformer", "sla", "depth")
@@ -194,6 +196,16 @@ class Run:
                     keys.append(k)
         return keys
 
+    def depth_layers(self):
+        """How many layers 1..L-1 the evaluations' depth_alpha rows cover (Depth-Attention), else 0."""
+        rows = [self.evals[s]["depth_alpha"] for s in sorted(self.evals) if "depth_alpha" in self.evals[s]]
+        return len(rows[-1]) if rows else 0
+
+    def depth_own_curve(self, layer):
+        """(eval steps, the weight layer `layer` (1-based) puts on its own value) from depth_alpha."""
+        steps = [s for s in sorted(self.evals) if len(self.evals[s].get("depth_alpha", [])) >= layer]
+        return steps, [self.evals[s]["depth_alpha"][layer - 1][-1] for s in steps]
+
     def mc_sets(self, metric):
         """The --eval-mc keys of one metric in log order: "mc_acc_norm", "mc_acc_norm_NAME"..."""
         key, keys = "mc_" + metric, []
@@ -325,7 +337,7 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
     """The figure; one axis per panel, each run one colour in every panel. Returns (fig, {panel: ax})."""
     plt = import_pyplot()
     shown = {"delta": baseline is not None, "lambda": any(r.lambda_layers() > 1 for r in runs), "val": any(r.val_sets() for r in runs),
-             "mc": any(r.mc_sets(mc_metric) for r in runs)}
+             "mc": any(r.mc_sets(mc_metric) for r in runs), "depth": any(r.depth_layers() for r in runs)}
     panels = [p for p in panels if shown.get(p, True)]
     cols = 2 if len(panels) > 1 else 1
     rows = math.ceil(len(panels) / cols)
@@ -352,6 +364,14 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
                 name = key.replace("val_loss_", "").replace("val_loss", "val")
                 axes["val"].plot(run.x_of(vs, x_axis), losses, styles[k % len(styles)], marker="o", markersize=3,
                                  color=colour, label=run.label if name == "val" else f"{run.label} {name}")
+        if "depth" in axes and run.depth_layers():
+            layers = run.depth_layers()
+            for layer in range(1, layers + 1):
+                ds, own = run.depth_own_curve(layer)
+                axes["depth"].plot(run.x_of(ds, x_axis), own, marker="o", markersize=2, color=colour, linewidth=1.0,
+                                   alpha=0.35 + 0.65 * layer / layers, label=f"{run.label} (layers 1..{layers}, light to dark)" if layer == 1 else None)
+                axes["depth"].annotate(str(layer), (run.x_of(ds[-1:], x_axis)[0], own[-1]), fontsize=6, color=colour,
+                                       xytext=(2, 0), textcoords="offset points", va="center")
         if "mc" in axes:
             for k, key in enumerate(run.mc_sets(mc_metric)):
                 ms, accs = run.val_curve(key)
@@ -377,7 +397,7 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
     titles = {"train": f"train loss (EMA {smooth})" if smooth > 0 else "train loss", "val": "val loss",
               "lr": "learning rate", "norm": "gradient norm (before clipping)", "speed": "tokens/s",
               "delta": f"val loss − {baseline.label if baseline else ''}'s", "lambda": "ResFormer lambda per layer",
-              "mc": f"multiple choice: {mc_metric}"}
+              "mc": f"multiple choice: {mc_metric}", "depth": "Depth-Attention: weight on the own value per layer"}
     for panel, ax in axes.items():
         ax.set_title(titles[panel])
         ax.set_xlabel(X_AXES[x_axis])
@@ -423,7 +443,8 @@ def parse_args(argv):
     p.add_argument("--smooth", type=float, default=0.9, help="EMA weight for the train loss, in [0, 1); 0 = raw [0.9]")
     p.add_argument("--panels", default=",".join(PANELS),
                    help="comma-separated, from " + ",".join(PANELS) + " (delta only with --baseline, lambda only for runs "
-                   "that log ResFormer's learnable lambdas, mc only for runs with --eval-mc) [all]")
+                   "that log ResFormer's learnable lambdas, mc only for runs with --eval-mc, depth only for Depth-Attention runs "
+                   "with val sets) [all]")
     p.add_argument("--mc-metric", choices=MC_METRICS, default="acc_norm",
                    help="which --eval-mc accuracy the mc panel and the table show [acc_norm]")
     p.add_argument("--baseline", metavar="LABEL", help="plot and tabulate each run's val loss minus this run's")

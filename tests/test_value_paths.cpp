@@ -8,6 +8,7 @@
 //     SLA n_h=0 == vanilla; SLA ORIG == CHAIN when 2 n_l >= L, and != when 2 n_l < L;
 //     Depth-Attention with anchor logits at -inf == vanilla;
 //   * parameter counts per path against the formula;
+//   * Depth-Attention's mean weights as logged (depth_alpha);
 //   * multiple-choice scoring (host/mc_eval.h): batched, padded and truncated rows against the
 //     definition one token at a time, for every path x family; the accuracies worked by hand.
 // Tolerances of the finite differences: tests/gradcheck.h. Equivalences compare double-precision
@@ -276,6 +277,63 @@ TEST(param_slices_cover_the_flat_vector_once) {
             CHECK(l2.fc_w == t.fc_w + 2 * (fc_w_count / c.n_layer), "layer 2's fc_w slice");
             CHECK((layer_params(t, c, 1).v_w == nullptr) == (path == VP_SVFORMER), "layer 1's value projection");
         }
+}
+
+// Depth-Attention's weights as the logs report them (model_depth_alpha_add, depth_alpha_means):
+// per layer 1..L-1 the mean over positions and KV heads of each candidate's weight, read from the
+// path's state at the layout of the forward that wrote it (two forwards of different B x T are
+// summed); every row is a distribution; with the anchors' logits at -inf the own value takes all.
+TEST(depth_alpha_means_for_the_logs) {
+    for (int arch : FAMILIES) {
+        ModelConfig c = path_config(arch, VP_DEPTH);
+        auto m = make_model<VpDepth>(c, 21);
+        const int L = c.n_layer, Hkv = c.n_kv_head;
+        DepthAlphaSums sums;
+        std::vector<double> want((size_t)L * 4, 0.0);
+        double pairs = 0;
+        int shapes[2][2] = {{2, 6}, {1, 5}};
+        for (auto& bt : shapes) {
+            std::vector<int> inp, tgt;
+            tiny_batch(inp, tgt, bt[0], bt[1], c.vocab_size, 22);
+            gpt_forward(&m, inp.data(), tgt.data(), bt[0], bt[1]);
+            CHECK(model_depth_alpha_add(&m, &sums), "the depth build reports its weights");
+            int BT = bt[0] * bt[1], mc = m.vp.max_cands;
+            for (int l = 1; l < L; l++)
+                for (int r = 0; r < BT; r++)
+                    for (int g = 0; g < Hkv; g++)
+                        for (int n = 0; n < mc; n++) want[(size_t)l * 4 + n] += m.vp.alpha[(((size_t)l * BT + r) * Hkv + g) * mc + n];
+            pairs += BT * Hkv;
+        }
+        std::vector<std::vector<double>> rows = depth_alpha_means(sums, c.vp, L);
+        REQUIRE(rows.size() == (size_t)L - 1, "%zu rows", rows.size());
+        for (int l = 1; l < L; l++) {
+            const std::vector<double>& row = rows[(size_t)l - 1];
+            int nS = (l - 1) / c.vp.depth_stride + 1;  // anchors 0, s, ... below l (stride 2 here)
+            CHECK(row.size() == (size_t)nS + 1, "layer %d: %zu entries, want %d", l, row.size(), nS + 1);
+            double total = 0;
+            for (size_t n = 0; n < row.size(); n++) {
+                total += row[n];
+                CHECK(close_enough(row[n], want[(size_t)l * 4 + n] / pairs, 1e-15, 1e-12), "layer %d cand %zu: %.15g vs %.15g", l, n, row[n],
+                      want[(size_t)l * 4 + n] / pairs);
+                CHECK(row[n] > 0.01 && row[n] < 0.99, "layer %d cand %zu: %g (the test model should mix)", l, n, row[n]);
+            }
+            CHECK(close_enough(total, 1.0, 1e-12, 0), "layer %d: the weights sum to %.15g", l, total);
+        }
+        m.vp.force_anchor_logits_neg_inf = true;
+        DepthAlphaSums own_only;
+        std::vector<int> inp, tgt;
+        tiny_batch(inp, tgt, 2, 6, c.vocab_size, 23);
+        gpt_forward(&m, inp.data(), tgt.data(), 2, 6);
+        model_depth_alpha_add(&m, &own_only);
+        for (const std::vector<double>& row : depth_alpha_means(own_only, c.vp, L))
+            for (size_t n = 0; n < row.size(); n++) CHECK(row[n] == (n + 1 == row.size() ? 1.0 : 0.0), "-inf anchors: weight %g at %zu", row[n], n);
+        gpt_free(&m);
+        auto van = make_model<VpVanilla>(path_config(arch, VP_VANILLA), 24);
+        DepthAlphaSums none;
+        gpt_forward(&van, inp.data(), tgt.data(), 2, 6);
+        CHECK(!model_depth_alpha_add(&van, &none) && none.sum.empty(), "other paths report nothing");
+        gpt_free(&van);
+    }
 }
 
 // ----------------------------------------------------------------------------

@@ -359,3 +359,17 @@ def test_eval_mc_under_ranks_equals_one_process(tmp_path, data):
     for world in (2, 3):
         for k in ("mc_acc_s", "mc_acc_norm_s", "mc_acc_tokavg_s"):
             assert abs(evals[world][1][k] - evals[1][1][k]) <= 1 / 40 + 1e-12, (world, k, evals)
+
+
+def test_depth_alpha_under_two_ranks_equals_one_process(tmp_path, data):
+    """Depth-Attention's logged weights: each rank sums its own val batches and the sums are added
+    over the ranks (3 val batches over 2 ranks: one rank has 2, the other 1)."""
+    common = TINY_LLAMA + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin", "--eval-batches", "3",
+                           "--batch-size", "4", "--max-steps", "2", "--lr", "1e-2", "--eval-every", "2", "--depth-stride", "1",
+                           "--total-batch-tokens", "64"]
+    single(common + ["--out-dir", tmp_path / "one"], path="depth")
+    mpirun(2, common + ["--out-dir", tmp_path / "two"], path="depth")
+    a, b = ([r["depth_alpha"] for r in read_log(tmp_path / d) if "depth_alpha" in r] for d in ("one", "two"))
+    assert len(a) == len(b) == 2 and [len(row) for row in a[0]] == [2]  # 2 layers, stride 1: layer 1 reads {0}
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(np.concatenate(y), np.concatenate(x), rtol=1e-5)

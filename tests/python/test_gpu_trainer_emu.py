@@ -209,3 +209,23 @@ def test_eval_mc_of_a_cpu_checkpoint_agrees(tmp_path, data):
         want = [cpu["mc_acc_s"], cpu["mc_acc_norm_s"], cpu["mc_acc_tokavg_s"]]
         tol = 1e-4 if prec == "fp32" else 1 / 40 + 1e-4  # the console prints 4 decimals
         assert all(abs(g - w) <= tol for g, w in zip(got, want)), (prec, got, want)
+
+
+def test_depth_alpha_logged_by_the_gpu_build(tmp_path, data):
+    """Depth-Attention's logged weights (read back from the fused depth kernel's alpha): a
+    ./train_cpu depth checkpoint evaluated by ./train (fp32) --max-steps 0 gives the CPU run's
+    final depth_alpha to fp32 round-off."""
+    cpu_depth = REPO / "build" / "depth" / "train_cpu"
+    flags = MODEL + ["--depth-stride", "1"]
+    trained = tmp_path / "trained"
+    run(cpu_depth, flags + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin", "--eval-batches", "2",
+                            "--batch-size", "4", "--max-steps", "3", "--lr", "1e-2", "--out-dir", trained], expect=0)
+    cpu = [r for r in read_log(trained) if "depth_alpha" in r][-1]
+    assert cpu["step"] == 3 and [len(row) for row in cpu["depth_alpha"]] == [2]
+    gpu_out = tmp_path / "gpu"
+    run(emu_trainer("fp32", "depth"), MODEL[-2:] + ["--init-from", trained / "ckpt_00000003.bin", "--max-steps", "0", "--batch-size", "4",
+                                                    "--val-data", data / "val_*.bin", "--eval-batches", "2", "--out-dir", gpu_out], expect=0)
+    gpu = [r for r in read_log(gpu_out) if "depth_alpha" in r]
+    assert len(gpu) == 1 and gpu[0]["step"] == 0
+    for want, got in zip(cpu["depth_alpha"], gpu[0]["depth_alpha"]):
+        assert len(got) == len(want) and all(abs(g - w) <= 1e-5 for g, w in zip(got, want)), (cpu, gpu)

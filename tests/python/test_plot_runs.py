@@ -193,6 +193,27 @@ def test_mc_accuracies_in_the_panel_and_the_table(tmp_path, data, straight_and_r
     assert rows["plain"]["hs acc_tokavg"] == "-" and rows["mc"]["val loss"] == "-"
 
 
+def test_depth_panel_draws_each_layers_own_weight(tmp_path, data, straight_and_resumed):
+    """A Depth-Attention run with a val set: the depth panel has one line per layer 1..L-1, the
+    weight on the layer's own value at each evaluation, as logged; a vanilla run draws none."""
+    out = tmp_path / "depth"
+    args = [("3" if prev == "--layers" else a) for prev, a in zip([None] + COMMON, COMMON)]
+    run(args + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin", "--depth-stride", "1",
+                "--out-dir", out], expect=0, path="depth")
+    evals = {r["step"]: r for r in read_log(out) if "depth_alpha" in r}
+    assert sorted(evals) == [0, 4, 8, 12]
+    straight, _ = straight_and_resumed
+    runs = [plot_runs.Run("vanilla", straight / "log.jsonl"), plot_runs.Run("depth", out / "log.jsonl")]
+    _, axes = plot_runs.make_figure(runs, plot_runs.PANELS, "step", 0.9)
+    lines = axes["depth"].lines
+    assert len(lines) == 2 and lines[0].get_label().startswith("depth (layers 1..2")
+    for layer, line in zip((1, 2), lines):
+        np.testing.assert_array_equal(line.get_xdata(), [0, 4, 8, 12])
+        np.testing.assert_array_equal(line.get_ydata(), [evals[s]["depth_alpha"][layer - 1][-1] for s in (0, 4, 8, 12)])
+    _, alone = plot_runs.make_figure(runs[:1], plot_runs.PANELS, "step", 0.9)
+    assert "depth" not in alone
+
+
 def test_table_holds_the_logs_last_values(straight_and_resumed):
     straight, broken = straight_and_resumed
     p = plot(["a=" + str(straight), "b=" + str(broken / "log.jsonl"), "--table", "--baseline", "a"], expect=0)

@@ -390,6 +390,34 @@ def test_eval_mc_scores_a_trained_model_above_chance(tmp_path, data):
     assert f"succ acc {last['mc_acc_succ']:.4f} acc_norm {last['mc_acc_norm_succ']:.4f}" in q.stdout
 
 
+def test_depth_alpha_is_logged_at_each_eval(tmp_path, data):
+    """Depth-Attention's mean weights per (layer, source) over each evaluation's val batches, as
+    the paper's analysis takes them: one row per layer 1..L-1 with |S(l)| + 1 entries (anchors,
+    then the own value), each a distribution; near uniform at init (the logits q.k/sqrt(D) of a
+    fresh model are small), and printed per layer on the console. No val set, no weights."""
+    out = tmp_path / "run"
+    # 4 layers; no QK-norm, which would scale q and k up to norm sqrt(D) and make the init's logits large
+    model = [{"--layers": "4", "--qk-norm": "0"}.get(prev, a) for prev, a in zip([None] + TINY_LLAMA, TINY_LLAMA)]
+    p = run(model + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"), "--batch-size", "4",
+                     "--max-steps", "20", "--lr", "1e-2", "--eval-every", "10", "--depth-stride", "2", "--out-dir", str(out)],
+            expect=0, path="depth")
+    evals = [r for r in read_log(out) if "val_loss" in r]
+    assert [r["step"] for r in evals] == [0, 10, 20]
+    for r in evals:
+        rows = r["depth_alpha"]
+        assert [len(row) for row in rows] == [2, 2, 3]  # stride 2: layer 1 reads {0}, 2 reads {0}, 3 reads {0, 2}
+        for row in rows:
+            assert abs(sum(row) - 1) < 1e-5 and all(0 < a < 1 for a in row)
+    for row in evals[0]["depth_alpha"]:
+        assert all(abs(a - 1 / len(row)) < 0.05 for a in row), evals[0]
+    own = re.findall(r"^step +20 \| depth alpha on the own value, layers 1\.\.3 \| ([0-9.]+) ([0-9.]+) ([0-9.]+)$", p.stdout, re.M)
+    assert own and [float(x) for x in own[0]] == [round(row[-1], 3) for row in evals[-1]["depth_alpha"]]
+    quiet = tmp_path / "quiet"
+    run(model + ["--train-data", str(data / "train_*.bin"), "--max-steps", "2", "--eval-every", "1", "--out-dir", str(quiet)],
+        expect=0, path="depth")
+    assert not any("depth_alpha" in r for r in read_log(quiet))
+
+
 def test_eval_mc_bad_files_stop_before_training(tmp_path, data):
     """A .vpmc of another vocabulary, or a damaged one, is a runtime error at startup that names
     the file; nothing is written to --out-dir."""
