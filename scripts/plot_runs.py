@@ -333,6 +333,17 @@ def import_pyplot():
     return plt
 
 
+def plot_layer_lines(ax, run, layers, curve, x_axis, colour, **style):
+    """One line per layer 1..layers, curve(layer) -> (steps, values): the run's colour, lighter for
+    shallower layers, and the layer's number at its last point (ResFormer's lambdas, Depth's weights)."""
+    for layer in range(1, layers + 1):
+        steps, values = curve(layer)
+        ax.plot(run.x_of(steps, x_axis), values, color=colour, linewidth=1.0, alpha=0.35 + 0.65 * layer / layers,
+                label=f"{run.label} (layers 1..{layers}, light to dark)" if layer == 1 else None, **style)
+        ax.annotate(str(layer), (run.x_of(steps[-1:], x_axis)[0], values[-1]), fontsize=6, color=colour,
+                    xytext=(2, 0), textcoords="offset points", va="center")
+
+
 def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, logx=False, mc_metric="acc_norm"):
     """The figure; one axis per panel, each run one colour in every panel. Returns (fig, {panel: ax})."""
     plt = import_pyplot()
@@ -365,13 +376,7 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
                 axes["val"].plot(run.x_of(vs, x_axis), losses, styles[k % len(styles)], marker="o", markersize=3,
                                  color=colour, label=run.label if name == "val" else f"{run.label} {name}")
         if "depth" in axes and run.depth_layers():
-            layers = run.depth_layers()
-            for layer in range(1, layers + 1):
-                ds, own = run.depth_own_curve(layer)
-                axes["depth"].plot(run.x_of(ds, x_axis), own, marker="o", markersize=2, color=colour, linewidth=1.0,
-                                   alpha=0.35 + 0.65 * layer / layers, label=f"{run.label} (layers 1..{layers}, light to dark)" if layer == 1 else None)
-                axes["depth"].annotate(str(layer), (run.x_of(ds[-1:], x_axis)[0], own[-1]), fontsize=6, color=colour,
-                                       xytext=(2, 0), textcoords="offset points", va="center")
+            plot_layer_lines(axes["depth"], run, run.depth_layers(), run.depth_own_curve, x_axis, colour, marker="o", markersize=2)
         if "mc" in axes:
             for k, key in enumerate(run.mc_sets(mc_metric)):
                 ms, accs = run.val_curve(key)
@@ -381,14 +386,7 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
             if panel in axes:
                 axes[panel].plot(x, run.series(key), color=colour, label=run.label, linewidth=1.0)
         if "lambda" in axes and run.lambda_layers() > 1:
-            layers = run.lambda_layers()
-            for layer in range(1, layers):
-                ls, lams = run.lambda_curve(layer)
-                # one colour per run, lighter for shallower layers; the layer's number at its last point
-                axes["lambda"].plot(run.x_of(ls, x_axis), lams, color=colour, linewidth=1.0, alpha=0.35 + 0.65 * layer / (layers - 1),
-                                    label=f"{run.label} (layers 1..{layers - 1}, light to dark)" if layer == 1 else None)
-                axes["lambda"].annotate(str(layer), (run.x_of(ls[-1:], x_axis)[0], lams[-1]), fontsize=6, color=colour,
-                                        xytext=(2, 0), textcoords="offset points", va="center")
+            plot_layer_lines(axes["lambda"], run, run.lambda_layers() - 1, run.lambda_curve, x_axis, colour)
         if "delta" in axes and run is not baseline:
             key = next((k for k in baseline.val_sets() if k in run.val_sets()), None)
             if key:

@@ -133,6 +133,16 @@ def test_drawn_curves_are_the_logs_numbers(straight_and_resumed):
     np.testing.assert_allclose(runs[0].x_of([1, 12], "time"), [steps[0]["ms"] / 60000, sum(r["ms"] for r in steps) / 60000])
 
 
+def check_layer_lines(ax, label, steps, logged):
+    """The panel has one line per layer 1..2 (only the first labelled), each the log's values:
+    logged(layer, step)."""
+    lines = ax.lines
+    assert len(lines) == 2 and lines[0].get_label().startswith(label)
+    for layer, line in zip((1, 2), lines):
+        np.testing.assert_array_equal(line.get_xdata(), steps)
+        np.testing.assert_array_equal(line.get_ydata(), [logged(layer, s) for s in steps])
+
+
 def test_resformer_lambdas_panel_draws_each_layer(tmp_path, data, straight_and_resumed):
     """A ResFormer run with learnable lambdas, resumed midway, beside a vanilla one: the lambda
     panel has one line per layer 1..L-1 of the ResFormer run (its logged values, the resumed
@@ -148,11 +158,7 @@ def test_resformer_lambdas_panel_draws_each_layer(tmp_path, data, straight_and_r
     straight, _ = straight_and_resumed
     runs = [plot_runs.Run("vanilla", straight / "log.jsonl"), plot_runs.Run("res", out / "log.jsonl")]
     fig, axes = plot_runs.make_figure(runs, plot_runs.PANELS, "step", 0.9)
-    lines = axes["lambda"].lines
-    assert len(lines) == 2 and lines[0].get_label().startswith("res (layers 1..2")
-    for layer, line in zip((1, 2), lines):
-        np.testing.assert_array_equal(line.get_xdata(), list(range(1, 13)))
-        np.testing.assert_array_equal(line.get_ydata(), [steps[s]["resformer_lambdas"][layer] for s in range(1, 13)])
+    check_layer_lines(axes["lambda"], "res (layers 1..2", list(range(1, 13)), lambda layer, s: steps[s]["resformer_lambdas"][layer])
     _, alone = plot_runs.make_figure(runs[:1], plot_runs.PANELS, "step", 0.9)
     assert "lambda" not in alone and "val" in alone
     # and no empty val panel when no run evaluated (this ResFormer run had no --val-data)
@@ -205,11 +211,7 @@ def test_depth_panel_draws_each_layers_own_weight(tmp_path, data, straight_and_r
     straight, _ = straight_and_resumed
     runs = [plot_runs.Run("vanilla", straight / "log.jsonl"), plot_runs.Run("depth", out / "log.jsonl")]
     _, axes = plot_runs.make_figure(runs, plot_runs.PANELS, "step", 0.9)
-    lines = axes["depth"].lines
-    assert len(lines) == 2 and lines[0].get_label().startswith("depth (layers 1..2")
-    for layer, line in zip((1, 2), lines):
-        np.testing.assert_array_equal(line.get_xdata(), [0, 4, 8, 12])
-        np.testing.assert_array_equal(line.get_ydata(), [evals[s]["depth_alpha"][layer - 1][-1] for s in (0, 4, 8, 12)])
+    check_layer_lines(axes["depth"], "depth (layers 1..2", [0, 4, 8, 12], lambda layer, s: evals[s]["depth_alpha"][layer - 1][-1])
     _, alone = plot_runs.make_figure(runs[:1], plot_runs.PANELS, "step", 0.9)
     assert "depth" not in alone
 
