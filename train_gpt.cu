@@ -1076,10 +1076,6 @@ inline bool model_depth_alpha_add(GpuModel* m, DepthAlphaSums* a) {
     std::vector<float> host(n);
     if (n) cudaCheck(cudaMemcpyAsync(host.data(), m->vpb.alpha, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
-    if (a->sum.empty()) {
-        a->max_cands = mc;
-        a->sum.assign((size_t)c.n_layer * mc, 0.0);
-    }
     for (int l = 1; l < c.n_layer; l++) {
         const float* block = host.data() + (size_t)(l - 1) * rows * mc;  // as depth_alpha(m, l)
         for (size_t r = 0; r < rows; r++)

@@ -951,10 +951,6 @@ bool model_depth_alpha_add(GPT<real, VP>* m, DepthAlphaSums* a) {  // not const:
     if constexpr (VP::id == VP_DEPTH) {
         const ModelConfig& c = m->config;
         int mc = m->vp.max_cands, rows = m->B * m->T * c.n_kv_head;
-        if (a->sum.empty()) {
-            a->max_cands = mc;
-            a->sum.assign((size_t)c.n_layer * mc, 0.0);
-        }
         size_t layer = (size_t)rows * mc;  // each layer's block, at this forward's B x T (cpu/vp_depth.h)
         for (int l = 1; l < c.n_layer; l++)
             for (int r = 0; r < rows; r++)

@@ -56,7 +56,6 @@ struct McSet {
 };
 
 struct McResult {
-    int examples = 0, truncated = 0;  // truncated at this T (see the header comment)
     double acc = 0, acc_norm = 0, acc_tokavg = 0;
 };
 
@@ -171,15 +170,14 @@ inline int mc_count_truncated(const McSet& set, int T) {
     return n;
 }
 
-// The per-row sums of -log p over each row's scored tokens, in (example, choice) order, and
-// their token counts. Collective under data parallelism.
+// The per-row sums of -log p over each row's scored tokens, in (example, choice) order.
+// Collective under data parallelism.
 template <typename Model>
-void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<double>* sums, std::vector<int>* counts) {
+void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<double>* sums) {
     std::vector<std::pair<int, int>> rows;  // (example, choice)
     for (size_t e = 0; e < set.examples.size(); e++)
         for (size_t j = 0; j < set.examples[e].endings.size(); j++) rows.push_back({(int)e, (int)j});
     sums->assign(rows.size(), 0.0);
-    counts->assign(rows.size(), 0);
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     std::vector<double> losses;
     int batches = (int)CEIL_DIV(rows.size(), (size_t)B);
@@ -204,44 +202,39 @@ void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<dou
             double s = 0;
             for (size_t k = (size_t)r.first_scored; k < r.tokens.size(); k++) s += losses[i * T + (k - 1)];  // position k-1 predicts token k
             (*sums)[(size_t)b * B + i] = s;
-            (*counts)[(size_t)b * B + i] = (int)r.tokens.size() - r.first_scored;
         }
     }
-    if (dist_world() > 1) {
-        std::vector<double> c(counts->begin(), counts->end());
-        dist_allreduce_sum(sums->data(), (int)sums->size());
-        dist_allreduce_sum(c.data(), (int)c.size());
-        for (size_t i = 0; i < c.size(); i++) (*counts)[i] = (int)c[i];
-    }
+    dist_allreduce_sum(sums->data(), (int)sums->size());
 }
 
-// The three accuracies from the per-row sums (as mc_row_losses orders them).
-inline McResult mc_accuracies(const McSet& set, const std::vector<double>& sums, const std::vector<int>& counts, int T) {
+// The three accuracies from the per-row sums (as mc_row_losses orders them) at this T, which
+// fixes how many tokens of each row are scored (acc_tokavg's divisor).
+inline McResult mc_accuracies(const McSet& set, const std::vector<double>& sums, int T) {
     McResult res;
-    res.examples = (int)set.examples.size();
-    res.truncated = mc_count_truncated(set, T);
     size_t row = 0;
     int right[3] = {0, 0, 0};
     for (const McExample& ex : set.examples) {
         int best[3] = {0, 0, 0};
         double best_score[3] = {0, 0, 0};
         for (size_t j = 0; j < ex.endings.size(); j++, row++) {
-            double score[3] = {sums[row], sums[row] / ex.ending_chars[j], sums[row] / std::max(1, counts[row])};  // lower is better
+            McRow r = mc_row(ex, (int)j, T);
+            int scored = (int)r.tokens.size() - r.first_scored;  // >= 1
+            double score[3] = {sums[row], sums[row] / ex.ending_chars[j], sums[row] / scored};  // lower is better
             for (int m = 0; m < 3; m++)
                 if (j == 0 || score[m] < best_score[m]) best_score[m] = score[m], best[m] = (int)j;
         }
         for (int m = 0; m < 3; m++) right[m] += best[m] == ex.label;
     }
-    res.acc = (double)right[0] / res.examples;
-    res.acc_norm = (double)right[1] / res.examples;
-    res.acc_tokavg = (double)right[2] / res.examples;
+    double n = (double)set.examples.size();
+    res.acc = right[0] / n;
+    res.acc_norm = right[1] / n;
+    res.acc_tokavg = right[2] / n;
     return res;
 }
 
 template <typename Model>
 McResult evaluate_mc(Model* model, const McSet& set, int B, int T) {
     std::vector<double> sums;
-    std::vector<int> counts;
-    mc_row_losses(model, set, B, T, &sums, &counts);
-    return mc_accuracies(set, sums, counts, T);
+    mc_row_losses(model, set, B, T, &sums);
+    return mc_accuracies(set, sums, T);
 }

@@ -20,7 +20,8 @@
 //                                                            forward with targets (--eval-mc: host/mc_eval.h)
 //   std::vector<float> model_lambdas(const Model*)           ResFormer's learnable lambdas (L), else empty
 //   bool  model_depth_alpha_add(Model*, DepthAlphaSums*)     optional: Depth-Attention's weights of the last forward,
-//                                                            summed (host/value_path.h); false for other paths
+//                                                            added to sums sized by depth_alpha_sums (host/value_path.h);
+//                                                            false for other paths
 //                                                            (a backend's version takes a non-const Model*, so that
 //                                                            it, not the fallback below, is chosen)
 //   void  gpt_free(Model*)
@@ -341,11 +342,7 @@ int train_main_unguarded(int argc, char** argv) {
         std::vector<NamedLoss> losses;
         // Depth-Attention: the mean weight of each (layer, source) over this evaluation's val batches,
         // sized here so that every rank adds the same vector (a rank may have no batch to run)
-        DepthAlphaSums alpha;
-        if (c.vp.path == VP_DEPTH) {
-            alpha.max_cands = depth_num_sources(c.vp, c.n_layer - 1) + 1;
-            alpha.sum.assign((size_t)c.n_layer * alpha.max_cands, 0.0);
-        }
+        DepthAlphaSums alpha = depth_alpha_sums(c.vp, c.n_layer);
         for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T, &alpha)});
         if (c.vp.path == VP_DEPTH) {
             alpha.sum.push_back(alpha.count);

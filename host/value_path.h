@@ -249,6 +249,16 @@ struct DepthAlphaSums {
     double count = 0;         // (position, KV head) pairs summed into each row
 };
 
+// Sized for a Depth-Attention model of this depth (every rank the same, to be added over the
+// ranks); empty for the other paths, which have no depth stride.
+inline DepthAlphaSums depth_alpha_sums(const ValuePathConfig& vp, int n_layer) {
+    DepthAlphaSums a;
+    if (vp.path != VP_DEPTH) return a;
+    a.max_cands = depth_num_sources(vp, n_layer - 1) + 1;
+    a.sum.assign((size_t)n_layer * a.max_cands, 0.0);
+    return a;
+}
+
 // The means, one row per layer 1..L-1, each |S(l)| + 1 long and ending with the layer's own value.
 inline std::vector<std::vector<double>> depth_alpha_means(const DepthAlphaSums& a, const ValuePathConfig& vp, int n_layer) {
     std::vector<std::vector<double>> rows;

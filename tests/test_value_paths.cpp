@@ -288,7 +288,7 @@ TEST(depth_alpha_means_for_the_logs) {
         ModelConfig c = path_config(arch, VP_DEPTH);
         auto m = make_model<VpDepth>(c, 21);
         const int L = c.n_layer, Hkv = c.n_kv_head;
-        DepthAlphaSums sums;
+        DepthAlphaSums sums = depth_alpha_sums(c.vp, L);
         std::vector<double> want((size_t)L * 4, 0.0);
         double pairs = 0;
         int shapes[2][2] = {{2, 6}, {1, 5}};
@@ -320,7 +320,7 @@ TEST(depth_alpha_means_for_the_logs) {
             CHECK(close_enough(total, 1.0, 1e-12, 0), "layer %d: the weights sum to %.15g", l, total);
         }
         m.vp.force_anchor_logits_neg_inf = true;
-        DepthAlphaSums own_only;
+        DepthAlphaSums own_only = depth_alpha_sums(c.vp, L);
         std::vector<int> inp, tgt;
         tiny_batch(inp, tgt, 2, 6, c.vocab_size, 23);
         gpt_forward(&m, inp.data(), tgt.data(), 2, 6);
@@ -329,9 +329,9 @@ TEST(depth_alpha_means_for_the_logs) {
             for (size_t n = 0; n < row.size(); n++) CHECK(row[n] == (n + 1 == row.size() ? 1.0 : 0.0), "-inf anchors: weight %g at %zu", row[n], n);
         gpt_free(&m);
         auto van = make_model<VpVanilla>(path_config(arch, VP_VANILLA), 24);
-        DepthAlphaSums none;
+        DepthAlphaSums none = depth_alpha_sums(c.vp, L);
         gpt_forward(&van, inp.data(), tgt.data(), 2, 6);
-        CHECK(!model_depth_alpha_add(&van, &none) && none.sum.empty(), "other paths report nothing");
+        CHECK(!model_depth_alpha_add(&van, &none) && none.count == 0, "other paths report nothing");
         gpt_free(&van);
     }
 }
@@ -374,12 +374,12 @@ static void mc_rows_match_definition() {
         const int B = 3, T = 6, V = c.vocab_size, Vp = c.padded_vocab_size;
         McSet set = random_mc_set(V, 50 + arch);
         std::vector<double> sums;
-        std::vector<int> counts;
-        mc_row_losses(&m, set, B, T, &sums, &counts);
+        mc_row_losses(&m, set, B, T, &sums);
         size_t row = 0;
         int truncated_rows = 0;
         for (const McExample& ex : set.examples) {
-            for (const std::vector<int>& end : ex.endings) {
+            for (size_t j = 0; j < ex.endings.size(); j++) {
+                const std::vector<int>& end = ex.endings[j];
                 std::vector<int> seq = ex.context;
                 seq.insert(seq.end(), end.begin(), end.end());
                 int n = (int)seq.size(), start = std::max(0, n - (T + 1));
@@ -395,7 +395,9 @@ static void mc_rows_match_definition() {
                     for (int v = 0; v < V; v++) z += std::exp(logits[v] - mx);
                     want += -(logits[seq[k]] - mx - std::log(z));
                 }
-                CHECK(counts[row] == scored, "%s %s row %zu: %d tokens scored, want %d", value_path_name(VP::id), arch_name(arch), row, counts[row], scored);
+                McRow r = mc_row(ex, (int)j, T);  // what acc_tokavg divides by
+                int counted = (int)r.tokens.size() - r.first_scored;
+                CHECK(counted == scored, "%s %s row %zu: %d tokens scored, want %d", value_path_name(VP::id), arch_name(arch), row, counted, scored);
                 CHECK(close_enough(sums[row], want, 1e-12, 1e-10), "%s %s row %zu: sum %.15g, want %.15g", value_path_name(VP::id), arch_name(arch), row, sums[row], want);
                 row++;
             }
@@ -429,15 +431,15 @@ TEST(mc_accuracies_by_hand) {
     b.ending_chars = {1, 1};
     set.examples = {a, b};
     std::vector<double> sums = {4, 6, 9, 3, 3};
-    std::vector<int> counts = {1, 3, 9, 1, 1};
+    // tokens scored at T = 16: 1, 3, 9, 1, 1 (every row whole)
     // a: acc picks 0 (4 < 6 < 9): wrong; acc_norm 2, 1, 3 picks 1: right; acc_tokavg 4, 2, 1 picks 2: wrong
     // b: every score ties, choice 0 wins: right
-    McResult r = mc_accuracies(set, sums, counts, 16);
-    CHECK(r.examples == 2 && r.truncated == 0, "examples %d truncated %d", r.examples, r.truncated);
+    McResult r = mc_accuracies(set, sums, 16);
+    CHECK(mc_count_truncated(set, 16) == 0, "no example cut at T = 16");
     CHECK(r.acc == 0.5 && r.acc_norm == 1.0 && r.acc_tokavg == 0.5, "acc %g acc_norm %g acc_tokavg %g", r.acc, r.acc_norm, r.acc_tokavg);
     // at T = 8 example a's third row (2 + 9 = 11 tokens > 9) is cut; b's are not
-    CHECK(mc_accuracies(set, sums, counts, 8).truncated == 1, "one example cut at T = 8");
-    CHECK(mc_accuracies(set, sums, counts, 10).truncated == 0, "11 tokens fit T + 1 = 11");
+    CHECK(mc_count_truncated(set, 8) == 1, "one example cut at T = 8");
+    CHECK(mc_count_truncated(set, 10) == 0, "11 tokens fit T + 1 = 11");
 }
 
 TEST_MAIN()
