@@ -13,6 +13,7 @@
 //   * --resume: save after 5 steps, reload, rerun steps 6..10: bit-identical to the uninterrupted run;
 //   * checkpoints move between builds: GPU -> CPU and CPU -> GPU give bit-identical weights;
 //   * --recompute 1 and 2 give bit-identical losses and gradients to --recompute 0;
+//   * multiple-choice rows forwarded at their own (shorter) length score as the CPU's at full T;
 //   * the value-path hook: attention split over two head ranges equals one call, bit for bit;
 //     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3.
 //
@@ -210,16 +211,21 @@ static CheckpointMeta test_meta(const ModelConfig& c, int64_t step) {
 // GPU vs CPU
 
 // Logits, loss and every gradient after one forward/backward from the same init on the same batch.
+// Both builds' models of one config, from the same seed, and the test batch (TB x TT).
+static void build_pair(const ModelConfig& c, CpuModel* cpu, GpuModel* gm, std::vector<int>* inp, std::vector<int>* tgt) {
+    random_batch(c, 7, inp, tgt);
+    gpt_build(cpu, c);
+    gpt_init_params(cpu, 1337);
+    gpt_build(gm, c);
+    gpt_init_params(gm, 1337);
+}
+
 static void check_forward_backward(const TestConfig& tc) {
     ModelConfig c = config_from_flags(tc);
     std::vector<int> inp, tgt;
-    random_batch(c, 7, &inp, &tgt);
     CpuModel cpu;
-    gpt_build(&cpu, c);
-    gpt_init_params(&cpu, 1337);
     GpuModel gm;
-    gpt_build(&gm, c);
-    gpt_init_params(&gm, 1337);
+    build_pair(c, &cpu, &gm, &inp, &tgt);
     size_t n = cpu.num_params;
     REQUIRE(gm.num_params == n, "%s: %zu GPU parameters vs %zu CPU", tc.name, gm.num_params, n);
     std::vector<float> master = gpu_download(gm.master, n);
@@ -541,6 +547,55 @@ TEST(attention_head_ranges) {
 #endif
     for (void* p : {(void*)out, (void*)dq, (void*)dk, (void*)dv, (void*)lse, (void*)dq_f, (void*)dk_f, (void*)dv_f}) cudaCheck(cudaFree(p));
     gpt_free(&gm);
+}
+
+// Multiple-choice scoring (host/mc_eval.h) forwards each batch at its own length: B and T below
+// the allocated TB x TT, after a forward at TB x TT. The GPU's per-row sums of -log p, at
+// lengths rounded to 16 (16..80: whole tiles and ragged ones), against the CPU's with every batch
+// at TT. Rows are 2..86 tokens, so some are cut to TT + 1. Bound: each sum adds a row's
+// per-position losses, each as close as the mean loss is (TOL_LOSS, relative).
+TEST(mc_rows_at_their_own_length) {
+    for (const TestConfig& tc : test_configs()) {
+        ModelConfig c = config_from_flags(tc);
+        Rng r = rng_stream(21, 0);
+        auto below = [&](int n) { return (int)(rng_next_u64(&r) % (uint64_t)n); };
+        McSet set;
+        for (int e = 0; e < 6; e++) {
+            McExample ex;
+            for (int i = 1 + below(72); i > 0; i--) ex.context.push_back(below(c.vocab_size));
+            for (int j = 0; j < 3; j++) {
+                std::vector<int> end;
+                for (int i = 1 + below(14); i > 0; i--) end.push_back(below(c.vocab_size));
+                ex.endings.push_back(end);
+                ex.ending_chars.push_back(1 + below(30));
+            }
+            set.examples.push_back(ex);
+        }
+        std::vector<int> inp, tgt;
+        CpuModel cpu;
+        GpuModel gm;
+        build_pair(c, &cpu, &gm, &inp, &tgt);
+        forward_loss(&gm, inp.data(), tgt.data(), TB, TT);  // allocates for TB x TT, as a training run does
+        std::vector<double> want, got;
+        mc_row_losses(&cpu, set, TB, TT, &want, TT);
+        mc_row_losses(&gm, set, TB, TT, &got, 16);
+        std::vector<McBatch> batches = mc_batches(set, TB, TT, 16);
+        REQUIRE(batches.back().T < TT && batches.front().T == TT, "%s: the set should give short and full-length batches", tc.name);
+        REQUIRE(got.size() == want.size() && want.size() == 18, "%s: %zu rows vs %zu", tc.name, got.size(), want.size());
+        double worst = 0;
+        size_t worst_row = 0;
+        for (size_t i = 0; i < want.size(); i++) {
+            double rel = std::fabs(got[i] - want[i]) / std::fabs(want[i]);
+            if (!(rel <= worst)) worst = rel, worst_row = i;  // a NaN becomes the worst
+        }
+        printf("    %-18s %-12s worst rel err %.3e (bound %.1e) at row %zu of %zu\n", tc.name, "mc row sums", worst, TOL_LOSS, worst_row, want.size());
+        CHECK(worst <= TOL_LOSS, "%s: multiple-choice row %zu: GPU %.7g vs CPU %.7g", tc.name, worst_row, got[worst_row], want[worst_row]);
+        // and the training shape still runs after the short forwards
+        float again = forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+        CHECK(std::isfinite(again), "%s: the forward at TB x TT after the short ones", tc.name);
+        gpt_free(&gm);
+        gpt_free(&cpu);
+    }
 }
 
 // Too little device memory must be a clear error that names the bytes needed.

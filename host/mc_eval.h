@@ -9,10 +9,16 @@
 //   acc_norm    that sum divided by the ending's length in characters (lm-evaluation-harness "acc_norm")
 //   acc_tokavg  the mean log-prob per ending token                       (llm.c's and build-nanogpt's "acc_norm")
 // A tie goes to the lowest choice index. Every (example, choice) pair is one row of a batch:
-// context + ending, right-padded with token 0 up to T; only the ending's positions are read
-// (the model is causal, so the padding after a row's end changes nothing before it). A row longer
-// than T + 1 tokens keeps its last T + 1 (the ending and as much context as fits, as
-// lm-evaluation-harness truncates); such examples are counted and reported.
+// context + ending, right-padded with token 0; only the ending's positions are read (the model is
+// causal, so the padding after a row's end changes nothing before it). A row longer than T + 1
+// tokens keeps its last T + 1 (the ending and as much context as fits, as lm-evaluation-harness
+// truncates); such examples are counted and reported.
+//
+// The rows are batched longest first, and each batch is forwarded at its longest row's length
+// rounded up to MC_FORWARD_STEP positions (at most T), not at the training T: HellaSwag's rows
+// are about 100 tokens, so at T = 1024 this does about a tenth of the work. The step bounds the
+// number of distinct shapes (the GPU build picks a GEMM algorithm per shape, once) and keeps
+// each GEMM's row count a multiple of 16.
 //
 // Under data parallelism rank r forwards batches r, r + W, ...; the per-row sums are then added
 // over the ranks (each row is non-zero on one rank only, so the sum is exact) and every rank
@@ -40,6 +46,7 @@
 #define MC_MAX_TOKENS (1 << 20)      // per context or ending
 #define MC_MAX_EXAMPLES (1 << 24)
 #define MC_MAX_FILE_BYTES (1ull << 34)
+#define MC_FORWARD_STEP 16           // a batch's sequence length is a multiple of this (or T)
 
 struct McExample {
     int label = 0;
@@ -170,38 +177,70 @@ inline int mc_count_truncated(const McSet& set, int T) {
     return n;
 }
 
+// One forward of multiple-choice rows: which rows (indices in (example, choice) order, as
+// mc_row_losses returns their sums) and the sequence length they are forwarded at.
+struct McBatch {
+    std::vector<int> rows;  // 1..B rows
+    int T;                  // >= every row's input length (its tokens - 1), <= the training T
+    size_t row_positions;   // the rows' input lengths summed: rows.size() * T less the padding
+};
+
+// The batches of a set: rows sorted by input length, longest first (ties in row order), B to a
+// batch, each at its longest row's length rounded up to len_step and capped at T.
+inline std::vector<McBatch> mc_batches(const McSet& set, int B, int T, int len_step) {
+    std::vector<int> len;  // per row, its input positions: min(tokens, T + 1) - 1
+    for (const McExample& ex : set.examples)
+        for (const std::vector<int>& end : ex.endings) len.push_back((int)std::min(ex.context.size() + end.size(), (size_t)T + 1) - 1);
+    std::vector<int> order(len.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = (int)i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return len[(size_t)a] > len[(size_t)b]; });
+    std::vector<McBatch> batches;
+    for (size_t i = 0; i < order.size(); i += (size_t)B) {
+        McBatch mb;
+        mb.rows.assign(order.begin() + (long)i, order.begin() + (long)std::min(order.size(), i + (size_t)B));
+        int longest = len[(size_t)mb.rows[0]];
+        mb.T = std::min(T, (int)CEIL_DIV(longest, len_step) * len_step);
+        mb.row_positions = 0;
+        for (int r : mb.rows) mb.row_positions += (size_t)len[(size_t)r];
+        batches.push_back(std::move(mb));
+    }
+    return batches;
+}
+
 // The per-row sums of -log p over each row's scored tokens, in (example, choice) order.
 // Collective under data parallelism.
 template <typename Model>
-void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<double>* sums) {
+void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<double>* sums, int len_step = MC_FORWARD_STEP) {
     std::vector<std::pair<int, int>> rows;  // (example, choice)
     for (size_t e = 0; e < set.examples.size(); e++)
         for (size_t j = 0; j < set.examples[e].endings.size(); j++) rows.push_back({(int)e, (int)j});
     sums->assign(rows.size(), 0.0);
-    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    std::vector<McBatch> batches = mc_batches(set, B, T, len_step);
+    std::vector<int> inputs, targets;
     std::vector<double> losses;
-    int batches = (int)CEIL_DIV(rows.size(), (size_t)B);
-    for (int b = 0; b < batches; b++) {
-        if (b % dist_world() != dist_rank()) continue;
-        std::fill(inputs.begin(), inputs.end(), 0);
-        std::fill(targets.begin(), targets.end(), 0);
+    for (size_t b = 0; b < batches.size(); b++) {
+        if ((int)(b % (size_t)dist_world()) != dist_rank()) continue;
+        const McBatch& mb = batches[b];
+        int nb = (int)mb.rows.size(), Tb = mb.T;
+        inputs.assign((size_t)nb * Tb, 0);
+        targets.assign((size_t)nb * Tb, 0);
         std::vector<McRow> batch_rows;
-        for (int i = 0; i < B && (size_t)b * B + i < rows.size(); i++) {
-            const auto& rc = rows[(size_t)b * B + i];
+        for (int i = 0; i < nb; i++) {
+            const auto& rc = rows[(size_t)mb.rows[(size_t)i]];
             McRow r = mc_row(set.examples[(size_t)rc.first], rc.second, T);
             for (size_t t = 0; t + 1 < r.tokens.size(); t++) {
-                inputs[(size_t)i * T + t] = r.tokens[t];
-                targets[(size_t)i * T + t] = r.tokens[t + 1];
+                inputs[(size_t)i * Tb + t] = r.tokens[t];
+                targets[(size_t)i * Tb + t] = r.tokens[t + 1];
             }
             batch_rows.push_back(std::move(r));
         }
-        gpt_forward(model, inputs.data(), targets.data(), B, T);
+        gpt_forward(model, inputs.data(), targets.data(), nb, Tb);
         gpt_position_losses(model, &losses);
-        for (size_t i = 0; i < batch_rows.size(); i++) {
-            const McRow& r = batch_rows[i];
+        for (int i = 0; i < nb; i++) {
+            const McRow& r = batch_rows[(size_t)i];
             double s = 0;
-            for (size_t k = (size_t)r.first_scored; k < r.tokens.size(); k++) s += losses[i * T + (k - 1)];  // position k-1 predicts token k
-            (*sums)[(size_t)b * B + i] = s;
+            for (size_t k = (size_t)r.first_scored; k < r.tokens.size(); k++) s += losses[(size_t)i * Tb + (k - 1)];  // position k-1 predicts token k
+            (*sums)[(size_t)mb.rows[(size_t)i]] = s;
         }
     }
     dist_allreduce_sum(sums->data(), (int)sums->size());

@@ -8,7 +8,8 @@
 //
 //   void  gpt_build(Model*, const ModelConfig&)              allocate parameters and gradients
 //   void  gpt_init_params(Model*, uint64_t seed)             fill from the seed (host/params.h: same in every build)
-//   void  gpt_forward(Model*, inputs, targets, B, T)         sets model->mean_loss
+//   void  gpt_ensure_activations(Model*, B, T)               allocate the activations for forwards of up to B x T
+//   void  gpt_forward(Model*, inputs, targets, B, T)         sets model->mean_loss; B x T within the allocated
 //   void  gpt_zero_grad(Model*)
 //   void  gpt_backward(Model*, float loss_scale)             accumulate gradients of loss * loss_scale
 //   double gpt_grad_sumsq(Model*, size_t off, size_t count)  sum of squares of gradients [off, off + count), in double
@@ -326,13 +327,17 @@ int train_main_unguarded(int argc, char** argv) {
     printf("batch %d x %d tokens x %d accumulation x %d ranks = %ld tokens per step, %d steps\n", B, T, grad_accum, world, (long)B * T * grad_accum * world,
            rc.max_steps);
     if (dist) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
+    // the activations for the training shape now, before a forward of another shape (a multiple-
+    // choice batch, a sample) would size them first; a device without the memory says so here
+    gpt_ensure_activations(&model, B, T);
     if (have_train) printf("train data: %zu tokens in '%s'\n", dataloader_num_tokens(&train), rc.train_data.c_str());
     for (const McSet& mc : mcs) {
-        size_t rows = 0;
-        for (const McExample& ex : mc.examples) rows += ex.endings.size();
+        std::vector<McBatch> batches = mc_batches(mc, B, T, MC_FORWARD_STEP);
+        size_t rows = 0, forwarded = 0, in_rows = 0;
+        for (const McBatch& mb : batches) rows += mb.rows.size(), forwarded += mb.rows.size() * (size_t)mb.T, in_rows += mb.row_positions;
         int cut = mc_count_truncated(mc, T);
-        printf("multiple choice%s%s: %zu examples (%zu rows, %zu forwards of %d x %d) in '%s'", mc.name.empty() ? "" : " ", mc.name.c_str(), mc.examples.size(), rows,
-               (size_t)CEIL_DIV(rows, (size_t)B), B, T, mc.path.c_str());
+        printf("multiple choice%s%s: %zu examples (%zu rows of %zu positions, forwarded in %zu batches as %zu) in '%s'", mc.name.empty() ? "" : " ", mc.name.c_str(),
+               mc.examples.size(), rows, in_rows, batches.size(), forwarded, mc.path.c_str());
         if (cut) printf("; %d cut to their last %d tokens (raise --seq-len to score them whole)", cut, T + 1);
         printf("\n");
     }

@@ -601,6 +601,19 @@ TEST(mc_file_round_trip) {
     CHECK(cut.tokens == std::vector<int>({8, 2, 3}) && cut.first_scored == 1 && cut.truncated, "a/1 at T=2");
     McRow into_ending = mc_row(b, 0, 1);  // 9 5 6 7 -> 6 7: only 7 has its predecessor
     CHECK(into_ending.tokens == std::vector<int>({6, 7}) && into_ending.first_scored == 1 && into_ending.truncated, "b/0 at T=1");
+    // batches: rows (a/0, a/1, a/2, b/0, b/1) have 2, 3, 2, 3, 1 input positions; longest first,
+    // ties in row order, each batch at its longest rounded up to the step and capped at T
+    auto batches_are = [&](int B, int T, int step, const std::vector<McBatch>& want) {
+        std::vector<McBatch> got = mc_batches(set, B, T, step);
+        bool same = got.size() == want.size();
+        for (size_t i = 0; same && i < got.size(); i++)
+            same = got[i].rows == want[i].rows && got[i].T == want[i].T && got[i].row_positions == want[i].row_positions;
+        CHECK(same, "batches at B=%d T=%d step %d", B, T, step);
+    };
+    batches_are(2, 8, 2, {{{1, 3}, 4, 6}, {{0, 2}, 2, 4}, {{4}, 2, 1}});
+    batches_are(2, 8, 1, {{{1, 3}, 3, 6}, {{0, 2}, 2, 4}, {{4}, 1, 1}});
+    batches_are(2, 8, MC_FORWARD_STEP, {{{1, 3}, 8, 6}, {{0, 2}, 8, 4}, {{4}, 8, 1}});
+    batches_are(4, 2, 1, {{{0, 1, 2, 3}, 2, 8}, {{4}, 1, 1}});  // at T=2 rows keep 3 tokens: 2 positions
 }
 
 TEST(mc_file_errors_name_the_file) {

@@ -373,8 +373,9 @@ static void mc_rows_match_definition() {
         GPT<double, VP> m = make_model<VP>(c, 40 + arch);
         const int B = 3, T = 6, V = c.vocab_size, Vp = c.padded_vocab_size;
         McSet set = random_mc_set(V, 50 + arch);
+        for (int len_step : {1, 4, MC_FORWARD_STEP}) {  // batches at their own lengths, rounded to 4 or 6, all at T
         std::vector<double> sums;
-        mc_row_losses(&m, set, B, T, &sums);
+        mc_row_losses(&m, set, B, T, &sums, len_step);
         size_t row = 0;
         int truncated_rows = 0;
         for (const McExample& ex : set.examples) {
@@ -398,12 +399,14 @@ static void mc_rows_match_definition() {
                 McRow r = mc_row(ex, (int)j, T);  // what acc_tokavg divides by
                 int counted = (int)r.tokens.size() - r.first_scored;
                 CHECK(counted == scored, "%s %s row %zu: %d tokens scored, want %d", value_path_name(VP::id), arch_name(arch), row, counted, scored);
-                CHECK(close_enough(sums[row], want, 1e-12, 1e-10), "%s %s row %zu: sum %.15g, want %.15g", value_path_name(VP::id), arch_name(arch), row, sums[row], want);
+                CHECK(close_enough(sums[row], want, 1e-12, 1e-10), "%s %s step %d row %zu: sum %.15g, want %.15g", value_path_name(VP::id), arch_name(arch), len_step, row,
+                      sums[row], want);
                 row++;
             }
         }
         CHECK(row == sums.size(), "%zu rows scored, %zu expected", sums.size(), row);
         CHECK(truncated_rows > 0 && truncated_rows < (int)row, "the set should mix whole and cut rows (%d of %zu cut)", truncated_rows, row);
+        }
         gpt_free(&m);
     }
 }

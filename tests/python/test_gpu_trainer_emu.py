@@ -211,6 +211,27 @@ def test_eval_mc_of_a_cpu_checkpoint_agrees(tmp_path, data):
         assert all(abs(g - w) <= tol for g, w in zip(got, want)), (prec, got, want)
 
 
+def test_eval_mc_short_rows_then_training(tmp_path, data):
+    """--eval-mc at --seq-len 48 forwards the rows at 16 positions, before the first training
+    step and between steps: the GPU build's activations are sized for training first, the short
+    forwards leave training unchanged, and the accuracies and losses are the CPU build's (fp32)."""
+    from test_trainer_cli import successor_mc_examples, write_mc
+
+    mcf = write_mc(tmp_path / "succ.vpmc", successor_mc_examples(40, seed=5))
+    args = MODEL[:-4] + ["--max-seq", "48", "--seq-len", "48", "--train-data", data / "train_*.bin", "--batch-size", "2",
+                         "--max-steps", "2", "--eval-every", "1", "--eval-mc", f"s={mcf}"]
+    logs = {}
+    for name, binary in (("cpu", CPU_TRAINER), ("gpu", emu_trainer("fp32"))):
+        p = run(binary, args + ["--out-dir", tmp_path / name], expect=0)
+        assert f"forwarded in 80 batches as {160 * 16})" in p.stdout
+        logs[name] = read_log(tmp_path / name)
+    for key in ("mc_acc_s", "mc_acc_norm_s", "mc_acc_tokavg_s"):
+        assert [r[key] for r in logs["gpu"] if key in r] == [r[key] for r in logs["cpu"] if key in r], key
+    cpu, gpu = train_losses(tmp_path / "cpu"), train_losses(tmp_path / "gpu")
+    assert [s for s, _ in gpu] == [s for s, _ in cpu] == [1, 2]
+    assert [v for _, v in gpu] == pytest.approx([v for _, v in cpu], rel=1e-5)
+
+
 def test_depth_alpha_logged_by_the_gpu_build(tmp_path, data):
     """Depth-Attention's logged weights (read back from the fused depth kernel's alpha): a
     ./train_cpu depth checkpoint evaluated by ./train (fp32) --max-steps 0 gives the CPU run's

@@ -378,16 +378,35 @@ def test_eval_mc_scores_a_trained_model_above_chance(tmp_path, data):
         assert first[f"mc_{m}_succ"] < 0.5, first
         assert last[f"mc_{m}_succ"] >= 0.9, last
         assert last[f"mc_{m}"] == last[f"mc_{m}_succ"]  # the same file twice
-    assert f"multiple choice succ: 40 examples (160 rows, 40 forwards of 4 x 8) in '{mcf}'" in p.stdout
+    # the rows' own input positions; each batch of 4 is forwarded at T=8 (its longest row rounded
+    # up to 16 positions, capped at T)
+    examples = successor_mc_examples(40)
+    in_rows = sum(min(len(e.context) + len(x), 9) - 1 for e in examples for x in e.endings)
+    assert f"multiple choice succ: 40 examples (160 rows of {in_rows} positions, forwarded in 40 batches as 1280) in '{mcf}'" in p.stdout
     assert re.search(r"step +150 \| eval \| succ acc [0-9.]+ acc_norm [0-9.]+ acc_tokavg [0-9.]+ \| mc acc", p.stdout)
     # the examples of 8 tokens or fewer plus one fit T=8 whole; the console counts the others
-    examples = successor_mc_examples(40)
     cut = sum(any(len(e.context) + len(x) > 9 for x in e.endings) for e in examples)
     assert (f"; {cut} cut to their last 9 tokens" in p.stdout) == (cut > 0)
     # a checkpoint evaluated with --max-steps 0 gives the run's last figures
     q = run(["--init-from", out / "ckpt_00000150.bin", "--max-steps", "0", "--seq-len", "8", "--batch-size", "4",
              "--eval-mc", f"succ={mcf}"], expect=0)
     assert f"succ acc {last['mc_acc_succ']:.4f} acc_norm {last['mc_acc_norm_succ']:.4f}" in q.stdout
+
+
+def test_eval_mc_forwards_short_rows_at_their_length(tmp_path, data):
+    """At --seq-len 48 the successor rows (at most 8 tokens) are forwarded at 16 positions, not
+    48; the activations are still sized for training first, so the first evaluation (before any
+    training step, with no val set to forward at B x T) does not leave them too small for it."""
+    mcf = write_mc(tmp_path / "succ.vpmc", successor_mc_examples(40))
+    model = [{"--max-seq": "64", "--seq-len": "48"}.get(prev, a) for prev, a in zip([None] + TINY_GPT2, TINY_GPT2)]
+    out = tmp_path / "run"
+    p = run(model + ["--train-data", str(data / "train_*.bin"), "--batch-size", "4", "--max-steps", "2", "--eval-every", "1",
+                     "--eval-mc", f"succ={mcf}", "--out-dir", str(out)], expect=0)
+    in_rows = sum(len(e.context) + len(x) - 1 for e in successor_mc_examples(40) for x in e.endings)
+    assert f"(160 rows of {in_rows} positions, forwarded in 40 batches as {160 * 16})" in p.stdout
+    log = read_log(out)
+    assert [r["step"] for r in log if "mc_acc_succ" in r] == [0, 1, 2]
+    assert [r["step"] for r in log if "train_loss" in r] == [1, 2]
 
 
 def test_depth_alpha_is_logged_at_each_eval(tmp_path, data):
