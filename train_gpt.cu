@@ -343,13 +343,8 @@ inline double device_peak_tflops(const cudaDeviceProp& p) {
 }
 
 inline double peak_tflops_for_mfu(const cudaDeviceProp& p) {
-    const char* env = getenv("VP_PEAK_TFLOPS");
-    if (!env || !*env) return device_peak_tflops(p);
-    char* end = nullptr;
-    double v = strtod(env, &end);
-    if (*end || !(v > 0) || !std::isfinite(v))
-        usage_error("set it to the device's peak in TFLOP/s, e.g. VP_PEAK_TFLOPS=989.4, or unset it", "VP_PEAK_TFLOPS='%s' is not a positive number", env);
-    return v;
+    double v = env_number("VP_PEAK_TFLOPS", 0, 0, 1e6);  // TFLOP/s, e.g. 989.4 (H100 SXM, dense bf16)
+    return v > 0 ? v : device_peak_tflops(p);
 }
 
 inline double model_peak_tflops(const GpuModel* m) { return m->peak_tflops; }

@@ -164,9 +164,7 @@ struct CheckpointWriter {
 // Floats per piece that a streamed save moves through host memory: 64 MB by default;
 // VP_CHECKPOINT_CHUNK (floats) overrides it, so tests can cut tiny models into many pieces.
 inline size_t checkpoint_chunk_floats() {
-    const char* e = getenv("VP_CHECKPOINT_CHUNK");
-    long long k = e ? atoll(e) : 0;
-    return k > 0 ? (size_t)std::min(k, 1LL << 30) : (size_t)16 << 20;  // a piece is one MPI message: < 2^31 floats
+    return (size_t)env_number("VP_CHECKPOINT_CHUNK", 16 << 20, 1, 1 << 30);  // a piece is one MPI message: < 2^31 floats
 }
 
 inline void checkpoint_writer_fail(CheckpointWriter* w, const char* what, int err) {

@@ -118,8 +118,8 @@ inline void dist_init(int* argc, char*** argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &s.world);
-    if (const char* t = getenv("VP_DIST_TIMEOUT")) s.timeout_s = atof(t);
-    if (const char* f = getenv("VP_DIST_FORCE")) s.forced = atoi(f) == 1;
+    s.timeout_s = env_number("VP_DIST_TIMEOUT", s.timeout_s, 0, 1e7);
+    s.forced = env_number("VP_DIST_FORCE", 0, 0, 1) == 1;
     if (s.world > 1 && s.timeout_s > 0) {
         std::thread([] {
             DistState& st = dist_state();

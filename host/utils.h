@@ -99,6 +99,24 @@ inline void print_error(const char* kind, const char* hint, const char* msg) {
     vp_fail(VP_EXIT_RUNTIME, "error", hint, fmt, ap);
 }
 
+// A number from the environment variable `name` (the few settings that are not flags: see
+// docs/distributed.md and docs/gpu.md): `fallback` when it is unset or empty; a usage error that
+// names the variable and the range when it is not a number in [lo, hi], so a typo never silently
+// turns a setting off.
+inline double env_number(const char* name, double fallback, double lo, double hi) {
+    const char* e = getenv(name);
+    if (!e || !*e) return fallback;
+    char* end = nullptr;
+    errno = 0;
+    double v = strtod(e, &end);
+    if (end == e || *end || errno == ERANGE || !(v >= lo && v <= hi)) {
+        char hint[160];
+        snprintf(hint, sizeof(hint), "set %s to a number from %g to %g, or unset it", name, lo, hi);
+        usage_error(hint, "%s='%s' is not a number from %g to %g", name, e, lo, hi);
+    }
+    return v;
+}
+
 // ----------------------------------------------------------------------------
 // checked file I/O: every failure names the file and says what to do
 

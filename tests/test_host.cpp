@@ -933,4 +933,26 @@ TEST(dist_owner_parts_match_the_shards) {
                 }
 }
 
+// The settings read from the environment: unset or empty gives the default, a number in range is
+// taken, and a typo, trailing junk, an overflow or a value out of range is a usage error that
+// names the variable (VP_DIST_TIMEOUT=1O must not silently switch the hang detector off).
+TEST(env_number_refuses_what_is_not_a_number_in_range) {
+    const char* name = "VP_TEST_ENV_NUMBER";
+    unsetenv(name);
+    CHECK(env_number(name, 600, 0, 1e7) == 600, "unset: the default");
+    setenv(name, "", 1);
+    CHECK(env_number(name, 600, 0, 1e7) == 600, "empty: the default");
+    setenv(name, "2.5", 1);
+    CHECK(env_number(name, 600, 0, 1e7) == 2.5, "a number");
+    setenv(name, "0", 1);
+    CHECK(env_number(name, 600, 0, 1e7) == 0, "the low end");
+    for (const char* bad : {"1O", "fast", "3 ", "1e999", "-1", "2e7", "nan"}) {
+        setenv(name, bad, 1);
+        ErrInfo e = catch_error([&] { env_number(name, 600, 0, 1e7); });
+        CHECK(e.code == VP_EXIT_USAGE && contains(e.msg, std::string(name) + "='" + bad + "'") && contains(e.msg, "from 0 to 1e+07"),
+              "%s: code %d, '%s'", bad, e.code, e.msg.c_str());
+    }
+    unsetenv(name);
+}
+
 TEST_MAIN()
