@@ -4,7 +4,7 @@
 //   * the parameter table (names, sizes, decay, init: the checkpoint layout) and the init, bit for bit;
 //   * the logits, the loss and every parameter gradient, tensor by tensor (by param_specs name);
 //   * 10 AdamW steps: the loss and the gradient norm of every step;
-// for GPT-2, Llama with GQA (G = 2), and Llama with GQA (G = 4) and QK-norm, 4 layers, at T = 80 (one
+// for GPT-2, Llama with GQA (G = 2), and Llama with GQA (G = 4), QK-norm and tied embeddings, 4 layers, at T = 80 (one
 // full 64-row attention tile plus a ragged one), with the flags of the binary's value path (one
 // binary per VALUE_PATH, as the trainer; test_configs() says which settings each path runs). Each
 // layer's q/k/v projection gradients are compared on their own, and ResFormer's dlambda. Then the
@@ -85,8 +85,9 @@ static const int TB = 2, TT = 80;  // batch: one full 64-row attention tile and 
 static std::vector<TestConfig> test_configs() {
     std::vector<const char*> gpt2 = {"--arch", "gpt2", "--layers", "4", "--heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"};
     std::vector<const char*> gqa = {"--arch", "llama", "--layers", "4", "--heads", "4", "--kv-heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"};
+    // the QK-norm config also ties its output head to wte (--tie-embeddings 1, Qwen3's small models)
     std::vector<const char*> qkn = {"--arch", "llama", "--layers", "4", "--heads", "4", "--kv-heads", "1", "--dim", "256", "--qk-norm", "1",
-                                    "--vocab", "300", "--max-seq", "96"};
+                                    "--tie-embeddings", "1", "--vocab", "300", "--max-seq", "96"};
     auto with = [](std::vector<const char*> base, std::vector<const char*> extra) {
         base.insert(base.end(), extra.begin(), extra.end());
         return base;

@@ -46,7 +46,15 @@ struct ModelConfig {
     int32_t qk_norm;            // Llama: 1 = per-head RMSNorm on q and k before RoPE (Qwen3)
     float norm_eps;             // LayerNorm / RMSNorm epsilon
     ValuePathConfig vp;         // which value path this model was built for, and its settings
+    int32_t tie_embeddings;     // Llama: 1 = the output head is wte (Qwen3's small models); 0 = its own
+                                // lm_head. GPT-2 always ties and keeps 0 here. Checkpoints before
+                                // 2026-11-25 hold 0 in this slot (it was vp's last reserved int).
 };
+static_assert(sizeof(ModelConfig) == 116, "ModelConfig is the checkpoint header's model block (docs/formats.md)");
+
+// Whether the output head is the token embedding: logits = lnf(x) @ wte^T (PyTorch:
+// lm_head.weight = wte.weight), so wte's gradient gets the classifier's and the lookup's parts.
+inline bool config_tied_head(const ModelConfig& c) { return c.arch == ARCH_GPT2 || c.tie_embeddings; }
 
 inline int config_qkv_width(const ModelConfig& c) { return (c.n_head + 2 * c.n_kv_head) * c.head_dim; }
 
@@ -61,7 +69,7 @@ struct NamedGlob {
 struct RunConfig {
     // model shape (ignored where a checkpoint supplies it, but an explicit conflicting flag is an error)
     std::string arch;
-    int layers, heads, kv_heads, dim, ffn_dim, vocab, max_seq, qk_norm;
+    int layers, heads, kv_heads, dim, ffn_dim, vocab, max_seq, qk_norm, tie_embeddings;
     float rope_theta;
     std::string init_from;
     // optimisation
@@ -114,7 +122,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
 #define RC_FIELD(f) ((void*)&rc->f)
     return {
     // model
-    {"--arch",        FLAG_STRING, RC_FIELD(arch),        "gpt2",  "model family: gpt2 (LayerNorm, GELU, learned positions, tied embeddings) or llama (RMSNorm, RoPE, SwiGLU, GQA, untied)"},
+    {"--arch",        FLAG_STRING, RC_FIELD(arch),        "gpt2",  "model family: gpt2 (LayerNorm, GELU, learned positions, tied embeddings) or llama (RMSNorm, RoPE, SwiGLU, GQA, untied unless --tie-embeddings 1)"},
     {"--layers",      FLAG_INT,    RC_FIELD(layers),      "12",    "number of transformer blocks L"},
     {"--heads",       FLAG_INT,    RC_FIELD(heads),       "12",    "query heads H"},
     {"--kv-heads",    FLAG_INT,    RC_FIELD(kv_heads),    "0",     "key/value heads Hkv for grouped-query attention (0 = same as --heads; gpt2 requires Hkv = H)"},
@@ -124,6 +132,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--max-seq",     FLAG_INT,    RC_FIELD(max_seq),     "1024",  "longest sequence the model accepts (gpt2: rows of the position table)"},
     {"--rope-theta",  FLAG_FLOAT,  RC_FIELD(rope_theta),  "10000", "llama: RoPE base frequency"},
     {"--qk-norm",     FLAG_INT,    RC_FIELD(qk_norm),     "0",     "llama: 1 = per-head RMSNorm on q and k before RoPE (Qwen3 style)"},
+    {"--tie-embeddings",FLAG_INT,  RC_FIELD(tie_embeddings),"0",   "llama: 1 = the output head is the token embedding (tied, as gpt2 and Qwen3's small models); 0 = its own lm_head"},
     {"--init-from",   FLAG_STRING, RC_FIELD(init_from),   "",      "start from the weights (and shape) of this checkpoint, with a fresh optimizer at step 0"},
     // optimisation
     {"--lr",          FLAG_FLOAT,  RC_FIELD(lr),          "6e-4",  "peak learning rate of AdamW"},
@@ -326,8 +335,9 @@ inline std::string model_config_problem(const ModelConfig& c) {
     if (c.padded_vocab_size != CEIL_DIV(c.vocab_size, 128) * 128) return bad("padded_vocab_size %ld is not vocab_size rounded up to 128 (%ld)", c.padded_vocab_size, CEIL_DIV(c.vocab_size, 128) * 128);
     if (c.max_seq_len < 1 || c.max_seq_len > MAX_SEQ) return bad("max_seq_len %ld outside [1, %ld]", c.max_seq_len, MAX_SEQ);
     if (c.qk_norm != 0 && c.qk_norm != 1) return bad("qk_norm %ld is not 0 or 1", c.qk_norm, 0);
+    if (c.tie_embeddings != 0 && c.tie_embeddings != 1) return bad("tie_embeddings %ld is not 0 or 1", c.tie_embeddings, 0);
     if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps)) return "norm_eps is not a positive number";
-    if (c.arch == ARCH_GPT2 && (c.n_kv_head != c.n_head || c.qk_norm)) return "a gpt2 model with GQA or QK-norm";
+    if (c.arch == ARCH_GPT2 && (c.n_kv_head != c.n_head || c.qk_norm || c.tie_embeddings)) return "a gpt2 model with GQA, QK-norm or the llama tie flag";
     if (c.arch == ARCH_LLAMA && (c.head_dim % 2 || !(c.rope_theta > 0) || !std::isfinite(c.rope_theta))) return "a llama model with an odd head_dim or a bad rope_theta";
     return "";
 }
@@ -347,6 +357,7 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     c.max_seq_len = rc.max_seq;
     c.rope_theta = rc.rope_theta;
     c.qk_norm = rc.qk_norm;
+    c.tie_embeddings = rc.tie_embeddings;
     c.norm_eps = 1e-5f;
     if (c.n_layer < 1 || c.n_layer > MAX_LAYERS) usage_error(nullptr, "--layers must be in [1, %d], got %d", MAX_LAYERS, c.n_layer);
     if (c.n_head < 1 || c.n_head > MAX_HEADS) usage_error(nullptr, "--heads must be in [1, %d], got %d", MAX_HEADS, c.n_head);
@@ -361,10 +372,13 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     if (c.vocab_size < 2) usage_error(nullptr, "--vocab must be >= 2, got %d", c.vocab_size);
     if (c.max_seq_len < 1) usage_error(nullptr, "--max-seq must be >= 1, got %d", c.max_seq_len);
     if (rc.qk_norm != 0 && rc.qk_norm != 1) usage_error(nullptr, "--qk-norm must be 0 or 1, got %d", rc.qk_norm);
+    if (rc.tie_embeddings != 0 && rc.tie_embeddings != 1) usage_error(nullptr, "--tie-embeddings must be 0 or 1, got %d", rc.tie_embeddings);
     c.head_dim = c.n_embd / c.n_head;
     if (c.arch == ARCH_GPT2) {
         if (c.n_kv_head != c.n_head) usage_error("use --arch llama for grouped-query attention", "gpt2 has no GQA: --kv-heads must equal --heads");
         if (rc.qk_norm) usage_error("use --arch llama for QK-norm", "--qk-norm is a llama-family option");
+        if (rc.was_given("--tie-embeddings"))
+            usage_error("drop --tie-embeddings: gpt2's output head is always its token embedding", "--tie-embeddings is a llama-family option");
         if (rc.was_given("--rope-theta")) usage_error("use --arch llama for RoPE", "--rope-theta is a llama-family option (gpt2 learns its positions)");
         c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : 4 * c.n_embd;
     } else {
@@ -386,6 +400,7 @@ inline void check_shape_flags_match(const RunConfig& rc, const ModelConfig& c, c
         {"--kv-heads", rc.kv_heads, c.n_kv_head}, {"--dim", rc.dim, c.n_embd},
         {"--ffn-dim", rc.ffn_dim, c.ffn_dim}, {"--vocab", rc.vocab, c.vocab_size},
         {"--max-seq", rc.max_seq, c.max_seq_len}, {"--qk-norm", rc.qk_norm, c.qk_norm},
+        {"--tie-embeddings", rc.tie_embeddings, c.tie_embeddings},
     };
     for (auto& r : rows)
         if (rc.was_given(r.flag) && r.asked != r.have)
@@ -410,6 +425,7 @@ inline void run_config_set_shape(RunConfig* rc, const ModelConfig& c) {
     rc->max_seq = c.max_seq_len;
     rc->rope_theta = c.rope_theta;
     rc->qk_norm = c.qk_norm;
+    rc->tie_embeddings = c.tie_embeddings;
 }
 
 // The run's learning-rate schedule; an unknown --lr-schedule is a usage error.

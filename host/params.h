@@ -17,7 +17,7 @@
 #include "host/value_path.h"
 
 // Parameter tensors. Per-layer tensors are stacked along L. A tensor a config does not use has
-// size 0 and a NULL pointer (GPT-2 has no lm_head, Llama has no biases or wpe).
+// size 0 and a NULL pointer (GPT-2 and a tied Llama have no lm_head, Llama has no biases or wpe).
 template <typename real>
 struct ParamTensors {
     real* wte;        // (Vp, C) token embedding; GPT-2: also the output head (tied)
@@ -40,7 +40,7 @@ struct ParamTensors {
     real* fcproj_b;   // (L, C) GPT-2
     real* lnf_w;      // (C)
     real* lnf_b;      // (C) GPT-2
-    real* lm_head;    // (Vp, C) Llama untied output head
+    real* lm_head;    // (Vp, C) Llama's output head unless tied (--tie-embeddings 1: wte is)
     real* vp_lambda;  // (L) ResFormer --resformer-lambda learn: the per-layer mixing weights
 };
 #define NUM_PARAM_TENSORS 22
@@ -85,14 +85,14 @@ inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
         {"fcproj_b", gpt2 ? L * C : 0, 0, 0, 0},
         {"lnf_w", C, 0, 0, 1},
         {"lnf_b", gpt2 ? C : 0, 0, 0, 0},
-        {"lm_head", gpt2 ? 0 : Vp * C, 1, std_, 0},
+        {"lm_head", config_tied_head(c) ? 0 : Vp * C, 1, std_, 0},
         {"vp_lambda", (size_t)value_path_num_lambdas(c.vp, c.n_layer), 0, 0, 0.5f, c.vp.resformer_lambda_lr},
     };
 }
 
 // Training FLOPs per token as nanoGPT and llm.c count them for MFU (the PaLM paper, appendix B):
-// 6 N + 12 L C T, N = the parameters without GPT-2's position table (the tied token embedding
-// counts: it is also the LM head), 12 L C T = the attention scores and their backward, without the
+// 6 N + 12 L C T, N = the parameters without GPT-2's position table (a tied token embedding
+// counts once: it is also the LM head), 12 L C T = the attention scores and their backward, without the
 // causal halving. A value path's own FLOPs (value_paths.md "Cost") are not added, so every path
 // divides by the same formula; SVFormer's smaller N makes its figure lower.
 inline size_t params_for_flops(const ModelConfig& c, size_t num_params) {

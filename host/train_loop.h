@@ -198,11 +198,11 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
     char buf[2048];
     snprintf(buf, sizeof(buf),
              "{\"event\":\"config\",\"build\":\"%s\",\"arch\":\"%s\",\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"dim\":%d,\"head_dim\":%d,\"ffn_dim\":%d,"
-             "\"vocab\":%d,\"padded_vocab\":%d,\"max_seq\":%d,\"rope_theta\":%g,\"qk_norm\":%d,\"norm_eps\":%g,"
+             "\"vocab\":%d,\"padded_vocab\":%d,\"max_seq\":%d,\"rope_theta\":%g,\"qk_norm\":%d,\"tie_embeddings\":%d,\"norm_eps\":%g,"
              "\"batch_size\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"tokens_per_step\":%ld,\"max_steps\":%d,\"lr\":%g,\"min_lr_frac\":%g,\"cooldown_frac\":%g,\"warmup_steps\":%d,"
              "\"beta1\":%g,\"beta2\":%g,\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"seed\":%llu,\"num_params\":%zu,",
              model_build_name((const Model*)nullptr), arch_name(c.arch), c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.head_dim, c.ffn_dim, c.vocab_size, c.padded_vocab_size,
-             c.max_seq_len, c.rope_theta, c.qk_norm, c.norm_eps, rc.batch_size, rc.seq_len, grad_accum, (long)rc.batch_size * rc.seq_len * grad_accum * dist_world(),
+             c.max_seq_len, c.rope_theta, c.qk_norm, (int)config_tied_head(c), c.norm_eps, rc.batch_size, rc.seq_len, grad_accum, (long)rc.batch_size * rc.seq_len * grad_accum * dist_world(),
              rc.max_steps, rc.lr, rc.min_lr_frac, rc.cooldown_frac, rc.warmup_steps, rc.beta1, rc.beta2, rc.eps, rc.weight_decay, rc.grad_clip, (unsigned long long)rc.seed,
              num_params);
     // the strings outside the fixed buffer: a glob has no length limit

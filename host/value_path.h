@@ -51,7 +51,7 @@ struct ValuePathConfig {
     int32_t sla_heads;          // SLA: skip heads n_h, counted in query heads (the last n_h)
     int32_t sla_chain;          // SLA: 0 = ORIG reading, 1 = CHAIN reading (value_paths.md section 4)
     int32_t depth_stride;       // Depth-Attention: anchors are layers 0, s, 2s, ...
-    int32_t reserved[9];
+    int32_t reserved[8];  // 0 (the ninth became ModelConfig::tie_embeddings: same file layout)
 };
 
 // The flags as the user typed them; "" = not given (the default is then derived from the shape).

@@ -179,7 +179,7 @@ TEST(fd_encoder) {
 // ----------------------------------------------------------------------------
 // whole model
 
-static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm) {
+static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm, int tie_embeddings = 0) {
     RunConfig rc;
     const char* argv[] = {"test"};
     parse_command_line(&rc, 1, (char**)argv);
@@ -192,19 +192,61 @@ static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm) {
     rc.vocab = 11;   // padded to 128
     rc.max_seq = 8;
     rc.qk_norm = qk_norm;
+    rc.tie_embeddings = tie_embeddings;
     return model_config_from_flags(rc);
 }
 
-static void model_fd(int arch, int H, int Hkv, int qk_norm) {
-    ModelConfig c = tiny_config(arch, H, Hkv, qk_norm);
+static void model_fd(int arch, int H, int Hkv, int qk_norm, int tie_embeddings = 0) {
+    ModelConfig c = tiny_config(arch, H, Hkv, qk_norm, tie_embeddings);
     int checked = model_fd_check<VpVanilla>(c, 42);
-    CHECK(checked >= (arch == ARCH_GPT2 ? 16 : (qk_norm ? 12 : 10)), "only %d tensors checked", checked);
+    CHECK(checked >= (arch == ARCH_GPT2 ? 16 : (qk_norm ? 12 : 10) - tie_embeddings), "only %d tensors checked", checked);
 }
 
 TEST(fd_model_gpt2) { model_fd(ARCH_GPT2, 2, 2, 0); }
 TEST(fd_model_llama_gqa) { model_fd(ARCH_LLAMA, 4, 2, 0); }
 TEST(fd_model_llama_gqa_qknorm) { model_fd(ARCH_LLAMA, 4, 2, 1); }
 TEST(fd_model_llama_mha_qknorm) { model_fd(ARCH_LLAMA, 2, 2, 1); }
+TEST(fd_model_llama_tied) { model_fd(ARCH_LLAMA, 4, 2, 1, 1); }
+
+// --tie-embeddings 1 is the untied model with lm_head := wte (PyTorch: lm_head.weight =
+// wte.weight): the same logits and loss, and wte's gradient is the untied model's wte and lm_head
+// gradients added (in double, to round-off). The tied model has no lm_head tensor.
+TEST(tied_llama_is_untied_with_the_head_set_to_wte) {
+    ModelConfig ct = tiny_config(ARCH_LLAMA, 4, 2, 1, 1), cu = tiny_config(ARCH_LLAMA, 4, 2, 1, 0);
+    GPT<double> tied, untied;
+    gpt_build(&tied, ct);
+    gpt_build(&untied, cu);
+    gpt_init_params(&tied, 5);
+    spread_params(&tied, 6);
+    size_t head = (size_t)cu.padded_vocab_size * cu.n_embd;
+    REQUIRE(tied.num_params + head == untied.num_params && !tied.params.lm_head, "the tied model has %zu params, the untied %zu", tied.num_params,
+            untied.num_params);
+    // the untied model's tensors, in spec order, are the tied one's with lm_head inserted
+    size_t head_off = (size_t)(untied.params.lm_head - untied.params_memory);
+    std::copy(tied.params_memory, tied.params_memory + head_off, untied.params_memory);
+    std::copy(tied.params.wte, tied.params.wte + head, untied.params.lm_head);
+    std::copy(tied.params_memory + head_off, tied.params_memory + tied.num_params, untied.params_memory + head_off + head);
+    std::vector<int> inp, tgt;
+    tiny_batch(inp, tgt, 2, 6, ct.vocab_size, 3);
+    for (GPT<double>* m : {&tied, &untied}) {
+        gpt_forward(m, inp.data(), tgt.data(), 2, 6);
+        gpt_zero_grad(m);
+        gpt_backward(m, 1.0);
+    }
+    CHECK(tied.mean_loss == untied.mean_loss, "loss tied %.17g untied %.17g", tied.mean_loss, untied.mean_loss);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < head; i++) {
+        double want = untied.grads.wte[i] + untied.grads.lm_head[i];
+        worst = std::max(worst, std::fabs(tied.grads.wte[i] - want));
+        scale = std::max(scale, std::fabs(want));
+    }
+    CHECK(scale > 0 && worst <= 1e-14 * scale, "wte gradient: worst difference %.3g at scale %.3g", worst, scale);
+    bool rest_equal = std::equal(tied.grads_memory + head, tied.grads_memory + head_off, untied.grads_memory + head) &&
+                      std::equal(tied.grads_memory + head_off, tied.grads_memory + tied.num_params, untied.grads_memory + head_off + head);
+    CHECK(rest_equal, "the other gradients differ between the tied and untied models");
+    gpt_free(&tied);
+    gpt_free(&untied);
+}
 
 // The float instantiation is the one that trains; the double one is what finite differences
 // checked. Same weights, same batch: the loss must agree to fp32 accuracy (~1e-6 relative after
@@ -286,6 +328,9 @@ TEST(param_counts) {
     size_t C = 256, D = 32, Hkv = 2, F = 640, Vp = 1024, L = 3;
     size_t expect = 2 * Vp * C + C + L * (2 * C + C * (8 * D + 2 * Hkv * D) + C * C + 3 * C * F + 2 * D);
     CHECK(count_params(param_specs(l)) == expect, "llama has %zu, formula %zu", count_params(param_specs(l)), expect);
+    rc.tie_embeddings = 1;  // no lm_head
+    ModelConfig lt = model_config_from_flags(rc);
+    CHECK(count_params(param_specs(lt)) == expect - Vp * C, "tied llama has %zu, formula %zu", count_params(param_specs(lt)), expect - Vp * C);
 }
 
 // A tiny model on a stream where each token determines the next: the loss must fall well below
@@ -404,6 +449,8 @@ TEST(bad_flags_are_usage_errors) {
     CHECK(code_of({"--layers", "x"}) == 2, "non-integer");
     CHECK(code_of({"--heads", "5", "--dim", "768"}) == 2, "dim not a multiple of heads");
     CHECK(code_of({"--arch", "gpt2", "--kv-heads", "4"}) == 2, "gqa on gpt2");
+    CHECK(code_of({"--arch", "gpt2", "--tie-embeddings", "1"}) == 2, "the llama tie flag on gpt2 (always tied)");
+    CHECK(code_of({"--arch", "llama", "--tie-embeddings", "2"}) == 2, "tie flag not 0 or 1");
     CHECK(code_of({"--arch", "llama", "--heads", "12", "--kv-heads", "5"}) == 2, "heads not a multiple of kv heads");
     CHECK(code_of({"--seq-len", "2048", "--train-data", "x"}) == 2, "seq-len above max-seq");
     CHECK(code_of({"--total-batch-tokens", "1000", "--train-data", "x"}) == 2, "total batch not a multiple");

@@ -532,7 +532,7 @@ CHECKPOINT_VERSION = 2          # 2 adds two CRC-32s (zlib.crc32) to the header;
 CHECKPOINT_VERSION_NO_CRC = 1
 # struct ModelConfig: 10 int32, float rope_theta, int32 qk_norm, float norm_eps, then
 # ValuePathConfig: int32 path, resformer_learn, float resformer_lambda_lr, int32 sla_layers,
-# sla_heads, sla_chain, depth_stride, reserved[9]                                   (116 bytes)
+# sla_heads, sla_chain, depth_stride, reserved[8], then int32 tie_embeddings       (116 bytes)
 _MODEL_FMT = "<10ifif" + "iifiiii9i"
 # CheckpointHeader: int32 magic, version, header_bytes, has_optimizer; int64 step, num_params,
 # run_text_bytes; ModelConfig (116); 4 bytes padding (Rng is 8-aligned); Rng {uint64 state};
@@ -551,6 +551,8 @@ def _config_to_fields(cfg):
 
 
 def _config_from_fields(v):
+    if v[28]:  # ModelConfig::tie_embeddings (a llama whose output head is wte): not modelled here
+        raise ValueError("a llama checkpoint with tied embeddings (--tie-embeddings 1): this reference models untied llama only")
     names = [f.name for f in fields(Config)]
     vals = list(v[:20])
     vals[0] = ARCHS[vals[0]]

@@ -280,7 +280,8 @@ inline bool ref_state_read(const std::string& path, RefState* s, std::string* er
     s->T = r.integer(h, "T");
     s->num_params = (size_t)r.num(h, "num_params");
     s->loss = r.num(h, "loss");
-    // config: every ModelConfig / ValuePathConfig field
+    // config: every ModelConfig / ValuePathConfig field (tie_embeddings stays 0: the reference
+    // models untied llama only)
     const Json* c = r.get(h, "config", Json::OBJ);
     if (!r.ok) return false;
     ModelConfig& m = s->config;

@@ -121,6 +121,8 @@ def test_help_lists_every_flag_with_its_default():
     (["--lr-schedule", "step", "--train-data", "x"], "--lr-schedule must be cosine, linear, wsd or constant"),
     (["--cooldown-frac", "0.3", "--train-data", "x"], "--cooldown-frac applies only to --lr-schedule wsd"),
     (["--sample-top-k", "-1", "--train-data", "x"], "--sample-top-k must be >= 0"),
+    (["--arch", "gpt2", "--tie-embeddings", "1", "--train-data", "x"], "--tie-embeddings is a llama-family option"),
+    (["--arch", "llama", "--tie-embeddings", "2", "--train-data", "x"], "--tie-embeddings must be 0 or 1"),
     (["--eval-mc", "", "--train-data", "x"], "--eval-mc is empty"),
     (["--eval-mc", "a b=x.vpmc", "--train-data", "x"], "--eval-mc name 'a b' may only use"),
     (["--eval-mc", "h=a.vpmc", "--eval-mc", "h=b.vpmc", "--train-data", "x"], "--eval-mc: the set name 'h' is used twice"),
@@ -739,6 +741,31 @@ def test_init_from_starts_a_new_run(tmp_path, data):
     assert "initialised from" in p.stdout
     first = [r for r in read_log(out2) if "train_loss" in r][0]
     assert first["step"] == 1 and first["train_loss"] < np.log(64) - 0.5 and abs(first["train_loss"] - trained_loss) < 0.5
+
+
+def test_tied_llama_trains_resumes_and_keeps_its_shape(tmp_path, data):
+    """--tie-embeddings 1: a llama without lm_head (V_p x C fewer parameters, logged in the config
+    line) trains, resumes bit for bit, and its checkpoint fixes the setting: --init-from takes it
+    without the flag, and refuses --tie-embeddings 0."""
+    tied = TINY_LLAMA + ["--tie-embeddings", "1"]
+    common = tied + ["--train-data", str(data / "train_*.bin"), "--max-steps", "6", "--lr", "3e-3", "--checkpoint-every", "3"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    run(common + ["--out-dir", straight], expect=0)
+    run(TINY_LLAMA + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--out-dir", tmp_path / "untied"], expect=0)
+    cfg, untied_cfg = read_log(straight)[0], read_log(tmp_path / "untied")[0]
+    assert cfg["tie_embeddings"] == 1 and untied_cfg["tie_embeddings"] == 0
+    assert cfg["num_params"] == untied_cfg["num_params"] - 128 * 16  # no (V_p, C) lm_head
+    assert len(checkpoint_params(straight / "ckpt_00000006.bin")) == cfg["num_params"]
+    losses = [r["train_loss"] for r in read_log(straight) if "train_loss" in r]
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    run(common + ["--out-dir", broken], expect=0)
+    (broken / "ckpt_00000006.bin").unlink()
+    run(common + ["--out-dir", broken, "--resume", "1"], expect=0)
+    assert checkpoint_tensors(straight / "ckpt_00000006.bin") == checkpoint_tensors(broken / "ckpt_00000006.bin")
+    p = run(["--init-from", straight / "ckpt_00000006.bin", "--max-steps", "0", "--seq-len", "8", "--tie-embeddings", "0"], expect=1)
+    assert "--tie-embeddings 0 does not match" in p.stderr and "which has 1" in p.stderr
+    p = run(["--init-from", straight / "ckpt_00000006.bin", "--max-steps", "0", "--seq-len", "8", "--val-data", str(data / "val_*.bin")], expect=0)
+    assert "initialised from" in p.stdout
 
 
 def test_trainer_reads_prepared_tinyshakespeare(tmp_path):
