@@ -902,7 +902,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
     }
     const floatX* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
     norm_forward(m, a.lnf, a.lnf_mean, a.lnf_rstd, x_final, p.lnf_w, p.lnf_b, BT);
-    const floatX* head = config_tied_head(c) ? p.wte : p.lm_head;  // (Vp, C)
+    const floatX* head = output_head(p, c);  // (Vp, C)
 
     if (!targets) {
         // sampling: only the last position of each sequence: rows b*T + T-1 of lnf (a strided B x C operand)
@@ -955,8 +955,8 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
     // acts.logits holds dlogits = softmax - onehot; the mean over BT positions (and loss_scale) is
     // the alpha of the LM-head GEMMs (a small inline backward of the mean)
     float alpha = loss_scale / (float)BT;
-    bool tied = config_tied_head(c);  // then wte's gradient is the classifier's plus the lookup's (encoder_backward below)
-    matmul_backward(s.dln, tied ? g.wte : g.lm_head, nullptr, a.logits, a.lnf, tied ? p.wte : p.lm_head, s.partial, BT, C, Vp, Vp, false, alpha, st);
+    // tied: wte's gradient is the classifier's plus the lookup's (encoder_backward below)
+    matmul_backward(s.dln, output_head(g, c), nullptr, a.logits, a.lnf, output_head(p, c), s.partial, BT, C, Vp, Vp, false, alpha, st);
     cudaCheck(cudaMemsetAsync(s.dresidual, 0, (size_t)BT * C * sizeof(floatX), st));
     const floatX* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
     // GPT-2: the projections that write the residual stream (attproj, fcproj) get their bias

@@ -743,7 +743,7 @@ void gpt_forward(GPT<real, VP>* m, const int* inputs, const int* targets, int B,
     const real* x_final = a.res_mlp + (size_t)(L - 1) * BT * C;
     if (gpt2) layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x_final, p.lnf_w, p.lnf_b, BT, C, eps);
     else rmsnorm_forward(a.lnf, a.lnf_rstd, x_final, p.lnf_w, BT, C, eps);
-    const real* head = config_tied_head(c) ? p.wte : p.lm_head;  // (Vp, C)
+    const real* head = output_head(p, c);  // (Vp, C)
 
     if (!targets) {
         // sampling: only the last position of each row is needed
@@ -784,8 +784,8 @@ void gpt_backward(GPT<real, VP>* m, real loss_scale) {
     // the loss is the mean over BT positions: dloss = 1/BT per position (a small inline backward of the mean)
     crossentropy_softmax_backward(a.logits, m->targets.data(), loss_scale / (real)BT, BT, Vp);
     memset(s.dln, 0, sizeof(real) * BT * C);
-    bool tied = config_tied_head(c);  // then wte's gradient is the classifier's plus the lookup's (encoder_backward below)
-    matmul_backward(s.dln, tied ? g.wte : g.lm_head, (real*)nullptr, a.logits, a.lnf, tied ? p.wte : p.lm_head, BT, C, Vp, Vp);
+    // tied: wte's gradient is the classifier's plus the lookup's (encoder_backward below)
+    matmul_backward(s.dln, output_head(g, c), (real*)nullptr, a.logits, a.lnf, output_head(p, c), BT, C, Vp, Vp);
     memset(s.dresidual, 0, sizeof(real) * BT * C);
     VpDims dims = vp_dims(c, B, T);
     VP::backward_begin(&m->vp, c, dims);

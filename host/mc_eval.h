@@ -153,9 +153,15 @@ struct McRow {
     bool truncated;           // the row lost tokens to fit T
 };
 
+// The tokens a row keeps at this T: context + ending, at most the last T + 1. One definition, so
+// that a batch's length (mc_batches) always holds the row that mc_row builds.
+inline size_t mc_row_length(const McExample& ex, int choice, int T) {
+    return std::min(ex.context.size() + ex.endings[(size_t)choice].size(), (size_t)T + 1);
+}
+
 inline McRow mc_row(const McExample& ex, int choice, int T) {
     const std::vector<int>& end = ex.endings[(size_t)choice];
-    size_t n = ex.context.size() + end.size(), keep = std::min(n, (size_t)T + 1), start = n - keep;
+    size_t n = ex.context.size() + end.size(), keep = mc_row_length(ex, choice, T), start = n - keep;
     McRow r;
     r.tokens.reserve(keep);
     for (size_t i = start; i < n; i++) r.tokens.push_back(i < ex.context.size() ? ex.context[i] : end[i - ex.context.size()]);
@@ -188,9 +194,9 @@ struct McBatch {
 // The batches of a set: rows sorted by input length, longest first (ties in row order), B to a
 // batch, each at its longest row's length rounded up to len_step and capped at T.
 inline std::vector<McBatch> mc_batches(const McSet& set, int B, int T, int len_step) {
-    std::vector<int> len;  // per row, its input positions: min(tokens, T + 1) - 1
+    std::vector<int> len;  // per row, its input positions: the tokens it keeps - 1
     for (const McExample& ex : set.examples)
-        for (const std::vector<int>& end : ex.endings) len.push_back((int)std::min(ex.context.size() + end.size(), (size_t)T + 1) - 1);
+        for (size_t j = 0; j < ex.endings.size(); j++) len.push_back((int)mc_row_length(ex, (int)j, T) - 1);
     std::vector<int> order(len.size());
     for (size_t i = 0; i < order.size(); i++) order[i] = (int)i;
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return len[(size_t)a] > len[(size_t)b]; });

@@ -90,6 +90,12 @@ inline std::vector<ParamSpec> param_specs(const ModelConfig& c) {
     };
 }
 
+// The output head's tensor (Vp, C) in a set of parameters or of their gradients: wte where the
+// embeddings are tied (GPT-2, --tie-embeddings 1), else lm_head. The forward and backward of both
+// builds take it from here, so the logits and the head's gradient always use the same tensor.
+template <typename real>
+real* output_head(const ParamTensors<real>& t, const ModelConfig& c) { return config_tied_head(c) ? t.wte : t.lm_head; }
+
 // Training FLOPs per token as nanoGPT and llm.c count them for MFU (the PaLM paper, appendix B):
 // 6 N + 12 L C T, N = the parameters without GPT-2's position table (a tied token embedding
 // counts once: it is also the LM head), 12 L C T = the attention scores and their backward, without the
