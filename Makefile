@@ -101,6 +101,11 @@ build/tests/test_reference_states: tests/test_reference_states.cpp dev/reference
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW $< -o $@
 
+# the prompt encoder as a filter, which tests/python/test_prompt_encode.py diffs against the Python tokenizers
+build/tests/encode_text: tests/encode_text.cpp $(HOST_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(INCLUDES) $< -o $@
+
 CPP_TESTS := build/tests/test_gemm build/tests/test_host build/tests/test_gpt_cpu_vanilla build/tests/test_value_paths \
 	build/tests/test_reference_states
 
@@ -119,7 +124,7 @@ test:
 	@bash tests/run_all.sh $(CPP_TESTS) $(FUZZ_REPLAY_RUN) $(GPU_TEST_RUN) $(EMU_CI_RUN)
 
 .PHONY: test-build
-test-build: $(CPP_TESTS) $(FUZZ_REPLAYS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) $(EMU_CI_TARGETS) venv
+test-build: $(CPP_TESTS) build/tests/encode_text $(FUZZ_REPLAYS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) $(EMU_CI_TARGETS) venv
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt

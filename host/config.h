@@ -87,6 +87,7 @@ struct RunConfig {
     int sample_every, sample_tokens, sample_top_k;
     float sample_temperature;
     std::string tokenizer;
+    std::string sample_prompt;  // text the samples continue (encoded with --tokenizer)
     // checkpoints and logs
     std::string out_dir;
     int checkpoint_every, resume, keep_checkpoints;
@@ -161,7 +162,8 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--sample-tokens",FLAG_INT,   RC_FIELD(sample_tokens),"64",   "tokens per sample"},
     {"--sample-temperature",FLAG_FLOAT,RC_FIELD(sample_temperature),"1.0","sampling temperature (0 = greedy)"},
     {"--sample-top-k",FLAG_INT,    RC_FIELD(sample_top_k),"0",     "draw each sampled token among the k most likely only (0 = among all)"},
-    {"--tokenizer",   FLAG_STRING, RC_FIELD(tokenizer),   "",      "GPT-2 encoder.json or a .vptok file to decode samples (none: samples are printed as token ids)"},
+    {"--tokenizer",   FLAG_STRING, RC_FIELD(tokenizer),   "",      "GPT-2 encoder.json (vocab.bpe beside it to encode) or a .vptok file, to decode samples and encode --sample-prompt (none: samples are printed as token ids)"},
+    {"--sample-prompt", FLAG_STRING, RC_FIELD(sample_prompt), "", "text (UTF-8) that every sample continues, after the document delimiter; needs --tokenizer and --sample-every (none: samples start a new document)"},
     // checkpoints and logs
     {"--out-dir",     FLAG_STRING, RC_FIELD(out_dir),     "",      "directory for checkpoints and log.jsonl (empty: no checkpoints, no log file)"},
     {"--checkpoint-every",FLAG_INT,RC_FIELD(checkpoint_every),"0", "write a checkpoint every N steps (and always at the end when --out-dir is set)"},
@@ -461,6 +463,8 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.sample_every < 0 || rc.sample_tokens < 1) usage_error(nullptr, "--sample-every must be >= 0 and --sample-tokens >= 1");
     if (!(rc.sample_temperature >= 0)) usage_error(nullptr, "--sample-temperature must be >= 0");
     if (rc.sample_top_k < 0) usage_error(nullptr, "--sample-top-k must be >= 0 (0 = no limit), got %d", rc.sample_top_k);
+    if (!rc.sample_prompt.empty() && rc.tokenizer.empty()) usage_error("add --tokenizer (the .vptok file beside the shards)", "--sample-prompt needs --tokenizer to encode the prompt");
+    if (!rc.sample_prompt.empty() && rc.sample_every == 0) usage_error("add --sample-every N", "--sample-prompt is only used by samples, and --sample-every is 0 (no samples)");
     if (rc.checkpoint_every < 0 || rc.keep_checkpoints < 0) usage_error(nullptr, "--checkpoint-every and --keep-checkpoints must be >= 0");
     if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
     if (rc.zero != 0 && rc.zero != 1) usage_error(nullptr, "--zero must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded over the ranks)");

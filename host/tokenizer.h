@@ -1,5 +1,5 @@
-// host/tokenizer.h: decodes token ids to bytes, for printing samples. (No encoding: the trainer only
-// ever reads pre-tokenized shards, see host/dataloader.h.)
+// host/tokenizer.h: decodes token ids to bytes, for printing samples, and encodes a --sample-prompt
+// (training itself only reads pre-tokenized shards, see host/dataloader.h).
 //
 // Three file formats are read; the format is detected from the content, never the file name:
 //
@@ -8,18 +8,25 @@
 //    (bytes_to_unicode() of openai/gpt-2's encoder.py: printable latin-1 bytes map to themselves,
 //    the other 68 to U+0100..U+0143), written raw as UTF-8 or as \uXXXX escapes. We map each
 //    character back to its byte. The end-of-text id is the id of "<|endoftext|>" (50256).
-//    Only this flat object-of-string-to-int shape is accepted; anything else is refused.
+//    Only this flat object-of-string-to-int shape is accepted; anything else is refused. GPT-2's
+//    merges file vocab.bpe, when it lies beside encoder.json (as in openai/gpt-2's model folders
+//    and valuepath's cache), makes the tokenizer encode too.
 //
-// 2. valuepath's compact "vptok" file, so any tokenizer (NeoX, Llama-2, ...) can be decoded without
+// 2. valuepath's compact "vptok" file, so any tokenizer (NeoX, Llama-2, ...) can be used without
 //    a parser for its own format (a Python exporter writes it; see docs/formats.md):
 //      header: 256 little-endian int32 (1024 bytes)
 //        [0] magic 20261122
-//        [1] version 1
+//        [1] version 1 (decode only) or 2
 //        [2] vocab size N (>= 1)
 //        [3] end-of-text id, or -1 if there is none
-//        [4..255] 0
-//      then for each id 0..N-1: a little-endian uint32 byte length L, then L raw bytes.
-//      The file ends right after the last token (trailing bytes are an error).
+//        [4] encoder kind (version 2): 0 none, 1 byte-level BPE, 2 SentencePiece BPE
+//        [5] kind 1: number of merges M     [6] kind 1: number of added tokens A
+//        [7] kind 2: flags (bit 0: add a dummy-prefix space)   [8] kind 2: unk id or -1
+//        [9..255] 0
+//      then for each id 0..N-1: a little-endian uint32 byte length L, then L raw bytes;
+//      then (kind 1) M int32 triples (left id, right id, merged id) in merge order and A int32 ids
+//      of the added tokens that match whole in text, or (kind 2) N (float32 score, int32 type).
+//      The file ends right there (trailing bytes are an error).
 //
 // 3. llm.c's tokenizer file (gpt2_tokenizer.bin): header 256 little-endian uint32 with [0] magic
 //    20240328, [1] version 1 or 2, [2] vocab size, [3] end-of-text id (version 2; version 1 means
@@ -27,20 +34,40 @@
 //
 // A decoded token is raw bytes: it may be a partial UTF-8 sequence (GPT-2 splits multi-byte
 // characters across tokens), so print the bytes as-is and let the terminal join them.
+//
+// Encoding (tokenizer_encode) reproduces the Python side's tokenizers (scripts/vp_data/tokenizer.py,
+// which the shards were made with); tests/python/test_prompt_encode.py diffs the two on real text:
+//   byte-level BPE (GPT-2 as tiktoken, GPT-NeoX-20B as HF tokenizers): the added tokens that match
+//     whole in text are split off first (leftmost, longest), the rest is cut by GPT-2's
+//     pre-tokenizer regex, and each piece's bytes are merged pair by pair, always the pair of
+//     lowest merge rank, leftmost first. NeoX also NFC-normalizes its input, which is not done
+//     here: text already in NFC (what keyboards and nearly all files hold) encodes identically.
+//   SentencePiece BPE (Llama-2, as the sentencepiece library): spaces become U+2581 (here: the
+//     pieces keep spaces, so a literal U+2581 becomes a space instead), a dummy space is prefixed,
+//     the text is cut into characters, and the adjacent pair whose join is a piece of highest
+//     score is merged, leftmost first, until none is; a character that is no piece becomes its
+//     UTF-8 bytes' <0xNN> pieces (byte fallback) or unk.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "host/unicode_classes.h"
 #include "host/utils.h"
 
 #define VPTOK_MAGIC 20261122
-#define VPTOK_VERSION 1
+#define VPTOK_VERSION 2
 #define VPTOK_HEADER_BYTES 1024
 #define LLMC_TOKENIZER_MAGIC 20240328
+
+enum TokenizerEncoderKind { ENCODER_NONE = 0, ENCODER_BYTE_BPE = 1, ENCODER_SENTENCEPIECE = 2 };
+// SentencePiece's piece types (sentencepiece_model.proto)
+enum { SP_NORMAL = 1, SP_UNKNOWN = 2, SP_CONTROL = 3, SP_USER_DEFINED = 4, SP_UNUSED = 5, SP_BYTE = 6 };
 
 struct Tokenizer {
     int vocab_size = 0;
@@ -48,6 +75,19 @@ struct Tokenizer {
     std::vector<char> bytes;    // every token's bytes, each followed by a NUL
     std::vector<size_t> offset; // (vocab_size) start of token i in bytes
     std::vector<size_t> length; // (vocab_size) byte length of token i, without the NUL
+
+    // encoding: empty unless encoder_kind != ENCODER_NONE
+    int encoder_kind = ENCODER_NONE;
+    std::string encoder_missing;  // why there is no encoder, for the error --sample-prompt gives
+    int byte_token[256];          // kind 1: the token of each single byte; kind 2: its <0xNN> piece or -1
+    // kind 1: (left id << 32 | right id) -> (merge rank, merged id)
+    std::unordered_map<uint64_t, std::pair<int, int>> merges;
+    std::vector<int> added;       // kind 1: ids matched whole in text before BPE (NeoX's space runs)
+    // kind 2
+    std::unordered_map<std::string, int> pieces;  // normal pieces' bytes -> id
+    std::vector<float> score;                     // (vocab_size) merge priority: higher first
+    int unk_id = -1;
+    bool add_dummy_prefix = false;
 };
 
 // ----------------------------------------------------------------------------
@@ -59,6 +99,19 @@ inline void tok_reset(Tokenizer* tok) {
     tok->bytes.clear();
     tok->offset.clear();
     tok->length.clear();
+    tok->encoder_kind = ENCODER_NONE;
+    tok->encoder_missing = "it holds no merges";
+    for (int b = 0; b < 256; b++) tok->byte_token[b] = -1;
+    tok->merges.clear();
+    tok->added.clear();
+    tok->pieces.clear();
+    tok->score.clear();
+    tok->unk_id = -1;
+    tok->add_dummy_prefix = false;
+}
+
+inline std::string tok_bytes(const Tokenizer* tok, int id) {
+    return std::string(tok->bytes.data() + tok->offset[id], tok->length[id]);
 }
 
 inline void tok_append(Tokenizer* tok, const unsigned char* p, size_t n) {
@@ -88,20 +141,61 @@ inline void tok_read_file(const char* path, std::vector<unsigned char>& data) {
 // ----------------------------------------------------------------------------
 // format 2 and 3: the binary files
 
+// Merge rank `rank`: left + right -> merged. Each must be a token and merged's bytes the join.
+inline void tok_add_merge(Tokenizer* tok, int rank, long left, long right, long merged, const char* path, const char* hint) {
+    long n = tok->vocab_size;
+    if (left < 0 || left >= n || right < 0 || right >= n || merged < 0 || merged >= n) {
+        runtime_error(hint, "tokenizer file '%s': merge %d (%ld, %ld -> %ld) names an id outside 0..%ld", path, rank, left, right, merged, n - 1);
+    }
+    if (tok_bytes(tok, (int)merged) != tok_bytes(tok, (int)left) + tok_bytes(tok, (int)right)) {
+        runtime_error(hint, "tokenizer file '%s': merge %d joins tokens %ld and %ld, but token %ld is not their bytes joined", path, rank, left, right, merged);
+    }
+    uint64_t key = ((uint64_t)left << 32) | (uint64_t)right;
+    if (!tok->merges.emplace(key, std::make_pair(rank, (int)merged)).second) {
+        runtime_error(hint, "tokenizer file '%s': merge %d repeats the pair (%ld, %ld)", path, rank, left, right);
+    }
+}
+
+// kind 1: BPE starts from single bytes; each byte's token is the first one-byte token that is not
+// an added token (NeoX's added tokens are multi-byte, so this only matters for odd files). The
+// bytes that valid UTF-8 never holds (0xC0, 0xC1, 0xF5..0xFF) may lack one: NeoX has none for them.
+inline void tok_find_byte_tokens(Tokenizer* tok, const char* path, const char* hint) {
+    std::vector<char> is_added(tok->vocab_size, 0);
+    for (int id : tok->added) is_added[id] = 1;
+    for (int id = 0; id < tok->vocab_size; id++) {
+        if (tok->length[id] == 1 && !is_added[id]) {
+            unsigned char b = (unsigned char)tok->bytes[tok->offset[id]];
+            if (tok->byte_token[b] < 0) tok->byte_token[b] = id;
+        }
+    }
+    for (int b = 0; b < 256; b++) {
+        bool in_utf8 = b != 0xC0 && b != 0xC1 && b < 0xF5;
+        if (in_utf8 && tok->byte_token[b] < 0) runtime_error(hint, "tokenizer file '%s' has no token for the byte 0x%02X, which byte-level BPE starts from", path, b);
+    }
+}
+
 inline void tok_load_vptok(Tokenizer* tok, const char* path, const std::vector<unsigned char>& d) {
-    const char* remake = "the tokenizer file is corrupt; re-export it with the exporter script";
+    const char* remake = "the tokenizer file is corrupt; re-export it (python -m vp_data.tokenizer export, docs/data.md)";
     size_t size = d.size();
     if (size < VPTOK_HEADER_BYTES) {
         runtime_error(remake, "tokenizer file '%s' is truncated: %zu bytes, shorter than the %d-byte vptok header", path, size, VPTOK_HEADER_BYTES);
     }
-    int32_t version = (int32_t)tok_le32(&d[4]);
-    int32_t n = (int32_t)tok_le32(&d[8]);
-    int32_t eot = (int32_t)tok_le32(&d[12]);
-    if (version != VPTOK_VERSION) {
-        runtime_error("re-export the tokenizer, or update valuepath", "tokenizer file '%s' has vptok version %d; only version %d is supported", path, version, VPTOK_VERSION);
+    int32_t header[VPTOK_HEADER_BYTES / 4];
+    for (int k = 0; k < VPTOK_HEADER_BYTES / 4; k++) header[k] = (int32_t)tok_le32(&d[4 * k]);
+    int32_t version = header[1], n = header[2], eot = header[3];
+    if (version != 1 && version != VPTOK_VERSION) {
+        runtime_error("re-export the tokenizer, or update valuepath", "tokenizer file '%s' has vptok version %d; versions 1 and %d are supported", path, version, VPTOK_VERSION);
     }
     if (n <= 0) runtime_error(remake, "tokenizer file '%s' has vocab size %d; it must be at least 1", path, n);
     if (eot < -1 || eot >= n) runtime_error(remake, "tokenizer file '%s' has end-of-text id %d, outside -1..%d", path, eot, n - 1);
+    int32_t kind = version >= 2 ? header[4] : ENCODER_NONE;
+    if (kind != ENCODER_NONE && kind != ENCODER_BYTE_BPE && kind != ENCODER_SENTENCEPIECE) {
+        runtime_error(remake, "tokenizer file '%s' has encoder kind %d; 0, 1 and 2 are known", path, kind);
+    }
+    int32_t n_merges = kind == ENCODER_BYTE_BPE ? header[5] : 0, n_added = kind == ENCODER_BYTE_BPE ? header[6] : 0;
+    if (n_merges < 0 || n_added < 0 || n_added > n) {
+        runtime_error(remake, "tokenizer file '%s' has %d merges and %d added tokens; impossible counts", path, n_merges, n_added);
+    }
     // every token needs at least its 4-byte length: reject an absurd N before allocating for it
     if ((uint64_t)n * 4 > size - VPTOK_HEADER_BYTES) {
         runtime_error(remake, "tokenizer file '%s' is truncated: %zu bytes cannot hold %d tokens", path, size, n);
@@ -123,12 +217,66 @@ inline void tok_load_vptok(Tokenizer* tok, const char* path, const std::vector<u
         tok_append(tok, &d[pos], (size_t)len);
         pos += (size_t)len;
     }
-    if (pos != size) {
-        runtime_error(remake, "tokenizer file '%s' has %zu bytes of trailing garbage after its %d tokens (file is %zu bytes, tokens end at %zu)",
-                      path, size - pos, n, size, pos);
-    }
     tok->vocab_size = n;
     tok->eot_id = eot;
+    // the encoder section's size is known from the header: check it before reading it
+    uint64_t section = kind == ENCODER_BYTE_BPE ? 12ull * (uint64_t)n_merges + 4ull * (uint64_t)n_added
+                       : kind == ENCODER_SENTENCEPIECE ? 8ull * (uint64_t)n : 0;
+    if (size - pos < section) {
+        runtime_error(remake, "tokenizer file '%s' is truncated: its encoder section (kind %d) needs %llu bytes after the %d tokens, but %zu remain",
+                      path, kind, (unsigned long long)section, n, size - pos);
+    }
+    if (size - pos > section) {
+        runtime_error(remake, "tokenizer file '%s' has %llu bytes of trailing garbage after its %d tokens%s (file is %zu bytes)", path,
+                      (unsigned long long)(size - pos - section), n, kind == ENCODER_NONE ? "" : " and encoder section", size);
+    }
+    int user_defined = 0;  // kind 2's pieces of that type
+    if (kind == ENCODER_BYTE_BPE) {
+        tok->merges.reserve((size_t)n_merges);
+        for (int32_t r = 0; r < n_merges; r++, pos += 12) {
+            tok_add_merge(tok, r, (int32_t)tok_le32(&d[pos]), (int32_t)tok_le32(&d[pos + 4]), (int32_t)tok_le32(&d[pos + 8]), path, remake);
+        }
+        for (int32_t a = 0; a < n_added; a++, pos += 4) {
+            int32_t id = (int32_t)tok_le32(&d[pos]);
+            if (id < 0 || id >= n || tok->length[id] == 0) {
+                runtime_error(remake, "tokenizer file '%s': added token %d is id %d, not a non-empty token of 0..%d", path, a, id, n - 1);
+            }
+            tok->added.push_back(id);
+        }
+        tok_find_byte_tokens(tok, path, remake);
+    } else if (kind == ENCODER_SENTENCEPIECE) {
+        int32_t unk = header[8];
+        if (unk < -1 || unk >= n) runtime_error(remake, "tokenizer file '%s' has unk id %d, outside -1..%d", path, unk, n - 1);
+        tok->unk_id = unk;
+        tok->add_dummy_prefix = (header[7] & 1) != 0;
+        tok->score.resize(n);
+        for (int32_t id = 0; id < n; id++, pos += 8) {
+            uint32_t bits = tok_le32(&d[pos]);
+            memcpy(&tok->score[id], &bits, 4);
+            int32_t type = (int32_t)tok_le32(&d[pos + 4]);
+            if (type < SP_NORMAL || type > SP_BYTE) runtime_error(remake, "tokenizer file '%s': piece %d has type %d, outside 1..6", path, id, type);
+            if (type == SP_USER_DEFINED) user_defined++;
+            if (type == SP_NORMAL || type == SP_USER_DEFINED) {
+                if (tok->length[id] == 0) runtime_error(remake, "tokenizer file '%s': piece %d is empty", path, id);
+                if (!tok->pieces.emplace(tok_bytes(tok, id), id).second) {
+                    runtime_error(remake, "tokenizer file '%s': pieces %d and %d have the same bytes", path, tok->pieces[tok_bytes(tok, id)], id);
+                }
+            } else if (type == SP_BYTE) {
+                if (tok->length[id] != 1) runtime_error(remake, "tokenizer file '%s': byte piece %d is %zu bytes long, not 1", path, id, tok->length[id]);
+                unsigned char b = (unsigned char)tok->bytes[tok->offset[id]];
+                if (tok->byte_token[b] >= 0) runtime_error(remake, "tokenizer file '%s': pieces %d and %d both stand for the byte 0x%02X", path, tok->byte_token[b], id, b);
+                tok->byte_token[b] = id;
+            }
+        }
+    }
+    tok->encoder_kind = kind;
+    if (kind == ENCODER_SENTENCEPIECE && user_defined > 0) {
+        // SentencePiece matches user-defined pieces whole before it merges; this encoder does not
+        tok->encoder_kind = ENCODER_NONE;
+        tok->encoder_missing = "it has user-defined pieces, which this encoder does not match (the exporter never writes them)";
+    }
+    if (version == 1) tok->encoder_missing = "it is a version 1 vptok file, which holds no merges (re-export it: python -m vp_data.tokenizer export, or rerun the prepare script)";
+    else if (kind == ENCODER_NONE) tok->encoder_missing = "its exporter found no encoder this build reproduces (the exporter said why when it wrote the file)";
 }
 
 inline void tok_load_llmc(Tokenizer* tok, const char* path, const std::vector<unsigned char>& d) {
@@ -152,6 +300,7 @@ inline void tok_load_llmc(Tokenizer* tok, const char* path, const std::vector<un
     }
     tok->vocab_size = (int)n;
     tok->eot_id = eot;
+    tok->encoder_missing = "an llm.c tokenizer file holds no merges (pass GPT-2's encoder.json with vocab.bpe beside it, or a vptok file)";
 }
 
 // ----------------------------------------------------------------------------
@@ -334,6 +483,69 @@ inline void tok_load_json(Tokenizer* tok, const char* path, const std::vector<un
     tok->vocab_size = (int)n;
 }
 
+// GPT-2's merges, vocab.bpe: a "#version: ..." line, then one merge per line, "left right", both in
+// the byte-level alphabet of encoder.json; line order is merge order.
+inline void tok_load_vocab_bpe(Tokenizer* tok, const char* path) {
+    const char* hint = "pass GPT-2's unmodified vocab.bpe beside its encoder.json (or remove it: samples still decode)";
+    std::vector<unsigned char> d;
+    tok_read_file(path, d);
+    std::unordered_map<std::string, int> id_of;  // token bytes -> id, <|endoftext|> left out
+    id_of.reserve((size_t)tok->vocab_size);
+    for (int id = 0; id < tok->vocab_size; id++) {
+        if (id != tok->eot_id) id_of.emplace(tok_bytes(tok, id), id);
+    }
+    TokJson j;  // its UTF-8 decoder and byte-level table, on the merges' text
+    j.p = d.data();
+    j.n = d.size();
+    j.i = 0;
+    j.path = path;
+    gpt2_unicode_to_byte(j.table);
+    if (j.n >= 3 && j.p[0] == 0xEF && j.p[1] == 0xBB && j.p[2] == 0xBF) j.i = 3;
+    int rank = 0;
+    size_t line_no = 0;
+    while (j.i < j.n) {
+        size_t eol = j.i;
+        while (eol < j.n && j.p[eol] != '\n') eol++;
+        line_no++;
+        size_t line_end = eol > j.i && j.p[eol - 1] == '\r' ? eol - 1 : eol;
+        bool skip = line_end == j.i || (line_no == 1 && j.p[j.i] == '#');
+        if (!skip) {
+            std::string half[2];
+            int h = 0;
+            while (j.i < line_end) {
+                if (j.p[j.i] == ' ') {
+                    if (++h > 1) break;
+                    j.i++;
+                    continue;
+                }
+                // one UTF-8 character of the byte-level alphabet
+                unsigned char c = j.p[j.i];
+                int extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+                long cp = extra < 0 ? -1 : c & (0x7F >> extra);
+                j.i++;
+                for (int k = 0; k < extra && cp >= 0; k++) {
+                    if (j.i >= line_end || (j.p[j.i] & 0xC0) != 0x80) cp = -1;
+                    else cp = (cp << 6) | (j.p[j.i++] & 0x3F);
+                }
+                if (cp < 0 || cp >= GPT2_UNICODE_LIMIT || j.table[cp] < 0) {
+                    runtime_error(hint, "'%s' line %zu: a character outside GPT-2's byte-level alphabet", path, line_no);
+                }
+                half[h].push_back((char)j.table[cp]);
+            }
+            if (h != 1 || half[0].empty() || half[1].empty()) runtime_error(hint, "'%s' line %zu is not \"left right\"", path, line_no);
+            auto left = id_of.find(half[0]), right = id_of.find(half[1]), merged = id_of.find(half[0] + half[1]);
+            if (left == id_of.end() || right == id_of.end() || merged == id_of.end()) {
+                runtime_error(hint, "'%s' line %zu merges tokens that are not in the encoder.json beside it: mismatched files", path, line_no);
+            }
+            tok_add_merge(tok, rank++, left->second, right->second, merged->second, path, hint);
+        }
+        j.i = eol + 1;
+    }
+    if (rank == 0) runtime_error(hint, "'%s' holds no merges", path);
+    tok_find_byte_tokens(tok, path, hint);
+    tok->encoder_kind = ENCODER_BYTE_BPE;
+}
+
 // ----------------------------------------------------------------------------
 // public API
 
@@ -346,11 +558,257 @@ inline void tokenizer_init(Tokenizer* tok, const char* path) {
     if (magic == LLMC_TOKENIZER_MAGIC) { tok_load_llmc(tok, path, d); return; }
     size_t i = (d.size() >= 3 && d[0] == 0xEF && d[1] == 0xBB && d[2] == 0xBF) ? 3 : 0;
     while (i < d.size() && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r')) i++;
-    if (i < d.size() && d[i] == '{') { tok_load_json(tok, path, d); return; }
+    if (i < d.size() && d[i] == '{') {
+        tok_load_json(tok, path, d);
+        // GPT-2's merges beside encoder.json make it encode too
+        std::string dir = path;
+        size_t slash = dir.find_last_of('/');
+        std::string merges = (slash == std::string::npos ? std::string() : dir.substr(0, slash + 1)) + "vocab.bpe";
+        FILE* f = fopen(merges.c_str(), "rb");
+        if (f) {
+            fclose(f);
+            tok_load_vocab_bpe(tok, merges.c_str());
+        } else {
+            tok->encoder_missing = "there is no vocab.bpe (GPT-2's merges) beside this encoder.json";
+        }
+        return;
+    }
     runtime_error("pass GPT-2's encoder.json or a vptok file (export other tokenizers to vptok with the exporter script)",
                   "'%s' is not a tokenizer file: %s (%zu bytes; first 4 bytes as int32: %d; expected a JSON object or the vptok magic %d)",
                   path, d.empty() ? "it is empty" : "it is neither a JSON object nor a known binary format", d.size(),
                   (int32_t)magic, VPTOK_MAGIC);
+}
+
+// ----------------------------------------------------------------------------
+// encoding
+
+// Decodes UTF-8 into code points and the byte offset where each starts (plus the end). Strict:
+// false for a malformed, overlong or surrogate sequence, which no tokenizer here accepts as text.
+inline bool utf8_decode(const std::string& s, std::vector<uint32_t>* cps, std::vector<size_t>* starts) {
+    cps->clear();
+    starts->clear();
+    size_t i = 0, n = s.size();
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        int extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+        if (extra < 0 || n - i <= (size_t)extra) return false;
+        uint32_t cp = c & (0x7F >> extra);
+        for (int k = 1; k <= extra; k++) {
+            unsigned char cc = (unsigned char)s[i + k];
+            if ((cc & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (cc & 0x3F);
+        }
+        static const uint32_t smallest[4] = {0, 0x80, 0x800, 0x10000};
+        if (cp < smallest[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        starts->push_back(i);
+        cps->push_back(cp);
+        i += (size_t)extra + 1;
+    }
+    starts->push_back(n);
+    return true;
+}
+
+template <size_t N>
+inline bool unicode_in(const UnicodeRange (&table)[N], uint32_t cp) {
+    size_t lo = 0, hi = N;  // the first range whose last >= cp
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (table[mid].last < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < N && table[lo].first <= cp;
+}
+inline bool unicode_letter(uint32_t cp) { return cp < 0x80 ? ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') : unicode_in(kUnicodeLetters, cp); }
+inline bool unicode_number(uint32_t cp) { return cp < 0x80 ? (cp >= '0' && cp <= '9') : unicode_in(kUnicodeNumbers, cp); }
+inline bool unicode_space(uint32_t cp) { return unicode_in(kUnicodeWhiteSpace, cp); }
+
+// GPT-2's pre-tokenizer, the regex
+//     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// (openai/gpt-2 encoder.py; tiktoken's r50k_base; HF's ByteLevel pre-tokenizer) written out by
+// hand: cuts cp[begin, end) into pieces, appended to out as code-point index ranges [first, last).
+// Python equivalent: regex.findall(pattern, text).
+inline void gpt2_pretokenize(const std::vector<uint32_t>& cp, size_t begin, size_t end, std::vector<std::pair<size_t, size_t>>* out) {
+    auto cls = [&](size_t k) {  // 0 letter, 1 number, 2 white space, 3 anything else
+        return unicode_letter(cp[k]) ? 0 : unicode_number(cp[k]) ? 1 : unicode_space(cp[k]) ? 2 : 3;
+    };
+    size_t i = begin;
+    while (i < end) {
+        // the contractions: an apostrophe and s, t, m, d, ll, ve or re (case-sensitive)
+        if (cp[i] == '\'' && i + 1 < end) {
+            uint32_t a = cp[i + 1], b = i + 2 < end ? cp[i + 2] : 0;
+            if (a == 's' || a == 't' || a == 'm' || a == 'd') { out->emplace_back(i, i + 2); i += 2; continue; }
+            if ((a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e')) { out->emplace_back(i, i + 3); i += 3; continue; }
+        }
+        // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+": an optional space, then a run of one class
+        size_t j = (cp[i] == ' ' && i + 1 < end && cls(i + 1) != 2) ? i + 1 : i;
+        int c = cls(j);
+        if (c != 2) {
+            size_t k = j + 1;
+            while (k < end && cls(k) == c) k++;
+            out->emplace_back(i, k);
+            i = k;
+            continue;
+        }
+        // "\s+(?!\S)" then "\s+": a run of white space, less its last character when a non-space
+        // follows (that character then leads the next piece, as " word")
+        size_t k = i + 1;
+        while (k < end && cls(k) == 2) k++;
+        if (k < end && k - i >= 2) k--;
+        out->emplace_back(i, k);
+        i = k;
+    }
+}
+
+// The BPE merge loop shared by both kinds, over the symbols text[starts[s], starts[s + 1]):
+// repeatedly merges the adjacent pair that `rate` ranks best (lowest key), the leftmost one on a
+// tie, until `rate` accepts no pair. rate(left, right, &key, &merged_id) -> bool: may they merge.
+// A heap of candidate pairs with stale entries skipped, so long inputs cost O(n log n), not O(n^2)
+// (sentencepiece's bpe_model.cc and HF tokenizers' word merges work the same way).
+struct BpeSymbol {
+    size_t begin, end;  // bytes of the text
+    int prev, next;     // neighbours in the list, -1 at the ends
+    int id;             // kind 1: the token id; kind 2: unused (looked up at the end)
+};
+template <typename Rate>
+inline void bpe_merge(std::vector<BpeSymbol>& sym, Rate rate) {
+    struct Candidate {
+        double key;
+        int left, right;
+        size_t size;  // left + right bytes when pushed: a different size means either side changed
+        int merged;
+    };
+    auto worse = [](const Candidate& a, const Candidate& b) {
+        return a.key != b.key ? a.key > b.key : a.left > b.left;  // min-heap on (key, position)
+    };
+    std::vector<Candidate> heap;
+    auto consider = [&](int l, int r) {
+        if (l < 0 || r < 0) return;
+        double key;
+        int merged = -1;
+        if (rate(sym[l], sym[r], &key, &merged)) {
+            heap.push_back(Candidate{key, l, r, sym[r].end - sym[l].begin, merged});
+            std::push_heap(heap.begin(), heap.end(), worse);
+        }
+    };
+    for (size_t s = 0; s + 1 < sym.size(); s++) consider((int)s, (int)s + 1);
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), worse);
+        Candidate top = heap.back();
+        heap.pop_back();
+        BpeSymbol& l = sym[top.left];
+        if (l.next != top.right || l.end == l.begin || sym[top.right].end - l.begin != top.size) continue;  // stale
+        BpeSymbol& r = sym[top.right];
+        l.end = r.end;
+        l.id = top.merged;
+        l.next = r.next;
+        if (r.next >= 0) sym[r.next].prev = top.left;
+        r.begin = r.end;  // dead: empty
+        consider(l.prev, top.left);
+        consider(top.left, l.next);
+    }
+}
+
+// Byte-level BPE of text[first, last): appends the token ids.
+inline void bpe_encode_bytes(const Tokenizer* tok, const std::string& text, size_t first, size_t last, std::vector<int>* ids) {
+    std::vector<BpeSymbol> sym;
+    sym.reserve(last - first);
+    for (size_t b = first; b < last; b++) {
+        int n = (int)sym.size();
+        sym.push_back(BpeSymbol{b, b + 1, n - 1, b + 1 < last ? n + 1 : -1, tok->byte_token[(unsigned char)text[b]]});
+    }
+    bpe_merge(sym, [&](const BpeSymbol& l, const BpeSymbol& r, double* key, int* merged) {
+        auto it = tok->merges.find(((uint64_t)(uint32_t)l.id << 32) | (uint32_t)r.id);
+        if (it == tok->merges.end()) return false;
+        *key = it->second.first;  // lower rank merges first
+        *merged = it->second.second;
+        return true;
+    });
+    for (int s = sym.empty() ? -1 : 0; s >= 0; s = sym[s].next) ids->push_back(sym[s].id);
+}
+
+inline void tokenizer_encode_byte_bpe(const Tokenizer* tok, const std::string& text, const std::vector<uint32_t>& cps,
+                                      const std::vector<size_t>& starts, std::vector<int>* ids) {
+    // the added tokens first: at each position the longest one that matches, the leftmost position
+    // first (HF tokenizers' AddedVocabulary); the text between them goes through the regex and BPE
+    size_t n = cps.size(), seg = 0;
+    std::vector<std::pair<size_t, size_t>> words;
+    auto flush = [&](size_t upto) {  // pre-tokenize and BPE the code points [seg, upto)
+        words.clear();
+        gpt2_pretokenize(cps, seg, upto, &words);
+        for (auto& w : words) bpe_encode_bytes(tok, text, starts[w.first], starts[w.second], ids);
+    };
+    for (size_t i = 0; i < n && !tok->added.empty(); i++) {
+        int best = -1;
+        size_t best_len = 0;
+        for (int id : tok->added) {
+            size_t len = tok->length[id];
+            if (len > best_len && text.size() - starts[i] >= len && memcmp(text.data() + starts[i], tok->bytes.data() + tok->offset[id], len) == 0) {
+                best = id;
+                best_len = len;
+            }
+        }
+        if (best < 0) continue;
+        size_t end_byte = starts[i] + best_len, j = i;
+        while (starts[j] < end_byte) j++;
+        if (starts[j] != end_byte) continue;  // it would end inside a character: not a match of text
+        flush(i);
+        ids->push_back(best);
+        seg = j;
+        i = j - 1;
+    }
+    flush(n);
+}
+
+inline void tokenizer_encode_sentencepiece(const Tokenizer* tok, const std::string& text, std::vector<int>* ids) {
+    if (text.empty()) return;
+    // the pieces store U+2581 as a space, so a literal U+2581 in the text is a space too
+    std::string t = tok->add_dummy_prefix ? " " : "";
+    for (size_t i = 0; i < text.size(); i++) {
+        if (text.compare(i, 3, "\xE2\x96\x81") == 0) { t.push_back(' '); i += 2; }
+        else t.push_back(text[i]);
+    }
+    std::vector<uint32_t> cps;
+    std::vector<size_t> starts;
+    utf8_decode(t, &cps, &starts);  // valid: checked by the caller
+    std::vector<BpeSymbol> sym;
+    for (size_t c = 0; c < cps.size(); c++) {
+        int n = (int)sym.size();
+        sym.push_back(BpeSymbol{starts[c], starts[c + 1], n - 1, c + 1 < cps.size() ? n + 1 : -1, -1});
+    }
+    std::string joined;
+    bpe_merge(sym, [&](const BpeSymbol& l, const BpeSymbol& r, double* key, int* merged) {
+        joined.assign(t, l.begin, r.end - l.begin);
+        auto it = tok->pieces.find(joined);
+        if (it == tok->pieces.end()) return false;
+        *key = -(double)tok->score[it->second];  // higher score merges first
+        *merged = it->second;
+        return true;
+    });
+    for (int s = sym.empty() ? -1 : 0; s >= 0; s = sym[s].next) {
+        auto it = tok->pieces.find(t.substr(sym[s].begin, sym[s].end - sym[s].begin));
+        if (it != tok->pieces.end()) { ids->push_back(it->second); continue; }
+        for (size_t b = sym[s].begin; b < sym[s].end; b++) {  // byte fallback: <0xNN> per UTF-8 byte
+            int id = tok->byte_token[(unsigned char)t[b]];
+            if (id < 0) { id = tok->unk_id; b = sym[s].end - 1; }  // no byte pieces: one unk per character
+            if (id >= 0) ids->push_back(id);
+        }
+    }
+}
+
+inline bool tokenizer_can_encode(const Tokenizer* tok) { return tok->encoder_kind != ENCODER_NONE; }
+
+// Encodes text (UTF-8) as ordinary text: special tokens written in it are not matched (the Python
+// side's encode: tiktoken's encode_ordinary, HF with encode_special_tokens, sentencepiece's
+// encode). No delimiter is added. Returns false, ids untouched, if text is not valid UTF-8.
+// Call only where tokenizer_can_encode(tok).
+inline bool tokenizer_encode(const Tokenizer* tok, const std::string& text, std::vector<int>* ids) {
+    std::vector<uint32_t> cps;
+    std::vector<size_t> starts;
+    if (!utf8_decode(text, &cps, &starts)) return false;
+    ids->clear();
+    if (tok->encoder_kind == ENCODER_BYTE_BPE) tokenizer_encode_byte_bpe(tok, text, cps, starts, ids);
+    else if (tok->encoder_kind == ENCODER_SENTENCEPIECE) tokenizer_encode_sentencepiece(tok, text, ids);
+    return true;
 }
 
 // The bytes of token id, NUL-terminated (a token that contains a 0 byte reads as shorter; use

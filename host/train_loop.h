@@ -166,26 +166,51 @@ float evaluate_loss(Model* model, ValSet* vs, int B, int T, DepthAlphaSums* alph
     return (float)(sum / vs->batches);
 }
 
-// n tokens after start_token, each sampled from the model's logits over the last T tokens (a
-// sliding window; no KV cache: samples are short and occasional).
+// n tokens after the context (the delimiter, then a prompt's tokens), each sampled from the model's
+// logits over the last T tokens (a sliding window; no KV cache: samples are short and occasional).
 template <typename Model>
-std::vector<int> generate_tokens(Model* model, int start_token, int n, int T, const SampleSettings& settings, Rng* rng) {
-    std::vector<int> seq = {start_token};
+std::vector<int> generate_tokens(Model* model, const std::vector<int>& context, int n, int T, const SampleSettings& settings, Rng* rng) {
+    std::vector<int> seq = context;
     std::vector<float> logits;
     for (int i = 0; i < n; i++) {
         int ctx = std::min((int)seq.size(), T);
         gpt_last_logits(model, seq.data() + seq.size() - ctx, ctx, &logits);
         seq.push_back(sample_token(logits.data(), model->config.vocab_size, settings, rng));
     }
-    return std::vector<int>(seq.begin() + 1, seq.end());
+    return std::vector<int>(seq.begin() + context.size(), seq.end());
+}
+
+// The tokens a sample starts from: the document delimiter (what every document in a shard starts
+// with), then --sample-prompt's tokens. Checks the prompt: a usage error if it cannot be encoded
+// or does not fit in T.
+inline std::vector<int> sample_context(const RunConfig& rc, const Tokenizer* tok, int vocab_size, int T) {
+    int start = tok ? tokenizer_eot(tok) : -1;
+    if (start < 0 || start >= vocab_size) start = 0;
+    std::vector<int> context = {start};
+    if (rc.sample_prompt.empty()) return context;
+    if (!tokenizer_can_encode(tok)) {
+        usage_error("pass a tokenizer file that encodes (docs/formats.md), or drop --sample-prompt",
+                    "--sample-prompt cannot be encoded with --tokenizer '%s': %s", rc.tokenizer.c_str(), tok->encoder_missing.c_str());
+    }
+    std::vector<int> prompt;
+    if (!tokenizer_encode(tok, rc.sample_prompt, &prompt)) usage_error("pass the prompt as UTF-8 text", "--sample-prompt is not valid UTF-8");
+    for (int id : prompt) {
+        if (id >= vocab_size) {
+            usage_error("pass the tokenizer the model was trained with", "--sample-prompt encodes to token %d, outside the model's vocabulary of %d: the tokenizer does not match the model", id, vocab_size);
+        }
+    }
+    if ((int)prompt.size() + 1 > T) {
+        usage_error("shorten the prompt, or raise --seq-len", "--sample-prompt is %zu tokens; with the delimiter before it, it must fit in --seq-len %d", prompt.size(), T);
+    }
+    context.insert(context.end(), prompt.begin(), prompt.end());
+    return context;
 }
 
 template <typename Model>
-void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, int T, Rng* rng, int step) {
-    int start = tok ? tokenizer_eot(tok) : -1;
-    if (start < 0 || start >= model->config.vocab_size) start = 0;
-    std::vector<int> ids = generate_tokens(model, start, rc.sample_tokens, T, SampleSettings{rc.sample_temperature, rc.sample_top_k}, rng);
+void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, const std::vector<int>& context, int T, Rng* rng, int step) {
+    std::vector<int> ids = generate_tokens(model, context, rc.sample_tokens, T, SampleSettings{rc.sample_temperature, rc.sample_top_k}, rng);
     printf("---- sample at step %d ----\n", step);
+    fwrite(rc.sample_prompt.data(), 1, rc.sample_prompt.size(), stdout);  // the prompt, as given
     if (tok) tokenizer_print(tok, ids.data(), (int)ids.size(), stdout);
     else
         for (size_t i = 0; i < ids.size(); i++) printf("%d%c", ids[i], i + 1 < ids.size() ? ' ' : '\n');
@@ -289,6 +314,7 @@ int train_main_unguarded(int argc, char** argv) {
     Tokenizer tok;
     bool have_tok = !rc.tokenizer.empty();
     if (have_tok) tokenizer_init(&tok, rc.tokenizer.c_str());
+    std::vector<int> sample_start = sample_context(rc, have_tok ? &tok : nullptr, c.vocab_size, T);
 
     if (dist) model_dist_init((const Model*)nullptr);  // collective; the GPU build picks its device here
     Model model;
@@ -341,6 +367,7 @@ int train_main_unguarded(int argc, char** argv) {
         if (cut) printf("; %d cut to their last %d tokens (raise --seq-len to score them whole)", cut, T + 1);
         printf("\n");
     }
+    if (!rc.sample_prompt.empty()) printf("sample prompt: %zu tokens after the delimiter %d\n", sample_start.size() - 1, sample_start[0]);
 
     auto run_evals = [&](int step) {
         if (vals.empty() && mcs.empty()) return;
@@ -459,7 +486,7 @@ int train_main_unguarded(int argc, char** argv) {
 
         bool last = done == rc.max_steps;
         if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && (!vals.empty() || !mcs.empty()))) run_evals(done);
-        if (rank0 && rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, T, &sample_rng, done);
+        if (rank0 && rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, done);
         if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last)) {
             save_checkpoint(&model, rc, c, done, sample_rng, &train);
             last_saved = done;
@@ -470,7 +497,7 @@ int train_main_unguarded(int argc, char** argv) {
         // checkpoint (nanoGPT's sample.py); without it, the initial weights. The val sets were
         // evaluated above already when --eval-every is set.
         if (rc.eval_every <= 0) run_evals(0);
-        if (rank0 && rc.sample_every > 0) print_sample(&model, rc, have_tok ? &tok : nullptr, T, &sample_rng, 0);
+        if (rank0 && rc.sample_every > 0) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, 0);
         if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, have_train ? &train : nullptr);
     }
     if (rank0) logger_close(&lg);

@@ -432,6 +432,34 @@ TEST(sample_token_top_k) {
     CHECK(sample_token(logits, 6, {0.0f, 3}, &rng) == 1, "greedy is the argmax");
 }
 
+TEST(generation_continues_its_context) {
+    // generate_tokens (host/train_loop.h) with a prompt in the context, greedy, against the same
+    // thing done by hand: a plain forward of the whole sequence (its last T tokens once it is
+    // longer than T), the argmax of the last row's logits over the real vocabulary, appended
+    ModelConfig c = tiny_config(ARCH_LLAMA, 4, 2, 1);
+    GPT<float> m;
+    gpt_build(&m, c);
+    gpt_init_params(&m, 11);
+    const int T = 6, n = 5;
+    gpt_ensure_activations(&m, 1, T);  // as the train loop does before any sample
+    for (std::vector<int> context : {std::vector<int>{0}, std::vector<int>{0, 5, 9, 2}, std::vector<int>{3, 1, 4, 1, 5}}) {
+        Rng rng;
+        rng_init(&rng, 1);
+        std::vector<int> got = generate_tokens(&m, context, n, T, SampleSettings{0.0f, 0}, &rng);
+        std::vector<int> seq = context, want;
+        for (int i = 0; i < n; i++) {
+            int len = std::min((int)seq.size(), T);
+            gpt_forward(&m, seq.data() + seq.size() - len, (const int*)nullptr, 1, len);
+            const float* last = m.acts.logits + (size_t)(len - 1) * c.padded_vocab_size;
+            int best = (int)(std::max_element(last, last + c.vocab_size) - last);
+            want.push_back(best);
+            seq.push_back(best);
+        }
+        CHECK(got == want, "context of %zu tokens: the %d generated tokens differ from the forward's argmax", context.size(), n);
+    }
+    gpt_free(&m);
+}
+
 TEST(bad_flags_are_usage_errors) {
     auto code_of = [](std::vector<const char*> args) {
         args.insert(args.begin(), "train");

@@ -1,11 +1,12 @@
 // tests/test_host.cpp: the host-side data path: token shards (host/dataloader.h), the
-// tokenizer used for printing samples (host/tokenizer.h), multiple-choice files (host/mc_eval.h),
+// tokenizer that prints samples and encodes prompts (host/tokenizer.h), multiple-choice files (host/mc_eval.h),
 // and the shard layout of data-parallel
 // training (host/distributed.h dist_shard), and the CRC-32 of checkpoints (host/crc32.h).
 // Build (errors throw VpError so bad inputs can be checked):
 //   g++ -O2 -std=c++17 -DVP_ERRORS_THROW -I. tests/test_host.cpp -o /tmp/test_host && /tmp/test_host
 // The fixture shards and tokenizer files are written into a fresh mkdtemp directory. The GPT-2
 // encoder.json test reads the shared data copy (VP_DATA_DIR, else shared/data or /work/shared/data).
+#include <array>
 #include "host/crc32.h"
 #include "host/dataloader.h"
 #include "host/distributed.h"
@@ -831,6 +832,20 @@ TEST(small_json_with_escapes) {
     tokenizer_free(&tok);
 }
 
+// Writes `bytes` to a file called `name` and loads it as a tokenizer: it must be refused as a
+// runtime error (code 1) whose message names the file and says `must_say`.
+static void expect_tokenizer_refused(const char* name, const std::vector<unsigned char>& bytes, const char* must_say) {
+    std::string p = tmp_path(name);
+    write_bytes(p, bytes);
+    ErrInfo e = catch_error([&] {
+        Tokenizer tok;
+        tokenizer_init(&tok, p.c_str());
+    });
+    CHECK(e.code == 1, "%s: exit code %d (want 1), msg '%s'", name, e.code, e.msg.c_str());
+    CHECK(contains(e.msg, name), "%s: message does not name the file: '%s'", name, e.msg.c_str());
+    CHECK(contains(e.msg, must_say), "%s: message lacks '%s': '%s'", name, must_say, e.msg.c_str());
+}
+
 TEST(tokenizer_errors_name_the_file) {
     std::vector<std::string> toks = test_vocab();
     std::vector<unsigned char> good = vptok_bytes(toks, 3);
@@ -866,22 +881,199 @@ TEST(tokenizer_errors_name_the_file) {
         {"bad_negative.json", str("{\"a\": -1}"), "non-negative"},
         {"bad_after.json", str("{\"a\": 0} x"), "after the JSON object"},
     };
-    for (const Case& c : cases) {
-        std::string p = tmp_path(c.name);
-        write_bytes(p, c.bytes);
-        ErrInfo e = catch_error([&] {
-            Tokenizer tok;
-            tokenizer_init(&tok, p.c_str());
-        });
-        CHECK(e.code == 1, "%s: exit code %d (want 1), msg '%s'", c.name, e.code, e.msg.c_str());
-        CHECK(contains(e.msg, c.name), "%s: message does not name the file: '%s'", c.name, e.msg.c_str());
-        CHECK(contains(e.msg, c.must_say), "%s: message lacks '%s': '%s'", c.name, c.must_say, e.msg.c_str());
-    }
+    for (const Case& c : cases) expect_tokenizer_refused(c.name, c.bytes, c.must_say);
     ErrInfo e = catch_error([&] {
         Tokenizer tok;
         tokenizer_init(&tok, (tmp_dir() + "/no_such_tokenizer.json").c_str());
     });
     CHECK(e.code == 1 && contains(e.msg, "no_such_tokenizer.json"), "missing file: code %d '%s'", e.code, e.msg.c_str());
+}
+
+// ----------------------------------------------------------------------------
+// the prompt encoder (host/tokenizer.h tokenizer_encode); tests/python/test_prompt_encode.py diffs
+// it against tiktoken, HF tokenizers and sentencepiece on real text
+
+static std::vector<std::string> pretokenized(const std::string& text) {
+    std::vector<uint32_t> cps;
+    std::vector<size_t> starts;
+    std::vector<std::pair<size_t, size_t>> pieces;
+    if (!utf8_decode(text, &cps, &starts)) return {"<invalid>"};
+    gpt2_pretokenize(cps, 0, cps.size(), &pieces);
+    std::vector<std::string> out;
+    for (auto& p : pieces) out.push_back(text.substr(starts[p.first], starts[p.second] - starts[p.first]));
+    return out;
+}
+
+TEST(gpt2_pretokenizer_by_hand) {
+    // each expectation worked out from the regex
+    //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+    // by taking, at each position, the first alternative that matches
+    struct Case { std::string text; std::vector<std::string> want; } cases[] = {
+        {"Hello world's 123!!  ok\n", {"Hello", " world", "'s", " 123", "!!", " ", " ok", "\n"}},
+        {"don't we'll 'LL", {"don", "'t", " we", "'ll", " '", "LL"}},  // contractions are lower case only
+        {"a\n\nb", {"a", "\n", "\n", "b"}},        // \s+(?!\S) leaves the last \n, which \s+ then takes alone
+        {"  \t x", {"  \t", " x"}},               // a run's last space goes with the word after it
+        {"x   ", {"x", "   "}},                   // at the end the whole run is one piece
+        {"1,000.5", {"1", ",", "000", ".", "5"}},
+        {"\xe6\x97\xa5\xe6\x9c\xac x\xc2\xb2\xc2\xbd", {"\xe6\x97\xa5\xe6\x9c\xac", " x", "\xc2\xb2\xc2\xbd"}},  // 日本 x²½: ² ½ are \p{N}
+        {"a\xc2\xa0" "b", {"a", "\xc2\xa0", "b"}},  // NBSP is \s but not the optional ' '
+        {"e\xcc\x81t\xc3\xa9", {"e", "\xcc\x81", "t\xc3\xa9"}},  // a combining mark (Mn) is neither L nor N
+        {" ", {" "}},
+        {"", {}},
+    };
+    for (const Case& c : cases) {
+        std::vector<std::string> got = pretokenized(c.text);
+        std::string shown;
+        for (auto& g : got) shown += "[" + g + "]";
+        CHECK(got == c.want, "'%s' cuts into %s", c.text.c_str(), shown.c_str());
+    }
+    // strict UTF-8: malformed, overlong, surrogate and beyond U+10FFFF are refused
+    for (const char* bad : {"\xff", "\xc0\x80", "\xed\xa0\x80", "\xe2\x96", "\xf4\x90\x80\x80", "a\x80"})
+        CHECK(pretokenized(bad) == std::vector<std::string>{"<invalid>"}, "'%s' decoded", bad);
+    CHECK(unicode_letter(0x4E2D) && unicode_number(0x0660) && unicode_space(0x3000) && !unicode_space(0x1C) && !unicode_letter(0x301),
+          "class tables");
+}
+
+// int32 header slot `slot` of a vptok file (little-endian)
+static void set_header_slot(std::vector<unsigned char>& file, int slot, int32_t v) {
+    for (int k = 0; k < 4; k++) file[4 * slot + k] = (unsigned char)((uint32_t)v >> (8 * k));
+}
+
+// vptok version 2 with a byte-level BPE encoder: header slots 4..6, the triples, the added ids
+static std::vector<unsigned char> vptok_bpe_bytes(const std::vector<std::string>& toks, const std::vector<std::array<int, 3>>& merges,
+                                                   const std::vector<int>& added, int kind = ENCODER_BYTE_BPE) {
+    std::vector<unsigned char> b = vptok_bytes(toks, -1, 2);
+    set_header_slot(b, 4, kind);
+    set_header_slot(b, 5, (int32_t)merges.size());
+    set_header_slot(b, 6, (int32_t)added.size());
+    for (auto& m : merges)
+        for (int v : m) put_le32(b, (uint32_t)v);
+    for (int a : added) put_le32(b, (uint32_t)a);
+    return b;
+}
+
+static std::vector<int> encoded(const std::string& path, const std::string& text) {
+    Tokenizer tok;
+    tokenizer_init(&tok, path.c_str());
+    std::vector<int> ids;
+    if (!tokenizer_can_encode(&tok) || !tokenizer_encode(&tok, text, &ids)) ids = {-99};
+    tokenizer_free(&tok);
+    return ids;
+}
+
+static std::vector<std::string> byte_vocab() {
+    std::vector<std::string> toks;
+    for (int b = 0; b < 256; b++) toks.push_back(std::string(1, (char)b));
+    return toks;
+}
+
+TEST(byte_bpe_encode_by_hand) {
+    std::vector<std::string> toks = byte_vocab();
+    toks.insert(toks.end(), {"ab", "abc", "bc", "  "});  // 256, 257, 258; 259 is an added token
+    // ranks: a+b first, then ab+c, then b+c
+    std::string p = tmp_path("bpe.vptok");
+    write_bytes(p, vptok_bpe_bytes(toks, {{'a', 'b', 256}, {256, 'c', 257}, {'b', 'c', 258}}, {259}));
+    struct Case { std::string text; std::vector<int> want; } cases[] = {
+        {"abc", {257}},                   // a+b (rank 0) before b+c (rank 2), then ab+c
+        {"bcab", {258, 256}},             // a+b first, then b+c
+        {"aab b", {'a', 256, ' ', 'b'}},  // pieces "aab" and " b" merge apart
+        {"x  y", {'x', 259, 'y'}},        // the added "  " is cut out before the regex
+        {"x   y", {'x', 259, ' ', 'y'}},  // leftmost first: "  " at 1, then " y"
+        {"", {}},
+    };
+    for (const Case& c : cases) {
+        std::vector<int> got = encoded(p, c.text);
+        CHECK(got == c.want, "'%s': %zu ids, first %d", c.text.c_str(), got.size(), got.empty() ? -1 : got[0]);
+    }
+    Tokenizer tok;
+    tokenizer_init(&tok, p.c_str());
+    std::vector<int> ids = {7};
+    CHECK(!tokenizer_encode(&tok, "ab\xff", &ids) && ids == std::vector<int>{7}, "invalid UTF-8 is refused, ids untouched");
+    tokenizer_free(&tok);
+    // a version 1 file decodes only, and says so
+    std::string p1 = tmp_path("bpe_v1.vptok");
+    write_bytes(p1, vptok_bytes(toks, -1, 1));
+    tokenizer_init(&tok, p1.c_str());
+    CHECK(!tokenizer_can_encode(&tok) && contains(tok.encoder_missing, "version 1"), "v1: '%s'", tok.encoder_missing.c_str());
+    tokenizer_free(&tok);
+}
+
+TEST(sentencepiece_encode_by_hand) {
+    // <unk> <s> </s>, the 256 byte pieces, then normal pieces ("▁" is stored as a space)
+    std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+    std::vector<int> types = {SP_UNKNOWN, SP_CONTROL, SP_CONTROL};
+    for (int b = 0; b < 256; b++) toks.push_back(std::string(1, (char)b)), types.push_back(SP_BYTE);
+    const int byte0 = 3, sp = 259, a = 260, bb = 261, sp_a = 262, ab = 263, aa = 264;
+    std::vector<std::pair<std::string, float>> normal = {{" ", -1}, {"a", -2}, {"b", -3}, {" a", -0.5f}, {"ab", -0.1f}, {"aa", -0.2f}};
+    std::vector<float> scores(toks.size(), 0.0f);
+    for (auto& n : normal) toks.push_back(n.first), types.push_back(SP_NORMAL), scores.push_back(n.second);
+    std::vector<unsigned char> file = vptok_bytes(toks, 1, 2);
+    set_header_slot(file, 4, ENCODER_SENTENCEPIECE);
+    set_header_slot(file, 7, 1);  // add_dummy_prefix
+    set_header_slot(file, 8, 0);  // unk
+    for (size_t i = 0; i < toks.size(); i++) {
+        uint32_t bits;
+        memcpy(&bits, &scores[i], 4);
+        put_le32(file, bits);
+        put_le32(file, (uint32_t)types[i]);
+    }
+    std::string p = tmp_path("spm.vptok");
+    write_bytes(p, file);
+    struct Case { std::string text; std::vector<int> want; } cases[] = {
+        {"ab", {sp, ab}},                  // " ab": "ab" (-0.1) beats " a" (-0.5); " ab" is no piece
+        {"ba", {sp, bb, a}},               // " b" and "ba" are no pieces
+        {"aaa", {sp, aa, a}},              // "aa" twice at the same score: the leftmost merges
+        {"a\xc3\xa9", {sp_a, byte0 + 0xC3, byte0 + 0xA9}},  // é is no piece: its UTF-8 bytes
+        {"\xe2\x96\x81" "a", {sp, sp_a}},  // a literal U+2581 is a space
+        {"<s>", {sp, byte0 + '<', byte0 + 's', byte0 + '>'}},  // control pieces never match text
+        {"", {}},
+    };
+    for (const Case& c : cases) {
+        std::vector<int> got = encoded(p, c.text);
+        std::string shown;
+        for (int id : got) shown += std::to_string(id) + " ";
+        CHECK(got == c.want, "'%s' encodes to %s", c.text.c_str(), shown.c_str());
+    }
+}
+
+TEST(encoder_section_errors_name_the_file) {
+    std::vector<std::string> toks = byte_vocab();
+    toks.insert(toks.end(), {"ab", "xy"});
+    std::vector<unsigned char> good = vptok_bpe_bytes(toks, {{'a', 'b', 256}}, {});
+    std::vector<unsigned char> cut(good.begin(), good.end() - 1), trailing = good;
+    trailing.push_back(0);
+    std::vector<std::string> no_b = byte_vocab();
+    no_b['b'] = "";  // no one-byte token for 'b'
+    // SentencePiece sections
+    auto spm = [&](const std::vector<std::string>& t, const std::vector<int>& types) {
+        std::vector<unsigned char> b = vptok_bytes(t, -1, 2);
+        set_header_slot(b, 4, ENCODER_SENTENCEPIECE);
+        set_header_slot(b, 8, -1);  // no unk
+        for (int ty : types) put_le32(b, 0), put_le32(b, (uint32_t)ty);
+        return b;
+    };
+    struct Case { const char* name; std::vector<unsigned char> bytes; const char* must_say; } cases[] = {
+        {"enc_kind.vptok", vptok_bpe_bytes(toks, {}, {}, 3), "encoder kind 3"},
+        {"enc_cut.vptok", cut, "truncated"},
+        {"enc_trailing.vptok", trailing, "trailing"},
+        {"enc_join.vptok", vptok_bpe_bytes(toks, {{'a', 'b', 257}}, {}), "not their bytes joined"},
+        {"enc_range.vptok", vptok_bpe_bytes(toks, {{'a', 999, 256}}, {}), "outside 0..257"},
+        {"enc_repeat.vptok", vptok_bpe_bytes(toks, {{'a', 'b', 256}, {'a', 'b', 256}}, {}), "repeats the pair"},
+        {"enc_added.vptok", vptok_bpe_bytes(toks, {}, {5000}), "added token 0 is id 5000"},
+        {"enc_nobyte.vptok", vptok_bpe_bytes(no_b, {}, {}), "no token for the byte 0x62"},
+        {"spm_type.vptok", spm({"a", "b"}, {SP_NORMAL, 9}), "type 9"},
+        {"spm_byte.vptok", spm({"a", "a"}, {SP_BYTE, SP_BYTE}), "both stand for the byte 0x61"},
+        {"spm_dup.vptok", spm({"ab", "ab"}, {SP_NORMAL, SP_NORMAL}), "same bytes"},
+    };
+    for (const Case& c : cases) expect_tokenizer_refused(c.name, c.bytes, c.must_say);
+    // user-defined pieces: SentencePiece matches them whole, this encoder does not; decode only
+    std::string ud = tmp_path("spm_user_defined.vptok");
+    write_bytes(ud, spm({"a", "<x>"}, {SP_NORMAL, SP_USER_DEFINED}));
+    Tokenizer tok;
+    tokenizer_init(&tok, ud.c_str());
+    CHECK(tokenizer_vocab_size(&tok) == 2 && !tokenizer_can_encode(&tok) && contains(tok.encoder_missing, "user-defined"),
+          "user-defined pieces: '%s'", tok.encoder_missing.c_str());
+    tokenizer_free(&tok);
 }
 
 // ----------------------------------------------------------------------------

@@ -182,6 +182,17 @@ static void fuzz_one(const uint8_t* data, size_t size) {
             (void)n;
         }
         tokenizer_print(&tok, ids.data(), (int)ids.size(), stdout);
+        if (tokenizer_can_encode(&tok)) {
+            // fixed texts, then the input's own last bytes as text (valid UTF-8 or not): every id
+            // an encoder returns must be a token of the vocabulary
+            std::string tail((const char*)data + size - std::min<size_t>(size, 200), std::min<size_t>(size, 200));
+            for (const std::string& text : {std::string("Hello  world's 12\n\n x\xc2\xa0y \xe6\x97\xa5\xe2\x96\x81"), std::string(" "), tail}) {
+                std::vector<int> enc;
+                if (!tokenizer_encode(&tok, text, &enc)) continue;
+                for (int id : enc)
+                    if (id < 0 || id >= V) abort();
+            }
+        }
         tokenizer_free(&tok);
     } catch (const VpError& e) {
         fuzz_refused(e);
@@ -329,6 +340,34 @@ static void fuzz_make_seeds(const std::string& dir) {
         vp.insert(vp.end(), w, w + strlen(w));
     }
     fuzz_seed(dir, "vptok", -1, vp);
+    // version 2 with encoders: byte-level BPE (every byte, 3 merges, an added "  "), then
+    // SentencePiece (unk, <s>, every byte as a <0xNN> piece, 3 scored pieces)
+    std::vector<std::string> bpe_toks, spm_toks = {"<unk>", "<s>"};
+    for (int b = 0; b < 256; b++) bpe_toks.push_back(std::string(1, (char)b)), spm_toks.push_back(std::string(1, (char)b));
+    bpe_toks.insert(bpe_toks.end(), {"ab", "abc", " t", "  "});
+    spm_toks.insert(spm_toks.end(), {" ", " a", "ab"});
+    auto vptok_v2 = [&](const std::vector<std::string>& toks, int kind) {
+        std::vector<uint8_t> b;
+        for (int32_t v : {(int32_t)VPTOK_MAGIC, 2, (int32_t)toks.size(), 1, kind, kind == 1 ? 3 : 0, kind == 1 ? 1 : 0, kind == 2 ? 1 : 0, kind == 2 ? 0 : 0}) le32(b, (uint32_t)v);
+        b.resize(VPTOK_HEADER_BYTES, 0);
+        for (const std::string& t : toks) {
+            le32(b, (uint32_t)t.size());
+            b.insert(b.end(), t.begin(), t.end());
+        }
+        return b;
+    };
+    std::vector<uint8_t> bpe = vptok_v2(bpe_toks, 1);
+    for (int v : std::initializer_list<int>{'a', 'b', 256, 256, 'c', 257, ' ', 't', 258, 259}) le32(bpe, (uint32_t)v);  // 3 triples, then the added id
+    fuzz_seed(dir, "vptok_bpe", -1, bpe);
+    std::vector<uint8_t> spm = vptok_v2(spm_toks, 2);
+    for (size_t i = 0; i < spm_toks.size(); i++) {
+        float score = i < 258 ? 0.0f : -1.0f * (float)(i - 257);
+        uint32_t bits;
+        memcpy(&bits, &score, 4);
+        le32(spm, bits);
+        le32(spm, i == 0 ? 2 : i == 1 ? 3 : i < 258 ? 6 : 1);  // unknown, control, byte, normal
+    }
+    fuzz_seed(dir, "vptok_spm", -1, spm);
     std::vector<uint8_t> llmc;
     le32(llmc, LLMC_TOKENIZER_MAGIC);
     le32(llmc, 2);

@@ -43,7 +43,7 @@ from . import DataError
 from .cache import sha256_file
 from .readers import BadRecords, Doc, normalize_newlines, strip_gutenberg
 from .shards import HEADER_BYTES, make_header, read_header, version_for_vocab, write_atomic
-from .tokenizer import TokenizerSpec, build, export_vptok
+from .tokenizer import VPTOK_VERSION, TokenizerSpec, build, export_vptok, vptok_version
 
 MANIFEST_FORMAT = "valuepath-shards-manifest"
 MANIFEST_VERSION = 1
@@ -450,7 +450,8 @@ class Job:
         self._load_manifest()
         if self.complete:
             vptok = os.path.join(self.out_dir, self.vptok_name)
-            if not os.path.exists(vptok):
+            # a file from before vptok version 2 decodes but cannot encode --sample-prompt
+            if not os.path.exists(vptok) or vptok_version(vptok) != VPTOK_VERSION:
                 export_vptok(self.tok, vptok)
             self._summary(t0, note="already complete, nothing to do")
             return 0

@@ -16,10 +16,16 @@ document becomes ordinary BPE tokens, never the control id (tiktoken `encode_ord
 `tokenizers` with `encode_special_tokens=True`; SentencePiece never matches control
 symbols in text). So the only control tokens in a shard are the delimiters we insert.
 
-vptok (compact tokenizer for decoding samples in C++):
-  header 256 little-endian int32: [0]=20261122, [1]=1, [2]=vocab size N,
-  [3]=document delimiter id (the "end-of-text" id; -1 if none), rest 0;
-  then for id 0..N-1: uint32 byte length, then that many raw bytes.
+vptok (compact tokenizer for the C++ trainer: decodes samples, encodes --sample-prompt):
+  header 256 little-endian int32: [0]=20261122, [1]=2, [2]=vocab size N,
+  [3]=document delimiter id (the "end-of-text" id; -1 if none), [4]=encoder kind
+  (0 decode only, 1 byte-level BPE, 2 SentencePiece BPE), [5]=merges M (kind 1),
+  [6]=added tokens A (kind 1), [7]=flags (kind 2: bit 0 add_dummy_prefix), [8]=unk id
+  (kind 2; -1 if none), rest 0;
+  then for id 0..N-1: uint32 byte length, then that many raw bytes;
+  then kind 1: M int32 triples (left, right, merged) in merge order, then A int32 ids of the
+  added tokens matched whole in text before BPE; kind 2: N (float32 score, int32 type) pairs.
+  docs/formats.md has the details. Version 1 files (no encoder) are still read.
 
 CLI:  PYTHONPATH=scripts python -m vp_data.tokenizer export --tokenizer gpt2 --out gpt2.vptok
       PYTHONPATH=scripts python -m vp_data.tokenizer encode --tokenizer neox "Hello world"
@@ -41,7 +47,11 @@ from . import cache
 from .shards import write_atomic
 
 VPTOK_MAGIC = 20261122
-VPTOK_VERSION = 1
+VPTOK_VERSION = 2
+VPTOK_HEADER_INTS = 256
+ENCODER_NONE, ENCODER_BYTE_BPE, ENCODER_SENTENCEPIECE = 0, 1, 2
+# SentencePiece's piece types (sentencepiece_model.proto, ModelProto.SentencePiece.Type)
+SP_NORMAL, SP_UNKNOWN, SP_CONTROL, SP_USER_DEFINED, SP_UNUSED, SP_BYTE = 1, 2, 3, 4, 5, 6
 
 NAMES = ("gpt2", "neox", "llama2")
 ALIASES = {
@@ -147,6 +157,12 @@ class Tokenizer:
     def token_bytes(self, i: int) -> bytes:
         raise NotImplementedError
 
+    def encoder_spec(self) -> dict:
+        """What the C++ encoder needs to reproduce encode(): {"kind": ENCODER_BYTE_BPE,
+        "merges": [(left, right, merged)...], "added": [ids]}, {"kind": ENCODER_SENTENCEPIECE,
+        "scores", "types", "add_dummy_prefix", "unk"}, or {"kind": ENCODER_NONE, "why": ...}."""
+        return {"kind": ENCODER_NONE, "why": f"{self.name}: no C++ encoder"}
+
     @property
     def dtype(self) -> np.dtype:
         from .shards import dtype_for_version, version_for_vocab
@@ -180,11 +196,12 @@ class GPT2Tokenizer(Tokenizer):
         # Same consistency check tiktoken does: token 256+i must be merge i of vocab.bpe,
         # because tiktoken applies merges in rank order.
         merge_lines = [m for m in merges[1:] if m]
+        self._merges = []  # (left id, right id, merged id) in merge order
         for i, m in enumerate(merge_lines):
-            a, b = m.split(" ")
-            tok = _byte_level_to_bytes(a, vocab_bpe) + _byte_level_to_bytes(b, vocab_bpe)
-            if ranks.get(tok) != 256 + i:
+            a, b = (_byte_level_to_bytes(x, vocab_bpe) for x in m.split(" "))
+            if ranks.get(a + b) != 256 + i or a not in ranks or b not in ranks:
                 raise DataError(f"{vocab_bpe}: merge {i} ({m!r}) does not match {encoder_json}; mismatched files")
+            self._merges.append((ranks[a], ranks[b], 256 + i))
         self.enc = tiktoken.Encoding(
             name="gpt2-local",
             pat_str=GPT2_PAT,
@@ -204,6 +221,9 @@ class GPT2Tokenizer(Tokenizer):
 
     def token_bytes(self, i):
         return self.enc.decode_single_token_bytes(i)
+
+    def encoder_spec(self):
+        return {"kind": ENCODER_BYTE_BPE, "merges": self._merges, "added": []}
 
 
 class NeoXTokenizer(Tokenizer):
@@ -240,6 +260,72 @@ class NeoXTokenizer(Tokenizer):
             raise DataError(f"{self._path}: no token with id {i}")
         return _byte_level_to_bytes(tok, self._path)
 
+    def encoder_spec(self):
+        """The BPE merges and the non-special added tokens of tokenizer.json. HF `tokenizers`
+        matches those added tokens (NeoX's runs of 2..24 spaces) whole in the text, longest first,
+        before BPE; special ones (<|endoftext|>) never match document text. NFC normalization is
+        not exported: the C++ encoder assumes NFC input (see docs/formats.md)."""
+        with open(self._path, "rb") as f:
+            doc = json.loads(f.read())
+        model, pre = doc.get("model") or {}, doc.get("pre_tokenizer") or {}
+        plain_bpe = (
+            model.get("type") == "BPE"
+            and not model.get("dropout")
+            and not model.get("continuing_subword_prefix")
+            and not model.get("end_of_word_suffix")
+            and not model.get("byte_fallback")
+            and not model.get("ignore_merges")
+        )
+        gpt2_split = pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space")
+        if not (plain_bpe and gpt2_split):
+            return {"kind": ENCODER_NONE, "why": f"{self._path}: not a plain byte-level BPE with GPT-2's pre-tokenizer"}
+        vocab = model["vocab"]
+        merges = []
+        for i, m in enumerate(model["merges"]):
+            a, b = m.split(" ") if isinstance(m, str) else m
+            if a not in vocab or b not in vocab or a + b not in vocab:
+                raise DataError(f"{self._path}: merge {i} ({a!r}, {b!r}) names a token not in the vocabulary")
+            merges.append((vocab[a], vocab[b], vocab[a + b]))
+        added = sorted(t.get("id") for t in doc.get("added_tokens", []) if not t.get("special"))
+        return {"kind": ENCODER_BYTE_BPE, "merges": merges, "added": added}
+
+
+def _proto_fields(buf: bytes):
+    """(field number, wire type, value) of a serialized protobuf message: just enough of the
+    wire format to read a SentencePiece model (varints, 32-bit floats, length-delimited)."""
+    pos = 0
+
+    def varint():
+        nonlocal pos
+        shift = value = 0
+        while True:
+            if pos >= len(buf):
+                raise DataError("truncated protobuf varint")
+            byte = buf[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    while pos < len(buf):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            yield field, wire, varint()
+        elif wire == 1:
+            yield field, wire, buf[pos : pos + 8]
+            pos += 8
+        elif wire == 2:
+            n = varint()
+            yield field, wire, buf[pos : pos + n]
+            pos += n
+        elif wire == 5:
+            yield field, wire, buf[pos : pos + 4]
+            pos += 4
+        else:
+            raise DataError(f"unsupported protobuf wire type {wire}")
+
 
 class Llama2Tokenizer(Tokenizer):
     def __init__(self, path: str):
@@ -269,6 +355,49 @@ class Llama2Tokenizer(Tokenizer):
             return bytes([int(piece[3:5], 16)])
         return piece.replace("\u2581", " ").encode("utf-8")
 
+    def encoder_spec(self):
+        """Scores and piece types for SentencePiece's BPE, if the model is one the C++ encoder
+        reproduces: model_type BPE, the identity normalizer with spaces escaped to U+2581 and not
+        collapsed, no user-defined pieces (llama2's tokenizer.model is)."""
+        proto = self.sp.serialized_model_proto()
+        model_type, norm = 1, {}  # TrainerSpec.model_type defaults to UNIGRAM
+        for field, _, value in _proto_fields(proto):
+            if field == 2:  # TrainerSpec
+                for f, _, v in _proto_fields(value):
+                    if f == 3:
+                        model_type = v
+            elif field == 3:  # NormalizerSpec
+                for f, _, v in _proto_fields(value):
+                    norm[f] = v
+        name = norm.get(1, b"").decode("utf-8", "replace")
+        add_dummy_prefix = norm.get(3, 1) != 0
+        remove_extra_ws = norm.get(4, 1) != 0
+        escape_ws = norm.get(5, 1) != 0
+        types = []
+        for i in range(self.vocab_size):
+            types.append(
+                SP_BYTE if self.sp.is_byte(i) else SP_CONTROL if self.sp.is_control(i)
+                else SP_UNKNOWN if self.sp.is_unknown(i) else SP_UNUSED if self.sp.is_unused(i) else SP_NORMAL
+            )
+        user_defined = sum(1 for field, _, value in _proto_fields(proto) if field == 1
+                           for f, _, v in _proto_fields(value) if f == 3 and v == SP_USER_DEFINED)
+        why = None
+        if model_type != 2:
+            why = f"model_type {model_type} is not BPE (2)"
+        elif name != "identity" or not escape_ws or remove_extra_ws:
+            why = f"normalizer {name!r} (escape_whitespaces {escape_ws}, remove_extra_whitespaces {remove_extra_ws}) is not the identity"
+        elif user_defined:
+            why = f"{user_defined} user-defined pieces"
+        if why:
+            return {"kind": ENCODER_NONE, "why": f"{self.name}: {why}"}
+        return {
+            "kind": ENCODER_SENTENCEPIECE,
+            "scores": [self.sp.get_score(i) for i in range(self.vocab_size)],
+            "types": types,
+            "add_dummy_prefix": add_dummy_prefix,
+            "unk": self.sp.unk_id(),
+        }
+
 
 _BUILT: dict = {}
 
@@ -294,30 +423,61 @@ def load(name: str, path: str | None = None) -> Tokenizer:
 
 
 def export_vptok(tok: Tokenizer, path: str) -> None:
-    header = np.zeros(256, dtype="<i4")
+    """Writes the tokenizer's bytes per id and, where the C++ encoder can reproduce tok.encode,
+    what it needs (version 2; docs/formats.md)."""
+    spec = tok.encoder_spec()
+    header = np.zeros(VPTOK_HEADER_INTS, dtype="<i4")
     header[0] = VPTOK_MAGIC
     header[1] = VPTOK_VERSION
     header[2] = tok.vocab_size
     header[3] = tok.eot if tok.eot is not None else -1
-    chunks = [header.tobytes()]
+    header[4] = spec["kind"]
+    if spec["kind"] == ENCODER_NONE:
+        print(f"note: {path} decodes only (no --sample-prompt): {spec['why']}", file=sys.stderr)
+    chunks = [None]
     for i in range(tok.vocab_size):
         b = tok.token_bytes(i)
         chunks.append(struct.pack("<I", len(b)))
         chunks.append(b)
+    if spec["kind"] == ENCODER_BYTE_BPE:
+        header[5] = len(spec["merges"])
+        header[6] = len(spec["added"])
+        chunks.append(np.asarray(spec["merges"], dtype="<i4").reshape(-1, 3).tobytes())
+        chunks.append(np.asarray(spec["added"], dtype="<i4").tobytes())
+    elif spec["kind"] == ENCODER_SENTENCEPIECE:
+        header[7] = 1 if spec["add_dummy_prefix"] else 0
+        header[8] = spec["unk"]
+        pairs = np.zeros(tok.vocab_size, dtype=[("score", "<f4"), ("type", "<i4")])
+        pairs["score"] = spec["scores"]
+        pairs["type"] = spec["types"]
+        chunks.append(pairs.tobytes())
+    chunks[0] = header.tobytes()
     write_atomic(path, chunks, sum(len(c) for c in chunks))
 
 
+def vptok_version(path: str) -> int:
+    """The version slot of a vptok file (0 if it is not one)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) < 8 or struct.unpack("<i", head[:4])[0] != VPTOK_MAGIC:
+        return 0
+    return struct.unpack("<i", head[4:8])[0]
+
+
 def read_vptok(path: str) -> dict:
+    """A vptok file (version 1 or 2) as {"vocab_size", "eot", "pieces", "kind"} plus, for an
+    encoder, "merges"/"added" (kind 1) or "scores"/"types"/"add_dummy_prefix"/"unk" (kind 2)."""
     with open(path, "rb") as f:
         data = f.read()
-    if len(data) < 1024:
+    if len(data) < VPTOK_HEADER_INTS * 4:
         raise DataError(f"{path}: too short for a vptok header")
-    header = np.frombuffer(data[:1024], dtype="<i4")
-    if header[0] != VPTOK_MAGIC or header[1] != VPTOK_VERSION:
+    header = np.frombuffer(data[: VPTOK_HEADER_INTS * 4], dtype="<i4")
+    if header[0] != VPTOK_MAGIC or header[1] not in (1, VPTOK_VERSION):
         raise DataError(f"{path}: bad vptok magic/version {int(header[0])}/{int(header[1])}")
     n = int(header[2])
+    kind = int(header[4]) if header[1] >= 2 else ENCODER_NONE
     pieces = []
-    off = 1024
+    off = VPTOK_HEADER_INTS * 4
     for i in range(n):
         if off + 4 > len(data):
             raise DataError(f"{path}: truncated at token {i}")
@@ -325,9 +485,25 @@ def read_vptok(path: str) -> dict:
         off += 4
         pieces.append(data[off : off + ln])
         off += ln
+    out = {"vocab_size": n, "eot": int(header[3]), "pieces": pieces, "kind": kind}
+    if kind == ENCODER_BYTE_BPE:
+        m, a = int(header[5]), int(header[6])
+        if off + 12 * m + 4 * a > len(data):
+            raise DataError(f"{path}: truncated in the encoder section")
+        out["merges"] = [tuple(t) for t in np.frombuffer(data, "<i4", 3 * m, off).reshape(-1, 3).tolist()]
+        off += 12 * m
+        out["added"] = np.frombuffer(data, "<i4", a, off).tolist()
+        off += 4 * a
+    elif kind == ENCODER_SENTENCEPIECE:
+        if off + 8 * n > len(data):
+            raise DataError(f"{path}: truncated in the encoder section")
+        pairs = np.frombuffer(data, [("score", "<f4"), ("type", "<i4")], n, off)
+        out.update(scores=pairs["score"].tolist(), types=pairs["type"].tolist(),
+                   add_dummy_prefix=bool(header[7] & 1), unk=int(header[8]))
+        off += 8 * n
     if off != len(data):
         raise DataError(f"{path}: {len(data) - off} trailing bytes after {n} tokens")
-    return {"vocab_size": n, "eot": int(header[3]), "pieces": pieces}
+    return out
 
 
 def main(argv=None) -> int:

@@ -50,6 +50,17 @@ def test_tinyshakespeare_rerun_and_workers(tmp_path, run_script):
     assert all_files_digest(a) == first
     run_script("prepare_tinyshakespeare", "--out-dir", b, "--workers", "1")
     assert all_files_digest(b) == first  # the worker count never changes the bytes
+    # a vptok from before version 2 (decode only) is rewritten by a rerun, the shards are not
+    vptok = a / "gpt2.vptok"
+    v2 = vptok.read_bytes()
+    old_header = bytearray(v2[:1024])
+    old_header[4:8] = (1).to_bytes(4, "little")
+    old_header[16:1024] = bytes(1008)
+    v1 = tokenizer.read_vptok(str(vptok))
+    vptok.write_bytes(bytes(old_header) + b"".join(len(p).to_bytes(4, "little") + p for p in v1["pieces"]))
+    assert tokenizer.vptok_version(str(vptok)) == 1
+    r = run_script("prepare_tinyshakespeare", "--out-dir", a, "--workers", "2")
+    assert "already complete" in r.out and vptok.read_bytes() == v2 and all_files_digest(a) == first
 
 
 def test_tinyshakespeare_other_tokenizer_and_split(tmp_path, run_script, ref_encode, vp_cache):

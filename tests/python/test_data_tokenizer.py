@@ -88,7 +88,9 @@ def _read_vptok_raw(path):
         (n,) = struct.unpack_from("<I", raw, off)
         pieces.append(raw[off + 4 : off + 4 + n])
         off += 4 + n
-    assert off == len(raw)
+    # version 2: the encoder section fills the rest exactly (docs/formats.md)
+    section = {1: 12 * int(header[5]) + 4 * int(header[6]), 2: 8 * int(header[2])}.get(int(header[4]), 0)
+    assert off + section == len(raw)
     return header, pieces
 
 
@@ -98,9 +100,12 @@ def test_vptok_export(name, tmp_path, gutenberg_text, ref_gpt2, ref_llama2):
     path = tmp_path / f"{name}.vptok"
     tokenizer.export_vptok(tok, str(path))
     header, pieces = _read_vptok_raw(path)
-    assert header[0] == 20261122 and header[1] == 1
+    assert header[0] == 20261122 and header[1] == 2
     assert header[2] == tok.vocab_size and header[3] == tok.eot
-    assert not header[4:].any()
+    kind, merges, added = {"gpt2": (1, 50000, 0), "neox": (1, 50009, 23), "llama2": (2, 0, 0)}[name]
+    assert list(header[4:7]) == [kind, merges, added]
+    assert list(header[7:9]) == ([1, ref_llama2.unk_id()] if name == "llama2" else [0, 0])
+    assert not header[9:].any()
     assert tokenizer.read_vptok(str(path))["pieces"] == pieces
     text = gutenberg_text[:50_000] + TEXTS[1]
     decoded = b"".join(pieces[i] for i in tok.encode(text))

@@ -121,6 +121,8 @@ def test_help_lists_every_flag_with_its_default():
     (["--lr-schedule", "step", "--train-data", "x"], "--lr-schedule must be cosine, linear, wsd or constant"),
     (["--cooldown-frac", "0.3", "--train-data", "x"], "--cooldown-frac applies only to --lr-schedule wsd"),
     (["--sample-top-k", "-1", "--train-data", "x"], "--sample-top-k must be >= 0"),
+    (["--sample-prompt", "Hi", "--train-data", "x"], "--sample-prompt needs --tokenizer"),
+    (["--sample-prompt", "Hi", "--tokenizer", "t.vptok", "--train-data", "x"], "--sample-prompt is only used by samples"),
     (["--arch", "gpt2", "--tie-embeddings", "1", "--train-data", "x"], "--tie-embeddings is a llama-family option"),
     (["--arch", "llama", "--tie-embeddings", "2", "--train-data", "x"], "--tie-embeddings must be 0 or 1"),
     (["--eval-mc", "", "--train-data", "x"], "--eval-mc is empty"),
@@ -498,6 +500,46 @@ def test_sample_decoded_with_gpt2_tokenizer(tmp_path, data):
              "--batch-size", "2", "--train-data", str(tmp_path / "t.bin"), "--max-steps", "1", "--sample-every", "1",
              "--sample-tokens", "12", "--tokenizer", str(enc)], expect=0)
     assert "---- sample at step 1 ----" in p.stdout
+
+
+def test_sample_prompt(tmp_path, data, ref_gpt2):
+    """--sample-prompt: encoded as tiktoken encodes it, printed, then continued; GPT-2's own
+    encoder.json + vocab.bpe and the exported vptok give the same tokens, so the same samples."""
+    toks = pattern_tokens(800, vocab=50257, seed=4)
+    write_shard(str(tmp_path / "t.bin"), toks, 1)
+    tokdir = tmp_path / "gpt2"
+    tokdir.mkdir()
+    for f in ("encoder.json", "vocab.bpe"):
+        shutil.copy(SHARED / "tokenizers" / "gpt2" / f, tokdir / f)
+    from vp_data import tokenizer
+
+    tokenizer.export_vptok(tokenizer.load("gpt2"), str(tmp_path / "gpt2.vptok"))
+    prompt = "ROMEO: Ça va, 日本?"  # 14 tokens: the delimiter and it fill 15 of T = 16
+    base = ["--arch", "gpt2", "--layers", "1", "--heads", "1", "--dim", "8", "--max-seq", "16", "--seq-len", "16",
+            "--batch-size", "2", "--train-data", str(tmp_path / "t.bin"), "--max-steps", "2", "--sample-every", "2",
+            "--sample-tokens", "5", "--sample-prompt", prompt]
+    outs = [run(base + ["--tokenizer", str(t)], expect=0).stdout for t in (tokdir / "encoder.json", tmp_path / "gpt2.vptok")]
+    n = len(ref_gpt2.encode_ordinary(prompt))
+    assert f"sample prompt: {n} tokens after the delimiter 50256\n" in outs[0]
+    sample = lambda out: out.split("---- sample at step 2 ----\n")[1].split("\n----")[0]
+    assert sample(outs[0]).startswith(prompt) and len(sample(outs[0])) > len(prompt)
+    assert sample(outs[0]) == sample(outs[1])
+    # the prompt must fit in T with the delimiter: at most 16 - 1 tokens
+    long_prompt = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+    assert len(ref_gpt2.encode_ordinary(long_prompt)) == 16
+    p = run(base[:-1] + [long_prompt, "--tokenizer", str(tmp_path / "gpt2.vptok")], expect=2)
+    assert "--sample-prompt is 16 tokens; with the delimiter before it, it must fit in --seq-len 16" in p.stderr
+    # encoder.json without its merges decodes, but cannot encode
+    (tokdir / "vocab.bpe").unlink()
+    p = run(base + ["--tokenizer", str(tokdir / "encoder.json")], expect=2)
+    assert "there is no vocab.bpe (GPT-2's merges) beside this encoder.json" in p.stderr
+    # not UTF-8 (the surrogate escape is the byte 0xFF on the command line)
+    p = run(base[:-1] + ["bad \udcff", "--tokenizer", str(tmp_path / "gpt2.vptok")], expect=2)
+    assert "--sample-prompt is not valid UTF-8" in p.stderr
+    # a tokenizer bigger than the model: the prompt's ids do not fit its vocabulary
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--sample-every", "1",
+                         "--sample-prompt", prompt, "--tokenizer", str(tmp_path / "gpt2.vptok")], expect=2)
+    assert "outside the model's vocabulary of 64" in p.stderr
 
 
 def test_sample_top_k_end_to_end(tmp_path, data):
