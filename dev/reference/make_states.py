@@ -6,6 +6,14 @@ computed by the independent PyTorch reference (model.py) in float64.
 
     .venv/bin/python dev/reference/make_states.py            # (re)writes tests/reference_states/
     .venv/bin/python dev/reference/make_states.py --check    # recomputes, compares, writes nothing
+    .venv/bin/python dev/reference/make_states.py --only llamatied_vanilla   # writes one new state
+
+Prefer --only when adding a state. A full rewrite on another machine can change the other
+states' last float64 bits, and even which batch a state draws: the batch search below keeps a
+batch only if float32 follows float64 closely, and float32 rounding differs between CPUs
+(seen 2026-11-26: llama_vanilla and llama_depth drew other batches on a 2-core development
+machine than on the one that wrote them). --check recomputes each state from its recorded batch,
+so it passes on either.
 
 State file format (version 1, little-endian):
     bytes 0..7    magic "VPSTATE1"
@@ -59,6 +67,11 @@ V = 97  # Vp = 128: 31 padded rows, random, that must stay out of the softmax
 FAMILIES = {
     "gpt2": dict(arch="gpt2", L=5, H=4, C=16, V=V, max_seq_len=16),   # D = 4, F = 4C = 64, wpe rows T..15 unused
     "llama": dict(arch="llama", L=5, H=4, Hkv=2, C=16, V=V, max_seq_len=16, F=32, qk_norm=1, rope_theta=500.0),
+    # llama with the output head tied to wte (--tie-embeddings 1, Qwen3's small models). The tie
+    # changes only the head and the embedding's gradient, the same code for every value path, so
+    # one variant covers it.
+    "llamatied": dict(arch="llama", L=5, H=4, Hkv=2, C=16, V=V, max_seq_len=16, F=32, qk_norm=1, rope_theta=500.0,
+                      tie_embeddings=1),
 }
 # The value paths with settings that exercise the cross-layer routes: SLA with 2*n_l < L so ORIG
 # and CHAIN differ, n_h a multiple of G and below H (so both own and skip heads exist); Depth with
@@ -82,8 +95,13 @@ TRAIN = dict(steps=10, lr=1e-2, warmup=2, max_steps=10, min_lr_frac=0.1, beta1=0
              weight_decay=0.1, grad_clip=2.0)
 
 
+# the variants of each family (all of them unless listed). New states go at the end of
+# state_names(): a state's seeds come from its index there, so appending keeps the others' bytes.
+FAMILY_VARIANTS = {"llamatied": ["vanilla"]}
+
+
 def state_names():
-    return [f"{fam}_{var}" for fam in FAMILIES for var in VARIANTS]
+    return [f"{fam}_{var}" for fam in FAMILIES for var in FAMILY_VARIANTS.get(fam, VARIANTS)]
 
 
 def state_config(name):
@@ -218,6 +236,7 @@ def read_state(path):
 
 def config_of(header):
     c = dict(header["config"])
+    c.setdefault("tie_embeddings", 0)  # states written before the field existed
     c.pop("arch_id")
     c.pop("path_id")
     return M.Config(**c).validate()
@@ -228,6 +247,8 @@ def compare_states(new, old):
     match exactly; computed values to float32 rounding (other BLAS/torch builds may differ in the
     last float64 bits, never by more)."""
     (hn, an), (ho, ao) = new, old
+    ho = dict(ho, config=dict(ho["config"]))
+    ho["config"].setdefault("tie_embeddings", 0)  # states written before the field existed: untied
     problems = []
     for key in ("name", "B", "T", "config", "layout", "num_params", "zero_grad_ranges"):
         if hn[key] != ho[key]:
@@ -260,12 +281,16 @@ def main():
     ap.add_argument("--out-dir", default=STATES_DIR)
     ap.add_argument("--check", action="store_true",
                     help="recompute every state from its recorded batch and compare with the files; write nothing")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=state_names(),
+                    help="write only these states (a new one), leaving the others' files as they are")
     args = ap.parse_args()
     torch.set_num_threads(1)  # tiny tensors: threads would only spin
     os.makedirs(args.out_dir, exist_ok=True)
     total, bad = 0, 0
     for i, name in enumerate(state_names()):
         path = os.path.join(args.out_dir, name + ".bin")
+        if args.only and name not in args.only and not args.check:
+            continue
         if args.check:
             try:
                 old = read_state(path)
@@ -290,7 +315,7 @@ def main():
     if args.check:
         print(f"{len(state_names()) - bad} of {len(state_names())} states match the reference")
         sys.exit(1 if bad else 0)
-    print(f"{len(state_names())} states, {total / 1024:.1f} KiB in all, in {args.out_dir}")
+    print(f"{len(args.only or state_names())} states, {total / 1024:.1f} KiB in all, written to {args.out_dir}")
 
 
 if __name__ == "__main__":

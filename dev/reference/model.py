@@ -67,6 +67,12 @@ class Config:
     sla_heads: int = 0          # n_h, counted in query heads (the last n_h; a multiple of G)
     sla_chain: int = 0          # 0 = ORIG, 1 = CHAIN (value_paths.md section 4a)
     depth_stride: int = 0       # s: anchors are layers 0, s, 2s, ...
+    tie_embeddings: int = 0     # llama: 1 = the output head is wte (Qwen3's small models), no lm_head
+
+    @property
+    def tied_head(self):
+        """The classifier reads wte: always in gpt2, in llama with tie_embeddings."""
+        return self.arch == "gpt2" or bool(self.tie_embeddings)
 
     @property
     def G(self):
@@ -78,7 +84,8 @@ class Config:
         assert self.n_head % self.n_kv_head == 0, "H must be a multiple of Hkv"
         assert self.padded_vocab_size == -(-self.vocab_size // 128) * 128
         if self.arch == "gpt2":
-            assert self.n_kv_head == self.n_head and not self.qk_norm, "gpt2 has no GQA and no QK-norm"
+            assert self.n_kv_head == self.n_head and not self.qk_norm and not self.tie_embeddings, \
+                "gpt2 has no GQA and no QK-norm, and its head is always tied"
         else:
             assert self.head_dim % 2 == 0, "RoPE needs an even head dim"
         if self.path == "sla":
@@ -89,7 +96,7 @@ class Config:
         return self
 
 
-def make_config(arch, L, H, C, V, max_seq_len, Hkv=None, F=None, rope_theta=10000.0, qk_norm=0,
+def make_config(arch, L, H, C, V, max_seq_len, Hkv=None, F=None, rope_theta=10000.0, qk_norm=0, tie_embeddings=0,
                 path="vanilla", resformer_lambda="fixed", resformer_lambda_lr=None,
                 sla_layers=None, sla_heads=None, sla_chain=0, depth_stride=None):
     """A Config with the same derived defaults as the C++ command line (host/config.h,
@@ -99,7 +106,8 @@ def make_config(arch, L, H, C, V, max_seq_len, Hkv=None, F=None, rope_theta=1000
         F = 4 * C if arch == "gpt2" else -(-(8 * C // 3) // 64) * 64
     cfg = Config(arch=arch, n_layer=L, n_head=H, n_kv_head=Hkv, n_embd=C, head_dim=C // H, ffn_dim=F,
                  vocab_size=V, padded_vocab_size=-(-V // 128) * 128, max_seq_len=max_seq_len,
-                 rope_theta=f32(rope_theta), qk_norm=qk_norm, path=path)
+                 rope_theta=f32(rope_theta), qk_norm=qk_norm, path=path,
+                 tie_embeddings=tie_embeddings)
     G = H // Hkv
     if path == "resformer":
         cfg.resformer_learn = {"fixed": 0, "learn": 1}[resformer_lambda]
@@ -152,7 +160,7 @@ def param_layout(cfg):
         ("fcproj_b", (L * b, C)),
         ("lnf_w", (C,)),
         ("lnf_b", (C * b,)),
-        ("lm_head", (Vp * (1 - b), C)),                 # llama: untied output head
+        ("lm_head", (Vp * (1 - cfg.tied_head), C)),     # llama untied: its own output head
         ("vp_lambda", (L * learn,)),                    # ResFormer learn: one lambda per layer
     ]
 
@@ -358,7 +366,7 @@ def forward(cfg, flat, idx, targets=None, **opt):
             a = F.silu(gate) * up
         x = x + F.linear(a, P["fcproj_w"][l], get("fcproj_b", l))
     x = norm(x, "lnf_w", "lnf_b")
-    head = P["wte"] if gpt2 else P["lm_head"]                           # gpt2: tied embeddings
+    head = P["wte"] if cfg.tied_head else P["lm_head"]                  # gpt2, tied llama: wte
     logits = x @ head[:V].t()                # (B, T, V): the padded rows V..Vp are not in the softmax
     loss = None
     if targets is not None:
@@ -381,7 +389,8 @@ def structural_zero_grads(cfg, idx):
     construction, for a batch with inputs idx (B, T). (Gradients that vanish only by cancellation,
     such as the key bias under softmax shift invariance, are not included.)
       * padded vocab rows V..Vp of wte and lm_head (never in the softmax; never looked up)
-      * llama: wte rows of tokens not in idx (untied: only the lookup reads wte)
+      * untied llama: wte rows of tokens not in idx (only the lookup reads wte; tied, the
+        classifier reads every real row)
       * gpt2: wpe rows T..maxT
       * ResFormer learn: lambda_0 (a no-op, section 2a)
       * SLA: the skip-head slices of W_k, b_k, W_v, b_v of the layers nobody reads (section 4b):
@@ -390,12 +399,12 @@ def structural_zero_grads(cfg, idx):
     M = {name: mask[off:off + n].view(shape) for name, shape, off, n in param_offsets(cfg)[0]}  # views
     V, T = cfg.vocab_size, idx.shape[1]
     M["wte"][V:] = True
-    if cfg.arch == "llama":
+    if not cfg.tied_head:
         M["lm_head"][V:] = True
         unseen = torch.ones(cfg.padded_vocab_size, dtype=torch.bool)
         unseen[torch.as_tensor(idx).reshape(-1)] = False
         M["wte"][unseen] = True
-    else:
+    if cfg.arch == "gpt2":
         M["wpe"][T:] = True
     if "vp_lambda" in M:
         M["vp_lambda"][0] = True
@@ -547,14 +556,12 @@ def _config_to_fields(cfg):
     return [ARCHS.index(cfg.arch), cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.n_embd, cfg.head_dim, cfg.ffn_dim,
             cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, cfg.rope_theta, cfg.qk_norm, cfg.norm_eps,
             PATHS.index(cfg.path), cfg.resformer_learn, cfg.resformer_lambda_lr, cfg.sla_layers, cfg.sla_heads,
-            cfg.sla_chain, cfg.depth_stride] + [0] * 9
+            cfg.sla_chain, cfg.depth_stride] + [0] * 8 + [cfg.tie_embeddings]
 
 
 def _config_from_fields(v):
-    if v[28]:  # ModelConfig::tie_embeddings (a llama whose output head is wte): not modelled here
-        raise ValueError("a llama checkpoint with tied embeddings (--tie-embeddings 1): this reference models untied llama only")
-    names = [f.name for f in fields(Config)]
-    vals = list(v[:20])
+    names = [f.name for f in fields(Config)]  # the 20 fields before reserved[8], then tie_embeddings
+    vals = list(v[:20]) + [v[28]]
     vals[0] = ARCHS[vals[0]]
     vals[13] = PATHS[vals[13]]
     return Config(**dict(zip(names, vals)))

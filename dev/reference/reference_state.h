@@ -280,8 +280,8 @@ inline bool ref_state_read(const std::string& path, RefState* s, std::string* er
     s->T = r.integer(h, "T");
     s->num_params = (size_t)r.num(h, "num_params");
     s->loss = r.num(h, "loss");
-    // config: every ModelConfig / ValuePathConfig field (tie_embeddings stays 0: the reference
-    // models untied llama only)
+    // config: every ModelConfig / ValuePathConfig field (tie_embeddings: absent in the states
+    // written before it existed, which are untied)
     const Json* c = r.get(h, "config", Json::OBJ);
     if (!r.ok) return false;
     ModelConfig& m = s->config;
@@ -306,6 +306,7 @@ inline bool ref_state_read(const std::string& path, RefState* s, std::string* er
     m.vp.sla_heads = r.integer(*c, "sla_heads");
     m.vp.sla_chain = r.integer(*c, "sla_chain");
     m.vp.depth_stride = r.integer(*c, "depth_stride");
+    if (c->find("tie_embeddings")) m.tie_embeddings = r.integer(*c, "tie_embeddings");
     if (!r.ok) return false;
     if (m.arch != ARCH_GPT2 && m.arch != ARCH_LLAMA) return r.fail("config: unknown arch_id");
     if (m.vp.path < VP_VANILLA || m.vp.path > VP_DEPTH) return r.fail("config: unknown path_id");
@@ -405,6 +406,7 @@ inline std::vector<std::string> ref_state_names() {
     for (const char* fam : {"gpt2", "llama"})
         for (const char* var : {"vanilla", "resformer_fixed", "resformer_learn", "svformer", "sla_orig", "sla_chain", "depth"})
             out.push_back(std::string(fam) + "_" + var);
+    out.push_back("llamatied_vanilla");  // llama with --tie-embeddings 1 (make_states.py FAMILY_VARIANTS)
     return out;
 }
 

@@ -107,6 +107,35 @@ def test_other_paths_add_no_params():
         assert M.num_params(small(arch, "depth", depth_stride=2)) == n
 
 
+def test_tied_llama_drops_lm_head():
+    """--tie-embeddings 1: the same layout as untied llama less lm_head's Vp x C."""
+    untied, tied = small("llama"), small("llama", tie_embeddings=1)
+    assert M.num_params(untied) - M.num_params(tied) == untied.padded_vocab_size * untied.n_embd
+    assert [e[0] for e in M.param_offsets(untied)[0] if e[0] != "lm_head"] == [e[0] for e in M.param_offsets(tied)[0]]
+    with pytest.raises(AssertionError):
+        small("gpt2", tie_embeddings=1)  # gpt2 is always tied; the flag is llama's
+
+
+def test_tied_llama_is_untied_with_lm_head_set_to_wte():
+    """The tied model is the untied one whose lm_head holds a copy of wte: the same logits and loss,
+    wte's gradient the sum of the untied wte's (the lookup) and lm_head's (the classifier), every
+    other gradient the same. Computed by autograd on both, so this checks the layout and the head
+    choice, not a hand-written gradient."""
+    tied, untied = small("llama", tie_embeddings=1), small("llama")
+    p_tied = M.random_params(tied, 21).numpy()
+    wte = params_by_name(tied, p_tied)["wte"]
+    p_untied = transplant(tied, p_tied, untied, fill=lambda name, n: wte)  # lm_head := wte
+    lt, logits_t, _, gt = run(tied, p_tied, seed=5)
+    lu, logits_u, _, gu = run(untied, p_untied, seed=5)
+    assert lt == lu and torch.equal(logits_t, logits_u)
+    gt, gu = grads_by_name(tied, gt), grads_by_name(untied, gu)
+    assert torch.allclose(gt["wte"], gu["wte"] + gu["lm_head"], rtol=1e-12, atol=1e-15)
+    assert gu["lm_head"].abs().max() > 0 and gu["wte"].abs().max() > 0  # both parts are there
+    for name in gt:
+        if name != "wte":
+            assert torch.equal(gt[name], gu[name]), name
+
+
 def test_default_settings():
     # value_paths.md section 10 defaults
     c = M.make_config("gpt2", 12, 12, 768, 50257, 1024, path="sla")
@@ -327,6 +356,22 @@ def test_gradcheck(arch, path, kw):
     assert torch.autograd.gradcheck(loss_of, (sub,), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
+def test_gradcheck_tied_llama():
+    """As test_gradcheck, for a llama whose head is wte: the rows of tokens not in the batch now
+    get a gradient (from the classifier), so they are checked too."""
+    cfg = M.make_config("llama", 3, 4, 8, 11, 4, Hkv=2, F=8, qk_norm=1, tie_embeddings=1)
+    p = M.random_params(cfg, 11).double()
+    idx, tgt = batch(12, V=11, B=1, T=4)
+    live = ~M.structural_zero_grads(cfg, idx)
+    assert int(live[:cfg.padded_vocab_size * cfg.n_embd].sum()) == cfg.vocab_size * cfg.n_embd  # every real wte row
+
+    def loss_of(sub):
+        return M.forward(cfg, p.masked_scatter(live, sub), idx, tgt)[1]
+
+    sub = p[live].clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(loss_of, (sub,), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Optimizer and schedule
 
@@ -381,10 +426,10 @@ def test_weight_decay_mask():
 
 
 def test_checkpoint_roundtrip(tmp_path):
-    for arch in FAMILIES:
-        cfg = small(arch, "sla", sla_layers=2, sla_heads=2, sla_chain=1)
+    for arch, kw in (("gpt2", {}), ("llama", {}), ("llama", dict(tie_embeddings=1))):
+        cfg = small(arch, "sla", sla_layers=2, sla_heads=2, sla_chain=1, **kw)
         p = M.random_params(cfg, 14).numpy()
-        path = tmp_path / f"{arch}.bin"
+        path = tmp_path / f"{arch}{len(kw)}.bin"
         M.write_checkpoint(str(path), cfg, p, step=7)
         cfg2, p2, meta = M.read_checkpoint(str(path))
         assert cfg2 == cfg and np.array_equal(p, p2) and meta["step"] == 7 and not meta["has_optimizer"]
@@ -402,10 +447,10 @@ int main() {
     std::vector<float> p(%NPARAMS%);
     checkpoint_read("%PATH%", &meta, p.data(), nullptr, nullptr);
     const ModelConfig& c = meta.model;
-    printf("%d %d %d %d %d %d %d %d %d %d %g %d %g %d %d %g %d %d %d %d %lld %.9g %.9g\n", c.arch, c.n_layer, c.n_head, c.n_kv_head,
+    printf("%d %d %d %d %d %d %d %d %d %d %g %d %g %d %d %g %d %d %d %d %d %lld %.9g %.9g\n", c.arch, c.n_layer, c.n_head, c.n_kv_head,
            c.n_embd, c.head_dim, c.ffn_dim, c.vocab_size, c.padded_vocab_size, c.max_seq_len, c.rope_theta, c.qk_norm, c.norm_eps,
            c.vp.path, c.vp.resformer_learn, c.vp.resformer_lambda_lr, c.vp.sla_layers, c.vp.sla_heads, c.vp.sla_chain,
-           c.vp.depth_stride, (long long)meta.step, p[0], p[p.size() - 1]);
+           c.vp.depth_stride, c.tie_embeddings, (long long)meta.step, p[0], p[p.size() - 1]);
     meta.step = 9;  // and write it back with the host code, for the Python reader
     checkpoint_write("%OUTDIR%", meta, p.data(), nullptr, nullptr);
 }
@@ -416,7 +461,7 @@ int main() {
 def test_checkpoint_readable_by_host_code():
     """Writes a checkpoint here, reads it with host/checkpoint.h's checkpoint_read, writes it back
     with checkpoint_write, and reads that here."""
-    cfg = small("llama", "resformer", resformer_lambda="learn", resformer_lambda_lr=0.03)
+    cfg = small("llama", "resformer", resformer_lambda="learn", resformer_lambda_lr=0.03, tie_embeddings=1)
     p = M.random_params(cfg, 15).numpy()
     with tempfile.TemporaryDirectory() as d:
         ck = os.path.join(d, "ckpt_00000003.bin")
@@ -432,9 +477,9 @@ def test_checkpoint_readable_by_host_code():
     assert out[0].split() == ["552", "116", "40", "160", "168", "296", "52", "48"]
     assert M._CRC_OFFSET == 296  # where model.py reads and writes the two CRCs
     got = out[1].split()
-    want = [1, 5, 4, 2, 16, 4, 32, 97, 128, 16, 500, 1, 1e-05, 1, 1, 0.03, 0, 0, 0, 0, 3]
-    assert [float(x) for x in got[:21]] == pytest.approx(want, rel=1e-6)
-    assert float(got[21]) == pytest.approx(float(p[0]), rel=1e-7) and float(got[22]) == pytest.approx(float(p[-1]), rel=1e-7)
+    want = [1, 5, 4, 2, 16, 4, 32, 97, 128, 16, 500, 1, 1e-05, 1, 1, 0.03, 0, 0, 0, 0, 1, 3]
+    assert [float(x) for x in got[:22]] == pytest.approx(want, rel=1e-6)
+    assert float(got[22]) == pytest.approx(float(p[0]), rel=1e-7) and float(got[23]) == pytest.approx(float(p[-1]), rel=1e-7)
 
 
 # ---------------------------------------------------------------------------------------------
