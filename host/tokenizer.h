@@ -21,7 +21,8 @@
 //        [3] end-of-text id, or -1 if there is none
 //        [4] encoder kind (version 2): 0 none, 1 byte-level BPE, 2 SentencePiece BPE
 //        [5] kind 1: number of merges M     [6] kind 1: number of added tokens A
-//        [7] kind 2: flags (bit 0: add a dummy-prefix space)   [8] kind 2: unk id or -1
+//        [7] flags: kind 1, bit 0: NFC-normalize the text first; kind 2, bit 0: add a dummy-prefix space
+//        [8] kind 2: unk id or -1
 //        [9..255] 0
 //      then for each id 0..N-1: a little-endian uint32 byte length L, then L raw bytes;
 //      then (kind 1) M int32 triples (left id, right id, merged id) in merge order and A int32 ids
@@ -40,8 +41,7 @@
 //   byte-level BPE (GPT-2 as tiktoken, GPT-NeoX-20B as HF tokenizers): the added tokens that match
 //     whole in text are split off first (leftmost, longest), the rest is cut by GPT-2's
 //     pre-tokenizer regex, and each piece's bytes are merged pair by pair, always the pair of
-//     lowest merge rank, leftmost first. NeoX also NFC-normalizes its input, which is not done
-//     here: text already in NFC (what keyboards and nearly all files hold) encodes identically.
+//     lowest merge rank, leftmost first. NeoX first normalizes the text to NFC (host/unicode.h).
 //   SentencePiece BPE (Llama-2, as the sentencepiece library): spaces become U+2581 (here: the
 //     pieces keep spaces, so a literal U+2581 becomes a space instead), a dummy space is prefixed,
 //     the text is cut into characters, and the adjacent pair whose join is a piece of highest
@@ -57,7 +57,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "host/unicode_classes.h"
+#include "host/unicode.h"
 #include "host/utils.h"
 
 #define VPTOK_MAGIC 20261122
@@ -83,6 +83,7 @@ struct Tokenizer {
     // kind 1: (left id << 32 | right id) -> (merge rank, merged id)
     std::unordered_map<uint64_t, std::pair<int, int>> merges;
     std::vector<int> added;       // kind 1: ids matched whole in text before BPE (NeoX's space runs)
+    bool normalize_nfc = false;   // kind 1: the text is NFC-normalized first (NeoX's normalizer)
     // kind 2
     std::unordered_map<std::string, int> pieces;  // normal pieces' bytes -> id
     std::vector<float> score;                     // (vocab_size) merge priority: higher first
@@ -108,6 +109,7 @@ inline void tok_reset(Tokenizer* tok) {
     tok->score.clear();
     tok->unk_id = -1;
     tok->add_dummy_prefix = false;
+    tok->normalize_nfc = false;
 }
 
 inline std::string tok_bytes(const Tokenizer* tok, int id) {
@@ -230,8 +232,12 @@ inline void tok_load_vptok(Tokenizer* tok, const char* path, const std::vector<u
         runtime_error(remake, "tokenizer file '%s' has %llu bytes of trailing garbage after its %d tokens%s (file is %zu bytes)", path,
                       (unsigned long long)(size - pos - section), n, kind == ENCODER_NONE ? "" : " and encoder section", size);
     }
+    if (kind != ENCODER_NONE && (header[7] & ~1) != 0) {
+        runtime_error(remake, "tokenizer file '%s' has encoder flags 0x%X; only bit 0 is known", path, (unsigned)header[7]);
+    }
     int user_defined = 0;  // kind 2's pieces of that type
     if (kind == ENCODER_BYTE_BPE) {
+        tok->normalize_nfc = (header[7] & 1) != 0;
         tok->merges.reserve((size_t)n_merges);
         for (int32_t r = 0; r < n_merges; r++, pos += 12) {
             tok_add_merge(tok, r, (int32_t)tok_le32(&d[pos]), (int32_t)tok_le32(&d[pos + 4]), (int32_t)tok_le32(&d[pos + 8]), path, remake);
@@ -582,46 +588,6 @@ inline void tokenizer_init(Tokenizer* tok, const char* path) {
 // ----------------------------------------------------------------------------
 // encoding
 
-// Decodes UTF-8 into code points and the byte offset where each starts (plus the end). Strict:
-// false for a malformed, overlong or surrogate sequence, which no tokenizer here accepts as text.
-inline bool utf8_decode(const std::string& s, std::vector<uint32_t>* cps, std::vector<size_t>* starts) {
-    cps->clear();
-    starts->clear();
-    size_t i = 0, n = s.size();
-    while (i < n) {
-        unsigned char c = (unsigned char)s[i];
-        int extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
-        if (extra < 0 || n - i <= (size_t)extra) return false;
-        uint32_t cp = c & (0x7F >> extra);
-        for (int k = 1; k <= extra; k++) {
-            unsigned char cc = (unsigned char)s[i + k];
-            if ((cc & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (cc & 0x3F);
-        }
-        static const uint32_t smallest[4] = {0, 0x80, 0x800, 0x10000};
-        if (cp < smallest[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        starts->push_back(i);
-        cps->push_back(cp);
-        i += (size_t)extra + 1;
-    }
-    starts->push_back(n);
-    return true;
-}
-
-template <size_t N>
-inline bool unicode_in(const UnicodeRange (&table)[N], uint32_t cp) {
-    size_t lo = 0, hi = N;  // the first range whose last >= cp
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (table[mid].last < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < N && table[lo].first <= cp;
-}
-inline bool unicode_letter(uint32_t cp) { return cp < 0x80 ? ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') : unicode_in(kUnicodeLetters, cp); }
-inline bool unicode_number(uint32_t cp) { return cp < 0x80 ? (cp >= '0' && cp <= '9') : unicode_in(kUnicodeNumbers, cp); }
-inline bool unicode_space(uint32_t cp) { return unicode_in(kUnicodeWhiteSpace, cp); }
-
 // GPT-2's pre-tokenizer, the regex
 //     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // (openai/gpt-2 encoder.py; tiktoken's r50k_base; HF's ByteLevel pre-tokenizer) written out by
@@ -806,7 +772,11 @@ inline bool tokenizer_encode(const Tokenizer* tok, const std::string& text, std:
     std::vector<size_t> starts;
     if (!utf8_decode(text, &cps, &starts)) return false;
     ids->clear();
-    if (tok->encoder_kind == ENCODER_BYTE_BPE) tokenizer_encode_byte_bpe(tok, text, cps, starts, ids);
+    if (tok->encoder_kind == ENCODER_BYTE_BPE && tok->normalize_nfc) {
+        std::string normalized = utf8_encode(unicode_nfc(cps));
+        utf8_decode(normalized, &cps, &starts);  // valid: made from valid code points
+        tokenizer_encode_byte_bpe(tok, normalized, cps, starts, ids);
+    } else if (tok->encoder_kind == ENCODER_BYTE_BPE) tokenizer_encode_byte_bpe(tok, text, cps, starts, ids);
     else if (tok->encoder_kind == ENCODER_SENTENCEPIECE) tokenizer_encode_sentencepiece(tok, text, ids);
     return true;
 }

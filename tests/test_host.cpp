@@ -941,9 +941,10 @@ static void set_header_slot(std::vector<unsigned char>& file, int slot, int32_t 
 
 // vptok version 2 with a byte-level BPE encoder: header slots 4..6, the triples, the added ids
 static std::vector<unsigned char> vptok_bpe_bytes(const std::vector<std::string>& toks, const std::vector<std::array<int, 3>>& merges,
-                                                   const std::vector<int>& added, int kind = ENCODER_BYTE_BPE) {
+                                                   const std::vector<int>& added, int kind = ENCODER_BYTE_BPE, int flags = 0) {
     std::vector<unsigned char> b = vptok_bytes(toks, -1, 2);
     set_header_slot(b, 4, kind);
+    set_header_slot(b, 7, flags);
     set_header_slot(b, 5, (int32_t)merges.size());
     set_header_slot(b, 6, (int32_t)added.size());
     for (auto& m : merges)
@@ -965,6 +966,38 @@ static std::vector<std::string> byte_vocab() {
     std::vector<std::string> toks;
     for (int b = 0; b < 256; b++) toks.push_back(std::string(1, (char)b));
     return toks;
+}
+
+TEST(nfc_by_hand) {
+    // each worked out from UAX #15 and the Unicode data: decompose fully, order the marks by
+    // combining class, compose each with the last starter unless a mark between blocks it
+    auto nfc = [](const std::string& text) {
+        std::vector<uint32_t> cps;
+        std::vector<size_t> starts;
+        if (!utf8_decode(text, &cps, &starts)) return std::string("<invalid>");
+        return utf8_encode(unicode_nfc(cps));
+    };
+    struct Case { const char* what; std::string text, want; } cases[] = {
+        {"e + acute composes", "e\xcc\x81", "\xc3\xa9"},
+        {"a + dot below (220) + circumflex (230): one letter", "a\xcc\xa3\xcc\x82", "\xe1\xba\xad"},
+        {"the same marks out of class order: reordered, then composed", "a\xcc\x82\xcc\xa3", "\xe1\xba\xad"},
+        {"a second mark of the same class is blocked", "e\xcc\x80\xcc\x81", "\xc3\xa8\xcc\x81"},
+        {"Angstrom sign: a singleton, becomes A with ring", "\xe2\x84\xab", "\xc3\x85"},
+        {"Hangul L + V + T jamo: one syllable", "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "\xea\xb0\x81"},
+        {"U+0958 is excluded from composition: stays decomposed", "\xe0\xa5\x98", "\xe0\xa4\x95\xe0\xa4\xbc"},
+        {"a leading mark has nothing to join", "\xcc\x81" "e", "\xcc\x81" "e"},
+        {"ASCII is untouched", "plain text 123", "plain text 123"},
+        {"empty", "", ""},
+    };
+    for (const Case& c : cases) CHECK(nfc(c.text) == c.want, "%s: got '%s'", c.what, nfc(c.text).c_str());
+    // the flag of a byte-level BPE file: e + U+0301 merges to the token of "é" only under NFC
+    std::vector<std::string> toks = byte_vocab();
+    toks.push_back("\xc3\xa9");  // 256
+    std::string with = tmp_path("nfc_bpe.vptok"), without = tmp_path("plain_bpe.vptok");
+    write_bytes(with, vptok_bpe_bytes(toks, {{0xC3, 0xA9, 256}}, {}, ENCODER_BYTE_BPE, 1));
+    write_bytes(without, vptok_bpe_bytes(toks, {{0xC3, 0xA9, 256}}, {}));
+    CHECK(encoded(with, "e\xcc\x81") == std::vector<int>{256}, "NFC flag: e + U+0301 is not the token of é");
+    CHECK(encoded(without, "e\xcc\x81") == (std::vector<int>{'e', 0xCC, 0x81}), "no flag: e + U+0301 must stay three bytes");
 }
 
 TEST(byte_bpe_encode_by_hand) {
@@ -1054,6 +1087,7 @@ TEST(encoder_section_errors_name_the_file) {
     };
     struct Case { const char* name; std::vector<unsigned char> bytes; const char* must_say; } cases[] = {
         {"enc_kind.vptok", vptok_bpe_bytes(toks, {}, {}, 3), "encoder kind 3"},
+        {"enc_flags.vptok", vptok_bpe_bytes(toks, {}, {}, ENCODER_BYTE_BPE, 2), "encoder flags 0x2"},
         {"enc_cut.vptok", cut, "truncated"},
         {"enc_trailing.vptok", trailing, "trailing"},
         {"enc_join.vptok", vptok_bpe_bytes(toks, {{'a', 'b', 257}}, {}), "not their bytes joined"},

@@ -340,15 +340,16 @@ static void fuzz_make_seeds(const std::string& dir) {
         vp.insert(vp.end(), w, w + strlen(w));
     }
     fuzz_seed(dir, "vptok", -1, vp);
-    // version 2 with encoders: byte-level BPE (every byte, 3 merges, an added "  "), then
-    // SentencePiece (unk, <s>, every byte as a <0xNN> piece, 3 scored pieces)
+    // version 2 with encoders: byte-level BPE (every byte, 3 merges, an added "  ", NFC first), then
+    // SentencePiece (unk, <s>, every byte as a <0xNN> piece, 3 scored pieces, a dummy prefix).
+    // Header slots: magic, version, N, eot, kind, merges, added, flags (bit 0 either way), unk id 0
     std::vector<std::string> bpe_toks, spm_toks = {"<unk>", "<s>"};
     for (int b = 0; b < 256; b++) bpe_toks.push_back(std::string(1, (char)b)), spm_toks.push_back(std::string(1, (char)b));
     bpe_toks.insert(bpe_toks.end(), {"ab", "abc", " t", "  "});
     spm_toks.insert(spm_toks.end(), {" ", " a", "ab"});
     auto vptok_v2 = [&](const std::vector<std::string>& toks, int kind) {
         std::vector<uint8_t> b;
-        for (int32_t v : {(int32_t)VPTOK_MAGIC, 2, (int32_t)toks.size(), 1, kind, kind == 1 ? 3 : 0, kind == 1 ? 1 : 0, kind == 2 ? 1 : 0, kind == 2 ? 0 : 0}) le32(b, (uint32_t)v);
+        for (int32_t v : {(int32_t)VPTOK_MAGIC, 2, (int32_t)toks.size(), 1, kind, kind == 1 ? 3 : 0, kind == 1 ? 1 : 0, 1, 0}) le32(b, (uint32_t)v);
         b.resize(VPTOK_HEADER_BYTES, 0);
         for (const std::string& t : toks) {
             le32(b, (uint32_t)t.size());

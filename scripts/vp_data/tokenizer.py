@@ -20,7 +20,8 @@ vptok (compact tokenizer for the C++ trainer: decodes samples, encodes --sample-
   header 256 little-endian int32: [0]=20261122, [1]=2, [2]=vocab size N,
   [3]=document delimiter id (the "end-of-text" id; -1 if none), [4]=encoder kind
   (0 decode only, 1 byte-level BPE, 2 SentencePiece BPE), [5]=merges M (kind 1),
-  [6]=added tokens A (kind 1), [7]=flags (kind 2: bit 0 add_dummy_prefix), [8]=unk id
+  [6]=added tokens A (kind 1), [7]=flags (kind 1: bit 0 NFC-normalize first; kind 2: bit 0
+  add_dummy_prefix), [8]=unk id
   (kind 2; -1 if none), rest 0;
   then for id 0..N-1: uint32 byte length, then that many raw bytes;
   then kind 1: M int32 triples (left, right, merged) in merge order, then A int32 ids of the
@@ -159,7 +160,7 @@ class Tokenizer:
 
     def encoder_spec(self) -> dict:
         """What the C++ encoder needs to reproduce encode(): {"kind": ENCODER_BYTE_BPE,
-        "merges": [(left, right, merged)...], "added": [ids]}, {"kind": ENCODER_SENTENCEPIECE,
+        "merges": [(left, right, merged)...], "added": [ids], "nfc": bool}, {"kind": ENCODER_SENTENCEPIECE,
         "scores", "types", "add_dummy_prefix", "unk"}, or {"kind": ENCODER_NONE, "why": ...}."""
         return {"kind": ENCODER_NONE, "why": f"{self.name}: no C++ encoder"}
 
@@ -223,7 +224,7 @@ class GPT2Tokenizer(Tokenizer):
         return self.enc.decode_single_token_bytes(i)
 
     def encoder_spec(self):
-        return {"kind": ENCODER_BYTE_BPE, "merges": self._merges, "added": []}
+        return {"kind": ENCODER_BYTE_BPE, "merges": self._merges, "added": [], "nfc": False}
 
 
 class NeoXTokenizer(Tokenizer):
@@ -261,10 +262,10 @@ class NeoXTokenizer(Tokenizer):
         return _byte_level_to_bytes(tok, self._path)
 
     def encoder_spec(self):
-        """The BPE merges and the non-special added tokens of tokenizer.json. HF `tokenizers`
-        matches those added tokens (NeoX's runs of 2..24 spaces) whole in the text, longest first,
-        before BPE; special ones (<|endoftext|>) never match document text. NFC normalization is
-        not exported: the C++ encoder assumes NFC input (see docs/formats.md)."""
+        """The BPE merges, the non-special added tokens and the normalizer of tokenizer.json. HF
+        `tokenizers` matches those added tokens (NeoX's runs of 2..24 spaces) whole in the text,
+        longest first, before BPE; special ones (<|endoftext|>) never match document text. The
+        C++ encoder does NFC (NeoX's normalizer) or nothing; another normalizer is not exported."""
         with open(self._path, "rb") as f:
             doc = json.loads(f.read())
         model, pre = doc.get("model") or {}, doc.get("pre_tokenizer") or {}
@@ -279,6 +280,10 @@ class NeoXTokenizer(Tokenizer):
         gpt2_split = pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space")
         if not (plain_bpe and gpt2_split):
             return {"kind": ENCODER_NONE, "why": f"{self._path}: not a plain byte-level BPE with GPT-2's pre-tokenizer"}
+        norm = doc.get("normalizer")
+        steps = norm.get("normalizers", []) if norm and norm.get("type") == "Sequence" else [norm] if norm else []
+        if any(step.get("type") != "NFC" for step in steps):
+            return {"kind": ENCODER_NONE, "why": f"{self._path}: normalizer {norm} (the C++ encoder does NFC or none)"}
         vocab = model["vocab"]
         merges = []
         for i, m in enumerate(model["merges"]):
@@ -287,7 +292,7 @@ class NeoXTokenizer(Tokenizer):
                 raise DataError(f"{self._path}: merge {i} ({a!r}, {b!r}) names a token not in the vocabulary")
             merges.append((vocab[a], vocab[b], vocab[a + b]))
         added = sorted(t.get("id") for t in doc.get("added_tokens", []) if not t.get("special"))
-        return {"kind": ENCODER_BYTE_BPE, "merges": merges, "added": added}
+        return {"kind": ENCODER_BYTE_BPE, "merges": merges, "added": added, "nfc": bool(steps)}
 
 
 def _proto_fields(buf: bytes):
@@ -442,6 +447,7 @@ def export_vptok(tok: Tokenizer, path: str) -> None:
     if spec["kind"] == ENCODER_BYTE_BPE:
         header[5] = len(spec["merges"])
         header[6] = len(spec["added"])
+        header[7] = 1 if spec["nfc"] else 0
         chunks.append(np.asarray(spec["merges"], dtype="<i4").reshape(-1, 3).tobytes())
         chunks.append(np.asarray(spec["added"], dtype="<i4").tobytes())
     elif spec["kind"] == ENCODER_SENTENCEPIECE:
@@ -466,7 +472,7 @@ def vptok_version(path: str) -> int:
 
 def read_vptok(path: str) -> dict:
     """A vptok file (version 1 or 2) as {"vocab_size", "eot", "pieces", "kind"} plus, for an
-    encoder, "merges"/"added" (kind 1) or "scores"/"types"/"add_dummy_prefix"/"unk" (kind 2)."""
+    encoder, "merges"/"added"/"nfc" (kind 1) or "scores"/"types"/"add_dummy_prefix"/"unk" (kind 2)."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < VPTOK_HEADER_INTS * 4:
@@ -493,6 +499,7 @@ def read_vptok(path: str) -> dict:
         out["merges"] = [tuple(t) for t in np.frombuffer(data, "<i4", 3 * m, off).reshape(-1, 3).tolist()]
         off += 12 * m
         out["added"] = np.frombuffer(data, "<i4", a, off).tolist()
+        out["nfc"] = bool(header[7] & 1)
         off += 4 * a
     elif kind == ENCODER_SENTENCEPIECE:
         if off + 8 * n > len(data):
