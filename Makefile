@@ -67,8 +67,8 @@ all-paths: $(addprefix train_cpu_,$(VALUE_PATHS))
 # ---------------------------------------------------------------------------
 # the GPU build (train_gpt.cu, kernels/, test_gpt.cu, dev/cuda/): gpu.mk. Included here, before the
 # tests, because `make test` depends on its GPU_TEST_TARGETS (compile every GPU target, so a build
-# break fails CI even without a GPU) and runs its TEST_GPT_BINS (they print "skipped: no CUDA
-# device" and exit 0 where there is no GPU).
+# break fails CI even without a GPU; unoptimized into build/check/ where there is no GPU) and runs
+# its GPU_TEST_RUN (test_gpt prints "skipped: no CUDA device" and exits 0 where there is no GPU).
 include gpu.mk
 # the GPU trainer's real source on the CPU, through the CUDA emulator of tests/emu (no nvcc needed):
 # make test runs its EMU_CI_RUN subset; make test-emu runs everything
@@ -119,7 +119,8 @@ MPI_TRAINERS := $(if $(HAVE_MPI),$(addprefix build/,$(addsuffix -mpi/train_cpu,$
 # nvcc and emulator builds, are most of CI's time), then runs everything in order.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
+	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) test-build || exit 1; \
+		echo "(the build took $$(($$(date +%s) - start))s)"
 	@$(if $(HAVE_MPI),true,echo "✗ no mpicxx/mpirun: the distributed tests are skipped (apt-get install libopenmpi-dev openmpi-bin)")
 	@bash tests/run_all.sh $(CPP_TESTS) $(FUZZ_REPLAY_RUN) $(GPU_TEST_RUN) $(EMU_CI_RUN)
 

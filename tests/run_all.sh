@@ -15,7 +15,8 @@ total_fail=0
 total_skip=0
 failed_suites=()
 
-add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file
+SECONDS=0  # bash's own clock: each suite's line gives its seconds, the last line the total (CI's budget)
+add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file, $4 = seconds it took
     local p f
     p=$(grep -Eo '[0-9]+ passed' "$3" | tail -1 | grep -Eo '[0-9]+' || true)
     f=$(grep -Eo '[0-9]+ failed' "$3" | tail -1 | grep -Eo '[0-9]+' || true)
@@ -26,7 +27,7 @@ add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file
     total_pass=$((total_pass + p))
     total_fail=$((total_fail + f))
     [ "$f" -ne 0 ] && failed_suites+=("$1")
-    echo "== $1: $p passed, $f failed"
+    echo "== $1: $p passed, $f failed (${4}s)"
 }
 
 run_python=1
@@ -41,6 +42,7 @@ for entry in "$@"; do
     [ "$bin" != "$entry" ] && args=("${entry#*@}")
     log=$(mktemp)
     echo "== running $bin ${args[*]:-}"
+    t0=$SECONDS
     "$bin" "${args[@]}" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     # GPU suites on a machine without a GPU: a clean skip, counted as such (CI compiled them)
@@ -48,7 +50,7 @@ for entry in "$@"; do
         total_skip=$((total_skip + 1))
         echo "== $bin: skipped (no CUDA device)"
     else
-        add_counts "$entry" "$rc" "$log"
+        add_counts "$entry" "$rc" "$log" $((SECONDS - t0))
     fi
     rm -f "$log"
 done
@@ -59,8 +61,9 @@ elif [ -x .venv/bin/python ]; then
     log=$(mktemp)
     # dev/reference: the PyTorch reference's own checks; they skip cleanly where torch is not installed
     echo "== running pytest tests/python dev/reference"
-    .venv/bin/python -m pytest -q tests/python dev/reference 2>&1 | tee "$log"
-    add_counts "pytest tests/python" "${PIPESTATUS[0]}" "$log"
+    t0=$SECONDS
+    .venv/bin/python -m pytest -q --durations=5 tests/python dev/reference 2>&1 | tee "$log"
+    add_counts "pytest tests/python" "${PIPESTATUS[0]}" "$log" $((SECONDS - t0))
     rm -f "$log"
 else
     echo "!! no .venv: run 'make venv' (make test does it) to run the Python tests"
@@ -70,5 +73,6 @@ fi
 
 echo
 [ ${#failed_suites[@]} -ne 0 ] && echo "failed suites: ${failed_suites[*]}"
+echo "(the tests took ${SECONDS}s, the build before them not counted)"
 echo "${total_pass} passed, ${total_fail} failed, ${total_skip} skipped"
 [ "$total_fail" -eq 0 ]
