@@ -181,7 +181,7 @@ $(GPU_BUILD)/dev/cuda/bf16/bench_gpt_%: dev/cuda/bench_gpt.cu dev/cuda/common.h 
 # GPT-2 124M, B=64, T=1024, bf16: every value path, then PyTorch (torch.compile + SDPA flash), on
 # the same device in the same call; prints the PyTorch ratio and each path's ratio to vanilla.
 bench: $(BENCH_BINS)
-	BENCH_PYTHON=$(BENCH_PYTHON) BENCH_PATHS="$(GPU_VALUE_PATHS)" bash dev/bench_paths.sh
+	BENCH_PYTHON=$(BENCH_PYTHON) BENCH_PATHS="$(GPU_VALUE_PATHS)" GPU_BUILD=$(GPU_BUILD) bash dev/bench_paths.sh
 
 # ---------------------------------------------------------------------------
 # compile checks (what CI runs: no GPU needed)

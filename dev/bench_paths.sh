@@ -9,7 +9,8 @@
 # asserted: a benchmark prints, a test asserts.
 #
 # Environment: BENCH_PYTHON (python3), BENCH_STEPS (20), BENCH_WARMUP (5), BENCH_PATHS
-# (vanilla resformer svformer sla depth), OUT_DIR (build/bench).
+# (vanilla resformer svformer sla depth), OUT_DIR (build/bench), GPU_BUILD (build: where the
+# bench_gpt binaries are; make bench passes its own).
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT_DIR:-build/bench}"
@@ -23,7 +24,7 @@ field() { grep -o "$2=[^ ]*" <<<"$1" | head -1 | cut -d= -f2; }
 
 declare -A MS TOKS MEM VPMEM
 for p in $PATHS; do
-    bin=build/dev/cuda/bf16/bench_gpt_$p
+    bin=${GPU_BUILD:-build}/dev/cuda/bf16/bench_gpt_$p
     if [ ! -x "$bin" ]; then
         echo "✗ $bin not built (make $bin)"
         continue

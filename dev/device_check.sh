@@ -35,7 +35,9 @@
 # ("vanilla depth") to test fewer value paths; COMMIT=<sha> to name the commit in the summary (the
 # device copy of the tree may have no .git); JOBS (16); TIME_LIMIT (530: seconds after which no
 # step starts); TEST_GPT_DIR (build/tests: where the test_gpt binaries are run from; for this
-# script's own test, tests/python/test_device_check.py). All five paths x two precisions of
+# script's own test, tests/python/test_device_check.py); GPU_BUILD (build: where every GPU binary
+# is built and run from; the script's own test on a machine without a GPU sets build/check, where
+# make test compiled them unoptimized). All five paths x two precisions of
 # test_gpt plus the bench may not fit one 10-minute call: then run it twice, e.g.
 #   SKIP_BENCH=1 bash dev/device_check.sh   and   SKIP_TESTS=1 SKIP_LABS=1 SKIP_CLI=1 bash dev/device_check.sh
 # BENCH_PARTS ("bench attention memory profile", the default: steps 6, 7 (attention, then memory)
@@ -44,6 +46,9 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
+# where the GPU binaries are (gpu.mk GPU_BUILD): build/, but for this script's own test on a machine
+# without a GPU, which points it at build/check/ (make test's unoptimized compile check)
+GB="${GPU_BUILD:-build}"
 mkdir -p "$OUT_DIR"
 JOBS="${JOBS:-16}"
 BENCH_PARTS=" ${BENCH_PARTS:-bench attention memory profile} "
@@ -168,17 +173,17 @@ fi
 # Otherwise only what the steps of this call run (a second call on a fresh machine starts bare),
 # with -k so that one translation unit that fails does not stop the others from building
 BUILD_TARGETS=()
-for path in $TEST_PATHS; do BUILD_TARGETS+=("build/tests/test_gpt_gpu_${path}_bf16" "build/tests/test_gpt_gpu_${path}_fp32"); done
-[ "${SKIP_LABS:-0}" != 1 ] && for lab in $LABS; do BUILD_TARGETS+=("build/dev/cuda/bf16/$lab"); done
-{ [ "${SKIP_CLI:-0}" != 1 ] || [ "${SKIP_DIST:-0}" != 1 ]; } && BUILD_TARGETS+=(build/vanilla/train_bf16)
-bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("build/dev/cuda/bf16/bench_gpt_$path"); done
-bench_part attention && BUILD_TARGETS+=(build/dev/cuda/bf16/attention_forward build/dev/cuda/bf16/attention_backward build/dev/cuda/bf16/bench_gpt_vanilla)
-bench_part memory && for lab in $MEMORY_LABS; do BUILD_TARGETS+=("build/dev/cuda/bf16/$lab"); done
-bench_part profile && BUILD_TARGETS+=(build/dev/cuda/bf16/bench_gpt_vanilla)
+for path in $TEST_PATHS; do BUILD_TARGETS+=("$GB/tests/test_gpt_gpu_${path}_bf16" "$GB/tests/test_gpt_gpu_${path}_fp32"); done
+[ "${SKIP_LABS:-0}" != 1 ] && for lab in $LABS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/$lab"); done
+{ [ "${SKIP_CLI:-0}" != 1 ] || [ "${SKIP_DIST:-0}" != 1 ]; } && BUILD_TARGETS+=($GB/vanilla/train_bf16)
+bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
+bench_part attention && BUILD_TARGETS+=($GB/dev/cuda/bf16/attention_forward $GB/dev/cuda/bf16/attention_backward $GB/dev/cuda/bf16/bench_gpt_vanilla)
+bench_part memory && for lab in $MEMORY_LABS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/$lab"); done
+bench_part profile && BUILD_TARGETS+=($GB/dev/cuda/bf16/bench_gpt_vanilla)
 [ "${SKIP_BUILD:-0}" = 1 ] && BUILD_TARGETS=()
 [ ${#BUILD_TARGETS[@]} -gt 0 ] && mapfile -t BUILD_TARGETS < <(printf '%s\n' "${BUILD_TARGETS[@]}" | awk '!seen[$0]++')
 rc=0
-[ ${#BUILD_TARGETS[@]} -gt 0 ] && { run_step "build" 240 "$OUT_DIR/build.log" make -k -j"$JOBS" "${BUILD_TARGETS[@]}"; rc=$?; }
+[ ${#BUILD_TARGETS[@]} -gt 0 ] && { run_step "build" 240 "$OUT_DIR/build.log" make -k -j"$JOBS" GPU_BUILD="$GB" "${BUILD_TARGETS[@]}"; rc=$?; }
 if [ $FROM_BUNDLE = 1 ]; then
     :
 elif [ "${SKIP_BUILD:-0}" = 1 ]; then
@@ -220,7 +225,7 @@ rerun_failure() {
 }
 for path in $TEST_PATHS; do
     for prec in bf16 fp32; do
-        bin=${TEST_GPT_DIR:-build/tests}/test_gpt_gpu_${path}_${prec}
+        bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_${prec}
         tlog="$OUT_DIR/test_gpt.log"
         if [ -x "$bin" ]; then
             run_step "test_gpt $path $prec" 150 "$tlog" "$bin"
@@ -239,8 +244,8 @@ done
 # 3. kernel labs ---------------------------------------------------------------------------
 if [ "${SKIP_LABS:-0}" != 1 ]; then
     for lab in $LABS; do
-        if [ -x build/dev/cuda/bf16/$lab ]; then
-            run_step "lab $lab --check" 90 "$OUT_DIR/labs.log" ./build/dev/cuda/bf16/$lab --check
+        if [ -x $GB/dev/cuda/bf16/$lab ]; then
+            run_step "lab $lab --check" 90 "$OUT_DIR/labs.log" ./$GB/dev/cuda/bf16/$lab --check
             rc=$?
             if tail -3 "$OUT_DIR/labs.log" | grep -q "skipped: no CUDA device"; then row "lab $lab --check (bf16)" "skipped: no CUDA device"
             else row "lab $lab --check (bf16)" "$([ $rc -eq 0 ] && echo 'ok: all versions match the CPU' || verdict $rc)"; fi
@@ -251,7 +256,7 @@ if [ "${SKIP_LABS:-0}" != 1 ]; then
 fi
 
 # 4. the CLI end to end ----------------------------------------------------------------------
-if [ "${SKIP_CLI:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
+if [ "${SKIP_CLI:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ]; then
     CLI="$OUT_DIR/train_cli.log"
     W=build/device_check_cli
     rm -rf "$W"
@@ -261,8 +266,8 @@ if [ "${SKIP_CLI:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
         --seed 7
         --train-data "$W/synth_train_*.bin" --checkpoint-every 10)
     ok=1
-    run_step "train run A" 60 "$CLI" ./build/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/a" || ok=0
-    run_step "train run B" 60 "$CLI" ./build/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/b" --recompute 2 || ok=0
+    run_step "train run A" 60 "$CLI" ./$GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/a" || ok=0
+    run_step "train run B" 60 "$CLI" ./$GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/b" --recompute 2 || ok=0
     if [ $ok = 1 ] && [ "$(losses "$W/a")" = "$(losses "$W/b")" ] && [ -n "$(losses "$W/a")" ]; then
         row "./train twice (the second with --recompute 2): identical losses" "ok"
     else
@@ -271,7 +276,7 @@ if [ "${SKIP_CLI:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
     # resume from step 10 in a directory holding only run A's step-10 checkpoint: steps 11..20 must match run A's
     mkdir -p "$W/r"
     cp "$W/a/ckpt_00000010.bin" "$W/r/"
-    run_step "train resume" 60 "$CLI" ./build/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/r" --resume 1
+    run_step "train resume" 60 "$CLI" ./$GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/r" --resume 1
     if [ "$(losses "$W/a" | tail -10)" = "$(losses "$W/r" | tail -10)" ] && [ -n "$(losses "$W/r")" ]; then
         row "./train --resume 1 from step 10: steps 11..20 bit-identical" "ok"
     else
@@ -308,11 +313,11 @@ start = struct.unpack_from("<i", raw, 8)[0] + struct.unpack_from("<q", raw, 32)[
 print(hashlib.sha256(raw[start:]).hexdigest())
 EOF
 }
-if [ "${SKIP_DIST:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
+if [ "${SKIP_DIST:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ]; then
     DLOG="$OUT_DIR/dist.log"
     if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
         row "data parallel (MPI + NCCL)" "skipped: no mpirun/mpicxx on this machine (apt-get install libopenmpi-dev openmpi-bin)"
-    elif ! run_step "build the MPI + NCCL trainer" 120 "$DLOG" make -j"$JOBS" build/vanilla-mpi/train_bf16; then
+    elif ! run_step "build the MPI + NCCL trainer" 120 "$DLOG" make -j"$JOBS" GPU_BUILD="$GB" $GB/vanilla-mpi/train_bf16; then
         row "data parallel (MPI + NCCL)" "did not build (see dist.log)"
     else
         W=build/device_check_dist
@@ -324,7 +329,7 @@ if [ "${SKIP_DIST:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
         # as root mpirun needs --allow-run-as-root; --oversubscribe in case it counts fewer slots than ranks
         MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x VP_DIST_FORCE -x VP_DIST_TIMEOUT)
         export VP_DIST_TIMEOUT=60
-        run_step "dist: plain ./train" 60 "$DLOG" ./build/vanilla/train_bf16 "${DFLAGS[@]}" --out-dir "$W/plain"
+        run_step "dist: plain ./train" 60 "$DLOG" ./$GB/vanilla/train_bf16 "${DFLAGS[@]}" --out-dir "$W/plain"
         ref_l=$(losses "$W/plain")
         ref_t=$(ckpt_tensors "$W/plain/ckpt_00000010.bin" 2>/dev/null)
         bad=""
@@ -332,7 +337,7 @@ if [ "${SKIP_DIST:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
             for zero in 0 1; do
                 d="$W/np1_force${force}_zero${zero}"
                 VP_DIST_FORCE=$force run_step "dist: mpirun -np 1, VP_DIST_FORCE=$force, --zero $zero" 60 "$DLOG" \
-                    "${MPIRUN[@]}" -np 1 ./build/vanilla-mpi/train_bf16 "${DFLAGS[@]}" --zero $zero --out-dir "$d"
+                    "${MPIRUN[@]}" -np 1 ./$GB/vanilla-mpi/train_bf16 "${DFLAGS[@]}" --zero $zero --out-dir "$d"
                 if [ -z "$ref_l" ] || [ "$(losses "$d")" != "$ref_l" ] || [ "$(ckpt_tensors "$d/ckpt_00000010.bin" 2>/dev/null)" != "$ref_t" ]; then
                     bad="$bad force=$force/zero=$zero"
                 fi
@@ -345,9 +350,9 @@ if [ "${SKIP_DIST:-0}" != 1 ] && [ -x build/vanilla/train_bf16 ]; then
         fi
         ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
         if [ "$ngpu" -ge 2 ]; then
-            run_step "dist: one GPU, accumulation 2" 60 "$DLOG" ./build/vanilla/train_bf16 "${DFLAGS[@]}" --total-batch-tokens 1024 --out-dir "$W/accum2"
+            run_step "dist: one GPU, accumulation 2" 60 "$DLOG" ./$GB/vanilla/train_bf16 "${DFLAGS[@]}" --total-batch-tokens 1024 --out-dir "$W/accum2"
             for zero in 0 1; do
-                VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, --zero $zero" 90 "$DLOG" "${MPIRUN[@]}" -np 2 ./build/vanilla-mpi/train_bf16 "${DFLAGS[@]}" \
+                VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, --zero $zero" 90 "$DLOG" "${MPIRUN[@]}" -np 2 ./$GB/vanilla-mpi/train_bf16 "${DFLAGS[@]}" \
                     --total-batch-tokens 1024 --zero $zero --out-dir "$W/np2_zero$zero"
             done
             np2=$(python3 - "$W" <<'EOF'
@@ -373,10 +378,10 @@ EOF
             OFLAGS=(--arch gpt2 --batch-size 16 --seq-len 1024 --max-steps 12 --lr 3e-4 --warmup-steps 2 --seed 7 --train-data "$W/synth_train_*.bin")
             for ov in 1 0; do
                 VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, GPT-2 124M, --overlap-reduce $ov" 300 "$DLOG" "${MPIRUN[@]}" -np 2 \
-                    ./build/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --overlap-reduce $ov --out-dir "$W/overlap$ov"
+                    ./$GB/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --overlap-reduce $ov --out-dir "$W/overlap$ov"
             done
             VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, GPT-2 124M, --zero 1" 300 "$DLOG" "${MPIRUN[@]}" -np 2 \
-                ./build/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --zero 1 --out-dir "$W/zero1"
+                ./$GB/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --zero 1 --out-dir "$W/zero1"
             ovl=$(python3 - "$W" <<'EOF'
 import json, statistics, sys
 def steps(d):
@@ -407,7 +412,7 @@ fi
 # 6. bench ---------------------------------------------------------------------------------
 if bench_part bench; then
     BENCH="$OUT_DIR/bench.txt"
-    run_step "make bench" 300 "$BENCH" make bench
+    run_step "make bench" 300 "$BENCH" make bench GPU_BUILD="$GB"
     grep -h '^BENCH' "$BENCH" | sed 's/^/    /'
     get() { echo "$line" | grep -o "$1=[^ ]*" | cut -d= -f2; }
     for path in $GPU_PATHS; do
@@ -439,18 +444,18 @@ fi
 if bench_part attention; then
     LAB="$OUT_DIR/labs_timed.log"  # one file for every timed lab: the tool brings back at most 8
     for lab in attention_forward attention_backward; do
-        [ -x "build/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 120 "$LAB" "./build/dev/cuda/bf16/$lab"
+        [ -x "$GB/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 120 "$LAB" "./$GB/dev/cuda/bf16/$lab"
     done
     [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
         /^attention (forward|backward):/ { if (shape != "") print shape "|" times; shape = $1 " " $2 " " $3 " " $4 " " $5 " " $6 " " $7; times = "" }
         /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
         END { if (shape != "") print shape "|" times }' "$LAB")
-    if [ -x build/dev/cuda/bf16/bench_gpt_vanilla ]; then
+    if [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ]; then
         ATT="$OUT_DIR/bench.txt"
         # the trainer's version 4 from step 6, or here if step 6 did not run in this call
         grep -q '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" 2>/dev/null ||
-            run_step "bench_gpt_vanilla (attention version 4)" 90 "$ATT" ./build/dev/cuda/bf16/bench_gpt_vanilla
-        run_step "bench_gpt_vanilla --attention-version 2" 90 "$ATT" ./build/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
+            run_step "bench_gpt_vanilla (attention version 4)" 90 "$ATT" ./$GB/dev/cuda/bf16/bench_gpt_vanilla
+        run_step "bench_gpt_vanilla --attention-version 2" 90 "$ATT" ./$GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
         old=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=2' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
         new=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
         if [ -n "$old" ] && [ -n "$new" ]; then
@@ -468,7 +473,7 @@ fi
 if bench_part memory; then
     LAB="$OUT_DIR/labs_timed.log"
     for lab in $MEMORY_LABS; do
-        [ -x "build/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 90 "$LAB" "./build/dev/cuda/bf16/$lab"
+        [ -x "$GB/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 90 "$LAB" "./$GB/dev/cuda/bf16/$lab"
     done
     [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
         /^(layernorm|rmsnorm|gelu): N=/ { if (lab != "") print lab "|" times; lab = "lab " $1 " " $2 " " $3; sub(/:/, "", lab); times = "" }
@@ -479,11 +484,11 @@ fi
 # 8. where a step's time goes, if time is left: each kernel's time over two steps of the vanilla
 # benchmark under Nsight Compute (kernels serialised), as a table by dev/kernel_profile.py; the
 # table is appended to bench.txt (the device tool brings back at most 8 files)
-if bench_part profile && [ -x build/dev/cuda/bf16/bench_gpt_vanilla ] && command -v ncu >/dev/null 2>&1; then
+if bench_part profile && [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ] && command -v ncu >/dev/null 2>&1; then
     NCU_CSV=build/device_check_ncu.csv
     rm -f "$NCU_CSV"
     run_step "ncu kernel times, bench_gpt_vanilla, 2 steps" 150 "$OUT_DIR/bench.txt" ncu --metrics gpu__time_duration.sum --csv --print-units base \
-        --log-file "$NCU_CSV" ./build/dev/cuda/bf16/bench_gpt_vanilla --batch-size 64 --seq-len 1024 --steps 1 --warmup 1
+        --log-file "$NCU_CSV" ./$GB/dev/cuda/bf16/bench_gpt_vanilla --batch-size 64 --seq-len 1024 --steps 1 --warmup 1
     rc=$?
     if prof=$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 2>&1); then
         echo "$prof" >>"$OUT_DIR/bench.txt"

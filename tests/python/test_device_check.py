@@ -11,6 +11,10 @@ from test_trainer_cli import REPO
 
 SCRIPT = REPO / "dev" / "device_check.sh"
 QUIET = {"SKIP_DIST": "1", "SKIP_BENCH": "1", "SKIP_CLI": "1", "SKIP_LABS": "1", "ONLY_PATHS": "vanilla", "JOBS": "2"}
+# The tests that run real binaries do so without a GPU (they skip where one is present), so they use
+# what make test compiled there: the unoptimized GPU binaries of build/check (gpu.mk GPU_BUILD)
+GPU_BUILD = "build/check"
+REAL = {**QUIET, "GPU_BUILD": GPU_BUILD}
 
 
 def has_gpu():
@@ -38,10 +42,10 @@ def stub(d, name, lines, code):
 
 @pytest.mark.skipif(has_gpu(), reason="a GPU is present: the script would run every test for real")
 def test_summary_without_a_gpu(tmp_path):
-    built = [REPO / "build" / "tests" / f"test_gpt_gpu_vanilla_{p}" for p in ("bf16", "fp32")]
+    built = [REPO / GPU_BUILD / "tests" / f"test_gpt_gpu_vanilla_{p}" for p in ("bf16", "fp32")]
     if not all(b.exists() for b in built):
-        pytest.skip("the GPU test binaries are not built (make gpu-compile-check needs nvcc)")
-    summary, rows = device_check(tmp_path, QUIET)
+        pytest.skip(f"the GPU test binaries are not built in {GPU_BUILD} (make gpu-compile-check-fast needs nvcc)")
+    summary, rows = device_check(tmp_path, REAL)
     assert "- commit: test" in summary and "| check | result |" in summary
     assert rows["build: 2 targets (sm_90a)"] == "ok"
     assert rows["test_gpt vanilla bf16"] == rows["test_gpt vanilla fp32"] == "skipped: no CUDA device"
@@ -129,10 +133,10 @@ def test_bench_parts_run_only_what_they_name(tmp_path):
     and step 7 runs both labs and both benchmark steps (the trainer's version 4 itself, since step 6
     did not run), not the memory-bound labs; BENCH_PARTS=memory runs only those. Without a GPU
     every binary says it skipped, so the comparison row says so."""
-    built = [REPO / "build" / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla", "layernorm", "rmsnorm", "gelu")]
+    built = [REPO / GPU_BUILD / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla", "layernorm", "rmsnorm", "gelu")]
     if not all(b.exists() for b in built):
-        pytest.skip("the GPU lab and bench binaries are not built (make gpu-compile-check needs nvcc)")
-    env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "TIME_LIMIT": "200"}
+        pytest.skip(f"the GPU lab and bench binaries are not built in {GPU_BUILD} (make gpu-compile-check-fast needs nvcc)")
+    env = {**REAL, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "TIME_LIMIT": "200"}
     del env["SKIP_BENCH"]
     out = tmp_path / "out"
     out.mkdir()
