@@ -94,7 +94,8 @@ else
 # What make test compiles and runs. With a GPU: the real binaries, and test_gpt runs. Without one
 # (CI): every GPU target still compiles, so a build break fails CI, but into build/check/ with
 # device and host optimization off (-O0, -Xcicc -O0, -Xptxas -O0): 14 s a binary instead of 36 s
-# (measured 2026-11-26 on the 2-core machine), about 6 of CI's minutes over the 33 binaries; the
+# (measured 2026-11-26 on the 2-core machine; the fresh-clone .ci/run went from 22 min 47 s to
+# 15 min 52 s, an apt-get of OpenMPI less among the difference); the
 # test_gpt binaries there only print "skipped: no CUDA device", test_gpu_routes runs on the CPU.
 # A separate folder, so that an unoptimized binary never stands in for a real one in build/.
 HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
