@@ -500,52 +500,35 @@ inline void tok_load_vocab_bpe(Tokenizer* tok, const char* path) {
     for (int id = 0; id < tok->vocab_size; id++) {
         if (id != tok->eot_id) id_of.emplace(tok_bytes(tok, id), id);
     }
-    TokJson j;  // its UTF-8 decoder and byte-level table, on the merges' text
-    j.p = d.data();
-    j.n = d.size();
-    j.i = 0;
-    j.path = path;
-    gpt2_unicode_to_byte(j.table);
-    if (j.n >= 3 && j.p[0] == 0xEF && j.p[1] == 0xBB && j.p[2] == 0xBF) j.i = 3;
+    std::vector<int> to_byte(GPT2_UNICODE_LIMIT);  // the byte-level alphabet back to bytes
+    gpt2_unicode_to_byte(to_byte.data());
+    size_t i = d.size() >= 3 && d[0] == 0xEF && d[1] == 0xBB && d[2] == 0xBF ? 3 : 0;
     int rank = 0;
-    size_t line_no = 0;
-    while (j.i < j.n) {
-        size_t eol = j.i;
-        while (eol < j.n && j.p[eol] != '\n') eol++;
-        line_no++;
-        size_t line_end = eol > j.i && j.p[eol - 1] == '\r' ? eol - 1 : eol;
-        bool skip = line_end == j.i || (line_no == 1 && j.p[j.i] == '#');
-        if (!skip) {
-            std::string half[2];
-            int h = 0;
-            while (j.i < line_end) {
-                if (j.p[j.i] == ' ') {
-                    if (++h > 1) break;
-                    j.i++;
-                    continue;
-                }
-                // one UTF-8 character of the byte-level alphabet
-                unsigned char c = j.p[j.i];
-                int extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
-                long cp = extra < 0 ? -1 : c & (0x7F >> extra);
-                j.i++;
-                for (int k = 0; k < extra && cp >= 0; k++) {
-                    if (j.i >= line_end || (j.p[j.i] & 0xC0) != 0x80) cp = -1;
-                    else cp = (cp << 6) | (j.p[j.i++] & 0x3F);
-                }
-                if (cp < 0 || cp >= GPT2_UNICODE_LIMIT || j.table[cp] < 0) {
-                    runtime_error(hint, "'%s' line %zu: a character outside GPT-2's byte-level alphabet", path, line_no);
-                }
-                half[h].push_back((char)j.table[cp]);
-            }
-            if (h != 1 || half[0].empty() || half[1].empty()) runtime_error(hint, "'%s' line %zu is not \"left right\"", path, line_no);
-            auto left = id_of.find(half[0]), right = id_of.find(half[1]), merged = id_of.find(half[0] + half[1]);
-            if (left == id_of.end() || right == id_of.end() || merged == id_of.end()) {
-                runtime_error(hint, "'%s' line %zu merges tokens that are not in the encoder.json beside it: mismatched files", path, line_no);
-            }
-            tok_add_merge(tok, rank++, left->second, right->second, merged->second, path, hint);
+    std::vector<uint32_t> cps;
+    std::vector<size_t> starts;
+    for (size_t line_no = 1; i < d.size(); line_no++) {
+        size_t eol = i;
+        while (eol < d.size() && d[eol] != '\n') eol++;
+        size_t line_end = eol > i && d[eol - 1] == '\r' ? eol - 1 : eol;
+        std::string line(d.begin() + i, d.begin() + line_end);
+        i = eol + 1;
+        if (line.empty() || (line_no == 1 && line[0] == '#')) continue;
+        // "left right": two runs of the byte-level alphabet around one space, mapped back to bytes
+        std::string half[2];
+        int h = 0;
+        bool in_alphabet = utf8_decode(line, &cps, &starts);
+        for (size_t k = 0; in_alphabet && k < cps.size() && h < 2; k++) {
+            if (cps[k] == ' ') h++;
+            else if (cps[k] >= GPT2_UNICODE_LIMIT || to_byte[cps[k]] < 0) in_alphabet = false;
+            else half[h].push_back((char)to_byte[cps[k]]);
         }
-        j.i = eol + 1;
+        if (!in_alphabet) runtime_error(hint, "'%s' line %zu: a character outside GPT-2's byte-level alphabet", path, line_no);
+        if (h != 1 || half[0].empty() || half[1].empty()) runtime_error(hint, "'%s' line %zu is not \"left right\"", path, line_no);
+        auto left = id_of.find(half[0]), right = id_of.find(half[1]), merged = id_of.find(half[0] + half[1]);
+        if (left == id_of.end() || right == id_of.end() || merged == id_of.end()) {
+            runtime_error(hint, "'%s' line %zu merges tokens that are not in the encoder.json beside it: mismatched files", path, line_no);
+        }
+        tok_add_merge(tok, rank++, left->second, right->second, merged->second, path, hint);
     }
     if (rank == 0) runtime_error(hint, "'%s' holds no merges", path);
     tok_find_byte_tokens(tok, path, hint);

@@ -43,6 +43,7 @@ CLASSES = (  # (C++ table name, regex class, what it is)
     ("kUnicodeWhiteSpace", r"\s", "\\s: the White_Space property"),
 )
 HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3  # precomposed syllables: decomposed and composed by formula
+TOKENIZERS_NFD, TOKENIZERS_NFC = normalizers.NFD().normalize_str, normalizers.NFC().normalize_str
 
 
 def scalar_values():
@@ -97,9 +98,8 @@ def render_classes() -> str:
 def reordered_by_tokenizers(mark: int) -> bool:
     """Whether HF tokenizers' NFD treats `mark` as a combining mark (class > 0): it then moves it
     past U+0334 (class 1) unless its class is 1, and before U+0345 (class 240) unless it is 240."""
-    nfd = normalizers.NFD().normalize_str
-    after_overlay = nfd("a" + chr(mark) + "\u0334") != "a" + chr(mark) + "\u0334"
-    before_iota = nfd("a\u0345" + chr(mark)) != "a\u0345" + chr(mark)
+    after_overlay = TOKENIZERS_NFD("a" + chr(mark) + "\u0334") != "a" + chr(mark) + "\u0334"
+    before_iota = TOKENIZERS_NFD("a\u0345" + chr(mark)) != "a\u0345" + chr(mark)
     return after_overlay or before_iota
 
 
@@ -107,7 +107,6 @@ def nfc_tables():
     """(combining-class ranges [(first, last, ccc)], decompositions [(cp, [cps])], compositions
     [(first, second, composite)]) as HF tokenizers applies them, Hangul syllables left out of the
     last two."""
-    nfd, nfc = normalizers.NFD().normalize_str, normalizers.NFC().normalize_str
     ccc = []
     for cp in scalar_values():
         c = unicodedata.combining(chr(cp))
@@ -121,7 +120,7 @@ def nfc_tables():
     for cp in scalar_values():
         if HANGUL_FIRST <= cp <= HANGUL_LAST:
             continue
-        full = nfd(chr(cp))
+        full = TOKENIZERS_NFD(chr(cp))
         assert full in (chr(cp), unicodedata.normalize("NFD", chr(cp))), f"U+{cp:04X}: tokenizers decomposes it otherwise"
         if full != chr(cp):
             decomp.append((cp, [ord(ch) for ch in full]))
@@ -132,7 +131,7 @@ def nfc_tables():
         if one_level and not one_level.startswith("<"):
             parts = [int(x, 16) for x in one_level.split()]
             pair = "".join(map(chr, parts))
-            if len(parts) == 2 and unicodedata.normalize("NFC", pair) == chr(cp) and nfc(pair) == chr(cp):
+            if len(parts) == 2 and unicodedata.normalize("NFC", pair) == chr(cp) and TOKENIZERS_NFC(pair) == chr(cp):
                 comp.append((parts[0], parts[1], cp))
     return ccc, decomp, sorted(comp)
 

@@ -365,9 +365,11 @@ class Llama2Tokenizer(Tokenizer):
         reproduces: model_type BPE, the identity normalizer with spaces escaped to U+2581 and not
         collapsed, no user-defined pieces (llama2's tokenizer.model is)."""
         proto = self.sp.serialized_model_proto()
-        model_type, norm = 1, {}  # TrainerSpec.model_type defaults to UNIGRAM
+        model_type, norm, user_defined = 1, {}, 0  # TrainerSpec.model_type defaults to UNIGRAM
         for field, _, value in _proto_fields(proto):
-            if field == 2:  # TrainerSpec
+            if field == 1:  # a SentencePiece: its field 3 is the piece type
+                user_defined += any(f == 3 and v == SP_USER_DEFINED for f, _, v in _proto_fields(value))
+            elif field == 2:  # TrainerSpec
                 for f, _, v in _proto_fields(value):
                     if f == 3:
                         model_type = v
@@ -384,8 +386,6 @@ class Llama2Tokenizer(Tokenizer):
                 SP_BYTE if self.sp.is_byte(i) else SP_CONTROL if self.sp.is_control(i)
                 else SP_UNKNOWN if self.sp.is_unknown(i) else SP_UNUSED if self.sp.is_unused(i) else SP_NORMAL
             )
-        user_defined = sum(1 for field, _, value in _proto_fields(proto) if field == 1
-                           for f, _, v in _proto_fields(value) if f == 3 and v == SP_USER_DEFINED)
         why = None
         if model_type != 2:
             why = f"model_type {model_type} is not BPE (2)"
