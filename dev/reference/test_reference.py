@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_states as S  # noqa: E402
 import model as M  # noqa: E402
+from vp_data import checkpoint as CK  # noqa: E402 (model.py put scripts/ on the path)
 
 REPO = S.REPO
 torch.set_num_threads(1)  # tiny tensors: extra threads only spin (1 s instead of 4 ms per step on a busy machine)
@@ -475,7 +476,7 @@ def test_checkpoint_readable_by_host_code():
         cfg2, p2, meta = M.read_checkpoint(os.path.join(d, "out", "ckpt_00000009.bin"))
     assert cfg2 == cfg and np.array_equal(p2, p) and meta["step"] == 9
     assert out[0].split() == ["552", "116", "40", "160", "168", "296", "52", "48"]
-    assert M._CRC_OFFSET == 296  # where model.py reads and writes the two CRCs
+    assert CK._CRC_OFFSET == 296  # where vp_data/checkpoint.py reads and writes the two CRCs
     got = out[1].split()
     want = [1, 5, 4, 2, 16, 4, 32, 97, 128, 16, 500, 1, 1e-05, 1, 1, 0.03, 0, 0, 0, 0, 1, 3]
     assert [float(x) for x in got[:22]] == pytest.approx(want, rel=1e-6)

@@ -1,0 +1,117 @@
+"""Reading and writing the safetensors format in numpy, without torch or the `safetensors` package.
+
+The format (huggingface/safetensors, docs "The format"): an unsigned little-endian 64-bit header
+length N, then N bytes of UTF-8 JSON {name: {"dtype", "shape", "data_offsets": [begin, end]},
+"__metadata__": {str: str}} (padded with spaces), then the tensors' bytes, row-major, little-endian,
+the offsets counted from the end of the header. HF checkpoints (model.safetensors) are this.
+
+Everything read is checked against the file's size before it is used, and a bad file is a DataError
+that names it: a truncated download must not become a model with garbage weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+
+import numpy as np
+
+from . import DataError
+
+# dtype names of the format -> numpy dtype as stored. BF16 has no numpy dtype: it is read as
+# uint16 and widened to float32 (bf16 is the top half of an fp32 bit pattern), which is exact.
+_STORED = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+           "I8": "i1", "U8": "u1", "BOOL": "?"}
+_MAX_HEADER = 100 << 20  # the reference implementation refuses headers over 100 MB too
+
+
+def read_header(path: str) -> tuple[dict, int]:
+    """({name: entry}, offset of the data section). Entries are checked against the file size."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise DataError(f"{path}: {size} bytes, too short for a safetensors file (truncated download?)")
+            (n,) = struct.unpack("<Q", head)
+            if n > min(_MAX_HEADER, size - 8):
+                raise DataError(f"{path}: header length {n} does not fit in the file's {size} bytes "
+                                f"(truncated, or not a safetensors file)")
+            raw = f.read(n)
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: its header is not valid JSON ({e}); the file is corrupt") from None
+    if not isinstance(header, dict):
+        raise DataError(f"{path}: its header is not a JSON object; the file is corrupt")
+    header.pop("__metadata__", None)
+    data_start, data_bytes = 8 + n, size - 8 - n
+    for name, e in header.items():
+        try:
+            dtype, shape, (begin, end) = e["dtype"], [int(d) for d in e["shape"]], e["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise DataError(f"{path}: tensor '{name}' has a malformed header entry {e!r}") from None
+        if dtype not in _STORED:
+            raise DataError(f"{path}: tensor '{name}' has dtype {dtype}, which this reader does not know "
+                            f"(it reads {', '.join(_STORED)})")
+        want = math.prod(shape) * np.dtype(_STORED[dtype]).itemsize
+        if any(d < 0 for d in shape) or not (0 <= begin <= end <= data_bytes) or end - begin != want:
+            raise DataError(f"{path}: tensor '{name}' ({dtype} {shape}) claims bytes [{begin}, {end}) of a "
+                            f"{data_bytes}-byte data section ({want} needed); the file is corrupt or truncated")
+    return header, data_start
+
+
+def read_tensors(path: str, names=None) -> dict:
+    """{name: float32 numpy array} for floating tensors (all, or `names`); integer tensors as stored."""
+    header, data_start = read_header(path)
+    out = {}
+    with open(path, "rb") as f:
+        for name in header if names is None else names:
+            if name not in header:
+                raise DataError(f"{path}: no tensor '{name}'")
+            e = header[name]
+            begin, end = e["data_offsets"]
+            f.seek(data_start + begin)
+            a = np.frombuffer(f.read(end - begin), dtype=_STORED[e["dtype"]]).reshape(e["shape"])
+            if e["dtype"] == "BF16":
+                a = (a.astype(np.uint32) << 16).view(np.float32)
+            elif e["dtype"] in ("F16", "F32", "F64"):
+                a = a.astype(np.float32)
+            out[name] = a
+    return out
+
+
+def write_tensors(path: str, tensors: dict, metadata: dict | None = None) -> None:
+    """Writes float32 tensors (C order) to `path` through a temporary name, so a failed write
+    (a full disk) leaves nothing under the final name. Tensors are stored in name order."""
+    header, offset = {}, 0
+    arrays = {}
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype="<f4")
+        arrays[name] = a
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned, as the reference writer does
+    tmp = path + ".part"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)))
+            f.write(raw)
+            for name in sorted(arrays):
+                f.write(arrays[name].tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise DataError(f"cannot write {path}: {e}") from None
