@@ -455,12 +455,16 @@ void residual_forward(real* out, const real* a, const real* b, size_t N) {
 template <typename real>
 void crossentropy_softmax_forward(real* losses, real* logits_to_probs, const int* targets, int N, int V, int Vp) {
     // losses (N); logits (N,Vp) overwritten by probs; the row sum in double, so that the float
-    // build's loss is accurate even for a 50k vocabulary
+    // build's loss is accurate even for a 50k vocabulary. The loss is log(sum) + max - logit[target]
+    // (log-sum-exp, as PyTorch and the GPU kernel compute it), not -log(prob[target]): a target
+    // whose probability underflows (a logit gap beyond ~88 in fp32, as a confidently wrong model
+    // gives) still costs its full loss; clamping the probability would cap it at a wrong value.
 #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         real* row = logits_to_probs + (size_t)i * Vp;
         real maxv = -INFINITY;
         for (int j = 0; j < V; j++) maxv = std::max(maxv, row[j]);
+        double target_logit = row[targets[i]];
         double sum = 0;
         for (int j = 0; j < V; j++) {
             row[j] = std::exp(row[j] - maxv);
@@ -469,7 +473,7 @@ void crossentropy_softmax_forward(real* losses, real* logits_to_probs, const int
         real inv = (real)(1.0 / sum);
         for (int j = 0; j < V; j++) row[j] *= inv;
         for (int j = V; j < Vp; j++) row[j] = 0;
-        if (losses) losses[i] = -(real)std::log((double)std::max(row[targets[i]], (real)1e-30));
+        if (losses) losses[i] = (real)(std::log(sum) + (double)maxv - target_logit);
     }
 }
 

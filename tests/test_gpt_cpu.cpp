@@ -164,6 +164,28 @@ TEST(fd_crossentropy_padded) {
         for (int j = V; j < Vp; j++) CHECK(d[i * Vp + j] == 0, "padded logit got a gradient");
 }
 
+// A confidently wrong row: the target's probability underflows fp32 (logit gaps of 150 and 400),
+// yet its loss is the full log-sum-exp, log(sum_j exp(z_j)) - z_target, as F.cross_entropy gives.
+// (The float build once returned -log(max(p, 1e-30)) = 69.08 here, so a diverged or untrained
+// model's val loss and the multiple-choice log-likelihoods came out too small.)
+TEST(crossentropy_loss_of_an_underflowing_target) {
+    int N = 3, V = 5, Vp = 8;
+    std::vector<float> logits = {150, 0, -3, 2, 1, 0, 0, 0,
+                                 -200, 200, 0, 0, 0, 0, 0, 0,
+                                 1, 2, 3, 4, 5, 0, 0, 0};
+    std::vector<int> targets = {1, 0, 3};
+    std::vector<float> work = logits, losses(N);
+    crossentropy_softmax_forward(losses.data(), work.data(), targets.data(), N, V, Vp);
+    for (int i = 0; i < N; i++) {
+        double m = -1e300, s = 0;  // the reference, in double
+        for (int j = 0; j < V; j++) m = std::max(m, (double)logits[i * Vp + j]);
+        for (int j = 0; j < V; j++) s += std::exp((double)logits[i * Vp + j] - m);
+        double want = m + std::log(s) - logits[i * Vp + targets[i]];
+        CHECK(std::fabs(losses[i] - want) <= 1e-6 * want, "row %d: loss %.9g, log-sum-exp gives %.9g", i, losses[i], want);
+    }
+    CHECK(losses[1] > 399, "the 400-nat loss is %g", losses[1]);
+}
+
 TEST(fd_encoder) {
     int B = 2, T = 3, C = 4, V = 5;
     std::vector<int> inp = {1, 3, 1, 4, 1, 0};  // repeated ids: rows of dwte get several adds

@@ -53,17 +53,25 @@ def small_config(name, path="vanilla"):
 
 
 def random_params(cfg, seed):
-    """Random weights of unit-scale activations (not the training init, so every mapping mistake
-    shows): matrices N(0, 1/fan_in), the rest N(1, 0.1) (gains; biases too, harmlessly)."""
+    """Random weights of unit-scale activations (not the training init, so that every mapping
+    mistake shows): matrices N(0, 1/fan_in), embeddings N(0, 1), norm gains N(1, 0.1^2), biases
+    N(0, 0.1^2), ResFormer lambdas spread over 0.2..0.8."""
     from vp_data.checkpoint import param_offsets
 
     rng = np.random.default_rng(seed)
     parts = []
     for name, shape, _, n in param_offsets(cfg)[0]:
-        if len(shape) >= 2:
-            parts.append(rng.standard_normal(n) / np.sqrt(shape[-1]) * (8 if name in ("wte", "lm_head", "wpe") else 1))
+        r = rng.standard_normal(n)
+        if name in ("wte", "wpe", "lm_head"):
+            parts.append(r)
+        elif name.endswith("_b"):
+            parts.append(0.1 * r)
+        elif name == "vp_lambda":
+            parts.append(np.linspace(0.2, 0.8, n))
+        elif name in ("ln1_w", "ln2_w", "lnf_w", "q_norm_w", "k_norm_w"):
+            parts.append(1 + 0.1 * r)
         else:
-            parts.append(1 + 0.1 * rng.standard_normal(n))
+            parts.append(r / np.sqrt(shape[-1]))
     return np.concatenate(parts).astype(np.float32)
 
 
@@ -496,6 +504,25 @@ def test_model_from_transformers_imports_exactly(name, tmp_path):
     assert cfg.arch == MODELS[name][0] and cfg.qk_norm == (name == "qwen3_qknorm")
     assert cfg.tied_head == (name in ("gpt2", "llama_tied_mqa"))
     check_model(torch, model, cfg, p, tmp_path / "b.bin", tmp_path, 9)
+
+
+def test_bf16_model_imports_exactly(tmp_path):
+    """Hub Llama and Qwen3 models are stored in bfloat16: the import widens each weight exactly
+    (a bf16 value is an fp32 one), so the checkpoint holds the bf16 model's own numbers."""
+    torch, transformers = _transformers()
+    model = _hf_random_model(transformers, torch, "qwen3_qknorm").to(torch.bfloat16)
+    model.save_pretrained(str(tmp_path / "hf"))
+    assert st.read_header(str(tmp_path / "hf" / "model.safetensors"))[0]["lm_head.weight"]["dtype"] == "BF16"
+    convert("import", tmp_path / "hf", tmp_path / "b.bin")
+    cfg, p, _ = read_checkpoint(str(tmp_path / "b.bin"))
+    P = hf._flat_view(cfg, p)
+    sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    assert np.array_equal(P["fc_w"][1][cfg.ffn_dim:], sd["model.layers.1.mlp.up_proj.weight"])
+    assert np.array_equal(P["k_norm_w"][0], sd["model.layers.0.self_attn.k_norm.weight"])
+    assert np.array_equal(P["lm_head"][:V], sd["lm_head.weight"])
+    # loaded afresh in float32 (model.float() would keep its RoPE table rounded to bf16)
+    model32 = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
+    check_model(torch, model32, cfg, p, tmp_path / "b.bin", tmp_path, 10)
 
 
 @pytest.mark.parametrize("tok,vocab", [("gpt2", 50257), ("neox", 50277), ("llama2", 32000)])
