@@ -1,4 +1,4 @@
-"""Domain-tagged JSON-lines corpora (SlimPajama, the Pile) -> token shards, one val set per domain.
+"""Domain-tagged corpora (SlimPajama, the Pile, FineWeb) -> token shards, one val set per domain.
 
 Both corpora are published the same way: JSON lines compressed with zstd, one document per line
 with its source domain in a `meta` field ({"text": ..., "meta": {"redpajama_set_name": ...}} or
@@ -7,6 +7,8 @@ says what differs (hub repo, domain field, domain names, mixes, defaults); `main
 script: files from a local tree or the HF hub (downloaded lazily into the cache, one file ahead of
 the tokenizer), an optional token budget split by a domain mix, and val written per domain (or as
 one set) from the validation split, or drawn from train by a keyed hash where there is none.
+FineWeb publishes Parquet files instead, with the Common Crawl snapshot (`dump`) as its domain,
+and its samples in subfolders of the repository (sample/10BT/...): `Corpus.subset`.
 """
 
 import argparse
@@ -37,6 +39,8 @@ class Corpus:
     val_by_domain: bool = True  # default of --val-by-domain
     val_tokens: int = 1_000_000  # default of --val-tokens (per domain, or for the one val set)
     strip_prefix: str = ""  # dropped from unknown domain values to make their short name
+    tokenizer: str = "neox"  # default of --tokenizer
+    subset: str = ""  # default of --subset: the repository folder to read (FineWeb: sample/10BT); "" = all
 
     def short(self, value: str) -> str:
         """Val-set name of a domain value: letters and digits only (trainer --val-data NAME=)."""
@@ -46,6 +50,8 @@ class Corpus:
         return cli.slug(re.sub(f"^{re.escape(self.strip_prefix)}", "", value) if self.strip_prefix else value).replace("-", "")
 
     def full(self, name: str) -> str:
+        if not self.domains:  # an open set (FineWeb's snapshots): the value as given
+            return name
         if name in self.domains:
             return self.domains[name]
         if name in self.domains.values():
@@ -125,18 +131,28 @@ def local_files(root: str) -> dict:
 class HubFiles:
     """Lists a hub dataset repo once and downloads its files lazily into the cache."""
 
-    def __init__(self, corpus: Corpus, repo: str):
+    def __init__(self, corpus: Corpus, repo: str, subset: str = ""):
         self.repo = repo
+        self.subset = subset.strip("/")
         self.root = cache.cache_path(corpus.name, *repo.split("/"))
         os.environ.setdefault("HF_HOME", cache.cache_path("hf"))
         if cache.offline():
             os.environ["HF_HUB_OFFLINE"] = "1"
 
     def listing(self) -> dict:
+        """{"train": [...], "validation": [...]} paths relative to the repository. With a subset,
+        only the files under it, and a file there without a split word is a train file."""
         if cache.offline():
             if not os.path.isdir(self.root):
                 raise DataError(f"offline and nothing of {self.repo} is cached in {self.root}; {cache.FILL_HINT}")
-            return local_files(self.root)
+            if not self.subset:
+                return local_files(self.root)
+            base = os.path.join(self.root, self.subset)
+            if not os.path.isdir(base):
+                raise DataError(f"offline and {self.repo}'s --subset {self.subset} is not cached in {base}; "
+                                f"{cache.FILL_HINT}")
+            found = local_files(base)
+            return {k: [f"{self.subset}/{rel}" for rel in v] for k, v in found.items()}
         try:
             from huggingface_hub import HfApi
 
@@ -144,15 +160,17 @@ class HubFiles:
         except Exception as e:
             raise DataError(f"cannot list hub dataset {self.repo}: {type(e).__name__}: {e}") from None
         found = {"train": [], "validation": []}
+        prefix = self.subset + "/" if self.subset else ""
         for n in names:
-            if is_data_file(n):
-                s = split_of(n)
+            if is_data_file(n) and n.startswith(prefix):
+                s = split_of(n[len(prefix):]) or ("train" if prefix else None)
                 if s in found:
                     found[s].append(n)
         for k in found:
             found[k].sort(key=natural_key)
         if not found["train"]:
-            raise DataError(f"hub dataset {self.repo} has no train .jsonl[.zst]/.parquet files")
+            where = f" under {self.subset}/" if self.subset else ""
+            raise DataError(f"hub dataset {self.repo} has no train .jsonl[.zst]/.parquet files{where}")
         return found
 
     def path(self, rel: str) -> str:
@@ -198,14 +216,17 @@ def add_args(ap: argparse.ArgumentParser, corpus: Corpus) -> None:
     src.add_argument("--input-dir", help=f"local {corpus.title} tree (default: download --repo into the cache)")
     src.add_argument("--repo", default=corpus.default_repo,
                      help=f"HF hub dataset to download from (default {corpus.default_repo})")
+    if corpus.subset:
+        src.add_argument("--subset", default=corpus.subset,
+                         help=f"with --repo: the repository folder to read (default {corpus.subset})")
     src.add_argument("--max-train-files", type=cli.positive_int, help="use at most this many train files")
     src.add_argument("--max-val-files", type=cli.positive_int, help="use at most this many validation files")
     src.add_argument("--text-field", default="text", help="record field with the document (default text)")
     src.add_argument("--domain-field", default=corpus.domain_field,
                      help=f"record field with the domain (default {corpus.domain_field})")
-    first = next(iter(corpus.domains))
+    example = f", e.g. {next(iter(corpus.domains))}" if corpus.domains else ""
     src.add_argument("--default-domain", help="domain for records without --domain-field (default: such a record "
-                     f"is a bad record), e.g. {first}")
+                     f"is a bad record){example}")
     mixes = ", ".join(list(corpus.mixes) + ["natural"])
     ap.add_argument("--budget", type=cli.positive_int, help="train tokens to take (e.g. 20e9); default: all")
     ap.add_argument("--mix", default=corpus.default_mix,
@@ -219,7 +240,7 @@ def add_args(ap: argparse.ArgumentParser, corpus: Corpus) -> None:
     ap.add_argument("--val-fraction", type=cli.fraction, default=0.001,
                     help="only if the input has no validation split: fraction of train documents for val")
     ap.add_argument("--seed", type=int, default=2357, help="key of the --val-fraction hash")
-    cli.add_common_args(ap, out_dir=f"data/{corpus.name}", tokenizer="neox", shard_size=100_000_000)
+    cli.add_common_args(ap, out_dir=f"data/{corpus.name}", tokenizer=corpus.tokenizer, shard_size=100_000_000)
 
 
 def main(corpus: Corpus, doc: str, argv=None) -> int:
@@ -251,10 +272,10 @@ def main(corpus: Corpus, doc: str, argv=None) -> int:
 
         input_name = {"dir": os.path.basename(root)}
     else:
-        hub = HubFiles(corpus, args.repo)
+        hub = HubFiles(corpus, args.repo, getattr(args, "subset", ""))
         listing = hub.listing()
         locate = hub.path
-        input_name = {"repo": args.repo}
+        input_name = {"repo": args.repo, **({"subset": hub.subset} if hub.subset else {})}
     train_files = listing["train"][: args.max_train_files] if args.max_train_files else listing["train"]
     val_files = listing["validation"][: args.max_val_files] if args.max_val_files else listing["validation"]
     hash_val = not val_files
