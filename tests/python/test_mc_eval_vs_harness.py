@@ -17,6 +17,8 @@ reproduce; the accuracies must be equal, not close.
 Needs torch, transformers, accelerate and lm_eval (requirements-reference.txt); skipped without.
 """
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -27,6 +29,7 @@ import pytest
 
 from conftest import load_script
 from test_hf_convert import TRAINER, convert, random_params
+from vp_data import cli
 from vp_data.checkpoint import make_config, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,33 +73,51 @@ def harness_task(tmp_path, records_path):
     return d
 
 
-@pytest.mark.parametrize("tok,arch,path", [("gpt2", "gpt2", "vanilla"), ("neox", "llama", "depth")])
-def test_mc_accuracies_equal_lm_evaluation_harness(tok, arch, path, tmp_path, vp_cache):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    lm_eval = pytest.importorskip("lm_eval")
-    from lm_eval.tasks import TaskManager
-
+def records_and_vpmc(tmp_path, vp_cache, tok):
+    """The records as JSON lines, and the .vpmc that prepare_hellaswag.py --render harness makes."""
     records = hellaswag_records(Path(vp_cache) / "tinyshakespeare" / "input.txt")
     rec_path = tmp_path / "records.jsonl"
     rec_path.write_text("".join(json.dumps(r) + "\n" for r in records))
     mod = load_script("prepare_hellaswag")
     assert mod.main(["--input", str(rec_path), "--render", "harness", "--tokenizer", tok, "--out-dir", str(tmp_path / "mc"),
                      "--no-progress"]) == 0
-    vpmc = tmp_path / "mc" / f"hellaswag_val_{tok}.vpmc"
+    return rec_path, tmp_path / "mc" / f"hellaswag_val_{tok}.vpmc"
 
+
+def random_checkpoint(path, tok, arch, value_path, seed=31):
     vocab = {"gpt2": 50257, "neox": 50277}[tok]
     kw = {"Hkv": 2, "qk_norm": 1, "depth_stride": 1} if arch == "llama" else {}
-    cfg = make_config(arch, 2, 4, 32, vocab, 64, path=path, **kw)
-    write_checkpoint(str(tmp_path / "m.bin"), cfg, random_params(cfg, 31))
-    trainer = TRAINER if path == "vanilla" else REPO / "build" / path / "train_cpu"
-    p = subprocess.run([str(trainer), "--init-from", str(tmp_path / "m.bin"), "--max-steps", "0", "--seq-len", "64",
-                        "--batch-size", "4", "--eval-mc", f"hs={vpmc}", "--out-dir", str(tmp_path / "run")],
+    if arch == "gpt2" and value_path == "depth":
+        kw = {"depth_stride": 1}
+    cfg = make_config(arch, 2, 4, 32, vocab, 64, path=value_path, **kw)
+    write_checkpoint(str(path), cfg, random_params(cfg, seed))
+
+
+def trainer_mc(ckpt, value_path, vpmc, out):
+    """The trainer's --eval-mc accuracies of a checkpoint: (mc_acc, mc_acc_norm) as counts."""
+    trainer = TRAINER if value_path == "vanilla" else REPO / "build" / value_path / "train_cpu"
+    p = subprocess.run([str(trainer), "--init-from", str(ckpt), "--max-steps", "0", "--seq-len", "64",
+                        "--batch-size", "4", "--eval-mc", f"hs={vpmc}", "--out-dir", str(out)],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "2"})
     assert p.returncode == 0, p.stdout + p.stderr
-    ours = [json.loads(line) for line in open(tmp_path / "run" / "log.jsonl")][-1]
+    ours = [json.loads(line) for line in open(out / "log.jsonl")][-1]
+    return round(ours["mc_acc_hs"] * N_RECORDS), round(ours["mc_acc_norm_hs"] * N_RECORDS)
 
+
+def needs_lm_eval():
+    for m in ("torch", "transformers", "accelerate"):
+        pytest.importorskip(m)
+    return pytest.importorskip("lm_eval")
+
+
+@pytest.mark.parametrize("tok,arch,path", [("gpt2", "gpt2", "vanilla"), ("neox", "llama", "depth")])
+def test_mc_accuracies_equal_lm_evaluation_harness(tok, arch, path, tmp_path, vp_cache):
+    lm_eval = needs_lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    rec_path, vpmc = records_and_vpmc(tmp_path, vp_cache, tok)
+    random_checkpoint(tmp_path / "m.bin", tok, arch, path)
+    ours = trainer_mc(tmp_path / "m.bin", path, vpmc, tmp_path / "run")
     convert("export", tmp_path / "m.bin", tmp_path / "hf", "--tokenizer", tok)
     model_args = f"pretrained={tmp_path / 'hf'},dtype=float32" + (",trust_remote_code=True" if path != "vanilla" else "")
     res = lm_eval.simple_evaluate(model="hf", model_args=model_args, tasks=["vp_hellaswag_local"], batch_size=8,
@@ -104,5 +125,47 @@ def test_mc_accuracies_equal_lm_evaluation_harness(tok, arch, path, tmp_path, vp
     theirs = res["results"]["vp_hellaswag_local"]
     assert theirs["sample_len"] == N_RECORDS
     # equal as counts out of N_RECORDS (the trainer logs 9 significant digits)
-    assert round(ours["mc_acc_hs"] * N_RECORDS) == round(theirs["acc,none"] * N_RECORDS), (ours, theirs)
-    assert round(ours["mc_acc_norm_hs"] * N_RECORDS) == round(theirs["acc_norm,none"] * N_RECORDS), (ours, theirs)
+    assert ours == (round(theirs["acc,none"] * N_RECORDS), round(theirs["acc_norm,none"] * N_RECORDS)), (ours, theirs)
+
+
+def test_eval_harness_script_tables_several_runs(tmp_path, vp_cache):
+    """scripts/eval_harness.py on a run directory (its newest checkpoint) and a checkpoint file of
+    another value path: one table, and results equal to the trainer's own scoring of each."""
+    needs_lm_eval()
+    rec_path, vpmc = records_and_vpmc(tmp_path, vp_cache, "gpt2")
+    (tmp_path / "runA").mkdir()
+    random_checkpoint(tmp_path / "runA" / "ckpt_00000002.bin", "gpt2", "gpt2", "vanilla", seed=5)
+    random_checkpoint(tmp_path / "runA" / "ckpt_00000010.bin", "gpt2", "gpt2", "vanilla", seed=6)
+    random_checkpoint(tmp_path / "depth.bin", "gpt2", "gpt2", "depth", seed=7)
+    mod = load_script("eval_harness")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.run(mod.main, [str(tmp_path / "runA"), str(tmp_path / "depth.bin"), "--tasks", "vp_hellaswag_local",
+                                  "--include-path", str(harness_task(tmp_path, rec_path)), "--out", str(tmp_path / "r.json")])
+    assert code == 0
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert [(r["checkpoint"], r["value_path"], r["step"]) for r in results] == [
+        (str(tmp_path / "runA" / "ckpt_00000010.bin"), "vanilla", 0), (str(tmp_path / "depth.bin"), "depth", 0)]
+    for r, value_path, tag in zip(results, ("vanilla", "depth"), ("a", "b")):
+        want = trainer_mc(r["checkpoint"], value_path, vpmc, tmp_path / f"run_{tag}")
+        assert (round(r["acc"] * N_RECORDS), round(r["acc_norm"] * N_RECORDS)) == want, (r, want)
+    table = out.getvalue().splitlines()
+    assert table[0].startswith("| run | value path |") and len(table) == 4 and "| depth | 0 | vp_hellaswag_local |" in table[3]
+
+
+def test_eval_harness_script_refuses_bad_runs(tmp_path):
+    mod = load_script("eval_harness")
+    err = io.StringIO()
+
+    def run(*argv):
+        with contextlib.redirect_stderr(err):
+            return cli.run(mod.main, [str(a) for a in argv])
+
+    assert run(tmp_path / "nowhere", "--tasks", "x") == 1 and "neither a run directory" in err.getvalue()
+    (tmp_path / "empty").mkdir()
+    assert run(tmp_path / "empty", "--tasks", "x") == 1 and "holds no ckpt_*.bin" in err.getvalue()
+    cfg = make_config("gpt2", 1, 1, 8, 300, 8)
+    write_checkpoint(str(tmp_path / "v300.bin"), cfg, random_params(cfg, 0))
+    assert run(tmp_path / "v300.bin", "--tasks", "x") == 1 and "--tokenizer" in err.getvalue()
+    (tmp_path / "junk.bin").write_bytes(b"junk" * 200)
+    assert run(tmp_path / "junk.bin", "--tasks", "x") == 1 and "not a valuepath checkpoint" in err.getvalue()
