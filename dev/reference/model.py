@@ -9,8 +9,12 @@ the forward is the paper's model.
 
 What is shared with the C++ side is only the interface: the flat parameter layout (one fp32
 array, tensors in a fixed order, per-layer tensors stacked along L) and the checkpoint file
-format (host/checkpoint.h). Gradients come from torch.autograd, so there is no hand-written
-backward here at all.
+format (host/checkpoint.h), both in scripts/vp_data/checkpoint.py (numpy only), which this file
+imports and scripts/hf_convert.py uses too. Gradients come from torch.autograd, so there is no
+hand-written backward here at all.
+
+scripts/hf_convert.py copies this file, as valuepath_model.py, into the Hugging Face model it
+exports for a value path other than vanilla: that model's forward is forward_tensors below.
 
 Dimension legend (as in host/config.h): L layers, C model dim, H query heads, Hkv key/value
 heads, G = H/Hkv, D head dim, F MLP hidden dim, V vocab, Vp = V padded to a multiple of 128,
