@@ -6,6 +6,11 @@
 #   bash scripts/compare_paths.sh                  # CPU trainers (build/<path>/train_cpu)
 #   TRAINER='build/{path}/train' bash scripts/compare_paths.sh   # another build, {path} substituted
 #   STEPS=400 ARCH=llama EXTRA='--kv-heads 2' bash scripts/compare_paths.sh
+#   TASKS=hellaswag,arc_easy LIMIT=500 bash scripts/compare_paths.sh   # and lm-eval accuracies
+#
+# TASKS (lm-eval task names; INCLUDE: a directory of extra task YAMLs) adds a downstream table:
+# scripts/eval_harness.py on every run's final checkpoint, results in $OUT.eval.json. It needs
+# torch, transformers and lm-eval (requirements-reference.txt).
 #
 # Needs the TinyShakespeare shards (python scripts/prepare_tinyshakespeare.py). Each path runs
 # with its default settings (value_paths.md section 10), which this model's shape resolves to:
@@ -20,6 +25,9 @@ ARCH=${ARCH:-gpt2}
 DATA=${DATA:-data/tinyshakespeare}
 OUT=${OUT:-runs/compare_paths}
 EXTRA=${EXTRA:-}
+TASKS=${TASKS:-}
+LIMIT=${LIMIT:-}
+INCLUDE=${INCLUDE:-}
 MODEL="--arch $ARCH --layers 6 --heads 6 --dim 192 --max-seq 64 --seq-len 64 --batch-size 8"
 TRAIN="--max-steps $STEPS --lr 2e-3 --warmup-steps 20 --seed 1337 --eval-every $STEPS --eval-batches 16"
 
@@ -32,6 +40,7 @@ if [[ "$TRAINER" == build/*/train_cpu || "$TRAINER" == "build/{path}/train_cpu" 
 fi
 
 dirs=()
+run_dirs=()
 for path in $PATHS; do
     bin=${TRAINER//\{path\}/$path}
     dir=$OUT/$path
@@ -43,6 +52,7 @@ for path in $PATHS; do
         exit 1
     }
     dirs+=("$path=$dir")
+    run_dirs+=("$dir")
 done
 
 echo
@@ -58,4 +68,9 @@ if "$PY" -c "import matplotlib" >/dev/null 2>&1; then
 else
     "$PY" scripts/plot_runs.py "${dirs[@]}" "${baseline[@]}" --table
     echo "(no matplotlib: table only; pip install -r requirements.txt for $OUT.png)"
+fi
+if [ -n "$TASKS" ]; then
+    echo
+    "$PY" scripts/eval_harness.py "${run_dirs[@]}" --tasks "$TASKS" ${LIMIT:+--limit "$LIMIT"} \
+        ${INCLUDE:+--include-path "$INCLUDE"} --out "$OUT.eval.json"
 fi
