@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """valuepath checkpoints <-> Hugging Face transformers models (numpy only; no torch needed).
 
-  export CKPT OUT_DIR [--tokenizer gpt2|neox|llama2]
-      A vanilla-path checkpoint (either build's; the weights are the fp32 master weights) as an HF
-      model directory: config.json + model.safetensors (float32), and with --tokenizer the HF
+  export CKPT OUT_DIR [--tokenizer gpt2|neox|llama2] [--dtype float32|bfloat16]
+      A checkpoint (either build's; the weights are the fp32 master weights) as an HF model
+      directory: config.json + model.safetensors (float32, or bfloat16), and with --tokenizer the HF
       tokenizer files, so that
           AutoModelForCausalLM.from_pretrained(OUT_DIR), AutoTokenizer.from_pretrained(OUT_DIR)
       load it, e.g. for lm-evaluation-harness (`lm_eval --model hf --model_args pretrained=OUT_DIR`).
@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     ex.add_argument("out_dir", help="the HF model directory to write")
     ex.add_argument("--tokenizer", help="also write this tokenizer's HF files (gpt2, neox, llama2), from the cache")
     ex.add_argument("--force", action="store_true", help="replace files already in out_dir")
+    ex.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="weights as trained (float32, default) or rounded to bfloat16 (half the size)")
     ex.add_argument("--remote-code", action="store_true",
                     help="write the trust_remote_code model even for a vanilla checkpoint (other paths always do)")
     im = sub.add_parser("import", help="HF model -> valuepath checkpoint (for --init-from)")
@@ -51,7 +53,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     if args.command == "export":
-        config = hf.export(args.ckpt, args.out_dir, args.tokenizer, args.force, args.remote_code)
+        config = hf.export(args.ckpt, args.out_dir, args.tokenizer, args.force, args.remote_code, args.dtype)
         print(f"wrote {args.out_dir}: {config['architectures'][0]}, vocab {config['vocab_size']}"
               + (f", tokenizer {args.tokenizer}" if args.tokenizer else "")
               + ("; load it with trust_remote_code=True" if "auto_map" in config else ""))

@@ -167,14 +167,20 @@ def hf_state_and_config(cfg: Config, params: np.ndarray) -> tuple[dict, dict]:
 
 
 def export(ckpt: str, out_dir: str, tokenizer: str | None = None, force: bool = False,
-           remote_code: bool = False) -> dict:
-    """Writes out_dir/config.json, model.safetensors (float32: the master weights as trained) and,
-    with `tokenizer`, its HF files. A value path other than vanilla (or remote_code) writes the
-    trust_remote_code model with its four Python files. Returns the config written."""
+           remote_code: bool = False, dtype: str = "float32") -> dict:
+    """Writes out_dir/config.json, model.safetensors (float32: the master weights as trained; or
+    bfloat16, rounded to nearest even, half the size) and, with `tokenizer`, its HF files. A value
+    path other than vanilla (or remote_code) writes the trust_remote_code model with its four
+    Python files. Returns the config written."""
+    if dtype not in ("float32", "bfloat16"):
+        raise DataError(f"--dtype {dtype}: choose float32 or bfloat16")
     try:
         cfg, params, meta = read_checkpoint(ckpt)
     except (OSError, ValueError) as e:
         raise DataError(f"cannot export: {e}") from None
+    if not np.all(np.isfinite(params)):
+        bad = [name for name, t in _flat_view(cfg, params).items() if not np.all(np.isfinite(t))]
+        raise DataError(f"{ckpt}: NaN or Inf in {', '.join(bad)}; export a checkpoint from before the run diverged")
     remote_code = remote_code or cfg.path != "vanilla"
     sd, config = (remote_state_and_config if remote_code else hf_state_and_config)(cfg, params)
     code_files = REMOTE_CODE_FILES if remote_code else []
@@ -196,8 +202,10 @@ def export(ckpt: str, out_dir: str, tokenizer: str | None = None, force: bool = 
             raise DataError(f"{out_dir} already holds {', '.join(clash)}; choose another directory or pass --force "
                             f"to replace them")
     os.makedirs(out_dir, exist_ok=True)
+    config["dtype"] = dtype
     st.write_tensors(os.path.join(out_dir, "model.safetensors"), sd,
-                     {"format": "pt", "valuepath_checkpoint": os.path.basename(ckpt), "valuepath_step": meta["step"]})
+                     {"format": "pt", "valuepath_checkpoint": os.path.basename(ckpt), "valuepath_step": meta["step"]},
+                     dtype={"float32": "F32", "bfloat16": "BF16"}[dtype])
     for src, dest in code_files:
         shutil.copyfile(src, os.path.join(out_dir, dest))
     _write_json(os.path.join(out_dir, "config.json"), config)

@@ -85,15 +85,27 @@ def read_tensors(path: str, names=None) -> dict:
     return out
 
 
-def write_tensors(path: str, tensors: dict, metadata: dict | None = None) -> None:
-    """Writes float32 tensors (C order) to `path` through a temporary name, so a failed write
-    (a full disk) leaves nothing under the final name. Tensors are stored in name order."""
+def to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), rounded to nearest, ties to even, as
+    torch.Tensor.to(torch.bfloat16) rounds. Inputs must be finite (the exporter checks)."""
+    bits = np.ascontiguousarray(a, dtype="<f4").view(np.uint32)
+    return ((bits + (0x7FFF + ((bits >> 16) & 1))) >> 16).astype("<u2")
+
+
+def write_tensors(path: str, tensors: dict, metadata: dict | None = None, dtype: str = "F32") -> None:
+    """Writes tensors (C order) as float32 ("F32") or bfloat16 ("BF16") to `path` through a
+    temporary name, so a failed write (a full disk) leaves nothing under the final name. Tensors
+    are stored in name order."""
+    if dtype not in ("F32", "BF16"):
+        raise ValueError(f"write_tensors writes F32 or BF16, not {dtype}")
     header, offset = {}, 0
     arrays = {}
     for name in sorted(tensors):
         a = np.ascontiguousarray(tensors[name], dtype="<f4")
+        if dtype == "BF16":
+            a = to_bf16_bits(a).reshape(a.shape)
         arrays[name] = a
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}

@@ -174,6 +174,18 @@ def test_safetensors_bad_files(tmp_path):
         assert str(f) in str(e.value) and words in str(e.value), (name, str(e.value))
 
 
+def test_bf16_rounding_is_nearest_even(tmp_path):
+    """float32 -> bfloat16 on the writer's side: nearest, ties to even (what torch does), checked on
+    values whose rounding is known by hand; bf16 keeps 8 significant bits."""
+    # 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1); 1 + 3 * 2^-8 is
+    # halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even); just above a tie rounds up
+    x = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -(1 + 2 ** -8), 2 ** -130], np.float32)
+    want = [1.0, 1.0, 1 + 2 ** -6, 1 + 2 ** -7, -1.0, 2 ** -130]
+    st.write_tensors(str(tmp_path / "b.safetensors"), {"x": x}, dtype="BF16")
+    got = st.read_tensors(str(tmp_path / "b.safetensors"))["x"]
+    assert got.tolist() == want
+
+
 # ------------------------------------------------------------------------------ round trip
 
 
@@ -226,6 +238,29 @@ def test_value_path_checkpoints_export_as_remote_code_and_back(path, tmp_path):
     assert cfg2 == cfg and np.array_equal(p2, p)
     _, _, err = convert("import", tmp_path / "hf", tmp_path / "c.bin", "--max-seq", "8", expect=1)
     assert "drop --max-seq" in err
+
+
+def test_bfloat16_export_halves_the_file_and_imports_back_rounded(tmp_path):
+    cfg = small_config("llama_gqa")
+    p = random_params(cfg, 8)
+    write_checkpoint(str(tmp_path / "a.bin"), cfg, p)
+    convert("export", tmp_path / "a.bin", tmp_path / "f32")
+    convert("export", tmp_path / "a.bin", tmp_path / "b16", "--dtype", "bfloat16")
+    header = st.read_header(str(tmp_path / "b16" / "model.safetensors"))[0]
+    assert {e["dtype"] for e in header.values()} == {"BF16"}
+    assert json.loads((tmp_path / "b16" / "config.json").read_text())["dtype"] == "bfloat16"
+    size = lambda d: (tmp_path / d / "model.safetensors").stat().st_size  # noqa: E731
+    assert 0.49 < size("b16") / size("f32") < 0.51
+    convert("import", tmp_path / "b16", tmp_path / "b.bin")
+    _, p2, _ = read_checkpoint(str(tmp_path / "b.bin"))
+    A, Bv = hf._flat_view(cfg, p), hf._flat_view(cfg, p2)
+    for k in A:
+        a, b = (A[k][:V], Bv[k][:V]) if k in ("wte", "lm_head") else (A[k], Bv[k])
+        assert (b.view(np.uint32) & 0xFFFF == 0).all() and np.all(np.abs(b - a) <= 2 ** -8 * np.abs(a)), k
+    p[5] = np.nan
+    write_checkpoint(str(tmp_path / "nan.bin"), cfg, p)
+    _, _, err = convert("export", tmp_path / "nan.bin", tmp_path / "n", expect=1)
+    assert "NaN or Inf in wte" in err and not (tmp_path / "n").exists()
 
 
 def test_import_from_the_hub_cache_with_gpt2_hub_names(tmp_path, vp_cache):
@@ -520,6 +555,11 @@ def test_bf16_model_imports_exactly(tmp_path):
     assert np.array_equal(P["fc_w"][1][cfg.ffn_dim:], sd["model.layers.1.mlp.up_proj.weight"])
     assert np.array_equal(P["k_norm_w"][0], sd["model.layers.0.self_attn.k_norm.weight"])
     assert np.array_equal(P["lm_head"][:V], sd["lm_head.weight"])
+    # the exporter's bf16 rounding is torch's, bit for bit, on a million random floats of all scales
+    r = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * np.float32(10.0) ** \
+        np.random.default_rng(1).integers(-30, 30, 1 << 20).astype(np.float32)
+    want = torch.from_numpy(r).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(st.to_bf16_bits(r), want)
     # loaded afresh in float32 (model.float() would keep its RoPE table rounded to bf16)
     model32 = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
     check_model(torch, model32, cfg, p, tmp_path / "b.bin", tmp_path, 10)
