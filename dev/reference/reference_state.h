@@ -180,7 +180,8 @@ struct RefState {
     size_t num_params = 0;
     std::vector<RefLayoutEntry> layout;
     double loss = 0;                  // float64 mean cross-entropy
-    RefTrain train;
+    RefTrain train;                   // (only if has_train)
+    bool has_train = true;            // false: "train" is null (the extreme-regime states have no trajectory)
     std::vector<float> params, grads; // (num_params)
     std::vector<int> inputs, targets; // (B, T)
     std::vector<float> logits;        // (B, T, V) real vocab columns only
@@ -335,8 +336,11 @@ inline bool ref_state_read(const std::string& path, RefState* s, std::string* er
         if (off + cnt > s->num_params) return r.fail("zero_grad_ranges: a range runs past num_params");
         s->zero_grad_ranges.push_back({off, cnt});
     }
-    // training trajectory
-    const Json* t = r.get(h, "train", Json::OBJ);
+    // training trajectory, or null (an extreme-regime state: make_states.py EXTREME)
+    const Json* t = h.find("train");
+    s->has_train = !(t && t->type == Json::NUL);
+    if (s->has_train) {
+    t = r.get(h, "train", Json::OBJ);
     if (!r.ok) return false;
     RefTrain& tr = s->train;
     tr.steps = r.integer(*t, "steps");
@@ -355,6 +359,7 @@ inline bool ref_state_read(const std::string& path, RefState* s, std::string* er
     if (!r.ok) return false;
     if (tr.steps < 1 || tr.lrs.size() != (size_t)tr.steps || tr.grad_norms.size() != (size_t)tr.steps || tr.losses.size() != (size_t)tr.steps + 1)
         return r.fail("train: lrs, grad_norms, losses do not match steps");
+    }
     // arrays
     const Json* arrs = r.get(h, "arrays", Json::ARR);
     if (!r.ok) return false;
@@ -407,6 +412,8 @@ inline std::vector<std::string> ref_state_names() {
         for (const char* var : {"vanilla", "resformer_fixed", "resformer_learn", "svformer", "sla_orig", "sla_chain", "depth"})
             out.push_back(std::string(fam) + "_" + var);
     out.push_back("llamatied_vanilla");  // llama with --tie-embeddings 1 (make_states.py FAMILY_VARIANTS)
+    out.push_back("gpt2x_vanilla");      // the extreme regime: logit gaps past fp32 underflow, peaked attention
+    out.push_back("llamax_depth");       // (make_states.py EXTREME; no trajectory)
     return out;
 }
 
