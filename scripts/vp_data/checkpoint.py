@@ -247,7 +247,7 @@ def read_checkpoint(path):
             raise ValueError(f"{path}: {n} params, but its config has {num_params(cfg)}")
         params = np.fromfile(f, dtype="<f4", count=n)
         if version == CHECKPOINT_VERSION:
-            crc = zlib.crc32(params.tobytes())
+            crc = zlib.crc32(params)  # the array's own buffer: no second copy of the weights
             while True:
                 chunk = f.read(64 << 20)
                 if not chunk:
@@ -255,7 +255,7 @@ def read_checkpoint(path):
                 crc = zlib.crc32(chunk, crc)
             if crc != data_crc:
                 raise ValueError(f"{path}: corrupt: the CRC-32 of its tensors does not match")
-    return cfg, params.astype(np.float32), {"step": step, "has_optimizer": has_opt, "run_text": text.decode()}
+    return cfg, params.astype(np.float32, copy=False), {"step": step, "has_optimizer": has_opt, "run_text": text.decode()}
 
 
 def write_checkpoint(path, cfg, params, step=0, run_text=""):

@@ -358,9 +358,10 @@ def import_model(src: str, out_ckpt: str, max_seq: int | None = None, force: boo
         raise DataError(f"cannot read {cfg_path}: {e}") from None
     cfg = config_from_hf(hf, max_seq)
     where = {}  # tensor name (without GPT-2's optional "transformer." prefix) -> (file, name in file)
+    headers = {}  # file -> read_header(file), read once
     for path in files:
-        header, _ = st.read_header(path)
-        for name in header:
+        headers[path] = st.read_header(path)
+        for name in headers[path][0]:
             short = name[len("transformer."):] if cfg.arch == "gpt2" and name.startswith("transformer.") else name
             where[short] = (path, name)
     used = set()
@@ -369,7 +370,7 @@ def import_model(src: str, out_ckpt: str, max_seq: int | None = None, force: boo
         if name not in where:
             raise DataError(f"{src}: tensor '{name}' is missing (from {', '.join(map(os.path.basename, files))})")
         path, stored = where[name]
-        a = st.read_tensors(path, [stored])[stored]
+        a = st.read_tensors(path, [stored], headers[path])[stored]
         if tuple(a.shape) != tuple(shape):
             raise DataError(f"{src}: tensor '{name}' has shape {list(a.shape)}, its config.json implies {list(shape)}")
         used.add(name)

@@ -65,9 +65,10 @@ def read_header(path: str) -> tuple[dict, int]:
     return header, data_start
 
 
-def read_tensors(path: str, names=None) -> dict:
-    """{name: float32 numpy array} for floating tensors (all, or `names`); integer tensors as stored."""
-    header, data_start = read_header(path)
+def read_tensors(path: str, names=None, header_and_start=None) -> dict:
+    """{name: float32 numpy array} for floating tensors (all, or `names`); integer tensors as stored.
+    header_and_start: what read_header(path) returned, for a caller that has it already."""
+    header, data_start = header_and_start or read_header(path)
     out = {}
     with open(path, "rb") as f:
         for name in header if names is None else names:
