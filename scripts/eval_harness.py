@@ -20,6 +20,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -35,10 +36,16 @@ def resolve_checkpoint(run: str) -> str:
     if os.path.isfile(run):
         return run
     if os.path.isdir(run):
-        ckpts = sorted(glob.glob(os.path.join(run, "ckpt_*.bin")))
-        if not ckpts:
+        # ckpt_<step>.bin, the step zero-padded to 8 digits and longer past 99,999,999
+        # (host/checkpoint.h): the newest is the largest step, not the last name
+        steps = {}
+        for path in glob.glob(os.path.join(run, "ckpt_*.bin")):
+            m = re.fullmatch(r"ckpt_(\d{8,})\.bin", os.path.basename(path))
+            if m:
+                steps[int(m.group(1))] = path
+        if not steps:
             raise DataError(f"{run} holds no ckpt_*.bin; pass a run directory with checkpoints or a checkpoint file")
-        return ckpts[-1]  # names are zero-padded steps: the last in name order is the newest
+        return steps[max(steps)]
     raise DataError(f"{run} is neither a run directory nor a checkpoint file")
 
 

@@ -164,6 +164,9 @@ def test_eval_harness_script_refuses_bad_runs(tmp_path):
     assert run(tmp_path / "nowhere", "--tasks", "x") == 1 and "neither a run directory" in err.getvalue()
     (tmp_path / "empty").mkdir()
     assert run(tmp_path / "empty", "--tasks", "x") == 1 and "holds no ckpt_*.bin" in err.getvalue()
+    for name in ("ckpt_00000002.bin", "ckpt_99999999.bin", "ckpt_100000000.bin", "ckpt_latest.bin"):
+        (tmp_path / "empty" / name).write_bytes(b"")
+    assert mod.resolve_checkpoint(str(tmp_path / "empty")) == str(tmp_path / "empty" / "ckpt_100000000.bin")
     cfg = make_config("gpt2", 1, 1, 8, 300, 8)
     write_checkpoint(str(tmp_path / "v300.bin"), cfg, random_params(cfg, 0))
     assert run(tmp_path / "v300.bin", "--tasks", "x") == 1 and "--tokenizer" in err.getvalue()
