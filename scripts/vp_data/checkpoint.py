@@ -258,9 +258,9 @@ def read_checkpoint(path):
     return cfg, params.astype(np.float32, copy=False), {"step": step, "has_optimizer": has_opt, "run_text": text.decode()}
 
 
-def write_checkpoint(path, cfg, params, step=0, run_text=""):
-    """Writes params as a valuepath checkpoint without optimizer state (has_optimizer = 0; Rng and
-    DataLoaderState zeroed), which the trainers accept with --init-from."""
+def encode_checkpoint(cfg, params, step=0, run_text=""):
+    """The file's bytes as [header, run text, params]: a checkpoint without optimizer state
+    (has_optimizer = 0; Rng and DataLoaderState zeroed), which the trainers accept with --init-from."""
     cfg.validate()
     params = np.asarray(params, dtype="<f4").reshape(-1)
     if params.size != num_params(cfg):
@@ -271,12 +271,17 @@ def write_checkpoint(path, cfg, params, step=0, run_text=""):
                          *_config_to_fields(cfg), 0, *([0] * 16)]
     hdr = struct.pack(_HEADER_FMT, *fields_before_crc, 0, 0, *([0] * 62))
     hdr = struct.pack(_HEADER_FMT, *fields_before_crc, _header_crc(hdr, text), zlib.crc32(data), *([0] * 62))
+    return [hdr, text, data]
+
+
+def write_checkpoint(path, cfg, params, step=0, run_text=""):
+    """Writes encode_checkpoint's bytes to `path` (tests and the reference; scripts/vp_data/hf.py
+    writes them atomically with shards.write_atomic)."""
     with open(path, "wb") as f:
-        f.write(hdr)
-        f.write(text)
-        f.write(data)
+        for chunk in encode_checkpoint(cfg, params, step, run_text):
+            f.write(chunk)
 
 
 __all__ = ["f32", "lround", "PATHS", "ARCHS", "Config", "make_config", "DECAY", "param_layout", "param_offsets",
-           "num_params", "read_checkpoint", "write_checkpoint", "CHECKPOINT_MAGIC", "CHECKPOINT_VERSION",
+           "num_params", "read_checkpoint", "encode_checkpoint", "write_checkpoint", "CHECKPOINT_MAGIC", "CHECKPOINT_VERSION",
            "CHECKPOINT_HEADER_BYTES"]

@@ -43,7 +43,8 @@ import numpy as np
 from . import DataError
 from . import cache
 from . import safetensors_io as st
-from .checkpoint import Config, f32, num_params, param_layout, param_offsets, read_checkpoint, write_checkpoint
+from .checkpoint import Config, encode_checkpoint, f32, num_params, param_layout, param_offsets, read_checkpoint
+from .shards import write_atomic
 
 # Short names for the hub's GPT-2 checkpoints (llm.c's starting points).
 HUB_ALIASES = {"gpt2": "openai-community/gpt2", "gpt2-medium": "openai-community/gpt2-medium",
@@ -217,11 +218,8 @@ def export(ckpt: str, out_dir: str, tokenizer: str | None = None, force: bool = 
 
 
 def _write_json(path: str, obj) -> None:
-    tmp = path + ".part"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    data = (json.dumps(obj, indent=2) + "\n").encode()
+    write_atomic(path, [data], len(data))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,12 +427,6 @@ def import_model(src: str, out_ckpt: str, max_seq: int | None = None, force: boo
                         f"(first: {', '.join(left[:3])}); the import would drop them")
     if not np.all(np.isfinite(params)):
         raise DataError(f"{src}: the weights hold NaN or Inf")
-    tmp = out_ckpt + ".part"
-    try:
-        write_checkpoint(tmp, cfg, params, step=0)
-        os.replace(tmp, out_ckpt)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise DataError(f"cannot write {out_ckpt}: {e}") from None
+    chunks = encode_checkpoint(cfg, params, step=0)
+    write_atomic(out_ckpt, chunks, sum(len(c) for c in chunks))
     return cfg

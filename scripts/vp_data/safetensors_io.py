@@ -19,6 +19,7 @@ import struct
 import numpy as np
 
 from . import DataError
+from .shards import write_atomic
 
 # dtype names of the format -> numpy dtype as stored. BF16 has no numpy dtype: it is read as
 # uint16 and widened to float32 (bf16 is the top half of an fp32 bit pattern), which is exact.
@@ -94,9 +95,9 @@ def to_bf16_bits(a: np.ndarray) -> np.ndarray:
 
 
 def write_tensors(path: str, tensors: dict, metadata: dict | None = None, dtype: str = "F32") -> None:
-    """Writes tensors (C order) as float32 ("F32") or bfloat16 ("BF16") to `path` through a
-    temporary name, so a failed write (a full disk) leaves nothing under the final name. Tensors
-    are stored in name order."""
+    """Writes tensors (C order) as float32 ("F32") or bfloat16 ("BF16") to `path` with
+    shards.write_atomic, so a failed write (a full disk) leaves nothing under the final name.
+    Tensors are stored in name order."""
     if dtype not in ("F32", "BF16"):
         raise ValueError(f"write_tensors writes F32 or BF16, not {dtype}")
     header, offset = {}, 0
@@ -112,19 +113,5 @@ def write_tensors(path: str, tensors: dict, metadata: dict | None = None, dtype:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned, as the reference writer does
-    tmp = path + ".part"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(raw)))
-            f.write(raw)
-            for name in sorted(arrays):
-                f.write(arrays[name].tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise DataError(f"cannot write {path}: {e}") from None
+    chunks = [struct.pack("<Q", len(raw)) + raw] + [arrays[name] for name in sorted(arrays)]  # arrays: no copies
+    write_atomic(path, chunks, 8 + len(raw) + offset)
