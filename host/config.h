@@ -37,7 +37,7 @@ struct ModelConfig {
     int32_t n_head;             // H
     int32_t n_kv_head;          // Hkv (GPT-2: = H)
     int32_t n_embd;             // C
-    int32_t head_dim;           // D = C / H
+    int32_t head_dim;           // D: C / H, except a llama with --head-dim (Qwen3: 128 at any width)
     int32_t ffn_dim;            // F: GPT-2 4C; Llama the SwiGLU hidden size
     int32_t vocab_size;         // V: real tokens
     int32_t padded_vocab_size;  // Vp: V rounded up to a multiple of 128 (tensor-core friendly rows)
@@ -69,7 +69,7 @@ struct NamedGlob {
 struct RunConfig {
     // model shape (ignored where a checkpoint supplies it, but an explicit conflicting flag is an error)
     std::string arch;
-    int layers, heads, kv_heads, dim, ffn_dim, vocab, max_seq, qk_norm, tie_embeddings;
+    int layers, heads, kv_heads, dim, head_dim, ffn_dim, vocab, max_seq, qk_norm, tie_embeddings;
     float rope_theta;
     std::string init_from;
     // optimisation
@@ -127,7 +127,8 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--layers",      FLAG_INT,    RC_FIELD(layers),      "12",    "number of transformer blocks L"},
     {"--heads",       FLAG_INT,    RC_FIELD(heads),       "12",    "query heads H"},
     {"--kv-heads",    FLAG_INT,    RC_FIELD(kv_heads),    "0",     "key/value heads Hkv for grouped-query attention (0 = same as --heads; gpt2 requires Hkv = H)"},
-    {"--dim",         FLAG_INT,    RC_FIELD(dim),         "768",   "model width C (a multiple of --heads)"},
+    {"--dim",         FLAG_INT,    RC_FIELD(dim),         "768",   "model width C (a multiple of --heads unless --head-dim is given)"},
+    {"--head-dim",    FLAG_INT,    RC_FIELD(head_dim),    "0",     "llama: per-head width D of q, k, v (0 = --dim / --heads); the attention is H*D wide, as Qwen3's head_dim 128"},
     {"--ffn-dim",     FLAG_INT,    RC_FIELD(ffn_dim),     "0",     "MLP hidden size F (0 = 4C for gpt2, round_up(8C/3, 64) for llama)"},
     {"--vocab",       FLAG_INT,    RC_FIELD(vocab),       "50257", "vocabulary size V (padded to a multiple of 128 internally)"},
     {"--max-seq",     FLAG_INT,    RC_FIELD(max_seq),     "1024",  "longest sequence the model accepts (gpt2: rows of the position table)"},
@@ -330,8 +331,11 @@ inline std::string model_config_problem(const ModelConfig& c) {
     if (c.n_layer < 1 || c.n_layer > MAX_LAYERS) return bad("n_layer %ld outside [1, %ld]", c.n_layer, MAX_LAYERS);
     if (c.n_head < 1 || c.n_head > MAX_HEADS) return bad("n_head %ld outside [1, %ld]", c.n_head, MAX_HEADS);
     if (c.n_kv_head < 1 || c.n_head % c.n_kv_head) return bad("n_kv_head %ld does not divide n_head %ld", c.n_kv_head, c.n_head);
-    if (c.n_embd < 1 || c.n_embd > MAX_DIM || c.n_embd % c.n_head) return bad("n_embd %ld is not a multiple of n_head %ld within bounds", c.n_embd, c.n_head);
-    if (c.head_dim != c.n_embd / c.n_head) return bad("head_dim %ld is not n_embd / n_head = %ld", c.head_dim, c.n_embd / c.n_head);
+    if (c.n_embd < 1 || c.n_embd > MAX_DIM) return bad("n_embd %ld outside [1, %ld]", c.n_embd, MAX_DIM);
+    // GPT-2's heads split the width (D = C / H); a llama's D is free (--head-dim), with H*D bounded as C is
+    if (c.arch == ARCH_GPT2 && (c.n_embd % c.n_head || c.head_dim != c.n_embd / c.n_head))
+        return bad("a gpt2 model's head_dim %ld is not n_embd / n_head (n_embd %ld)", c.head_dim, c.n_embd);
+    if (c.head_dim < 1 || (long)c.head_dim * c.n_head > MAX_DIM) return bad("head_dim %ld times n_head is outside [1, %ld]", c.head_dim, MAX_DIM);
     if (c.ffn_dim < 1 || c.ffn_dim > MAX_FFN_DIM) return bad("ffn_dim %ld outside [1, %ld]", c.ffn_dim, MAX_FFN_DIM);
     if (c.vocab_size < 2 || c.vocab_size > MAX_VOCAB) return bad("vocab_size %ld outside [2, %ld]", c.vocab_size, MAX_VOCAB);
     if (c.padded_vocab_size != CEIL_DIV(c.vocab_size, 128) * 128) return bad("padded_vocab_size %ld is not vocab_size rounded up to 128 (%ld)", c.padded_vocab_size, CEIL_DIV(c.vocab_size, 128) * 128);
@@ -363,8 +367,11 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     c.norm_eps = 1e-5f;
     if (c.n_layer < 1 || c.n_layer > MAX_LAYERS) usage_error(nullptr, "--layers must be in [1, %d], got %d", MAX_LAYERS, c.n_layer);
     if (c.n_head < 1 || c.n_head > MAX_HEADS) usage_error(nullptr, "--heads must be in [1, %d], got %d", MAX_HEADS, c.n_head);
-    if (c.n_embd < 1 || c.n_embd % c.n_head) usage_error(nullptr, "--dim %d must be a positive multiple of --heads %d", c.n_embd, c.n_head);
+    if (rc.head_dim < 0) usage_error(nullptr, "--head-dim must be >= 0 (0 = --dim / --heads), got %d", rc.head_dim);
+    if (c.n_embd < 1 || (rc.head_dim == 0 && c.n_embd % c.n_head))
+        usage_error("or give the llama family an explicit --head-dim", "--dim %d must be a positive multiple of --heads %d", c.n_embd, c.n_head);
     if (c.n_embd > MAX_DIM) usage_error(nullptr, "--dim must be at most %d, got %d", MAX_DIM, c.n_embd);
+    if ((long)rc.head_dim * c.n_head > MAX_DIM) usage_error(nullptr, "--head-dim %d times --heads %d must be at most %d", rc.head_dim, c.n_head, MAX_DIM);
     if (rc.ffn_dim > MAX_FFN_DIM) usage_error(nullptr, "--ffn-dim must be at most %d, got %d", MAX_FFN_DIM, rc.ffn_dim);
     if (c.vocab_size > MAX_VOCAB) usage_error(nullptr, "--vocab must be at most %d, got %d", MAX_VOCAB, c.vocab_size);
     if (c.max_seq_len > MAX_SEQ) usage_error(nullptr, "--max-seq must be at most %d, got %d", MAX_SEQ, c.max_seq_len);
@@ -375,8 +382,11 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     if (c.max_seq_len < 1) usage_error(nullptr, "--max-seq must be >= 1, got %d", c.max_seq_len);
     if (rc.qk_norm != 0 && rc.qk_norm != 1) usage_error(nullptr, "--qk-norm must be 0 or 1, got %d", rc.qk_norm);
     if (rc.tie_embeddings != 0 && rc.tie_embeddings != 1) usage_error(nullptr, "--tie-embeddings must be 0 or 1, got %d", rc.tie_embeddings);
-    c.head_dim = c.n_embd / c.n_head;
+    c.head_dim = rc.head_dim > 0 ? rc.head_dim : c.n_embd / c.n_head;
     if (c.arch == ARCH_GPT2) {
+        if (c.n_embd % c.n_head || c.head_dim != c.n_embd / c.n_head)
+            usage_error("drop --head-dim, or use --arch llama for a head width other than --dim / --heads",
+                        "gpt2's heads split --dim %d into --heads %d; --head-dim %d is a llama-family option", c.n_embd, c.n_head, rc.head_dim);
         if (c.n_kv_head != c.n_head) usage_error("use --arch llama for grouped-query attention", "gpt2 has no GQA: --kv-heads must equal --heads");
         if (rc.qk_norm) usage_error("use --arch llama for QK-norm", "--qk-norm is a llama-family option");
         if (rc.was_given("--tie-embeddings"))
@@ -384,7 +394,7 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
         if (rc.was_given("--rope-theta")) usage_error("use --arch llama for RoPE", "--rope-theta is a llama-family option (gpt2 learns its positions)");
         c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : 4 * c.n_embd;
     } else {
-        if (c.head_dim % 2) usage_error(nullptr, "RoPE needs an even head dim; --dim/--heads = %d", c.head_dim);
+        if (c.head_dim % 2) usage_error(nullptr, "RoPE needs an even head dim; %s = %d", rc.head_dim > 0 ? "--head-dim" : "--dim/--heads", c.head_dim);
         if (!(c.rope_theta > 0)) usage_error(nullptr, "--rope-theta must be > 0");
         c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : CEIL_DIV(8 * c.n_embd / 3, 64) * 64;
     }
@@ -399,7 +409,7 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
 inline void check_shape_flags_match(const RunConfig& rc, const ModelConfig& c, const char* source) {
     struct { const char* flag; long asked, have; } rows[] = {
         {"--layers", rc.layers, c.n_layer},   {"--heads", rc.heads, c.n_head},
-        {"--kv-heads", rc.kv_heads, c.n_kv_head}, {"--dim", rc.dim, c.n_embd},
+        {"--kv-heads", rc.kv_heads, c.n_kv_head}, {"--dim", rc.dim, c.n_embd}, {"--head-dim", rc.head_dim, c.head_dim},
         {"--ffn-dim", rc.ffn_dim, c.ffn_dim}, {"--vocab", rc.vocab, c.vocab_size},
         {"--max-seq", rc.max_seq, c.max_seq_len}, {"--qk-norm", rc.qk_norm, c.qk_norm},
         {"--tie-embeddings", rc.tie_embeddings, c.tie_embeddings},
@@ -422,6 +432,7 @@ inline void run_config_set_shape(RunConfig* rc, const ModelConfig& c) {
     rc->heads = c.n_head;
     rc->kv_heads = c.n_kv_head;
     rc->dim = c.n_embd;
+    rc->head_dim = c.head_dim;
     rc->ffn_dim = c.ffn_dim;
     rc->vocab = c.vocab_size;
     rc->max_seq = c.max_seq_len;

@@ -201,7 +201,7 @@ TEST(fd_encoder) {
 // ----------------------------------------------------------------------------
 // whole model
 
-static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm, int tie_embeddings = 0) {
+static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm, int tie_embeddings = 0, int head_dim = 0) {
     RunConfig rc;
     const char* argv[] = {"test"};
     parse_command_line(&rc, 1, (char**)argv);
@@ -209,7 +209,8 @@ static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm, int tie_em
     rc.layers = 2;
     rc.heads = H;
     rc.kv_heads = Hkv;
-    rc.dim = 4 * H;  // D = 4
+    rc.dim = 4 * H;  // D = 4, or head_dim (llama --head-dim)
+    rc.head_dim = head_dim;
     rc.ffn_dim = arch == ARCH_GPT2 ? 0 : 12;
     rc.vocab = 11;   // padded to 128
     rc.max_seq = 8;
@@ -218,8 +219,8 @@ static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm, int tie_em
     return model_config_from_flags(rc);
 }
 
-static void model_fd(int arch, int H, int Hkv, int qk_norm, int tie_embeddings = 0) {
-    ModelConfig c = tiny_config(arch, H, Hkv, qk_norm, tie_embeddings);
+static void model_fd(int arch, int H, int Hkv, int qk_norm, int tie_embeddings = 0, int head_dim = 0) {
+    ModelConfig c = tiny_config(arch, H, Hkv, qk_norm, tie_embeddings, head_dim);
     int checked = model_fd_check<VpVanilla>(c, 42);
     CHECK(checked >= (arch == ARCH_GPT2 ? 16 : (qk_norm ? 12 : 10) - tie_embeddings), "only %d tensors checked", checked);
 }
@@ -229,6 +230,9 @@ TEST(fd_model_llama_gqa) { model_fd(ARCH_LLAMA, 4, 2, 0); }
 TEST(fd_model_llama_gqa_qknorm) { model_fd(ARCH_LLAMA, 4, 2, 1); }
 TEST(fd_model_llama_mha_qknorm) { model_fd(ARCH_LLAMA, 2, 2, 1); }
 TEST(fd_model_llama_tied) { model_fd(ARCH_LLAMA, 4, 2, 1, 1); }
+// --head-dim: attention H*D wider (Qwen3) and narrower than the model width C = 16
+TEST(fd_model_llama_wide_heads) { model_fd(ARCH_LLAMA, 4, 2, 1, 1, 8); }
+TEST(fd_model_llama_narrow_heads) { model_fd(ARCH_LLAMA, 4, 1, 0, 0, 2); }
 
 // --tie-embeddings 1 is the untied model with lm_head := wte (PyTorch: lm_head.weight =
 // wte.weight): the same logits and loss, and wte's gradient is the untied model's wte and lm_head
@@ -353,6 +357,19 @@ TEST(param_counts) {
     rc.tie_embeddings = 1;  // no lm_head
     ModelConfig lt = model_config_from_flags(rc);
     CHECK(count_params(param_specs(lt)) == expect - Vp * C, "tied llama has %zu, formula %zu", count_params(param_specs(lt)), expect - Vp * C);
+    // Qwen3-0.6B's shape: C = 1024, H = 16 heads of D = 128 (H*D = 2048 = 2C), Hkv = 8, F = 3072,
+    // 28 layers, QK-norm, tied, V = 151936; transformers 5.24's Qwen3ForCausalLM at that config
+    // holds 596,049,920 parameters (sum of numel, counted once on the meta device)
+    rc.layers = 28;
+    rc.heads = 16;
+    rc.kv_heads = 8;
+    rc.dim = 1024;
+    rc.head_dim = 128;
+    rc.ffn_dim = 3072;
+    rc.vocab = 151936;
+    ModelConfig q = model_config_from_flags(rc);
+    CHECK(q.head_dim == 128 && q.padded_vocab_size == 151936, "D %d Vp %d", q.head_dim, q.padded_vocab_size);
+    CHECK(count_params(param_specs(q)) == 596049920ull, "Qwen3-0.6B's shape has %zu parameters", count_params(param_specs(q)));
 }
 
 // A tiny model on a stream where each token determines the next: the loss must fall well below
@@ -498,6 +515,13 @@ TEST(bad_flags_are_usage_errors) {
     CHECK(code_of({"--bogus", "1"}) == 2, "unknown flag");
     CHECK(code_of({"--layers", "x"}) == 2, "non-integer");
     CHECK(code_of({"--heads", "5", "--dim", "768"}) == 2, "dim not a multiple of heads");
+    CHECK(code_of({"--arch", "llama", "--heads", "5", "--dim", "768", "--head-dim", "64", "--train-data", "x"}) == 0,
+          "llama: --head-dim frees dim from heads");
+    CHECK(code_of({"--arch", "llama", "--head-dim", "63"}) == 2, "odd head dim under RoPE");
+    CHECK(code_of({"--arch", "llama", "--head-dim", "-2"}) == 2, "negative head dim");
+    CHECK(code_of({"--arch", "llama", "--heads", "1024", "--head-dim", "128"}) == 2, "H*D above the width bound");
+    CHECK(code_of({"--arch", "gpt2", "--head-dim", "128"}) == 2, "gpt2 with a head dim other than dim/heads");
+    CHECK(code_of({"--arch", "gpt2", "--head-dim", "64", "--train-data", "x"}) == 0, "gpt2 with its own head dim spelled out");
     CHECK(code_of({"--arch", "gpt2", "--kv-heads", "4"}) == 2, "gqa on gpt2");
     CHECK(code_of({"--arch", "gpt2", "--tie-embeddings", "1"}) == 2, "the llama tie flag on gpt2 (always tied)");
     CHECK(code_of({"--arch", "llama", "--tie-embeddings", "2"}) == 2, "tie flag not 0 or 1");

@@ -221,7 +221,7 @@ static void check_state(const char* name) {
 // Every expected state is there (and nothing else): a state that disappears must fail the suite.
 TEST(reference_states_all_present) {
     std::vector<std::string> names = ref_state_names();
-    CHECK(names.size() == 17, "expected 17 states (2 families x 7 path settings, the tied llama, and 2 extreme-regime states)");
+    CHECK(names.size() == 18, "expected 18 states (2 families x 7 path settings, the tied llama, 2 extreme-regime states, the wide-head Qwen3)");
     for (const std::string& n : names) {
         FILE* f = fopen((std::string(REFERENCE_STATES_DIR) + "/" + n + ".bin").c_str(), "rb");
         CHECK(f != nullptr, "missing reference state %s/%s.bin", REFERENCE_STATES_DIR, n.c_str());
@@ -279,5 +279,6 @@ STATE_TEST(llama_depth)
 STATE_TEST(llamatied_vanilla)
 STATE_TEST(gpt2x_vanilla)
 STATE_TEST(llamax_depth)
+STATE_TEST(qwen3_depth)
 
 TEST_MAIN()

@@ -19,7 +19,9 @@
 #include "tests/gradcheck.h"
 
 // A small model of the given family with the given value path and settings.
-static ModelConfig path_config(int arch, int path, int sla_layers = 2, int sla_heads = 2, int sla_chain = 0, int depth_stride = 2, int learn = 0) {
+// head_dim > 0: a llama whose heads are not C / H wide (--head-dim; Qwen3's D = 128 at any C).
+static ModelConfig path_config(int arch, int path, int sla_layers = 2, int sla_heads = 2, int sla_chain = 0, int depth_stride = 2, int learn = 0,
+                               int head_dim = 0) {
     RunConfig rc;
     const char* argv[] = {"test"};
     parse_command_line(&rc, 1, (char**)argv);
@@ -27,7 +29,8 @@ static ModelConfig path_config(int arch, int path, int sla_layers = 2, int sla_h
     rc.layers = 5;
     rc.heads = 4;
     rc.kv_heads = arch == ARCH_GPT2 ? 4 : 2;  // GQA group 2 for Llama
-    rc.dim = 16;                              // D = 4
+    rc.dim = 16;                              // D = 4 unless head_dim says otherwise
+    rc.head_dim = head_dim;
     rc.ffn_dim = arch == ARCH_GPT2 ? 0 : 12;
     rc.vocab = 11;
     rc.max_seq = 8;
@@ -49,11 +52,16 @@ static const int FAMILIES[] = {ARCH_GPT2, ARCH_LLAMA};
 // ----------------------------------------------------------------------------
 // finite differences
 
+// Both families, and a llama with D = 6 (H*D = 24 wide attention in a C = 16 model), where a
+// C that should be H*D (or the reverse) in a path's routing changes sizes and strides.
 template <typename VP>
 static void fd_path(int learn_or_chain = 0) {
-    for (int arch : FAMILIES) {
-        ModelConfig c = path_config(arch, VP::id, 2, 2, VP::id == VP_SLA ? learn_or_chain : 0, 2, VP::id == VP_RESFORMER ? learn_or_chain : 0);
-        int checked = model_fd_check<VP>(c, 100 + arch);
+    struct { int arch, head_dim; } models[] = {{ARCH_GPT2, 0}, {ARCH_LLAMA, 0}, {ARCH_LLAMA, 6}};
+    for (auto m : models) {
+        ModelConfig c = path_config(m.arch, VP::id, 2, 2, VP::id == VP_SLA ? learn_or_chain : 0, 2, VP::id == VP_RESFORMER ? learn_or_chain : 0,
+                                    m.head_dim);
+        CHECK(m.head_dim == 0 || c.n_head * c.head_dim != c.n_embd, "the wide-head model has H*D = C");
+        int checked = model_fd_check<VP>(c, 100 + m.arch + m.head_dim);
         CHECK(checked >= 10, "%s: only %d tensors checked", value_path_name(VP::id), checked);
     }
 }

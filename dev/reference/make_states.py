@@ -83,6 +83,11 @@ EXTREME = {"gpt2x": ("gpt2", {"wte": 12.0, "lm_head": 12.0, "qk_w": 3.0}),
            "llamax": ("llama", {"wte": 12.0, "lm_head": 12.0, "qk_w": 3.0})}
 for _fam, (_base, _) in EXTREME.items():
     FAMILIES[_fam] = FAMILIES[_base]
+# released Qwen3's shape (--head-dim): heads wider than C / H (H*D = 32 in C = 16), tied, QK-norm.
+# Every tensor that touches the attention is H*D wide on one side and C on the other, so a build
+# that confuses the two reads the wrong rows. (After the extreme families: state order is seed order.)
+FAMILIES["qwen3"] = dict(arch="llama", L=5, H=4, Hkv=2, C=16, head_dim=8, V=V, max_seq_len=16, F=32, qk_norm=1,
+                         rope_theta=500.0, tie_embeddings=1)
 # The value paths with settings that exercise the cross-layer routes: SLA with 2*n_l < L so ORIG
 # and CHAIN differ, n_h a multiple of G and below H (so both own and skip heads exist); Depth with
 # s = 2 so anchor 2's mixed value (which holds v^0) is read by layers 3 and 4 (the recursion).
@@ -107,7 +112,7 @@ TRAIN = dict(steps=10, lr=1e-2, warmup=2, max_steps=10, min_lr_frac=0.1, beta1=0
 
 # the variants of each family (all of them unless listed). New states go at the end of
 # state_names(): a state's seeds come from its index there, so appending keeps the others' bytes.
-FAMILY_VARIANTS = {"llamatied": ["vanilla"], "gpt2x": ["vanilla"], "llamax": ["depth"]}
+FAMILY_VARIANTS = {"llamatied": ["vanilla"], "gpt2x": ["vanilla"], "llamax": ["depth"], "qwen3": ["depth"]}
 
 
 def state_names():

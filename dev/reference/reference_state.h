@@ -414,6 +414,7 @@ inline std::vector<std::string> ref_state_names() {
     out.push_back("llamatied_vanilla");  // llama with --tie-embeddings 1 (make_states.py FAMILY_VARIANTS)
     out.push_back("gpt2x_vanilla");      // the extreme regime: logit gaps past fp32 underflow, peaked attention
     out.push_back("llamax_depth");       // (make_states.py EXTREME; no trajectory)
+    out.push_back("qwen3_depth");        // llama with --head-dim 8 at C = 16 (H*D = 2C), tied, QK-norm
     return out;
 }
 

@@ -491,7 +491,7 @@ def test_states_are_complete_and_small():
     files = sorted(f for f in os.listdir(S.STATES_DIR) if f.endswith(".bin"))
     assert files == sorted(n + ".bin" for n in S.state_names())
     total = sum(os.path.getsize(os.path.join(S.STATES_DIR, f)) for f in files)
-    assert total < 2.5 * 2**20  # "well under 5 MB"
+    assert total < 3 * 2**20  # "well under 5 MB": 2.54 MiB with the 18th state (qwen3_depth)
 
 
 @pytest.mark.parametrize("index,name", list(enumerate(S.state_names())))

@@ -43,7 +43,7 @@ class Config:
     n_head: int = 12            # H
     n_kv_head: int = 12         # Hkv (gpt2: = H)
     n_embd: int = 768           # C
-    head_dim: int = 64          # D = C / H
+    head_dim: int = 64          # D: C / H, or free in llama (--head-dim; Qwen3: 128 at any C)
     ffn_dim: int = 3072         # F
     vocab_size: int = 50257     # V
     padded_vocab_size: int = 50304  # Vp
@@ -72,12 +72,13 @@ class Config:
 
     def validate(self):
         assert self.arch in ARCHS and self.path in PATHS
-        assert self.n_embd == self.n_head * self.head_dim, "C = H * D"
+        assert self.head_dim >= 1 and self.n_head >= 1
         assert self.n_head % self.n_kv_head == 0, "H must be a multiple of Hkv"
         assert self.padded_vocab_size == -(-self.vocab_size // 128) * 128
         if self.arch == "gpt2":
             assert self.n_kv_head == self.n_head and not self.qk_norm and not self.tie_embeddings, \
                 "gpt2 has no GQA and no QK-norm, and its head is always tied"
+            assert self.n_embd == self.n_head * self.head_dim, "gpt2: C = H * D (only llama has --head-dim)"
         else:
             assert self.head_dim % 2 == 0, "RoPE needs an even head dim"
         if self.path == "sla":
@@ -88,7 +89,7 @@ class Config:
         return self
 
 
-def make_config(arch, L, H, C, V, max_seq_len, Hkv=None, F=None, rope_theta=10000.0, qk_norm=0, tie_embeddings=0,
+def make_config(arch, L, H, C, V, max_seq_len, Hkv=None, F=None, head_dim=None, rope_theta=10000.0, qk_norm=0, tie_embeddings=0,
                 path="vanilla", resformer_lambda="fixed", resformer_lambda_lr=None,
                 sla_layers=None, sla_heads=None, sla_chain=0, depth_stride=None):
     """A Config with the same derived defaults as the C++ command line (host/config.h,
@@ -96,7 +97,7 @@ def make_config(arch, L, H, C, V, max_seq_len, Hkv=None, F=None, rope_theta=1000
     Hkv = Hkv or H
     if F is None:
         F = 4 * C if arch == "gpt2" else -(-(8 * C // 3) // 64) * 64
-    cfg = Config(arch=arch, n_layer=L, n_head=H, n_kv_head=Hkv, n_embd=C, head_dim=C // H, ffn_dim=F,
+    cfg = Config(arch=arch, n_layer=L, n_head=H, n_kv_head=Hkv, n_embd=C, head_dim=head_dim or C // H, ffn_dim=F,
                  vocab_size=V, padded_vocab_size=-(-V // 128) * 128, max_seq_len=max_seq_len,
                  rope_theta=f32(rope_theta), qk_norm=qk_norm, path=path,
                  tie_embeddings=tie_embeddings)

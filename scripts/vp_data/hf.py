@@ -12,8 +12,8 @@ Export writes a vanilla-path checkpoint as the HF model of the same math, so it 
 Import reads those three HF model types back (a local directory, or a hub repository through the
 cache, e.g. OpenAI's GPT-2 124M) into a checkpoint without optimizer state, for `--init-from`.
 Anything the trainer's math does not have (another activation, attention biases in Llama, RoPE
-scaling, a head_dim other than hidden_size / heads, sliding windows) is refused with the reason,
-never approximated.
+scaling, sliding windows) is refused with the reason, never approximated. A head_dim other than
+hidden_size / heads (every released Qwen3: 128) maps onto the llama family's --head-dim.
 
 The layouts (host/params.h): valuepath stores nn.Linear weights as (out, in), like HF's Llama and
 Qwen3; HF's GPT-2 uses Conv1D, which stores (in, out), so its matrices are transposed. valuepath's
@@ -300,9 +300,7 @@ def config_from_hf(hf: dict, max_seq: int | None = None) -> Config:
     elif mt in ("llama", "qwen3"):
         C, H, L = need("hidden_size"), need("num_attention_heads"), need("num_hidden_layers")
         Hkv = hf.get("num_key_value_heads") or H
-        D = hf.get("head_dim") or (C // H if H else 0)
-        refuse_if(H and D * H != C, f"head_dim={D} with {H} heads and hidden_size={C} (valuepath needs "
-                                    f"head_dim = hidden_size / heads)")
+        D = hf.get("head_dim") or (C // H if H else 0)  # Qwen3: 128 whatever the width (--head-dim)
         refuse_if(hf.get("hidden_act", "silu") != "silu", f"hidden_act={hf.get('hidden_act')} (SwiGLU needs silu)")
         refuse_if(hf.get("attention_bias", False), "attention biases")
         refuse_if(hf.get("mlp_bias", False), "MLP biases")

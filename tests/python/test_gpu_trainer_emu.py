@@ -79,7 +79,7 @@ def test_resformer_lambdas_logged_by_the_gpu_build(tmp_path, data):
 
 
 def test_mfu_in_the_step_lines(tmp_path, data):
-    """MFU per step: 6 N + 12 L C T FLOPs per token (N without GPT-2's position table) times this
+    """MFU per step: 6 N + 12 L H D T FLOPs per token (N without GPT-2's position table) times this
     step's tokens per second, over the device's peak. The emulator has no known peak, so the
     trainer prints no MFU unless VP_PEAK_TFLOPS gives one; a bad value is a usage error."""
     p = run(emu_trainer("bf16"), common(data, 2) + ["--out-dir", tmp_path / "none"], expect=0)
@@ -90,8 +90,8 @@ def test_mfu_in_the_step_lines(tmp_path, data):
     assert "MFU of 0.0001 TFLOP/s" in p.stdout
     log = read_log(tmp_path / "mfu")
     cfg, steps = log[0], [r for r in log if "train_loss" in r]
-    L, C, T = cfg["layers"], cfg["dim"], cfg["seq_len"]
-    flops_per_token = 6 * cfg["num_params"] + 12 * L * C * T  # llama: no position table
+    L, H, D, T = cfg["layers"], cfg["heads"], cfg["head_dim"], cfg["seq_len"]
+    flops_per_token = 6 * cfg["num_params"] + 12 * L * H * D * T  # llama: no position table
     for r in steps:
         # tok_per_s is logged to 0.1 and mfu to 1e-6: a relative 1e-3 covers both roundings
         assert r["mfu"] == pytest.approx(flops_per_token * r["tok_per_s"] / (peak * 1e12), rel=1e-3)

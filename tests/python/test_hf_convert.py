@@ -37,6 +37,8 @@ MODELS = {
     "llama_gqa": ("llama", {"Hkv": 2}),
     "qwen3_qknorm": ("llama", {"Hkv": 2, "qk_norm": 1, "rope_theta": 500000.0}),
     "llama_tied_mqa": ("llama", {"Hkv": 1, "tie_embeddings": 1}),
+    # released Qwen3's shape: heads wider than hidden_size / heads (H*D = 64 in C = 32), tied
+    "qwen3_wide_heads": ("llama", {"Hkv": 2, "qk_norm": 1, "head_dim": 16, "tie_embeddings": 1, "rope_theta": 1e6}),
 }
 V, T, B = 200, 16, 4  # V is not a multiple of 128, so the padded rows are exercised
 
@@ -199,10 +201,11 @@ def test_round_trip_is_exact_and_the_trainer_agrees(name, tmp_path):
     write_checkpoint(str(tmp_path / "a.bin"), cfg, p, step=12)
     _, out, _ = convert("export", tmp_path / "a.bin", tmp_path / "hf")
     want_class = {"gpt2": "GPT2LMHeadModel", "llama_gqa": "LlamaForCausalLM", "qwen3_qknorm": "Qwen3ForCausalLM",
-                  "llama_tied_mqa": "LlamaForCausalLM"}[name]
+                  "llama_tied_mqa": "LlamaForCausalLM", "qwen3_wide_heads": "Qwen3ForCausalLM"}[name]
     assert want_class in out
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["architectures"] == [want_class] and config["vocab_size"] == V
+    assert cfg.arch == "gpt2" or config["head_dim"] == cfg.head_dim
     tensors = st.read_header(str(tmp_path / "hf" / "model.safetensors"))[0]
     assert ("lm_head.weight" in tensors) == (name in ("llama_gqa", "qwen3_qknorm"))
     convert("import", tmp_path / "hf", tmp_path / "b.bin")
@@ -334,7 +337,7 @@ def hf_dir(tmp_path, name="llama_gqa"):
     ({"mlp_bias": True}, "MLP biases"),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "RoPE scaling"),
     ({"rope_parameters": None, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "RoPE scaling"),
-    ({"head_dim": 16}, "head_dim=16"),
+    ({"head_dim": 16}, "has shape"),  # a head_dim the tensors do not have
     ({"use_sliding_window": True}, "sliding-window"),
     ({"model_type": "mistral"}, "model_type 'mistral'"),
     ({"num_key_value_heads": 3}, "does not make a valuepath model"),
@@ -476,7 +479,7 @@ def test_exported_model_in_transformers_matches_reference_and_trainer(name, tmp_
     check_model(torch, model, cfg, p, tmp_path / "a.bin", tmp_path, 8)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "qwen3_qknorm"])
+@pytest.mark.parametrize("family", ["gpt2", "qwen3_wide_heads"])
 @pytest.mark.parametrize("path", ["vanilla", "resformer", "svformer", "sla", "depth"])
 def test_value_path_model_in_transformers_matches_trainer(family, path, tmp_path):
     """The trust_remote_code model of every path (vanilla through --remote-code): its logits in
@@ -515,6 +518,9 @@ def _hf_random_model(transformers, torch, name):
         config = transformers.LlamaConfig(num_key_value_heads=2, rope_theta=25000.0, **common)
     elif name == "qwen3_qknorm":
         config = transformers.Qwen3Config(num_key_value_heads=2, head_dim=8, **common)
+    elif name == "qwen3_wide_heads":
+        config = transformers.Qwen3Config(num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                                          rope_theta=1e6, **common)
     else:
         config = transformers.LlamaConfig(num_key_value_heads=1, tie_word_embeddings=True, **common)
     model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
@@ -536,8 +542,9 @@ def test_model_from_transformers_imports_exactly(name, tmp_path):
     model.save_pretrained(str(tmp_path / "hf"))
     convert("import", tmp_path / "hf", tmp_path / "b.bin")
     cfg, p, _ = read_checkpoint(str(tmp_path / "b.bin"))
-    assert cfg.arch == MODELS[name][0] and cfg.qk_norm == (name == "qwen3_qknorm")
-    assert cfg.tied_head == (name in ("gpt2", "llama_tied_mqa"))
+    assert cfg.arch == MODELS[name][0] and cfg.qk_norm == name.startswith("qwen3")
+    assert cfg.tied_head == (name in ("gpt2", "llama_tied_mqa", "qwen3_wide_heads"))
+    assert cfg.head_dim == (16 if name == "qwen3_wide_heads" else cfg.n_embd // cfg.n_head)
     check_model(torch, model, cfg, p, tmp_path / "b.bin", tmp_path, 9)
 
 

@@ -785,18 +785,15 @@ def test_init_from_starts_a_new_run(tmp_path, data):
     assert first["step"] == 1 and first["train_loss"] < np.log(64) - 0.5 and abs(first["train_loss"] - trained_loss) < 0.5
 
 
-def test_tied_llama_trains_resumes_and_keeps_its_shape(tmp_path, data):
-    """--tie-embeddings 1: a llama without lm_head (V_p x C fewer parameters, logged in the config
-    line) trains, resumes bit for bit, and its checkpoint fixes the setting: --init-from takes it
-    without the flag, and refuses --tie-embeddings 0."""
-    tied = TINY_LLAMA + ["--tie-embeddings", "1"]
-    common = tied + ["--train-data", str(data / "train_*.bin"), "--max-steps", "6", "--lr", "3e-3", "--checkpoint-every", "3"]
+def trains_resumes_and_keeps_its_shape(tmp_path, data, model, flag, other_value, value):
+    """A model of these shape flags trains 6 steps with falling loss into tmp_path/straight, its
+    checkpoint holds the logged parameter count, a run killed after step 3 resumes bit for bit,
+    and the checkpoint fixes the shape: --init-from takes it without the flags, and refuses
+    `flag other_value` (the checkpoint has `value`). Returns the run's config line."""
+    common = model + ["--train-data", str(data / "train_*.bin"), "--max-steps", "6", "--lr", "3e-3", "--checkpoint-every", "3"]
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     run(common + ["--out-dir", straight], expect=0)
-    run(TINY_LLAMA + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--out-dir", tmp_path / "untied"], expect=0)
-    cfg, untied_cfg = read_log(straight)[0], read_log(tmp_path / "untied")[0]
-    assert cfg["tie_embeddings"] == 1 and untied_cfg["tie_embeddings"] == 0
-    assert cfg["num_params"] == untied_cfg["num_params"] - 128 * 16  # no (V_p, C) lm_head
+    cfg = read_log(straight)[0]
     assert len(checkpoint_params(straight / "ckpt_00000006.bin")) == cfg["num_params"]
     losses = [r["train_loss"] for r in read_log(straight) if "train_loss" in r]
     assert len(losses) == 6 and losses[-1] < losses[0]
@@ -804,10 +801,41 @@ def test_tied_llama_trains_resumes_and_keeps_its_shape(tmp_path, data):
     (broken / "ckpt_00000006.bin").unlink()
     run(common + ["--out-dir", broken, "--resume", "1"], expect=0)
     assert checkpoint_tensors(straight / "ckpt_00000006.bin") == checkpoint_tensors(broken / "ckpt_00000006.bin")
-    p = run(["--init-from", straight / "ckpt_00000006.bin", "--max-steps", "0", "--seq-len", "8", "--tie-embeddings", "0"], expect=1)
-    assert "--tie-embeddings 0 does not match" in p.stderr and "which has 1" in p.stderr
-    p = run(["--init-from", straight / "ckpt_00000006.bin", "--max-steps", "0", "--seq-len", "8", "--val-data", str(data / "val_*.bin")], expect=0)
+    init = ["--init-from", straight / "ckpt_00000006.bin", "--max-steps", "0", "--seq-len", "8"]
+    p = run(init + [flag, str(other_value)], expect=1)
+    assert f"{flag} {other_value} does not match" in p.stderr and f"which has {value}" in p.stderr
+    p = run(init + ["--val-data", str(data / "val_*.bin")], expect=0)
     assert "initialised from" in p.stdout
+    return cfg
+
+
+def test_tied_llama_trains_resumes_and_keeps_its_shape(tmp_path, data):
+    """--tie-embeddings 1: a llama without lm_head (V_p x C fewer parameters, logged in the config
+    line) trains, resumes bit for bit, and its checkpoint fixes the setting."""
+    cfg = trains_resumes_and_keeps_its_shape(tmp_path, data, TINY_LLAMA + ["--tie-embeddings", "1"], "--tie-embeddings", 0, 1)
+    run(TINY_LLAMA + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--out-dir", tmp_path / "untied"], expect=0)
+    untied_cfg = read_log(tmp_path / "untied")[0]
+    assert cfg["tie_embeddings"] == 1 and untied_cfg["tie_embeddings"] == 0
+    assert cfg["num_params"] == untied_cfg["num_params"] - 128 * 16  # no (V_p, C) lm_head
+
+
+def test_wide_head_llama_trains_resumes_and_keeps_its_shape(tmp_path, data):
+    """--head-dim (Qwen3's heads, wider than --dim / --heads): the config line logs it, the
+    parameter count is the formula's with H*D-wide attention, the run resumes bit for bit, the
+    checkpoint fixes D (a conflicting --head-dim is refused), and gpt2 refuses the flag."""
+    wide = ["--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--qk-norm", "1", "--dim", "12",
+            "--ffn-dim", "24", "--vocab", "64", "--max-seq", "16", "--seq-len", "8",
+            "--head-dim", "6"]  # C = 12, H = 4, D = 6: H*D = 24 = 2C, where C / H = 3 would be odd
+    cfg = trains_resumes_and_keeps_its_shape(tmp_path, data, wide, "--head-dim", 4, 6)
+    assert (cfg["dim"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"]) == (12, 4, 2, 6)
+    L, C, H, Hkv, D, F, Vp = 2, 12, 4, 2, 6, 24, 128
+    per_layer = 2 * C + (H + 2 * Hkv) * D * C + C * H * D + 3 * C * F + 2 * D  # norms, q|k|v, attproj, SwiGLU, QK-norm
+    assert cfg["num_params"] == 2 * Vp * C + C + L * per_layer
+    p = run(wide[:-2] + ["--train-data", str(data / "train_*.bin")], expect=2)  # C / H = 3: odd under RoPE
+    assert "RoPE needs an even head dim; --dim/--heads = 3" in p.stderr
+    p = run(["--arch", "gpt2", "--layers", "1", "--heads", "2", "--dim", "16", "--head-dim", "16", "--train-data",
+             str(data / "train_*.bin")], expect=2)
+    assert "--head-dim 16 is a llama-family option" in p.stderr and "use --arch llama" in p.stderr
 
 
 def test_trainer_reads_prepared_tinyshakespeare(tmp_path):
