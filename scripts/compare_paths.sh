@@ -7,6 +7,13 @@
 #   TRAINER='build/{path}/train' bash scripts/compare_paths.sh   # another build, {path} substituted
 #   STEPS=400 ARCH=llama EXTRA='--kv-heads 2' bash scripts/compare_paths.sh
 #   TASKS=hellaswag,arc_easy LIMIT=500 bash scripts/compare_paths.sh   # and lm-eval accuracies
+#   SEEDS="1337 1338 1339" bash scripts/compare_paths.sh   # every path under each seed, and a table
+#                                                          # over seeds (mean ± sd, paired Δ with 95% CI)
+#
+# One seed says little about a difference of a few hundredths in val loss: the spread between
+# seeds of one path is of that order. With several SEEDS each path runs once per seed, into
+# $OUT/PATH@SEED, and scripts/plot_runs.py --group adds the table over seeds, with each path's
+# val loss minus vanilla's of the same seed (same init of every shared tensor, same batches).
 #
 # TASKS (lm-eval task names; INCLUDE: a directory of extra task YAMLs) adds a downstream table:
 # scripts/eval_harness.py on every run's final checkpoint, results in $OUT.eval.json. It needs
@@ -24,12 +31,18 @@ STEPS=${STEPS:-200}
 ARCH=${ARCH:-gpt2}
 DATA=${DATA:-data/tinyshakespeare}
 OUT=${OUT:-runs/compare_paths}
+SEEDS=${SEEDS:-1337}
 EXTRA=${EXTRA:-}
 TASKS=${TASKS:-}
 LIMIT=${LIMIT:-}
 INCLUDE=${INCLUDE:-}
 MODEL="--arch $ARCH --layers 6 --heads 6 --dim 192 --max-seq 64 --seq-len 64 --batch-size 8"
-TRAIN="--max-steps $STEPS --lr 2e-3 --warmup-steps 20 --seed 1337 --eval-every $STEPS --eval-batches 16"
+TRAIN="--max-steps $STEPS --lr 2e-3 --warmup-steps 20 --eval-every $STEPS --eval-batches 16"
+read -r -a seeds <<<"$SEEDS"
+[ ${#seeds[@]} -ge 1 ] || { echo "error: SEEDS is empty; give one or more seeds, e.g. SEEDS=\"1337 1338\"" >&2; exit 2; }
+for seed in "${seeds[@]}"; do
+    [[ "$seed" =~ ^[0-9]+$ ]] || { echo "error: SEEDS holds '$seed', not a seed (a non-negative integer)" >&2; exit 2; }
+done
 
 ls $DATA/tinyshakespeare_train_*.bin >/dev/null 2>&1 || {
     echo "error: no TinyShakespeare shards in $DATA; run: python scripts/prepare_tinyshakespeare.py" >&2
@@ -43,30 +56,35 @@ dirs=()
 run_dirs=()
 for path in $PATHS; do
     bin=${TRAINER//\{path\}/$path}
-    dir=$OUT/$path
-    rm -rf "$dir"
-    echo "== $path: $bin" >&2
-    "$bin" $MODEL $TRAIN $EXTRA --train-data "$DATA/tinyshakespeare_train_*.bin" \
-        --val-data "$DATA/tinyshakespeare_val_*.bin" --out-dir "$dir" >"$OUT.$path.log" 2>&1 || {
-        echo "error: $path failed, see $OUT.$path.log" >&2
-        exit 1
-    }
-    dirs+=("$path=$dir")
-    run_dirs+=("$dir")
+    for seed in "${seeds[@]}"; do
+        name=$path  # one seed: runs/compare_paths/vanilla as before; several: vanilla@1337, ...
+        [ ${#seeds[@]} -gt 1 ] && name=$path@$seed
+        dir=$OUT/$name
+        rm -rf "$dir"
+        echo "== $name: $bin" >&2
+        "$bin" $MODEL $TRAIN --seed "$seed" $EXTRA --train-data "$DATA/tinyshakespeare_train_*.bin" \
+            --val-data "$DATA/tinyshakespeare_val_*.bin" --out-dir "$dir" >"$OUT.$name.log" 2>&1 || {
+            echo "error: $name failed, see $OUT.$name.log" >&2
+            exit 1
+        }
+        dirs+=("$name=$dir")
+        run_dirs+=("$dir")
+    done
 done
 
 echo
-echo "$(date -u +%Y-%m-%d), $(uname -m), $(nproc) cores, $STEPS steps, model: $MODEL $EXTRA"
+echo "$(date -u +%Y-%m-%d), $(uname -m), $(nproc) cores, $STEPS steps, seeds $SEEDS, model: $MODEL $EXTRA"
 echo
 # the table (and, where matplotlib is installed, the curves) from the runs' log.jsonl
-baseline=()
-[[ " $PATHS " == *" vanilla "* ]] && baseline=(--baseline vanilla)
+table_flags=()
+[[ " $PATHS " == *" vanilla "* ]] && table_flags=(--baseline vanilla)
+[ ${#seeds[@]} -gt 1 ] && table_flags+=(--group)
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 if "$PY" -c "import matplotlib" >/dev/null 2>&1; then
-    "$PY" scripts/plot_runs.py "${dirs[@]}" "${baseline[@]}" --out "$OUT.png"
+    "$PY" scripts/plot_runs.py "${dirs[@]}" "${table_flags[@]}" --out "$OUT.png"
 else
-    "$PY" scripts/plot_runs.py "${dirs[@]}" "${baseline[@]}" --table
+    "$PY" scripts/plot_runs.py "${dirs[@]}" "${table_flags[@]}" --table
     echo "(no matplotlib: table only; pip install -r requirements.txt for $OUT.png)"
 fi
 if [ -n "$TASKS" ]; then

@@ -13,6 +13,15 @@ config line with "resumed_from": S; the steps and evals after S logged before th
 are superseded by the resumed ones, so the curves are those of an uninterrupted run (for
 valuepath's bit-exact resume, identical to them).
 
+Seeds (--group): runs labelled SETTING@SEED (vanilla@1337, vanilla@1338, ...) are one setting
+under several --seed values; their configs must agree but for the seed. A second table gives each
+setting's mean and standard deviation over its seeds and, with --baseline SETTING, the paired
+difference of the final val loss against the baseline's run of the same seed (the same init of
+every shared tensor and the same data order): its mean, a 95% Student-t interval, and in how
+many seeds it is lower. The plot draws all seeds of a setting in its colour.
+
+    python scripts/plot_runs.py vanilla@1=runs/v1 vanilla@2=runs/v2 sla@1=runs/s1 sla@2=runs/s2 --group --baseline vanilla
+
 The table (markdown, on stdout) needs only the standard library; the plot needs matplotlib
 (requirements.txt). Panels: train loss (smoothed by a debiased EMA, raw behind it), val loss
 (every named set, where a run evaluated), learning rate, gradient norm, throughput, with --baseline each run's val
@@ -147,6 +156,11 @@ class Run:
             raise LogError(f"{self.log_path}:{number}: \"step\" is not a step number: {step!r}")
         return step
 
+    @property
+    def group(self):
+        """The setting a run belongs to under --group: its label before the last '@'."""
+        return self.label.rsplit("@", 1)[0] if "@" in self.label else self.label
+
     # ---- the series, ordered by step
 
     def step_numbers(self):
@@ -259,6 +273,18 @@ def load_runs(specs):
 # ---------------------------------------------------------------------------
 # the table
 
+def baseline_run_for(run, baseline):
+    """The run that `run` is compared with: the baseline run itself, or (--group, where the
+    baseline is a setting's runs) that setting's run of the same seed; None if there is none."""
+    if baseline is None or isinstance(baseline, Run):
+        return baseline
+    return same_seed_run(run, baseline)
+
+
+def baseline_label(baseline):
+    return baseline.label if isinstance(baseline, Run) else baseline[0].group
+
+
 def baseline_delta(run, base, key):
     """(steps, run's val loss - base's) at the steps where both evaluated set `key`."""
     steps, losses = run.val_curve(key)
@@ -288,7 +314,7 @@ def table(runs, baseline=None, mc_metric="acc_norm"):
     head += [k.replace("val_loss_", "val ").replace("val_loss", "val loss") for k in val_keys]
     head += [mc_label(k, mc_metric) for k in mc_keys]
     if baseline:
-        head += [f"Δ val vs {baseline.label}"]
+        head += [f"Δ val vs {baseline_label(baseline)}"]
     with_mfu = any("mfu" in rec for r in runs for rec in r.steps.values())  # GPU runs on a device of known peak
     head += ["ms/step", "tok/s"] + (["MFU"] if with_mfu else []) + ["settings"]
     rows = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 3 else "---:" for i in range(len(head) - 1)) + "|---|"]
@@ -303,8 +329,9 @@ def table(runs, baseline=None, mc_metric="acc_norm"):
             s, values = r.val_curve(k)
             cells.append(fmt(values[-1] if values else None, ".4f"))
         if baseline:
-            key = next((k for k in baseline.val_sets() if k in r.val_sets()), None)
-            d_steps, deltas = baseline_delta(r, baseline, key) if key else ([], [])
+            b = baseline_run_for(r, baseline)
+            key = next((k for k in b.val_sets() if k in r.val_sets()), None) if b else None
+            d_steps, deltas = baseline_delta(r, b, key) if key else ([], [])
             cells.append(fmt(deltas[-1], "+.4f") + f" @{d_steps[-1]}" if deltas else "-")
         # the first step of each segment pays for warm-up (allocation, page faults): left out
         timed = [r.steps[s] for s in steps if s not in r.segment_first] or [r.steps[s] for s in steps]
@@ -314,6 +341,127 @@ def table(runs, baseline=None, mc_metric="acc_norm"):
             mfus = [x["mfu"] for x in timed if "mfu" in x]
             cells.append(fmt(100 * statistics.median(mfus), ".1f") + "%" if mfus else "-")
         cells.append(", ".join(f"{k}={v}" for k, v in r.settings().items()) or "-")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------
+# seeds: one setting run under several --seed values (--group)
+
+# config fields that may differ between the seeds of one setting (the rest must agree)
+SEED_FREE_KEYS = {"event", "seed", "resumed_from"}
+
+
+def student_t_central(t, df):
+    """P(|T| < t) for Student's t with an integer df >= 1: the closed trigonometric series of
+    Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df), theta = atan(t / sqrt(df)). Exact
+    up to rounding (scipy.stats.t.cdf agrees to 1e-15; tests/python/test_plot_runs.py)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2:  # (2/pi) (theta + sin cos (1 + 2/3 c2 + 2*4/(3*5) c2^2 + ...)), powers up to cos^(df-2)
+        term, total = 1.0, 0.0
+        for k in range(1, (df - 1) // 2 + 1):
+            total += term
+            term *= 2 * k / (2 * k + 1) * c2
+        return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+    term, total = 1.0, 0.0  # sin (1 + 1/2 c2 + 1*3/(2*4) c2^2 + ...), powers up to cos^(df-2)
+    for k in range(1, df // 2 + 1):
+        total += term
+        term *= (2 * k - 1) / (2 * k) * c2
+    return math.sin(theta) * total
+
+
+def student_t_quantile(level, df):
+    """t such that P(|T| < t) = level (0.95: the 97.5th percentile), by bisection on the series."""
+    lo, hi = 0.0, 1.0
+    while student_t_central(hi, df) < level:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if student_t_central(mid, df) < level else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_difference(diffs, level=0.95):
+    """(mean, half-width of the `level` Student-t interval or None below 2 pairs) of paired diffs."""
+    n = len(diffs)
+    mean = sum(diffs) / n
+    if n < 2:
+        return mean, None
+    return mean, student_t_quantile(level, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+
+
+def group_runs(runs):
+    """{setting: [runs]} in first-seen order. A usage error (exit 2) where a setting's runs are not
+    seeds of one experiment: a config field other than the seed differs, or a seed repeats."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(r.group, []).append(r)
+    for name, members in groups.items():
+        first = members[0]
+        seeds = [m.config.get("seed") for m in members]
+        for m in members[1:]:
+            keys = sorted((set(first.config) | set(m.config)) - SEED_FREE_KEYS)
+            differ = [k for k in keys if first.config.get(k) != m.config.get(k)]
+            if differ:
+                k = differ[0]
+                fail(f"--group: {first.label} and {m.label} differ in '{k}' ({first.config.get(k)!r} vs {m.config.get(k)!r}), "
+                     f"not only in the seed", f"label runs SETTING@SEED only where they are seeds of one setting", 2)
+        dup = sorted({x for x in seeds if seeds.count(x) > 1}, key=str)
+        if dup:
+            fail(f"--group: setting '{name}' has seed {dup[0]} more than once", "give each seed of a setting once", 2)
+    return groups
+
+
+def same_seed_run(run, baseline_group):
+    """The baseline setting's run with `run`'s seed, or None."""
+    return next((b for b in baseline_group if b.config.get("seed") == run.config.get("seed")), None)
+
+
+def mean_sd(values, spec=".4f"):
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return format(values[0], spec)
+    return f"{format(statistics.mean(values), spec)} ± {format(statistics.stdev(values), spec)}"
+
+
+def seed_table(groups, baseline=None):
+    """Markdown: one row per setting; losses as mean ± sample sd over its seeds (the last logged
+    value of each run); with a baseline setting, the paired difference of the final val loss."""
+    val_keys = []
+    for members in groups.values():
+        for r in members:
+            val_keys += [k for k in r.val_sets() if k not in val_keys]
+    head = ["setting", "path", "runs", "seeds", "steps", "train loss"]
+    head += [k.replace("val_loss_", "val ").replace("val_loss", "val loss") for k in val_keys]
+    if baseline:
+        head += [f"Δ val vs {baseline} (paired)", "95% CI", "lower in"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
+    for name, members in groups.items():
+        c = members[0].config
+        last = [r.step_numbers()[-1] for r in members if r.steps]
+        cells = [name, c["value_path"], str(len(members)), ",".join(str(r.config.get("seed")) for r in members),
+                 "/".join(sorted({str(x) for x in last})) or "0", mean_sd([r.steps[r.step_numbers()[-1]]["train_loss"] for r in members if r.steps])]
+        for k in val_keys:
+            cells.append(mean_sd([r.val_curve(k)[1][-1] for r in members if r.val_curve(k)[1]]))
+        if baseline:
+            base = groups[baseline]
+            key = next((k for k in base[0].val_sets()), None)
+            diffs = []
+            for r in members:
+                b = same_seed_run(r, base)
+                if b is not None and key and key in r.val_sets():
+                    _, d = baseline_delta(r, b, key)
+                    if d:
+                        diffs.append(d[-1])
+            if name == baseline or not diffs:
+                cells += ["-", "-", "-"]
+            else:
+                mean, half = paired_difference(diffs)
+                cells.append(f"{mean:+.4f} (n={len(diffs)})")
+                cells.append(f"[{mean - half:+.4f}, {mean + half:+.4f}]" if half is not None else "-")
+                cells.append(f"{sum(d < 0 for d in diffs)}/{len(diffs)}")
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -344,8 +492,10 @@ def plot_layer_lines(ax, run, layers, curve, x_axis, colour, **style):
                     xytext=(2, 0), textcoords="offset points", va="center")
 
 
-def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, logx=False, mc_metric="acc_norm"):
-    """The figure; one axis per panel, each run one colour in every panel. Returns (fig, {panel: ax})."""
+def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, logx=False, mc_metric="acc_norm", group=False):
+    """The figure; one axis per panel, each run one colour in every panel (group: each setting one
+    colour, its seeds' lines labelled once). baseline: a run, or with group a setting's runs.
+    Returns (fig, {panel: ax})."""
     plt = import_pyplot()
     shown = {"delta": baseline is not None, "lambda": any(r.lambda_layers() > 1 for r in runs), "val": any(r.val_sets() for r in runs),
              "mc": any(r.mc_sets(mc_metric) for r in runs), "depth": any(r.depth_layers() for r in runs)}
@@ -358,43 +508,51 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
         grid[i // cols][i % cols].set_visible(False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = ["-", "--", ":", "-."]
+    settings, labelled = [], set()
     for n, run in enumerate(runs):
-        colour = colours[n % len(colours)]
+        if group and run.group not in settings:
+            settings.append(run.group)
+        colour = colours[(settings.index(run.group) if group else n) % len(colours)]
         steps = run.step_numbers()
         if not steps:
             continue
+        # the legend names each run, or (group) each setting once, at its first run with steps
+        name = run.group if group else run.label
+        label = None if name in labelled else name
+        labelled.add(name)
         x = run.x_of(steps, x_axis)
         if "train" in axes:
             raw = run.series("train_loss")
             if smooth > 0:
                 axes["train"].plot(x, raw, color=colour, alpha=0.25, linewidth=0.8)
-            axes["train"].plot(x, ema(raw, smooth), color=colour, label=run.label)
+            axes["train"].plot(x, ema(raw, smooth), color=colour, label=label)
         if "val" in axes:
             for k, key in enumerate(run.val_sets()):
                 vs, losses = run.val_curve(key)
-                name = key.replace("val_loss_", "").replace("val_loss", "val")
+                set_name = key.replace("val_loss_", "").replace("val_loss", "val")
                 axes["val"].plot(run.x_of(vs, x_axis), losses, styles[k % len(styles)], marker="o", markersize=3,
-                                 color=colour, label=run.label if name == "val" else f"{run.label} {name}")
+                                 color=colour, label=label if set_name == "val" or label is None else f"{label} {set_name}")
         if "depth" in axes and run.depth_layers():
             plot_layer_lines(axes["depth"], run, run.depth_layers(), run.depth_own_curve, x_axis, colour, marker="o", markersize=2)
         if "mc" in axes:
             for k, key in enumerate(run.mc_sets(mc_metric)):
                 ms, accs = run.val_curve(key)
                 axes["mc"].plot(run.x_of(ms, x_axis), accs, styles[k % len(styles)], marker="o", markersize=3, color=colour,
-                                label=f"{run.label} {mc_label(key, mc_metric).split(' ')[0]}")
+                                label=None if label is None else f"{label} {mc_label(key, mc_metric).split(' ')[0]}")
         for panel, key in (("lr", "lr"), ("norm", "grad_norm"), ("speed", "tok_per_s")):
             if panel in axes:
-                axes[panel].plot(x, run.series(key), color=colour, label=run.label, linewidth=1.0)
+                axes[panel].plot(x, run.series(key), color=colour, label=label, linewidth=1.0)
         if "lambda" in axes and run.lambda_layers() > 1:
             plot_layer_lines(axes["lambda"], run, run.lambda_layers() - 1, run.lambda_curve, x_axis, colour)
-        if "delta" in axes and run is not baseline:
-            key = next((k for k in baseline.val_sets() if k in run.val_sets()), None)
+        base = baseline_run_for(run, baseline) if "delta" in axes else None
+        if base is not None and base is not run:
+            key = next((k for k in base.val_sets() if k in run.val_sets()), None)
             if key:
-                ds, deltas = baseline_delta(run, baseline, key)
-                axes["delta"].plot(run.x_of(ds, x_axis), deltas, marker="o", markersize=3, color=colour, label=run.label)
+                ds, deltas = baseline_delta(run, base, key)
+                axes["delta"].plot(run.x_of(ds, x_axis), deltas, marker="o", markersize=3, color=colour, label=label)
     titles = {"train": f"train loss (EMA {smooth})" if smooth > 0 else "train loss", "val": "val loss",
               "lr": "learning rate", "norm": "gradient norm (before clipping)", "speed": "tokens/s",
-              "delta": f"val loss − {baseline.label if baseline else ''}'s", "lambda": "ResFormer lambda per layer",
+              "delta": f"val loss − {baseline_label(baseline) if baseline else ''}'s" + (" (same seed)" if group else ""), "lambda": "ResFormer lambda per layer",
               "mc": f"multiple choice: {mc_metric}", "depth": "Depth-Attention: weight on the own value per layer"}
     for panel, ax in axes.items():
         ax.set_title(titles[panel])
@@ -445,7 +603,10 @@ def parse_args(argv):
                    "with val sets) [all]")
     p.add_argument("--mc-metric", choices=MC_METRICS, default="acc_norm",
                    help="which --eval-mc accuracy the mc panel and the table show [acc_norm]")
-    p.add_argument("--baseline", metavar="LABEL", help="plot and tabulate each run's val loss minus this run's")
+    p.add_argument("--baseline", metavar="LABEL", help="plot and tabulate each run's val loss minus this run's "
+                   "(with --group: this setting's run of the same seed)")
+    p.add_argument("--group", action="store_true",
+                   help="runs labelled SETTING@SEED are seeds of one setting: add the table over seeds, one colour per setting")
     p.add_argument("--loss-ylim", metavar="LO,HI", help="y range of the loss panels, e.g. 3,4.5")
     p.add_argument("--logx", action="store_true", help="logarithmic x axis")
     a = p.parse_args(argv)
@@ -474,8 +635,13 @@ def main(argv=None):
         runs = load_runs(a.runs)
     except LogError as e:
         fail(str(e), "check the path, or leave that run out", 1)
-    baseline = None
-    if a.baseline is not None:
+    baseline, groups = None, group_runs(runs) if a.group else None
+    if a.baseline is not None and groups is not None:
+        baseline = groups.get(a.baseline)
+        if baseline is None:
+            fail(f"--baseline '{a.baseline}' is none of the settings ({', '.join(groups)})",
+                 "give one of those settings: the part of a label before '@'", 2)
+    elif a.baseline is not None:
         baseline = next((r for r in runs if r.label == a.baseline), None)
         if baseline is None:
             fail(f"--baseline '{a.baseline}' is none of the runs' labels ({', '.join(r.label for r in runs)})",
@@ -484,11 +650,14 @@ def main(argv=None):
         if not r.steps:
             warn(f"{r.log_path}: no step logged yet; its row is empty and it is left out of the plot")
     print(table(runs, baseline, a.mc_metric))
+    if groups is not None:
+        print()
+        print(seed_table(groups, a.baseline))
     if a.table:
         return 0
     if not any(r.steps for r in runs):
         fail("no run has a logged step: nothing to plot", "wait for the first step, or use --table", 1)
-    fig, _ = make_figure(runs, a.panels, a.x_axis, a.smooth, baseline, a.loss_ylim, a.logx, a.mc_metric)
+    fig, _ = make_figure(runs, a.panels, a.x_axis, a.smooth, baseline, a.loss_ylim, a.logx, a.mc_metric, group=a.group)
     try:
         save_figure(fig, a.out)
     except (LogError, OSError) as e:

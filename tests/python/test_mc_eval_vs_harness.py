@@ -177,20 +177,11 @@ def test_eval_harness_script_refuses_bad_runs(tmp_path):
 def test_compare_paths_adds_the_downstream_table(tmp_path, vp_cache):
     """scripts/compare_paths.sh with TASKS: every path's run, then eval_harness.py's table of them."""
     needs_lm_eval()
-    from test_trainer_cli import pattern_tokens
-    from vp_data.shards import write_shard
+    from test_plot_runs import compare_paths
 
     rec_path, _ = records_and_vpmc(tmp_path, vp_cache, "gpt2")
-    shards = tmp_path / "ts"
-    shards.mkdir()
-    write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
-    write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
-    out = tmp_path / "cmp"
-    env = {**os.environ, "STEPS": "2", "DATA": str(shards), "OUT": str(out), "OMP_NUM_THREADS": "2",
-           "PATHS": "vanilla depth", "TASKS": "vp_hellaswag_local", "LIMIT": "40",
-           "INCLUDE": str(harness_task(tmp_path, rec_path))}
-    p = subprocess.run(["bash", str(REPO / "scripts" / "compare_paths.sh")], capture_output=True, text=True, env=env,
-                       cwd=REPO, timeout=900)
+    p, out = compare_paths(tmp_path, timeout=900, PATHS="vanilla depth", TASKS="vp_hellaswag_local", LIMIT="40",
+                           INCLUDE=str(harness_task(tmp_path, rec_path)))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     results = json.loads((tmp_path / "cmp.eval.json").read_text())["results"]
     assert [(r["value_path"], r["step"], r["n"]) for r in results] == [("vanilla", 2, 40), ("depth", 2, 40)]

@@ -368,16 +368,24 @@ def test_table_needs_no_matplotlib_and_a_plot_says_how_to_get_it(straight_and_re
     assert "needs matplotlib" in p.stderr and "pip install -r requirements.txt" in p.stderr
 
 
+def compare_paths(tmp_path, timeout=600, **settings):
+    """Runs scripts/compare_paths.sh at 2 steps on a small stand-in for TinyShakespeare, with the
+    given environment settings (PATHS, SEEDS, TASKS...). Returns (the process, OUT)."""
+    shards = tmp_path / "ts"
+    if not shards.exists():
+        shards.mkdir()
+        write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
+        write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
+    out = tmp_path / "cmp"
+    env = {**os.environ, "STEPS": "2", "DATA": str(shards), "OUT": str(out), "OMP_NUM_THREADS": "2", **settings}
+    p = subprocess.run(["bash", str(REPO / "scripts" / "compare_paths.sh")], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=timeout)
+    return p, out
+
+
 def test_compare_paths_runs_every_path_and_tabulates_them(tmp_path):
     """scripts/compare_paths.sh at 2 steps on a small stand-in for TinyShakespeare."""
-    shards = tmp_path / "ts"
-    shards.mkdir()
-    write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
-    write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
-    out = tmp_path / "cmp"
-    env = {**os.environ, "STEPS": "2", "DATA": str(shards), "OUT": str(out), "OMP_NUM_THREADS": "2"}
-    p = subprocess.run(["bash", str(REPO / "scripts" / "compare_paths.sh")], capture_output=True, text=True, env=env,
-                       cwd=REPO, timeout=600)
+    p, out = compare_paths(tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     rows = table_rows(p.stdout)
     assert set(rows) == set(PATHS)
@@ -388,3 +396,126 @@ def test_compare_paths_runs_every_path_and_tabulates_them(tmp_path):
     assert rows["vanilla"]["Δ val vs vanilla"] == "+0.0000 @2"
     assert re.search(r"depth_stride=3", rows["depth"]["settings"])
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------------------
+# seeds (--group)
+
+def tables(stdout):
+    """The markdown tables on stdout, in order, each as table_rows gives it."""
+    blocks, current = [], []
+    for line in stdout.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            blocks.append(table_rows("\n".join(current)))
+            current = []
+    return blocks
+
+
+def test_student_t_quantiles_are_exact():
+    """The 95% two-sided quantile of Student's t from the closed series, against what needs no
+    series: df 1 (Cauchy: tan(0.475 pi)), df 2 (t / sqrt(t^2 + 2) = 0.95 solved), and df 1000 (the
+    normal quantile plus the Cornish-Fisher terms in 1/df and 1/df^2, whose remainder is ~1e-9)."""
+    assert plot_runs.student_t_quantile(0.95, 1) == pytest.approx(np.tan(0.475 * np.pi), rel=1e-12)
+    assert plot_runs.student_t_quantile(0.95, 2) == pytest.approx(np.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2)), rel=1e-12)
+    z, nu = statistics.NormalDist().inv_cdf(0.975), 1000
+    cornish_fisher = z + (z ** 3 + z) / (4 * nu) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * nu ** 2)
+    assert plot_runs.student_t_quantile(0.95, nu) == pytest.approx(cornish_fisher, abs=1e-7)
+    stats = pytest.importorskip("scipy.stats")  # where scipy is installed (the dev tree), every df to 60
+    for df in range(1, 61):
+        assert plot_runs.student_t_quantile(0.95, df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-12)
+        for t in (0.05, 0.7, 2.0, 9.0):
+            assert plot_runs.student_t_central(t, df) == pytest.approx(stats.t.cdf(t, df) - stats.t.cdf(-t, df), abs=1e-14)
+
+
+def write_seed_log(directory, seed, path, train, val, lr=1e-3):
+    """A two-step log.jsonl as the trainer writes it: config, steps 1-2, an eval at step 2."""
+    directory.mkdir(parents=True)
+    config = {"event": "config", "build": "cpu-fp32", "arch": "gpt2", "layers": 2, "dim": 16, "batch_size": 2, "seq_len": 8,
+              "tokens_per_step": 16, "max_steps": 2, "lr": lr, "seed": seed, "num_params": 1000, "value_path": path,
+              "train_data": "x_*.bin", "world": 1, "zero": 0}
+    lines = [config, {"step": 1, "train_loss": train + 0.5, "lr": lr, "grad_norm": 1.0, "ms": 10.0, "tok_per_s": 1600.0},
+             {"step": 2, "train_loss": train, "lr": lr, "grad_norm": 1.0, "ms": 10.0, "tok_per_s": 1600.0},
+             {"step": 2, "val_loss": val}]
+    (directory / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return directory
+
+
+def test_seed_table_is_mean_sd_and_the_paired_difference(tmp_path):
+    """Three seeds of two settings: each cell is numpy's mean and sample sd of the logged values,
+    and the paired column is the mean of the same-seed differences with the df = 2 t interval."""
+    val = {"vanilla": [4.10, 4.20, 4.15], "sla": [4.08, 4.21, 4.11]}
+    train = {"vanilla": [3.9, 3.95, 3.92], "sla": [3.85, 3.97, 3.9]}
+    args = []
+    for name in val:
+        for i, seed in enumerate((7, 8, 9)):
+            d = write_seed_log(tmp_path / f"{name}{seed}", seed, name, train[name][i], val[name][i])
+            args.append(f"{name}@{seed}={d}")
+    p = plot(args + ["--group", "--baseline", "vanilla", "--table"], expect=0)
+    runs, settings = tables(p.stdout)
+    assert set(runs) == {f"{n}@{s}" for n in val for s in (7, 8, 9)}
+    assert runs["sla@8"]["Δ val vs vanilla"] == f"{4.21 - 4.20:+.4f} @2"  # the same seed's run, not the first
+    assert set(settings) == {"vanilla", "sla"}
+    for name in val:
+        row = settings[name]
+        assert (row["runs"], row["seeds"], row["steps"]) == ("3", "7,8,9", "2")
+        assert row["val loss"] == f"{np.mean(val[name]):.4f} ± {np.std(val[name], ddof=1):.4f}"
+        assert row["train loss"] == f"{np.mean(train[name]):.4f} ± {np.std(train[name], ddof=1):.4f}"
+    diffs = np.array(val["sla"]) - np.array(val["vanilla"])
+    half = np.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2)) * np.std(diffs, ddof=1) / np.sqrt(3)  # t(0.975, df 2)
+    sla = settings["sla"]
+    assert sla["Δ val vs vanilla (paired)"] == f"{diffs.mean():+.4f} (n=3)"
+    assert sla["95% CI"] == f"[{diffs.mean() - half:+.4f}, {diffs.mean() + half:+.4f}]"
+    assert sla["lower in"] == "2/3"
+    assert settings["vanilla"]["95% CI"] == "-"
+    # one seed in common: the difference without an interval
+    p = plot([args[0], args[3], "--group", "--baseline", "vanilla", "--table"], expect=0)
+    assert tables(p.stdout)[1]["sla"]["Δ val vs vanilla (paired)"] == f"{4.08 - 4.10:+.4f} (n=1)"
+    assert tables(p.stdout)[1]["sla"]["95% CI"] == "-"
+
+
+def test_seed_groups_refuse_what_is_not_seeds_of_one_setting(tmp_path):
+    a = write_seed_log(tmp_path / "a", 1, "vanilla", 3.9, 4.1)
+    b = write_seed_log(tmp_path / "b", 2, "vanilla", 3.9, 4.1, lr=2e-3)
+    c = write_seed_log(tmp_path / "c", 1, "vanilla", 3.9, 4.2)
+    p = plot([f"v@1={a}", f"v@2={b}", "--group", "--table"], expect=2)
+    assert "v@1 and v@2 differ in 'lr' (0.001 vs 0.002), not only in the seed" in p.stderr
+    p = plot([f"v@1={a}", f"v@x={c}", "--group", "--table"], expect=2)
+    assert "setting 'v' has seed 1 more than once" in p.stderr
+    p = plot([f"v@1={a}", "--group", "--baseline", "v@1", "--table"], expect=2)
+    assert "--baseline 'v@1' is none of the settings (v)" in p.stderr
+    # without --group the labels are plain names and nothing is checked
+    p = plot([f"v@1={a}", f"v@2={b}", "--baseline", "v@1", "--table"], expect=0)
+    assert len(tables(p.stdout)) == 1
+
+
+def test_seeds_of_a_setting_share_its_colour(tmp_path):
+    pytest.importorskip("matplotlib")
+    runs = [plot_runs.Run(f"{name}@{seed}", str(write_seed_log(tmp_path / f"{name}{seed}", seed, name, 3.9, 4.1 + seed / 100) / "log.jsonl"))
+            for name in ("vanilla", "sla") for seed in (1, 2)]
+    groups = plot_runs.group_runs(runs)
+    _, axes = plot_runs.make_figure(runs, ["train", "delta"], "step", 0.0, baseline=groups["vanilla"], group=True)
+    colours = [line.get_color() for line in axes["train"].lines]
+    assert colours[0] == colours[1] != colours[2] == colours[3]
+    assert [line.get_label() for line in axes["train"].lines if not line.get_label().startswith("_")] == ["vanilla", "sla"]
+    deltas = [line.get_ydata()[-1] for line in axes["delta"].lines if line.get_marker() == "o"]  # not the zero line
+    # sla@s against vanilla@s, whose val loss is the same per seed here (across seeds it differs by 0.01)
+    assert deltas == pytest.approx([0.0, 0.0], abs=1e-12)
+
+
+def test_compare_paths_over_seeds(tmp_path):
+    """SEEDS with two seeds: every path once per seed, the per-run table, and the table over seeds
+    whose paired difference is that of the logs."""
+    p, out = compare_paths(tmp_path, PATHS="vanilla resformer", SEEDS="5 6")
+    assert p.returncode == 0, p.stdout + p.stderr
+    runs, settings = tables(p.stdout)
+    assert set(runs) == {"vanilla@5", "vanilla@6", "resformer@5", "resformer@6"}
+    final = {name: [r for r in read_log(out / name) if "val_loss" in r][-1]["val_loss"] for name in runs}
+    assert read_log(out / "resformer@6")[0]["seed"] == 6
+    assert settings["resformer"]["seeds"] == "5,6" and settings["resformer"]["runs"] == "2"
+    diffs = [final[f"resformer@{s}"] - final[f"vanilla@{s}"] for s in (5, 6)]
+    assert settings["resformer"]["Δ val vs vanilla (paired)"] == f"{np.mean(diffs):+.4f} (n=2)"
+    assert final["vanilla@5"] != final["vanilla@6"]  # the seed reached the trainer
+    p, _ = compare_paths(tmp_path, PATHS="vanilla resformer", SEEDS="5 x")
+    assert p.returncode == 2 and "SEEDS holds 'x', not a seed" in p.stderr
