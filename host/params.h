@@ -98,9 +98,10 @@ real* output_head(const ParamTensors<real>& t, const ModelConfig& c) { return co
 
 // Training FLOPs per token as nanoGPT and llm.c count them for MFU (the PaLM paper, appendix B):
 // 6 N + 12 L H D T, N = the parameters without GPT-2's position table (a tied token embedding
-// counts once: it is also the LM head), 12 L H D T = the attention scores and their backward, without the
-// causal halving (the usual 12 L C T wherever H D = C, as in GPT-2). A value path's own FLOPs (value_paths.md "Cost") are not added, so every path
-// divides by the same formula; SVFormer's smaller N makes its figure lower.
+// counts once: it is also the LM head), 12 L H D T = the attention scores and their backward,
+// without the causal halving (the usual 12 L C T wherever H D = C, as in GPT-2). A value path's
+// own FLOPs (value_paths.md "Cost") are not added, so every path divides by the same formula;
+// SVFormer's smaller N makes its figure lower.
 inline size_t params_for_flops(const ModelConfig& c, size_t num_params) {
     return num_params - (c.arch == ARCH_GPT2 ? (size_t)c.max_seq_len * c.n_embd : 0);
 }

@@ -355,7 +355,7 @@ SEED_FREE_KEYS = {"event", "seed", "resumed_from"}
 def student_t_central(t, df):
     """P(|T| < t) for Student's t with an integer df >= 1: the closed trigonometric series of
     Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df), theta = atan(t / sqrt(df)). Exact
-    up to rounding (scipy.stats.t.cdf agrees to 1e-15; tests/python/test_plot_runs.py)."""
+    up to rounding (scipy.stats.t.cdf agrees to 3e-15 for df 1..60; tests/python/test_plot_runs.py)."""
     theta = math.atan(t / math.sqrt(df))
     c2 = math.cos(theta) ** 2
     if df % 2:  # (2/pi) (theta + sin cos (1 + 2/3 c2 + 2*4/(3*5) c2^2 + ...)), powers up to cos^(df-2)
