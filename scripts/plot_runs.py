@@ -285,8 +285,12 @@ def baseline_label(baseline):
     return baseline.label if isinstance(baseline, Run) else baseline[0].group
 
 
-def baseline_delta(run, base, key):
-    """(steps, run's val loss - base's) at the steps where both evaluated set `key`."""
+def baseline_delta(run, base):
+    """(steps, run's val loss - base's) at the steps where both evaluated the first of base's val
+    sets that run has too; ([], []) without a base or a set in common."""
+    key = next((k for k in base.val_sets() if k in run.val_sets()), None) if base is not None else None
+    if key is None:
+        return [], []
     steps, losses = run.val_curve(key)
     base_steps, base_losses = base.val_curve(key)
     base_at = dict(zip(base_steps, base_losses))
@@ -329,9 +333,7 @@ def table(runs, baseline=None, mc_metric="acc_norm"):
             s, values = r.val_curve(k)
             cells.append(fmt(values[-1] if values else None, ".4f"))
         if baseline:
-            b = baseline_run_for(r, baseline)
-            key = next((k for k in b.val_sets() if k in r.val_sets()), None) if b else None
-            d_steps, deltas = baseline_delta(r, b, key) if key else ([], [])
+            d_steps, deltas = baseline_delta(r, baseline_run_for(r, baseline))
             cells.append(fmt(deltas[-1], "+.4f") + f" @{d_steps[-1]}" if deltas else "-")
         # the first step of each segment pays for warm-up (allocation, page faults): left out
         timed = [r.steps[s] for s in steps if s not in r.segment_first] or [r.steps[s] for s in steps]
@@ -446,15 +448,8 @@ def seed_table(groups, baseline=None):
         for k in val_keys:
             cells.append(mean_sd([r.val_curve(k)[1][-1] for r in members if r.val_curve(k)[1]]))
         if baseline:
-            base = groups[baseline]
-            key = next((k for k in base[0].val_sets()), None)
-            diffs = []
-            for r in members:
-                b = same_seed_run(r, base)
-                if b is not None and key and key in r.val_sets():
-                    _, d = baseline_delta(r, b, key)
-                    if d:
-                        diffs.append(d[-1])
+            deltas = [baseline_delta(r, same_seed_run(r, groups[baseline]))[1] for r in members]
+            diffs = [d[-1] for d in deltas if d]
             if name == baseline or not diffs:
                 cells += ["-", "-", "-"]
             else:
@@ -545,10 +540,9 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
         if "lambda" in axes and run.lambda_layers() > 1:
             plot_layer_lines(axes["lambda"], run, run.lambda_layers() - 1, run.lambda_curve, x_axis, colour)
         base = baseline_run_for(run, baseline) if "delta" in axes else None
-        if base is not None and base is not run:
-            key = next((k for k in base.val_sets() if k in run.val_sets()), None)
-            if key:
-                ds, deltas = baseline_delta(run, base, key)
+        if base is not run:
+            ds, deltas = baseline_delta(run, base)
+            if deltas:
                 axes["delta"].plot(run.x_of(ds, x_axis), deltas, marker="o", markersize=3, color=colour, label=label)
     titles = {"train": f"train loss (EMA {smooth})" if smooth > 0 else "train loss", "val": "val loss",
               "lr": "learning rate", "norm": "gradient norm (before clipping)", "speed": "tokens/s",
