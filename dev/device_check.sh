@@ -3,8 +3,9 @@
 #
 #   bash dev/device_check.sh            from the repository root, on the GPU machine
 #
-# Steps, each under its own time limit so the whole run stays well under the 10-minute command
-# limit (and the summary is written even if a step times out):
+# Steps, in the order of what the open GPU issues need first, each under its own time limit so
+# the whole run stays under the 10-minute command limit (and the summary is written even if a step
+# times out; a step that would start after TIME_LIMIT is "skipped: out of time"):
 #   0. the machine: the tools the steps call; the toolkit's lib64 on LD_LIBRARY_PATH (cuBLAS(Lt)
 #      are linked dynamically), and a row if the loader still misses a library
 #   1. build: the GPU targets the enabled steps run (test_gpt of each path in both precisions, the
@@ -14,35 +15,43 @@
 #      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
-#   4. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
+#   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device
+#   5. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
 #      --resume continues bit-exactly, and ./train_cpu resumes a checkpoint written by ./train
-#   5. data parallel (MPI + NCCL build): mpirun -np 1, --zero 0 and 1, plain and with
+#   6. data parallel (MPI + NCCL build): mpirun -np 1, --zero 0 and 1, plain and with
 #      VP_DIST_FORCE=1 (the NCCL code path with one rank), losses and checkpoints bit-identical to
 #      ./train's; with >= 2 GPUs also 2 ranks against one GPU with accumulation 2, and the step
 #      time at GPT-2 124M with the gradient all-reduce overlapped (--overlap-reduce 1) and not
-#   6. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device
 #   7. the attention labs timed (every version), and a bench step with the attention kernels
-#      without cp.async (--attention-version 2) against the trainer's; then the memory-bound labs
-#      timed (layernorm, rmsnorm, gelu: each version's ms and GB/s, fused against unfused)
-#   8. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py)
+#      without cp.async (--attention-version 2) against the trainer's
+#   8. the memory-bound labs timed (layernorm, rmsnorm, gelu: each version's ms and GB/s, fused
+#      against unfused)
+#   9. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py)
 # and prints a short table last. With $OUT set (the device tool), results go there (at most 8
 # files): summary.md (the table, in the form dev/results/ wants), build.log, test_gpt.log,
 # labs.log, train_cli.log, dist.log, bench.txt, labs_timed.log.
 #
 # DEVICE_BUNDLE=build/device_bundle.tar.xz: binaries built off the device by dev/device_bundle.sh
 # (carried with the call), used instead of building when they come from these very sources.
-# Environment: SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LABS=1, SKIP_CLI=1, SKIP_DIST=1 to leave steps out; ONLY_PATHS
-# ("vanilla depth") to test fewer value paths; COMMIT=<sha> to name the commit in the summary (the
-# device copy of the tree may have no .git); JOBS (16); TIME_LIMIT (530: seconds after which no
-# step starts); TEST_GPT_DIR (build/tests: where the test_gpt binaries are run from; for this
-# script's own test, tests/python/test_device_check.py); GPU_BUILD (build: where every GPU binary
-# is built and run from; the script's own test on a machine without a GPU sets build/check, where
-# make test compiled them unoptimized). All five paths x two precisions of
-# test_gpt plus the bench may not fit one 10-minute call: then run it twice, e.g.
-#   SKIP_BENCH=1 bash dev/device_check.sh   and   SKIP_TESTS=1 SKIP_LABS=1 SKIP_CLI=1 bash dev/device_check.sh
-# BENCH_PARTS ("bench attention memory profile", the default: steps 6, 7 (attention, then memory)
-# and 8) picks among the bench steps, e.g. BENCH_PARTS=profile for a third call when step 8 ran
-# out of time in the second.
+#
+# CONTINUE=1: a second call on the same (still warm) machine runs only what the first left out:
+# each unit (one test_gpt binary, one lab's check, the bench, the CLI, data parallel, the attention
+# timings, the memory-bound timings, the profile) that reached a verdict there (ok or FAILED, not
+# cut off or skipped for time) is not run again, and its rows are copied into this call's summary,
+# marked "(earlier call)". Only a call of the same sources counts (the hash of dev/device_bundle.sh
+# --hash); the units' rows are kept in STATE_DIR (build/device_check_state, which the device tool
+# leaves in place between calls to a warm machine, while it empties $OUT). Without CONTINUE=1 a
+# call starts that record afresh.
+#
+# Environment: SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LABS=1, SKIP_CLI=1, SKIP_DIST=1 to
+# leave steps out; ONLY_PATHS ("vanilla depth") to test fewer value paths; COMMIT=<sha> to name the
+# commit in the summary (the device copy of the tree may have no .git); JOBS (16); TIME_LIMIT (530:
+# seconds after which no step starts); TEST_GPT_DIR (build/tests: where the test_gpt binaries are
+# run from; for this script's own test, tests/python/test_device_check.py); GPU_BUILD (build: where
+# every GPU binary is built and run from; the script's own test on a machine without a GPU sets
+# build/check, where make test compiled them unoptimized). BENCH_PARTS ("bench attention memory
+# profile", the default: steps 4, 7, 8 and 9) picks among the bench steps, e.g. BENCH_PARTS=profile
+# for a call that only profiles.
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
@@ -62,7 +71,10 @@ SUMMARY="$OUT_DIR/summary.md"
 ROWS=()
 
 remaining() { echo $((DEADLINE - $(date +%s))); }
-# run_step NAME BUDGET_SECONDS LOGFILE command...: runs under min(budget, time left), appends to LOGFILE
+# run_step NAME BUDGET_SECONDS LOGFILE command...: runs under min(budget, time left), appends to
+# LOGFILE; sets UNFINISHED=1 when the command was cut off at its limit or not started for lack of time (the
+# unit it belongs to then has no verdict, and a CONTINUE=1 call runs it again)
+UNFINISHED=0
 run_step() {
     local name="$1" budget="$2" log="$3"
     shift 3
@@ -71,6 +83,7 @@ run_step() {
     [ "$left" -lt "$budget" ] && budget="$left"
     if [ "$budget" -le 5 ]; then
         echo "== $name: skipped (out of time)" | tee -a "$log"
+        UNFINISHED=1
         return 125
     fi
     echo "== $name (limit ${budget}s)" | tee -a "$log"
@@ -79,6 +92,7 @@ run_step() {
     timeout --kill-after=10 "$budget" "$@" >>"$log" 2>&1
     rc=$?
     echo "== $name: exit $rc after $(($(date +%s) - t0))s" | tee -a "$log"
+    case $rc in 124 | 137) UNFINISHED=1 ;; esac
     return $rc
 }
 # verdict RC: what a step's exit status means, for the table (run_step: 124 = cut off at its
@@ -131,8 +145,43 @@ EOF
 # losses DIR: the train_loss entries of DIR/log.jsonl, one per line
 losses() { grep -o '"train_loss":[^,]*' "$1/log.jsonl" 2>/dev/null; }
 
+# Units for CONTINUE=1 (see the header). unit_begin KEY: 1 (skip the unit) if an earlier call of
+# these sources finished it, after copying its rows into this summary; else 0, and the rows added
+# from here on are the unit's. unit_end KEY: records them, unless a step of the unit was cut off.
+STATE_DIR="${STATE_DIR:-build/device_check_state}"
+SOURCES=$(bash dev/device_bundle.sh --hash 2>/dev/null || echo unknown)
+CONTINUING=0
+UNIT_ROW0=0
+unit_file() { echo "$STATE_DIR/unit.$(echo "$1" | tr -c 'A-Za-z0-9_.-' '_')"; }
+unit_begin() {
+    local f
+    f=$(unit_file "$1")
+    if [ $CONTINUING = 1 ] && [ -f "$f" ]; then
+        while IFS= read -r r; do ROWS+=("${r% |} (earlier call) |"); done <"$f"
+        write_summary
+        return 1
+    fi
+    UNIT_ROW0=${#ROWS[@]}
+    UNFINISHED=0
+    return 0
+}
+unit_end() {
+    [ $UNFINISHED = 1 ] && return 0
+    printf '%s\n' "${ROWS[@]:$UNIT_ROW0}" >"$(unit_file "$1").tmp" && mv -f "$(unit_file "$1").tmp" "$(unit_file "$1")"
+}
+
 nvidia-smi -L || true
 write_summary
+if [ "${CONTINUE:-0}" = 1 ] && [ "$(cat "$STATE_DIR/sources" 2>/dev/null)" = "$SOURCES" ]; then
+    CONTINUING=1
+    row "CONTINUE=1" "after the call of $(cat "$STATE_DIR/started" 2>/dev/null) on this machine: its $(ls "$STATE_DIR" | grep -c '^unit\.') finished units are not run again"
+else
+    [ "${CONTINUE:-0}" = 1 ] && row "CONTINUE=1" "no earlier call of these sources (${SOURCES:0:12}) on this machine: everything runs"
+    rm -rf "$STATE_DIR"
+    mkdir -p "$STATE_DIR"
+    echo "$SOURCES" >"$STATE_DIR/sources"
+    date -u +%Y-%m-%dT%H:%MZ >"$STATE_DIR/started"
+fi
 
 # 0. the machine: tools the steps call, and where the loader finds cuBLAS(Lt), which the binaries
 # link dynamically (the toolkit's lib64 is put on LD_LIBRARY_PATH in case no ld.so.conf names it)
@@ -227,6 +276,7 @@ for path in $TEST_PATHS; do
     for prec in bf16 fp32; do
         bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_${prec}
         tlog="$OUT_DIR/test_gpt.log"
+        unit_begin "test_gpt $path $prec" || continue
         if [ -x "$bin" ]; then
             run_step "test_gpt $path $prec" 150 "$tlog" "$bin"
             rc=$?
@@ -234,16 +284,20 @@ for path in $TEST_PATHS; do
             c=$(echo "$section" | counts /dev/stdin)
             if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path $prec" "skipped: no CUDA device"
             else row "test_gpt $path $prec" "$(verdict $rc) ($c)"; fi
-            if [[ "$(verdict $rc)" == FAILED* ]] && [ $RERUN_DONE = 0 ]; then rerun_failure "$bin" "$tlog"; fi
+            # the unit's verdict is the binary's, whether or not its diagnostic rerun finishes
+            if [[ "$(verdict $rc)" == FAILED* ]] && [ $RERUN_DONE = 0 ]; then rerun_failure "$bin" "$tlog"; UNFINISHED=0; fi
         else
             row "test_gpt $path $prec" "not built"
+            UNFINISHED=1
         fi
+        unit_end "test_gpt $path $prec"
     done
 done
 
 # 3. kernel labs ---------------------------------------------------------------------------
 if [ "${SKIP_LABS:-0}" != 1 ]; then
     for lab in $LABS; do
+        unit_begin "lab $lab --check" || continue
         if [ -x $GB/dev/cuda/bf16/$lab ]; then
             run_step "lab $lab --check" 90 "$OUT_DIR/labs.log" ./$GB/dev/cuda/bf16/$lab --check
             rc=$?
@@ -251,12 +305,41 @@ if [ "${SKIP_LABS:-0}" != 1 ]; then
             else row "lab $lab --check (bf16)" "$([ $rc -eq 0 ] && echo 'ok: all versions match the CPU' || verdict $rc)"; fi
         else
             row "lab $lab" "not built"
+            UNFINISHED=1
         fi
+        unit_end "lab $lab --check"
     done
 fi
 
-# 4. the CLI end to end ----------------------------------------------------------------------
-if [ "${SKIP_CLI:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ]; then
+# 4. bench ---------------------------------------------------------------------------------
+if bench_part bench && unit_begin bench; then
+    BENCH="$OUT_DIR/bench.txt"
+    run_step "make bench" 300 "$BENCH" make bench GPU_BUILD="$GB"
+    grep -h '^BENCH' "$BENCH" | sed 's/^/    /'
+    get() { echo "$line" | grep -o "$1=[^ ]*" | cut -d= -f2; }
+    for path in $GPU_PATHS; do
+        line=$(grep "^BENCH impl=valuepath path=$path " "$BENCH" | tail -1)
+        if [ -n "$line" ]; then
+            row "bench valuepath $path (GPT-2 124M, B=64, T=1024)" "$(get tok_per_s) tok/s, $(get ms_per_step) ms/step, MFU $(awk -v m="$(get mfu)" 'BEGIN{printf "%.1f%%", 100*m}'), peak mem $(get peak_mem_gib) GiB (path buffers $(get vp_mem_gib) GiB)"
+        else
+            row "bench valuepath $path" "did not finish (see bench.txt)"
+        fi
+    done
+    line=$(grep "^BENCH impl=pytorch" "$BENCH" | tail -1)
+    if [ -n "$line" ]; then
+        row "bench pytorch (GPT-2 124M, B=64, T=1024)" "$(get tok_per_s) tok/s, $(get ms_per_step) ms/step, MFU $(awk -v m="$(get mfu)" 'BEGIN{printf "%.1f%%", 100*m}'), peak mem $(get peak_mem_gib) GiB, micro-batch $(get micro_batch)"
+    else
+        row "bench pytorch" "did not finish (see bench.txt)"
+    fi
+    ratio=$(grep -o 'valuepath vanilla / PyTorch: .*' "$BENCH" | tail -1)
+    [ -n "$ratio" ] && row "ratio" "$ratio"
+    # the per-path table as dev/bench_paths.sh printed it
+    while IFS= read -r t; do ROWS+=("$t"); done < <(grep '^| [a-z]* | [0-9]' "$BENCH" | sed 's/^| \([a-z]*\) |/| path \1 |/')
+    unit_end bench
+fi
+
+# 5. the CLI end to end ----------------------------------------------------------------------
+if [ "${SKIP_CLI:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin cli; then
     CLI="$OUT_DIR/train_cli.log"
     W=build/device_check_cli
     rm -rf "$W"
@@ -294,9 +377,10 @@ if [ "${SKIP_CLI:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ]; then
     else
         row "./train_cpu --resume 1 from ./train's checkpoint" "train_cpu did not build"
     fi
+    unit_end cli
 fi
 
-# 5. data parallel (MPI + NCCL) ------------------------------------------------------------
+# 6. data parallel (MPI + NCCL) ------------------------------------------------------------
 # One GPU cannot hold two NCCL ranks (NCCL refuses two ranks on one device), so with one GPU the
 # MPI + NCCL build runs as mpirun -np 1: plainly (its one-process path) and with VP_DIST_FORCE=1,
 # which runs the data-parallel code with one rank: communicator setup, the per-layer gradient
@@ -313,7 +397,7 @@ start = struct.unpack_from("<i", raw, 8)[0] + struct.unpack_from("<q", raw, 32)[
 print(hashlib.sha256(raw[start:]).hexdigest())
 EOF
 }
-if [ "${SKIP_DIST:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ]; then
+if [ "${SKIP_DIST:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin dist; then
     DLOG="$OUT_DIR/dist.log"
     if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
         row "data parallel (MPI + NCCL)" "skipped: no mpirun/mpicxx on this machine (apt-get install libopenmpi-dev openmpi-bin)"
@@ -407,32 +491,7 @@ EOF
             row "mpirun -np 2 (2 GPUs)" "not run: $ngpu GPU(s) on this machine"
         fi
     fi
-fi
-
-# 6. bench ---------------------------------------------------------------------------------
-if bench_part bench; then
-    BENCH="$OUT_DIR/bench.txt"
-    run_step "make bench" 300 "$BENCH" make bench GPU_BUILD="$GB"
-    grep -h '^BENCH' "$BENCH" | sed 's/^/    /'
-    get() { echo "$line" | grep -o "$1=[^ ]*" | cut -d= -f2; }
-    for path in $GPU_PATHS; do
-        line=$(grep "^BENCH impl=valuepath path=$path " "$BENCH" | tail -1)
-        if [ -n "$line" ]; then
-            row "bench valuepath $path (GPT-2 124M, B=64, T=1024)" "$(get tok_per_s) tok/s, $(get ms_per_step) ms/step, MFU $(awk -v m="$(get mfu)" 'BEGIN{printf "%.1f%%", 100*m}'), peak mem $(get peak_mem_gib) GiB (path buffers $(get vp_mem_gib) GiB)"
-        else
-            row "bench valuepath $path" "did not finish (see bench.txt)"
-        fi
-    done
-    line=$(grep "^BENCH impl=pytorch" "$BENCH" | tail -1)
-    if [ -n "$line" ]; then
-        row "bench pytorch (GPT-2 124M, B=64, T=1024)" "$(get tok_per_s) tok/s, $(get ms_per_step) ms/step, MFU $(awk -v m="$(get mfu)" 'BEGIN{printf "%.1f%%", 100*m}'), peak mem $(get peak_mem_gib) GiB, micro-batch $(get micro_batch)"
-    else
-        row "bench pytorch" "did not finish (see bench.txt)"
-    fi
-    ratio=$(grep -o 'valuepath vanilla / PyTorch: .*' "$BENCH" | tail -1)
-    [ -n "$ratio" ] && row "ratio" "$ratio"
-    # the per-path table as dev/bench_paths.sh printed it
-    while IFS= read -r t; do ROWS+=("$t"); done < <(grep '^| [a-z]* | [0-9]' "$BENCH" | sed 's/^| \([a-z]*\) |/| path \1 |/')
+    unit_end dist
 fi
 
 # 7. attention: the labs' timings per shape, every version (forward 1, 2, 4; backward 1-4), and
@@ -441,7 +500,7 @@ fi
 # (the bench above). Version 4 (cp.async double buffering) and before it version 3 became the
 # trainer's from ptxas figures alone; if an older version wins here, set attention_tc_version in
 # kernels/attention.cuh (all versions give the same bits).
-if bench_part attention; then
+if bench_part attention && unit_begin attention; then
     LAB="$OUT_DIR/labs_timed.log"  # one file for every timed lab: the tool brings back at most 8
     for lab in attention_forward attention_backward; do
         [ -x "$GB/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 120 "$LAB" "./$GB/dev/cuda/bf16/$lab"
@@ -452,7 +511,7 @@ if bench_part attention; then
         END { if (shape != "") print shape "|" times }' "$LAB")
     if [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ]; then
         ATT="$OUT_DIR/bench.txt"
-        # the trainer's version 4 from step 6, or here if step 6 did not run in this call
+        # the trainer's version 4 from step 4, or here if step 4 did not run in this call
         grep -q '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" 2>/dev/null ||
             run_step "bench_gpt_vanilla (attention version 4)" 90 "$ATT" ./$GB/dev/cuda/bf16/bench_gpt_vanilla
         run_step "bench_gpt_vanilla --attention-version 2" 90 "$ATT" ./$GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
@@ -464,13 +523,14 @@ if bench_part attention; then
             row "step with attention version 2/3" "did not finish (see bench.txt)"
         fi
     fi
+    unit_end attention
 fi
 
-# 7, memory-bound part: the norms' backward with the parameter sums fused into the row pass
+# 8. the memory-bound labs timed: the norms' backward with the parameter sums fused into the row pass
 # (version 3) against the separate column pass (version 2), GELU's backward with the fc bias
 # gradient fused (version 2) against the separate bias pass (version 1): ms and GB/s at the
 # trainer's shapes. These fusions became the trainer's from the bytes they save, unmeasured.
-if bench_part memory; then
+if bench_part memory && unit_begin memory; then
     LAB="$OUT_DIR/labs_timed.log"
     for lab in $MEMORY_LABS; do
         [ -x "$GB/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 90 "$LAB" "./$GB/dev/cuda/bf16/$lab"
@@ -479,12 +539,13 @@ if bench_part memory; then
         /^(layernorm|rmsnorm|gelu): N=/ { if (lab != "") print lab "|" times; lab = "lab " $1 " " $2 " " $3; sub(/:/, "", lab); times = "" }
         /^  (forward|backward) version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ version /, " v"); times = times (times == "" ? "" : "; ") $0 }
         END { if (lab != "") print lab "|" times }' "$LAB")
+    unit_end memory
 fi
 
-# 8. where a step's time goes, if time is left: each kernel's time over two steps of the vanilla
+# 9. where a step's time goes, if time is left: each kernel's time over two steps of the vanilla
 # benchmark under Nsight Compute (kernels serialised), as a table by dev/kernel_profile.py; the
 # table is appended to bench.txt (the device tool brings back at most 8 files)
-if bench_part profile && [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ] && command -v ncu >/dev/null 2>&1; then
+if bench_part profile && [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ] && command -v ncu >/dev/null 2>&1 && unit_begin profile; then
     NCU_CSV=build/device_check_ncu.csv
     rm -f "$NCU_CSV"
     run_step "ncu kernel times, bench_gpt_vanilla, 2 steps" 150 "$OUT_DIR/bench.txt" ncu --metrics gpu__time_duration.sum --csv --print-units base \
@@ -496,6 +557,7 @@ if bench_part profile && [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ] && command -
     else
         row "kernel time per step (ncu)" "$(verdict $rc): $(echo "$prof" | tail -1 | cut -c1-200)"
     fi
+    unit_end profile
 fi
 
 write_summary

@@ -129,8 +129,8 @@ def test_out_of_time_is_not_a_failure(tmp_path):
 
 @pytest.mark.skipif(has_gpu(), reason="a GPU is present: the script would run the benchmarks for real")
 def test_bench_parts_run_only_what_they_name(tmp_path):
-    """BENCH_PARTS=attention (a call that only times the attention versions): steps 6 and 8 stay out,
-    and step 7 runs both labs and both benchmark steps (the trainer's version 4 itself, since step 6
+    """BENCH_PARTS=attention (a call that only times the attention versions): steps 4, 8 and 9 stay
+    out, and step 7 runs both labs and both benchmark steps (the trainer's version 4 itself, since step 4
     did not run), not the memory-bound labs; BENCH_PARTS=memory runs only those. Without a GPU
     every binary says it skipped, so the comparison row says so."""
     built = [REPO / GPU_BUILD / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla", "layernorm", "rmsnorm", "gelu")]
@@ -156,9 +156,46 @@ def test_bench_parts_run_only_what_they_name(tmp_path):
     timed3 = (out3 / "labs_timed.log").read_text()
     assert all(f"== lab {lab} (timed)" in timed3 for lab in ("layernorm", "rmsnorm", "gelu"))
     assert "attention" not in timed3 and not (out3 / "bench.txt").exists()
-    # SKIP_BENCH=1 overrides BENCH_PARTS: nothing of steps 6-8
+    # SKIP_BENCH=1 overrides BENCH_PARTS: nothing of steps 4, 7, 8, 9
     out2 = tmp_path / "out2"
     out2.mkdir()
     _, rows2 = device_check(out2, {**env, "SKIP_BENCH": "1", "BENCH_PARTS": "attention profile"})
     assert not (out2 / "bench.txt").exists() and not (out2 / "labs_timed.log").exists()
     assert "step with attention version 2/3" not in rows2
+
+
+def test_continue_runs_only_what_the_first_call_left(tmp_path):
+    """CONTINUE=1, the second call on a warm machine: a unit with a verdict in the first call (here a
+    test binary that passed) is not run again and its row is copied, marked; a unit cut off there
+    (a binary that exits 124, as timeout does) runs. State from other sources is not trusted."""
+    bins = tmp_path / "bins"
+    bins.mkdir()
+    runs = tmp_path / "bf16_runs"
+    passing = '#!/bin/sh\necho run >> "{}"\necho "1 passed, 0 failed"\nexit 0\n'
+    (bins / "test_gpt_gpu_vanilla_bf16").write_text(passing.format(runs))
+    stub(bins, "test_gpt_gpu_vanilla_fp32", ["0 passed, 0 failed"], 124)
+    for f in bins.iterdir():
+        f.chmod(0o755)
+    state = tmp_path / "state"
+    env = {**QUIET, "TEST_GPT_DIR": str(bins), "SKIP_BUILD": "1", "TIME_LIMIT": "200", "STATE_DIR": str(state)}
+
+    def call(name, **extra):
+        out = tmp_path / name
+        out.mkdir()
+        return device_check(out, {**env, **extra})[1]
+
+    rows = call("out1")
+    assert rows["test_gpt vanilla bf16"] == "ok (1 passed, 0 failed)"
+    assert rows["test_gpt vanilla fp32"].startswith("TIMED OUT")
+    stub(bins, "test_gpt_gpu_vanilla_fp32", ["1 passed, 0 failed"], 0)
+    rows = call("out2", CONTINUE="1")
+    assert rows["CONTINUE=1"].endswith("its 1 finished units are not run again")
+    assert rows["test_gpt vanilla bf16"] == "ok (1 passed, 0 failed) (earlier call)"
+    assert rows["test_gpt vanilla fp32"] == "ok (1 passed, 0 failed)"
+    assert runs.read_text().count("run") == 1
+    # the record is of other sources (the tree changed between the calls): everything runs again
+    (state / "sources").write_text("0" * 64 + "\n")
+    rows = call("out3", CONTINUE="1")
+    assert rows["CONTINUE=1"].startswith("no earlier call of these sources")
+    assert rows["test_gpt vanilla bf16"] == "ok (1 passed, 0 failed)"
+    assert runs.read_text().count("run") == 2
