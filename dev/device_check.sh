@@ -18,7 +18,8 @@
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device
 #   5. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
 #      --resume continues bit-exactly, and ./train_cpu resumes a checkpoint written by ./train
-#   6. data parallel (MPI + NCCL build): mpirun -np 1, --zero 0 and 1, plain and with
+#   6. data parallel (MPI + NCCL build; Open MPI from the bundle where the machine has none, NCCL
+#      from PyTorch's wheel where the toolkit has none): mpirun -np 1, --zero 0 and 1, plain and with
 #      VP_DIST_FORCE=1 (the NCCL code path with one rank), losses and checkpoints bit-identical to
 #      ./train's; with >= 2 GPUs also 2 ranks against one GPU with accumulation 2, and the step
 #      time at GPT-2 124M with the gradient all-reduce overlapped (--overlap-reduce 1) and not
@@ -211,7 +212,7 @@ if [ -n "${DEVICE_BUNDLE:-}" ]; then
         if tar -xJf "$DEVICE_BUNDLE" && touch "${BUNDLED[@]}"; then
             FROM_BUNDLE=1
             SKIP_BUILD=1
-            row "build" "from the bundle: $((${#BUNDLED[@]} - 1)) binaries built off the device from these sources (${want:0:12})"
+            row "build" "from the bundle: $(printf '%s\n' "${BUNDLED[@]}" | grep -c -v -e '^build/openmpi/' -e '^build/device_bundle.sources$') binaries built off the device from these sources (${want:0:12})"
         else
             row "bundle $DEVICE_BUNDLE" "could not be unpacked; building here"
         fi
@@ -243,19 +244,36 @@ else
     row "build: ${#BUILD_TARGETS[@]} targets (sm_90a)" "$(verdict $rc) (see build.log; what built still runs)"
     grep -E 'error|Error' "$OUT_DIR/build.log" | head -20
 fi
+# find_libraries BIN: where the loader misses a library BIN links (cuBLAS(Lt) and NCCL are linked
+# dynamically), the lib folders of PyTorch's pip wheels (nvidia-cublas, nvidia-nccl-cu13) as a last
+# resort, and a row saying which libraries are still missing, if any
+find_libraries() {
+    local bin="$1" notfound pkg dir
+    notfound=$(ldd "$bin" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
+    [ -z "$notfound" ] && return 0
+    for pkg in nvidia.cublas nvidia.nccl; do
+        dir=$(python3 -c "import importlib.util as u; s = u.find_spec('$pkg'); print(list(s.submodule_search_locations)[0] + '/lib')" 2>/dev/null)
+        [ -n "$dir" ] && [ -d "$dir" ] && [[ ":${LD_LIBRARY_PATH:-}:" != *":$dir:"* ]] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$dir"
+    done
+    notfound=$(ldd "$bin" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
+    row "loader: $bin" "$([ -n "$notfound" ] && echo "MISSING libraries: $notfound" || echo "ok with PyTorch's pip-wheel libraries") (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
+}
 for bin in "${BUILD_TARGETS[@]}" "${BUNDLED[@]:-}"; do
+    [[ "$bin" == build/openmpi/* ]] && continue
     if [ -x "$bin" ]; then
-        notfound=$(ldd "$bin" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
-        if [ -n "$notfound" ]; then
-            # last resort: the cuBLAS of PyTorch's pip wheels (nvidia-cublas), where the toolkit has none
-            wheel=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.cublas"); print(list(s.submodule_search_locations)[0] + "/lib")' 2>/dev/null)
-            [ -n "$wheel" ] && [ -d "$wheel" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$wheel"
-            notfound=$(ldd "$bin" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
-            row "loader: $bin" "$([ -n "$notfound" ] && echo "MISSING libraries: $notfound" || echo "ok with PyTorch's cuBLAS wheel") (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
-        fi
+        find_libraries "$bin"
         break
     fi
 done
+# Open MPI from the bundle (dev/device_bundle.sh; the device image has none), first on PATH: the
+# bundled MPI + NCCL trainer is linked against it, and a system mpirun of another version would not
+# start it
+if [ -x build/openmpi/bin/mpirun ]; then
+    export PATH="$PWD/build/openmpi/bin:$PATH"
+    # (the trainer's own RUNPATH names the folder it was linked in here; libmpi finds the rest itself)
+    export LD_LIBRARY_PATH="$PWD/build/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    row "MPI" "$(mpirun --version 2>&1 | head -1) in build/openmpi (brought by dev/device_bundle.sh)"
+fi
 
 # 2. test_gpt ------------------------------------------------------------------------------
 # The first binary that fails is run again with CUDA_LAUNCH_BLOCKING=1, so that a fault (an
@@ -400,10 +418,11 @@ EOF
 if [ "${SKIP_DIST:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin dist; then
     DLOG="$OUT_DIR/dist.log"
     if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
-        row "data parallel (MPI + NCCL)" "skipped: no mpirun/mpicxx on this machine (apt-get install libopenmpi-dev openmpi-bin)"
+        row "data parallel (MPI + NCCL)" "skipped: no mpirun/mpicxx on this machine (a bundle from dev/device_bundle.sh brings Open MPI; or apt-get install libopenmpi-dev openmpi-bin)"
     elif ! run_step "build the MPI + NCCL trainer" 120 "$DLOG" make -j"$JOBS" GPU_BUILD="$GB" $GB/vanilla-mpi/train_bf16; then
         row "data parallel (MPI + NCCL)" "did not build (see dist.log)"
     else
+        find_libraries $GB/vanilla-mpi/train_bf16
         W=build/device_check_dist
         rm -rf "$W"
         mkdir -p "$W"

@@ -86,6 +86,10 @@ def test_a_bundle_is_used_only_for_its_own_sources(tmp_path):
     (src / "build" / "tests").mkdir(parents=True)
     for p in ("bf16", "fp32"):
         stub(src / "build" / "tests", f"test_gpt_gpu_vanilla_{p}", [f"PASS {p} from the bundle", "1 passed, 0 failed"], 0)
+    # Open MPI as dev/device_bundle.sh adds it (the device image has none): its files are not
+    # counted as binaries, and its mpirun comes first on PATH
+    (src / "build" / "openmpi" / "bin").mkdir(parents=True)
+    stub(src / "build" / "openmpi" / "bin", "mpirun", ["mpirun (Open MPI) 5.0.11"], 0)
     digest = subprocess.run(["bash", "dev/device_bundle.sh", "--hash"], cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
     (src / "build" / "device_bundle.sources").write_text(digest + "\n")
     bundle = tmp_path / "bundle.tar.xz"
@@ -104,6 +108,7 @@ def test_a_bundle_is_used_only_for_its_own_sources(tmp_path):
     assert f"| build | from the bundle: 2 binaries built off the device from these sources ({digest[:12]}) |" in summary
     assert "| test_gpt vanilla bf16 | ok (1 passed, 0 failed) |" in summary
     assert "PASS bf16 from the bundle" in (tmp_path / "out1" / "test_gpt.log").read_text()
+    assert "| MPI | mpirun (Open MPI) 5.0.11 in build/openmpi (brought by dev/device_bundle.sh) |" in summary
     # a source changed after the bundle was made: the bundle is refused (and the build is skipped
     # here only to keep this test from compiling)
     with open(tree / "kernels" / "gelu.cuh", "a") as f:
