@@ -73,9 +73,11 @@ ROWS=()
 
 remaining() { echo $((DEADLINE - $(date +%s))); }
 # run_step NAME BUDGET_SECONDS LOGFILE command...: runs under min(budget, time left), appends to
-# LOGFILE; sets UNFINISHED=1 when the command was cut off at its limit or not started for lack of time (the
-# unit it belongs to then has no verdict, and a CONTINUE=1 call runs it again)
+# LOGFILE; sets UNFINISHED=1 when the command was cut off at its limit or not started for lack of
+# time (the unit it belongs to then has no verdict, and a CONTINUE=1 call runs it again)
 UNFINISHED=0
+# "name Ns" of each step run: the summary's last row, by which the next session sizes its calls
+STEP_TIMES=()
 run_step() {
     local name="$1" budget="$2" log="$3"
     shift 3
@@ -93,6 +95,7 @@ run_step() {
     timeout --kill-after=10 "$budget" "$@" >>"$log" 2>&1
     rc=$?
     echo "== $name: exit $rc after $(($(date +%s) - t0))s" | tee -a "$log"
+    STEP_TIMES+=("$name $(($(date +%s) - t0))s")
     case $rc in 124 | 137) UNFINISHED=1 ;; esac
     return $rc
 }
@@ -126,6 +129,9 @@ write_summary() {
         echo "| check | result |"
         echo "| --- | --- |"
         printf '%s\n' "${ROWS[@]}"
+        if [ ${#STEP_TIMES[@]} -gt 0 ]; then
+            echo "| seconds per step, $(($(date +%s) - START)) s in all | $(printf '%s; ' "${STEP_TIMES[@]}" | sed 's/; $//') |"
+        fi
     } >"$SUMMARY.tmp" && mv -f "$SUMMARY.tmp" "$SUMMARY"
 }
 counts() { grep -Eo '[0-9]+ passed, [0-9]+ failed' "$1" | tail -1; }

@@ -2,6 +2,7 @@
 own logic does not cost scarce device time: the summary it writes, a failing test binary run again
 with CUDA_LAUNCH_BLOCKING=1, and steps that run out of time reported as such, not as failures."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -66,6 +67,10 @@ def test_a_failing_binary_is_rerun_with_launch_blocking(tmp_path):
     assert rows["test_gpt vanilla fp32"] == "ok (1 passed, 0 failed)"
     rerun = rows[f"rerun of {bins}/test_gpt_gpu_vanilla_bf16, CUDA_LAUNCH_BLOCKING=1"]
     assert "CHECK(ok) launch blocking=1" in rerun
+    # the last row: each step's seconds, what the next device session plans its call by
+    (times_key, times), = [(k, v) for k, v in rows.items() if k.startswith("seconds per step")]
+    assert re.fullmatch(r"seconds per step, \d+ s in all", times_key)
+    assert re.fullmatch(r"test_gpt vanilla bf16 \d+s; rerun .*; test_gpt vanilla fp32 \d+s", times)
 
 
 def tree_copy(dst):
