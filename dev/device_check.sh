@@ -211,7 +211,7 @@ MEMORY_LABS="layernorm rmsnorm gelu"
 # was built from exactly these sources; its files are touched so that make takes them as up to date.
 FROM_BUNDLE=0
 if [ -n "${DEVICE_BUNDLE:-}" ]; then
-    want=$(bash dev/device_bundle.sh --hash)
+    want=$SOURCES  # the hash of this tree's sources, read once above
     got=$(tar -xJOf "$DEVICE_BUNDLE" build/device_bundle.sources 2>/dev/null)
     if [ -n "$got" ] && [ "$got" = "$want" ]; then
         mapfile -t BUNDLED < <(tar -tJf "$DEVICE_BUNDLE" | grep -v '/$')

@@ -448,7 +448,7 @@ def seed_table(groups, baseline=None):
         for k in val_keys:
             cells.append(mean_sd([r.val_curve(k)[1][-1] for r in members if r.val_curve(k)[1]]))
         if baseline:
-            deltas = [baseline_delta(r, same_seed_run(r, groups[baseline]))[1] for r in members]
+            deltas = [baseline_delta(r, baseline_run_for(r, groups[baseline]))[1] for r in members]
             diffs = [d[-1] for d in deltas if d]
             if name == baseline or not diffs:
                 cells += ["-", "-", "-"]
