@@ -6,7 +6,7 @@
 #   make test             build and run every test (C++ units, model gradient checks, CLI, Python,
 #                         the GPU trainer under the CPU CUDA emulator: emu.mk)
 #   make bench-cpu        ms per step of the CPU trainer at GPT-2 124M shapes, B=4, T=64
-#   make quickstart       venv + TinyShakespeare + a small training run with samples
+#   make quickstart       venv + TinyShakespeare + a small training run with samples (GPU if present)
 #
 # Build outputs of different value paths live in build/<path>/, so they never clobber each other;
 # ./train_cpu is a copy of the binary of the VALUE_PATH of the last plain build.
@@ -161,10 +161,14 @@ QUICKSTART_FLAGS := --arch gpt2 --layers 4 --heads 4 --dim 128 --max-seq 128 --s
 	--max-steps 300 --lr 1e-3 --warmup-steps 20 --eval-every 100 --eval-batches 8 \
 	--sample-every 150 --sample-tokens 96
 
-quickstart: venv train_cpu
+# The GPU trainer where a GPU and nvcc are there (HAVE_GPU, gpu.mk), else the CPU one: the same
+# flags and outputs either way. QUICKSTART_CPU=1 keeps it on the CPU.
+QUICKSTART_TRAINER := $(if $(and $(HAVE_GPU),$(if $(QUICKSTART_CPU),,1)),train,train_cpu)
+quickstart: venv $(QUICKSTART_TRAINER)
 	$(VENV_PY) scripts/prepare_tinyshakespeare.py
 	rm -rf runs/quickstart
-	./train_cpu --train-data 'data/tinyshakespeare/tinyshakespeare_train_*.bin' \
+	@echo "quickstart: training with ./$(QUICKSTART_TRAINER)$(if $(filter train,$(QUICKSTART_TRAINER)), (the GPU trainer; QUICKSTART_CPU=1 for the CPU one))"
+	./$(QUICKSTART_TRAINER) --train-data 'data/tinyshakespeare/tinyshakespeare_train_*.bin' \
 		--val-data 'data/tinyshakespeare/tinyshakespeare_val_*.bin' \
 		--tokenizer data/tinyshakespeare/gpt2.vptok --out-dir runs/quickstart $(QUICKSTART_FLAGS)
 	$(VENV_PY) scripts/plot_runs.py runs/quickstart --out runs/quickstart/plot.png

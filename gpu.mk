@@ -11,7 +11,8 @@
 #   make bench                 GPT-2 124M, B=64, T=1024, bf16: every value path, then PyTorch, same device, one call
 #                              (dev/bench_paths.sh: tok/s, ms/step, MFU, memory; ratios to vanilla and to PyTorch)
 #
-# Variables: PRECISION (BF16), GPU_ARCH (sm_90a: H100/H200; sm_80 for A100), NVCC (found on the
+# Variables: PRECISION (BF16), GPU_ARCH (this machine's GPU: sm_90a for H100/H200, sm_80 for A100;
+# sm_90a without a GPU), NVCC (found on the
 # PATH or in /usr/local/cuda), BENCH_PYTHON (python3, a Python with PyTorch), NCCL_HOME (where
 # NCCL is, if not with the CUDA toolkit or in /usr), MPICXX (mpicxx, from the Makefile).
 # For CI: GPU_TEST_TARGETS is what `make test` should depend on: it compiles every GPU target where
@@ -28,7 +29,11 @@ ifeq ($(filter $(PRECISION),BF16 FP32),)
 $(error unknown PRECISION '$(PRECISION)': choose BF16 or FP32)
 endif
 PREC := $(if $(filter FP32,$(PRECISION)),fp32,bf16)
-GPU_ARCH ?= sm_90a
+# The GPU of this machine, if any (compute capability without the dot: 90, 80, 89, ...): its
+# architecture, sm_90a for Hopper (wgmma-capable, what the kernels are tuned for); sm_90a where
+# no GPU answers (the CI compile check, and bundles built off the device by dev/device_bundle.sh)
+GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+GPU_ARCH ?= $(if $(GPU_CC),$(if $(filter 90,$(GPU_CC)),sm_90a,sm_$(GPU_CC)),sm_90a)
 BENCH_PYTHON ?= python3
 
 # value paths the GPU trainer implements (test_gpt runs for each): all of them

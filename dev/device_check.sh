@@ -27,7 +27,8 @@
 #      without cp.async (--attention-version 2) against the trainer's
 #   8. the memory-bound labs timed (layernorm, rmsnorm, gelu: each version's ms and GB/s, fused
 #      against unfused)
-#   9. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py)
+#   9. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py), for each path
+#      of PROFILE_PATHS (default "vanilla"; "vanilla resformer depth" to see where a path's time goes)
 # and prints a short table last. With $OUT set (the device tool), results go there (at most 8
 # files): summary.md (the table, in the form dev/results/ wants), build.log, test_gpt.log,
 # labs.log, train_cli.log, dist.log, bench.txt, labs_timed.log.
@@ -62,6 +63,7 @@ GB="${GPU_BUILD:-build}"
 mkdir -p "$OUT_DIR"
 JOBS="${JOBS:-16}"
 BENCH_PARTS=" ${BENCH_PARTS:-bench attention memory profile} "
+PROFILE_PATHS=${PROFILE_PATHS:-vanilla}
 [ "${SKIP_BENCH:-0}" = 1 ] && BENCH_PARTS=""
 bench_part() { [[ "$BENCH_PARTS" == *" $1 "* ]]; }
 START=$(date +%s)
@@ -235,7 +237,7 @@ for path in $TEST_PATHS; do BUILD_TARGETS+=("$GB/tests/test_gpt_gpu_${path}_bf16
 bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
 bench_part attention && BUILD_TARGETS+=($GB/dev/cuda/bf16/attention_forward $GB/dev/cuda/bf16/attention_backward $GB/dev/cuda/bf16/bench_gpt_vanilla)
 bench_part memory && for lab in $MEMORY_LABS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/$lab"); done
-bench_part profile && BUILD_TARGETS+=($GB/dev/cuda/bf16/bench_gpt_vanilla)
+bench_part profile && for path in $PROFILE_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
 [ "${SKIP_BUILD:-0}" = 1 ] && BUILD_TARGETS=()
 [ ${#BUILD_TARGETS[@]} -gt 0 ] && mapfile -t BUILD_TARGETS < <(printf '%s\n' "${BUILD_TARGETS[@]}" | awk '!seen[$0]++')
 rc=0
@@ -357,8 +359,11 @@ if bench_part bench && unit_begin bench; then
     fi
     ratio=$(grep -o 'valuepath vanilla / PyTorch: .*' "$BENCH" | tail -1)
     [ -n "$ratio" ] && row "ratio" "$ratio"
-    # the per-path table as dev/bench_paths.sh printed it
-    while IFS= read -r t; do ROWS+=("$t"); done < <(grep '^| [a-z]* | [0-9]' "$BENCH" | sed 's/^| \([a-z]*\) |/| path \1 |/')
+    # dev/bench_paths.sh's per-path table (| path | ms/step | tok/s | vs vanilla | target | peak GiB |
+    # path buffers GiB |), one two-column row per path like the rest of the summary
+    while IFS='|' read -r _ p ms tok vs target peak buf _; do
+        row "path $(echo $p) vs vanilla (same call)" "step time $(echo $vs) (target $(echo $target)), $(echo $ms) ms/step, $(echo $tok) tok/s, peak $(echo $peak) GiB, path buffers $(echo $buf) GiB"
+    done < <(grep '^| [a-z]* | [0-9]' "$BENCH")
     unit_end bench
 fi
 
@@ -567,23 +572,27 @@ if bench_part memory && unit_begin memory; then
     unit_end memory
 fi
 
-# 9. where a step's time goes, if time is left: each kernel's time over two steps of the vanilla
-# benchmark under Nsight Compute (kernels serialised), as a table by dev/kernel_profile.py; the
-# table is appended to bench.txt (the device tool brings back at most 8 files)
-if bench_part profile && [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ] && command -v ncu >/dev/null 2>&1 && unit_begin profile; then
-    NCU_CSV=build/device_check_ncu.csv
-    rm -f "$NCU_CSV"
-    run_step "ncu kernel times, bench_gpt_vanilla, 2 steps" 150 "$OUT_DIR/bench.txt" ncu --metrics gpu__time_duration.sum --csv --print-units base \
-        --log-file "$NCU_CSV" ./$GB/dev/cuda/bf16/bench_gpt_vanilla --batch-size 64 --seq-len 1024 --steps 1 --warmup 1
-    rc=$?
-    if prof=$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 2>&1); then
-        echo "$prof" >>"$OUT_DIR/bench.txt"
-        row "kernel time per step (ncu, vanilla, B=64 T=1024)" "$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 --top 4 --brief)"
-    else
-        row "kernel time per step (ncu)" "$(verdict $rc): $(echo "$prof" | tail -1 | cut -c1-200)"
+# 9. where a step's time goes, if time is left: each kernel's time over two steps of the benchmark
+# of each path in PROFILE_PATHS (default vanilla) under Nsight Compute (kernels serialised), as a
+# table by dev/kernel_profile.py; the tables are appended to bench.txt (the device tool brings back
+# at most 8 files)
+for ppath in $PROFILE_PATHS; do
+    PBIN=$GB/dev/cuda/bf16/bench_gpt_$ppath
+    if bench_part profile && [ -x $PBIN ] && command -v ncu >/dev/null 2>&1 && unit_begin "profile_$ppath"; then
+        NCU_CSV=build/device_check_ncu_$ppath.csv
+        rm -f "$NCU_CSV"
+        run_step "ncu kernel times, bench_gpt_$ppath, 2 steps" 150 "$OUT_DIR/bench.txt" ncu --metrics gpu__time_duration.sum --csv --print-units base \
+            --log-file "$NCU_CSV" ./$PBIN --batch-size 64 --seq-len 1024 --steps 1 --warmup 1
+        rc=$?
+        if prof=$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 2>&1); then
+            { echo "== kernel times, $ppath"; echo "$prof"; } >>"$OUT_DIR/bench.txt"
+            row "kernel time per step (ncu, $ppath, B=64 T=1024)" "$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 --top 4 --brief)"
+        else
+            row "kernel time per step (ncu, $ppath)" "$(verdict $rc): $(echo "$prof" | tail -1 | cut -c1-200)"
+        fi
+        unit_end "profile_$ppath"
     fi
-    unit_end profile
-fi
+done
 
 write_summary
 echo

@@ -244,16 +244,37 @@ static __global__ void attention_forward_kernel1(AttentionArgs a) {
     a.lse[((size_t)b * a.H + h) * a.T + i] = m + logf(l);
 }
 
-// delta[b,h,t] = sum_d dout * out, one thread per (b, h in range, t); shared by both versions
-static __global__ void attention_backward_preprocess_kernel1(AttentionArgs a) {
+// delta[b,h,t] = sum_d dout * out, shared by every version. LPR = D / (16-byte vector) lanes per
+// row, 32 / LPR rows per warp: each lane reads 16 bytes of dO and of O, sums its products in order,
+// then the row's lanes add their partials in a fixed xor tree (deterministic). One thread per row
+// reading its D values one by one was 8x under the memory bandwidth (rows are H*D apart): 6.2 ms a
+// step at GPT-2 124M, B=64, T=1024 on an H100 (dev/results/2026-11-26-h100.md), against ~0.8 ms
+// for the 2.4 GB it must read.
+//   PyTorch: delta = (dout * out).sum(-1)
+template <int D>
+static __global__ void attention_backward_preprocess_kernel2(AttentionArgs a) {
+    constexpr int VEC = x128::size, LPR = D / VEC >= 32 ? 32 : D / VEC, CHUNKS = D / VEC / LPR;
     int nh = a.h1 - a.h0;
-    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long)a.B * nh * a.T) return;
-    int t = (int)(idx % a.T), h = a.h0 + (int)(idx / a.T % nh), b = (int)(idx / ((long)a.T * nh));
-    size_t off = ((size_t)b * a.T + t) * a.H * a.D + (size_t)h * a.D;
+    long row = ((long)blockIdx.x * blockDim.x + threadIdx.x) / LPR;  // (b, h in range, t), t fastest
+    int sub = threadIdx.x % LPR;
+    bool live = row < (long)a.B * nh * a.T;
     float acc = 0.0f;
-    for (int d = 0; d < a.D; d++) acc += to_float(a.dout[off + d]) * to_float(a.out[off + d]);
-    a.delta[((size_t)b * a.H + h) * a.T + t] = acc;
+    int t = 0, h = 0, b = 0;
+    if (live) {
+        t = (int)(row % a.T), h = a.h0 + (int)(row / a.T % nh), b = (int)(row / ((long)a.T * nh));
+        size_t off = ((size_t)b * a.T + t) * a.H * D + (size_t)h * D;
+#pragma unroll
+        for (int c = 0; c < CHUNKS; c++) {
+            int d0 = (c * LPR + sub) * VEC;
+            x128 g = load128(a.dout + off + d0), o = load128(a.out + off + d0);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) acc += to_float(g[i]) * to_float(o[i]);
+        }
+    }
+    // every lane of the warp takes part in the shuffles (whole warps are live or share a row group)
+#pragma unroll
+    for (int m = LPR / 2; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (live && sub == 0) a.delta[((size_t)b * a.H + h) * a.T + t] = acc;
 }
 
 // dK, dV: one thread per key row j of KV head g; loops over the group's query heads, then query tiles
@@ -405,6 +426,13 @@ static __global__ void attention_backward_dq_kernel1(AttentionArgs a) {
 
 constexpr int ATT2_TILE = 64;  // query and key rows per tile
 constexpr int ATT2_THREADS = 128;  // 4 warps x 16 rows
+// Minimum blocks per SM that the backward kernels ask ptxas to fit in registers (__launch_bounds__'s
+// second argument). 1 (the default) leaves registers to ptxas: the dK/dV and dQ kernels take
+// 167 and 158 registers at D = 64 (3 blocks per SM). A build with -DATT2_BWD_MIN_BLOCKS=4 caps
+// them at 128 so that 4 fit; whether that pays (or spills) is for a GPU to say (dev/device_check.sh).
+#ifndef ATT2_BWD_MIN_BLOCKS
+#define ATT2_BWD_MIN_BLOCKS 1
+#endif
 __host__ __device__ constexpr int att2_lds(int D) { return D + 8; }  // shared row stride (bf16): +16 bytes, so ldmatrix rows hit distinct banks
 
 // (VP_CUDA_EMU: the CUDA emulator of tests/emu runs these three as warp collectives on the CPU)
@@ -498,6 +526,21 @@ __device__ __forceinline__ void att2_load_tile(__nv_bfloat16* dst, const __nv_bf
     }
 }
 
+// ResFormer's mix of 8 bf16 values (one 16-byte word of v and of v_mix): in fp32, rounded once
+// to bf16. Every place that mixes uses this, so all kernel versions give the same bits.
+__device__ __forceinline__ uint4 att2_mix8(uint4 own, uint4 mix, float lambda) {
+    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&own);
+    const __nv_bfloat162* m2 = reinterpret_cast<const __nv_bfloat162*>(&mix);
+    uint4 out;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 fo = __bfloat1622float2(o2[i]), fm = __bfloat1622float2(m2[i]);
+        w[i] = pack_bf16x2(attn_mix_value(fo.x, fm.x, lambda), attn_mix_value(fo.y, fm.y, lambda));
+    }
+    return out;
+}
+
 // V rows of a KVSource into a shared bf16 tile; ResFormer's mix is made here in fp32 from two
 // 16-byte loads and rounded once to bf16 (what the tensor cores read), so no mixed copy exists.
 template <int D>
@@ -510,25 +553,18 @@ __device__ __forceinline__ void att2_load_v_tile(__nv_bfloat16* dst, const KVSou
     for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
         int r = c / CPR, cc = (c % CPR) * 8, row = row0 + r;
         uint4 out = make_uint4(0, 0, 0, 0);
-        if (row < T) {
-            uint4 own = *reinterpret_cast<const uint4*>(s.v + (size_t)row * s.v_rs + cc);
-            uint4 mix = *reinterpret_cast<const uint4*>(s.vmix + (size_t)row * s.vmix_rs + cc);
-            const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&own);
-            const __nv_bfloat162* m2 = reinterpret_cast<const __nv_bfloat162*>(&mix);
-            uint32_t* w = reinterpret_cast<uint32_t*>(&out);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float2 fo = __bfloat1622float2(o2[i]), fm = __bfloat1622float2(m2[i]);
-                w[i] = pack_bf16x2(attn_mix_value(fo.x, fm.x, s.lambda), attn_mix_value(fo.y, fm.y, s.lambda));
-            }
-        }
+        if (row < T)
+            out = att2_mix8(*reinterpret_cast<const uint4*>(s.v + (size_t)row * s.v_rs + cc),
+                            *reinterpret_cast<const uint4*>(s.vmix + (size_t)row * s.vmix_rs + cc), s.lambda);
         *reinterpret_cast<uint4*>(dst + r * LDS + cc) = out;
     }
 }
 
 // The same two loads started as cp.async copies (version 4): nothing is in shared memory until the
-// caller's cp_async_wait and __syncthreads. ResFormer's mixed V is computed from two sources, so
-// it is loaded (synchronously) by att2_load_v_tile; it is visible after the same __syncthreads.
+// caller's cp_async_wait and __syncthreads. A ResFormer V tile is the mix of two sources:
+// att2_load_v_tile_async loads it synchronously (att2_load_v_tile; the dK/dV kernel's own V, once
+// per block), visible after the same __syncthreads; the forward's and the dQ kernel's streamed
+// tiles stage v_mix by cp.async instead and mix in shared memory (att2_kv_tile).
 // Not unrolled: unrolled, ptxas keeps each chunk's global address in registers across the math
 // between two issues (nvcc 13.0, sm_90a, dev/ptxas_report.sh): the dK/dV kernel spilled at D = 64,
 // the forward took 133 registers at D = 64 (3 blocks per SM instead of 4) and 245 at D = 128.
@@ -550,10 +586,16 @@ __device__ __forceinline__ void att2_load_v_tile_async(__nv_bfloat16* dst, const
 
 // K/V tiles of the forward's and the dQ kernel's loop over key tiles. KVs holds one K/V buffer
 // pair (version 2, ASYNC = false) or two (version 4); tile kt's K is in buffer kt % 2, its V at
-// + ATT2_TILE * LDS.
+// + ATT2_TILE * LDS. Version 4 with a ResFormer mix also has two staging tiles after the pairs
+// (att2_smem_forward/att2_smem_dq count them only then): tile kt's v_mix rows land in staging
+// kt % 2 by cp.async next to its own v rows, and are mixed into the V tile once both are in.
 template <int D, bool ASYNC>
 __device__ __forceinline__ __nv_bfloat16* att2_kv_buffer(__nv_bfloat16* KVs, int kt) {
     return KVs + (ASYNC ? (kt & 1) * 2 * ATT2_TILE * att2_lds(D) : 0);
+}
+template <int D>
+__device__ __forceinline__ __nv_bfloat16* att2_vmix_staging(__nv_bfloat16* KVs, int kt) {
+    return KVs + 4 * ATT2_TILE * att2_lds(D) + (kt & 1) * ATT2_TILE * att2_lds(D);
 }
 // Loads tile kt into its buffer: cp.async copies with ASYNC (visible after a cp_async_wait and a
 // __syncthreads), plain loads otherwise.
@@ -562,22 +604,41 @@ __device__ __forceinline__ void att2_kv_tile_start(__nv_bfloat16* KVs, const KVS
     __nv_bfloat16* K = att2_kv_buffer<D, ASYNC>(KVs, kt);
     if constexpr (ASYNC) {
         att2_load_tile_async<D>(K, src.k, src.k_rs, kt * ATT2_TILE, T);
-        att2_load_v_tile_async<D>(K + ATT2_TILE * att2_lds(D), src, kt * ATT2_TILE, T);
+        att2_load_tile_async<D>(K + ATT2_TILE * att2_lds(D), src.v, src.v_rs, kt * ATT2_TILE, T);
+        if (src.vmix) att2_load_tile_async<D>(att2_vmix_staging<D>(KVs, kt), src.vmix, src.vmix_rs, kt * ATT2_TILE, T);
     } else {
         att2_load_tile<D>(K, src.k, src.k_rs, kt * ATT2_TILE, T);
         att2_load_v_tile<D>(K + ATT2_TILE * att2_lds(D), src, kt * ATT2_TILE, T);
+    }
+}
+// ResFormer, version 4: V tile (own v rows, in shared memory) = mix(v, staged v_mix rows), in
+// place, with att2_mix8 as att2_load_v_tile (fp32, one rounding), so versions 2 and 4 give
+// the same bits. Rows past T are zeros in both (cp.async zero-fill) and mix to zero.
+template <int D>
+__device__ __forceinline__ void att2_mix_v_tile(__nv_bfloat16* V, const __nv_bfloat16* staged, float lambda) {
+    constexpr int LDS = att2_lds(D), CPR = D / 8;
+    for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
+        int off = (c / CPR) * LDS + (c % CPR) * 8;
+        *reinterpret_cast<uint4*>(V + off) = att2_mix8(*reinterpret_cast<const uint4*>(V + off), *reinterpret_cast<const uint4*>(staged + off), lambda);
     }
 }
 // Step kt of the loop over tiles 0..last: tile kt in shared memory, visible to the whole block;
 // returns its K. Version 2 loads it between two __syncthreads. Version 4 waits for its copies
 // (started by the previous step, or for tile 0 before the loop), then starts tile kt + 1's into
 // the other buffer, whose reader (tile kt - 1) every thread has finished by that __syncthreads.
+// With a ResFormer mix, version 4 mixes tile kt's V between that __syncthreads and one more: the
+// loads stay asynchronous (the mix read v and v_mix synchronously before, which stalled every
+// step: ResFormer ran 1.06x vanilla's step time on an H100, dev/results/2026-11-26-h100.md).
 template <int D, bool ASYNC>
 __device__ __forceinline__ __nv_bfloat16* att2_kv_tile(__nv_bfloat16* KVs, const KVSource& src, int kt, int last, int T) {
     if constexpr (ASYNC) {
         cp_async_wait<0>();  // this thread's copies of tile kt (the only group in flight)
         __syncthreads();     // everyone's; and everyone is done with tile kt - 1, whose buffer is refilled next
-        if (kt < last) {     // tile kt + 1 flies while tile kt is used
+        if (src.vmix) {
+            att2_mix_v_tile<D>(att2_kv_buffer<D, true>(KVs, kt) + ATT2_TILE * att2_lds(D), att2_vmix_staging<D>(KVs, kt), src.lambda);
+            __syncthreads();  // the mixed V is visible; staging kt is read, so tile kt + 2 may refill it
+        }
+        if (kt < last) {  // tile kt + 1 flies while tile kt is used
             att2_kv_tile_start<D, true>(KVs, src, kt + 1, T);
             cp_async_commit();
         }
@@ -750,7 +811,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
 // Shared memory: K, V (ATT2_TILE x LDS bf16 each), then per buffer Q and dO tiles, then per
 // buffer the tile's lse (log2 units) and delta (ATT2_TILE floats each).
 template <int D, int QSTEP, bool ASYNC>
-static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_kernel2(AttentionArgs a) {
+static __global__ void __launch_bounds__(ATT2_THREADS, ATT2_BWD_MIN_BLOCKS) attention_backward_dkdv_kernel2(AttentionArgs a) {
     static_assert(QSTEP % 16 == 0 && ATT2_TILE % QSTEP == 0, "QSTEP: whole mma k-steps that tile the query tile");
     static_assert(ATT2_THREADS >= ATT2_TILE, "one thread per query row loads lse and delta");
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8, NBUF = ASYNC ? 2 : 1;
@@ -930,7 +991,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dkdv_k
 // ASYNC (version 4): K/V double buffered with cp.async, as in the forward. Shared memory: Q, dO,
 // then K and V once or twice (ATT2_TILE x LDS bf16 each).
 template <int D, bool ASYNC>
-static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_kernel2(AttentionArgs a) {
+static __global__ void __launch_bounds__(ATT2_THREADS, ATT2_BWD_MIN_BLOCKS) attention_backward_dq_kernel2(AttentionArgs a) {
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
@@ -1027,6 +1088,8 @@ inline void attention_check_args(const AttentionArgs& a, bool backward, int vers
         KERNEL_ASSERT(a.dout && a.delta && a.dq && a.dk && (a.dv || (a.dv_route.src && a.dv_route.from_head == 0)));
         KERNEL_ASSERT(a.dq_rs >= (long)a.H * a.D && a.dk_rs >= (long)a.Hkv * a.D && (!a.dv || a.dv_rs >= (long)a.Hkv * a.D));
         KERNEL_ASSERT(!a.dlambda_partial || a.v_mix);
+        // the delta pass (every version) reads dO and O as 16-byte words: 16-byte aligned bases
+        KERNEL_ASSERT(((uintptr_t)a.dout % 16) == 0 && ((uintptr_t)a.out % 16) == 0);
     }
     if (version == 2) {  // 16-byte tile loads: 8-element aligned rows and pointers
         auto aligned = [](const void* p) { return ((uintptr_t)p % 16) == 0; };
@@ -1083,11 +1146,21 @@ void attention_backward1_d(const AttentionArgs& a, cudaStream_t stream) {
     cudaCheck(cudaGetLastError());
 }
 
-inline void attention_backward_preprocess(const AttentionArgs& a, cudaStream_t stream) {
+template <int D>
+void attention_backward_preprocess_d(const AttentionArgs& a, cudaStream_t stream) {
+    constexpr int VEC = x128::size, LPR = D / VEC >= 32 ? 32 : D / VEC;
     const int block_size = 256;
-    long n = (long)a.B * (a.h1 - a.h0) * a.T;
-    attention_backward_preprocess_kernel1<<<(unsigned)CEIL_DIV(n, (long)block_size), block_size, 0, stream>>>(a);
+    long threads = (long)a.B * (a.h1 - a.h0) * a.T * LPR;
+    attention_backward_preprocess_kernel2<D><<<(unsigned)CEIL_DIV(threads, (long)block_size), block_size, 0, stream>>>(a);
     cudaCheck(cudaGetLastError());
+}
+inline void attention_backward_preprocess(const AttentionArgs& a, cudaStream_t stream) {
+    switch (a.D) {
+        case 16: attention_backward_preprocess_d<16>(a, stream); break;
+        case 32: attention_backward_preprocess_d<32>(a, stream); break;
+        case 64: attention_backward_preprocess_d<64>(a, stream); break;
+        case 128: attention_backward_preprocess_d<128>(a, stream); break;
+    }
 }
 
 // version 1 (SIMT), any floatX
@@ -1118,16 +1191,23 @@ inline void attention_backward1(AttentionArgs a, cudaStream_t stream) {
 // Shared memory of the tensor-core kernels (bytes): bf16 tiles of ATT2_TILE x att2_lds(D), the
 // K/V (forward, dQ) or Q/dO (dK/dV) tiles twice when double buffered (version 4), as laid out at
 // each kernel. At D = 128 the largest, version 4's dK/dV, is 103 KiB: two blocks fit an SM's 228.
-inline size_t att2_smem_forward(int D, bool async) { return (1 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
+// With a ResFormer mix (vmix), version 4's forward and dQ kernels add two staging tiles for the
+// v_mix rows (att2_vmix_staging).
+inline size_t att2_vmix_extra(int D, bool async, bool vmix) { return (async && vmix ? 2 : 0) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
+inline size_t att2_smem_forward(int D, bool async, bool vmix = false) {
+    return (1 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + att2_vmix_extra(D, async, vmix);
+}
 inline size_t att2_smem_dkdv(int D, bool async) {
     int nbuf = async ? 2 : 1;
     return (2 + 2 * nbuf) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + 2 * nbuf * ATT2_TILE * sizeof(float);
 }
-inline size_t att2_smem_dq(int D, bool async) { return (2 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
+inline size_t att2_smem_dq(int D, bool async, bool vmix = false) {
+    return (2 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + att2_vmix_extra(D, async, vmix);
+}
 
 template <int D, bool ASYNC>
 void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
-    size_t smem = att2_smem_forward(D, ASYNC);
+    size_t smem = att2_smem_forward(D, ASYNC, a.v_mix != nullptr);
     cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attention_forward_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
     cudaCheck(cudaGetLastError());
@@ -1141,7 +1221,7 @@ void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
     cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
     attention_backward_dkdv_kernel2<D, QSTEP, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
     cudaCheck(cudaGetLastError());
-    size_t smem_q = att2_smem_dq(D, ASYNC);
+    size_t smem_q = att2_smem_dq(D, ASYNC, a.v_mix != nullptr);
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
     attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
     cudaCheck(cudaGetLastError());
