@@ -426,12 +426,18 @@ static __global__ void attention_backward_dq_kernel1(AttentionArgs a) {
 
 constexpr int ATT2_TILE = 64;  // query and key rows per tile
 constexpr int ATT2_THREADS = 128;  // 4 warps x 16 rows
-// Minimum blocks per SM that the backward kernels ask ptxas to fit in registers (__launch_bounds__'s
-// second argument). 1 (the default) leaves registers to ptxas: the dK/dV and dQ kernels take
-// 167 and 158 registers at D = 64 (3 blocks per SM). A build with -DATT2_BWD_MIN_BLOCKS=4 caps
-// them at 128 so that 4 fit; whether that pays (or spills) is for a GPU to say (dev/device_check.sh).
-#ifndef ATT2_BWD_MIN_BLOCKS
-#define ATT2_BWD_MIN_BLOCKS 1
+// The backward kernels' launch bounds. By default only the block size, so that ptxas picks the
+// registers: 167 (dK/dV) and 160 (dQ) at D = 64, 3 blocks per SM. Measured on an H100 on
+// 2026-11-26 (dev/results/2026-11-26-h100.md): __launch_bounds__(ATT2_THREADS, 1) made ptxas take
+// 190 and 180 (2 blocks per SM) and the two kernels went from 18.5 + 11.9 to 22.8 + 14.3 ms a
+// step (GPT-2 124M, B=64, T=1024, ncu); a build with -DATT2_BWD_MIN_BLOCKS=4 (128 registers, 16
+// bytes of spill in dK/dV) ran 136.4 and 136.7 ms a step against 140.7 and 141.1 for that 2-block
+// build, alternating in one call; against this default it has not been timed. It applies to
+// every head dim, and D = 128 would spill heavily under it: an experiment switch, not a setting.
+#ifdef ATT2_BWD_MIN_BLOCKS
+#define ATT2_BWD_LAUNCH_BOUNDS __launch_bounds__(ATT2_THREADS, ATT2_BWD_MIN_BLOCKS)
+#else
+#define ATT2_BWD_LAUNCH_BOUNDS __launch_bounds__(ATT2_THREADS)
 #endif
 __host__ __device__ constexpr int att2_lds(int D) { return D + 8; }  // shared row stride (bf16): +16 bytes, so ldmatrix rows hit distinct banks
 
@@ -561,10 +567,8 @@ __device__ __forceinline__ void att2_load_v_tile(__nv_bfloat16* dst, const KVSou
 }
 
 // The same two loads started as cp.async copies (version 4): nothing is in shared memory until the
-// caller's cp_async_wait and __syncthreads. A ResFormer V tile is the mix of two sources:
-// att2_load_v_tile_async loads it synchronously (att2_load_v_tile; the dK/dV kernel's own V, once
-// per block), visible after the same __syncthreads; the forward's and the dQ kernel's streamed
-// tiles stage v_mix by cp.async instead and mix in shared memory (att2_kv_tile).
+// caller's cp_async_wait and __syncthreads. ResFormer's mixed V is computed from two sources, so
+// it is loaded (synchronously) by att2_load_v_tile; it is visible after the same __syncthreads.
 // Not unrolled: unrolled, ptxas keeps each chunk's global address in registers across the math
 // between two issues (nvcc 13.0, sm_90a, dev/ptxas_report.sh): the dK/dV kernel spilled at D = 64,
 // the forward took 133 registers at D = 64 (3 blocks per SM instead of 4) and 245 at D = 128.
@@ -586,16 +590,10 @@ __device__ __forceinline__ void att2_load_v_tile_async(__nv_bfloat16* dst, const
 
 // K/V tiles of the forward's and the dQ kernel's loop over key tiles. KVs holds one K/V buffer
 // pair (version 2, ASYNC = false) or two (version 4); tile kt's K is in buffer kt % 2, its V at
-// + ATT2_TILE * LDS. Version 4 with a ResFormer mix also has two staging tiles after the pairs
-// (att2_smem_forward/att2_smem_dq count them only then): tile kt's v_mix rows land in staging
-// kt % 2 by cp.async next to its own v rows, and are mixed into the V tile once both are in.
+// + ATT2_TILE * LDS.
 template <int D, bool ASYNC>
 __device__ __forceinline__ __nv_bfloat16* att2_kv_buffer(__nv_bfloat16* KVs, int kt) {
     return KVs + (ASYNC ? (kt & 1) * 2 * ATT2_TILE * att2_lds(D) : 0);
-}
-template <int D>
-__device__ __forceinline__ __nv_bfloat16* att2_vmix_staging(__nv_bfloat16* KVs, int kt) {
-    return KVs + 4 * ATT2_TILE * att2_lds(D) + (kt & 1) * ATT2_TILE * att2_lds(D);
 }
 // Loads tile kt into its buffer: cp.async copies with ASYNC (visible after a cp_async_wait and a
 // __syncthreads), plain loads otherwise.
@@ -604,41 +602,22 @@ __device__ __forceinline__ void att2_kv_tile_start(__nv_bfloat16* KVs, const KVS
     __nv_bfloat16* K = att2_kv_buffer<D, ASYNC>(KVs, kt);
     if constexpr (ASYNC) {
         att2_load_tile_async<D>(K, src.k, src.k_rs, kt * ATT2_TILE, T);
-        att2_load_tile_async<D>(K + ATT2_TILE * att2_lds(D), src.v, src.v_rs, kt * ATT2_TILE, T);
-        if (src.vmix) att2_load_tile_async<D>(att2_vmix_staging<D>(KVs, kt), src.vmix, src.vmix_rs, kt * ATT2_TILE, T);
+        att2_load_v_tile_async<D>(K + ATT2_TILE * att2_lds(D), src, kt * ATT2_TILE, T);
     } else {
         att2_load_tile<D>(K, src.k, src.k_rs, kt * ATT2_TILE, T);
         att2_load_v_tile<D>(K + ATT2_TILE * att2_lds(D), src, kt * ATT2_TILE, T);
-    }
-}
-// ResFormer, version 4: V tile (own v rows, in shared memory) = mix(v, staged v_mix rows), in
-// place, with att2_mix8 as att2_load_v_tile (fp32, one rounding), so versions 2 and 4 give
-// the same bits. Rows past T are zeros in both (cp.async zero-fill) and mix to zero.
-template <int D>
-__device__ __forceinline__ void att2_mix_v_tile(__nv_bfloat16* V, const __nv_bfloat16* staged, float lambda) {
-    constexpr int LDS = att2_lds(D), CPR = D / 8;
-    for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
-        int off = (c / CPR) * LDS + (c % CPR) * 8;
-        *reinterpret_cast<uint4*>(V + off) = att2_mix8(*reinterpret_cast<const uint4*>(V + off), *reinterpret_cast<const uint4*>(staged + off), lambda);
     }
 }
 // Step kt of the loop over tiles 0..last: tile kt in shared memory, visible to the whole block;
 // returns its K. Version 2 loads it between two __syncthreads. Version 4 waits for its copies
 // (started by the previous step, or for tile 0 before the loop), then starts tile kt + 1's into
 // the other buffer, whose reader (tile kt - 1) every thread has finished by that __syncthreads.
-// With a ResFormer mix, version 4 mixes tile kt's V between that __syncthreads and one more: the
-// loads stay asynchronous (the mix read v and v_mix synchronously before, which stalled every
-// step: ResFormer ran 1.06x vanilla's step time on an H100, dev/results/2026-11-26-h100.md).
 template <int D, bool ASYNC>
 __device__ __forceinline__ __nv_bfloat16* att2_kv_tile(__nv_bfloat16* KVs, const KVSource& src, int kt, int last, int T) {
     if constexpr (ASYNC) {
         cp_async_wait<0>();  // this thread's copies of tile kt (the only group in flight)
         __syncthreads();     // everyone's; and everyone is done with tile kt - 1, whose buffer is refilled next
-        if (src.vmix) {
-            att2_mix_v_tile<D>(att2_kv_buffer<D, true>(KVs, kt) + ATT2_TILE * att2_lds(D), att2_vmix_staging<D>(KVs, kt), src.lambda);
-            __syncthreads();  // the mixed V is visible; staging kt is read, so tile kt + 2 may refill it
-        }
-        if (kt < last) {  // tile kt + 1 flies while tile kt is used
+        if (kt < last) {     // tile kt + 1 flies while tile kt is used
             att2_kv_tile_start<D, true>(KVs, src, kt + 1, T);
             cp_async_commit();
         }
@@ -811,7 +790,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
 // Shared memory: K, V (ATT2_TILE x LDS bf16 each), then per buffer Q and dO tiles, then per
 // buffer the tile's lse (log2 units) and delta (ATT2_TILE floats each).
 template <int D, int QSTEP, bool ASYNC>
-static __global__ void __launch_bounds__(ATT2_THREADS, ATT2_BWD_MIN_BLOCKS) attention_backward_dkdv_kernel2(AttentionArgs a) {
+static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(AttentionArgs a) {
     static_assert(QSTEP % 16 == 0 && ATT2_TILE % QSTEP == 0, "QSTEP: whole mma k-steps that tile the query tile");
     static_assert(ATT2_THREADS >= ATT2_TILE, "one thread per query row loads lse and delta");
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8, NBUF = ASYNC ? 2 : 1;
@@ -991,7 +970,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS, ATT2_BWD_MIN_BLOCKS) atte
 // ASYNC (version 4): K/V double buffered with cp.async, as in the forward. Shared memory: Q, dO,
 // then K and V once or twice (ATT2_TILE x LDS bf16 each).
 template <int D, bool ASYNC>
-static __global__ void __launch_bounds__(ATT2_THREADS, ATT2_BWD_MIN_BLOCKS) attention_backward_dq_kernel2(AttentionArgs a) {
+static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dq_kernel2(AttentionArgs a) {
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
@@ -1191,23 +1170,16 @@ inline void attention_backward1(AttentionArgs a, cudaStream_t stream) {
 // Shared memory of the tensor-core kernels (bytes): bf16 tiles of ATT2_TILE x att2_lds(D), the
 // K/V (forward, dQ) or Q/dO (dK/dV) tiles twice when double buffered (version 4), as laid out at
 // each kernel. At D = 128 the largest, version 4's dK/dV, is 103 KiB: two blocks fit an SM's 228.
-// With a ResFormer mix (vmix), version 4's forward and dQ kernels add two staging tiles for the
-// v_mix rows (att2_vmix_staging).
-inline size_t att2_vmix_extra(int D, bool async, bool vmix) { return (async && vmix ? 2 : 0) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
-inline size_t att2_smem_forward(int D, bool async, bool vmix = false) {
-    return (1 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + att2_vmix_extra(D, async, vmix);
-}
+inline size_t att2_smem_forward(int D, bool async) { return (1 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
 inline size_t att2_smem_dkdv(int D, bool async) {
     int nbuf = async ? 2 : 1;
     return (2 + 2 * nbuf) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + 2 * nbuf * ATT2_TILE * sizeof(float);
 }
-inline size_t att2_smem_dq(int D, bool async, bool vmix = false) {
-    return (2 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + att2_vmix_extra(D, async, vmix);
-}
+inline size_t att2_smem_dq(int D, bool async) { return (2 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
 
 template <int D, bool ASYNC>
 void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
-    size_t smem = att2_smem_forward(D, ASYNC, a.v_mix != nullptr);
+    size_t smem = att2_smem_forward(D, ASYNC);
     cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attention_forward_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
     cudaCheck(cudaGetLastError());
@@ -1221,7 +1193,7 @@ void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
     cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
     attention_backward_dkdv_kernel2<D, QSTEP, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
     cudaCheck(cudaGetLastError());
-    size_t smem_q = att2_smem_dq(D, ASYNC, a.v_mix != nullptr);
+    size_t smem_q = att2_smem_dq(D, ASYNC);
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
     attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
     cudaCheck(cudaGetLastError());
