@@ -58,6 +58,11 @@ prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
 DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu
+# build variants of the vanilla benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
+# decides), timed against the plain build by dev/device_check.sh: build/variants/<name>/bench_gpt_vanilla
+BENCH_VARIANTS := $(shell awk -F'|' '/^[a-z]/ { gsub(/ /, "", $$1); print $$1 }' dev/bench_variants.list)
+variant_flags = $(shell awk -F'|' -v name=$(1) '/^[a-z]/ { n = $$1; gsub(/ /, "", n); if (n == name) print $$2 }' dev/bench_variants.list)
+VARIANT_BINS := $(foreach v,$(BENCH_VARIANTS),$(GPU_BUILD)/variants/$(v)/bench_gpt_vanilla)
 TEST_GPT_BINS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/tests/test_gpt_gpu_$(p)_bf16 $(GPU_BUILD)/tests/test_gpt_gpu_$(p)_fp32)
 GPU_TRAINERS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/$(p)/train_bf16 $(GPU_BUILD)/$(p)/train_fp32)
 
@@ -73,12 +78,15 @@ NVCC_MPI := -DUSE_MPI $(call nvcc_wrap,$(MPI_SHOWME)) $(if $(NCCL_HOME),-I$(NCCL
 # the MPI + NCCL trainer that gpu-compile-check compiles, where MPI and NCCL are installed
 GPU_MPI_TARGETS := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),$(GPU_BUILD)/vanilla-mpi/train_bf16,)
 GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) $(GPU_BUILD)/tests/test_gpu_routes \
-	$(addprefix $(GPU_BUILD)/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p))
+	$(addprefix $(GPU_BUILD)/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p)) \
+	$(VARIANT_BINS)
 
-.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths
+.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants
 
 print-gpu-paths:
 	@echo $(GPU_VALUE_PATHS)
+print-bench-variants:
+	@echo $(BENCH_VARIANTS)
 
 ifeq ($(NVCC),)
 # ---------------------------------------------------------------------------
@@ -183,6 +191,11 @@ BENCH_BINS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gp
 $(GPU_BUILD)/dev/cuda/bf16/bench_gpt_%: dev/cuda/bench_gpt.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
+
+# build/variants/<name>/bench_gpt_vanilla: the vanilla benchmark with a variant's flags (BENCH_VARIANTS)
+$(GPU_BUILD)/variants/%/bench_gpt_vanilla: dev/cuda/bench_gpt.cu dev/cuda/common.h dev/bench_variants.list $(GPU_SOURCES) $(CPU_SOURCES)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVALUE_PATH_ID=VP_VANILLA $(call variant_flags,$*) $< $(CUDA_LIBS) -o $@
 
 # GPT-2 124M, B=64, T=1024, bf16: every value path, then PyTorch (torch.compile + SDPA flash), on
 # the same device in the same call; prints the PyTorch ratio and each path's ratio to vanilla.

@@ -21,8 +21,8 @@ cd "$(dirname "$0")/.."
 # The files the GPU binaries are built from, as both machines see them (the device's copy of the
 # tree has no .git, so the list comes from the file system, not from git).
 source_hash() {
-    find kernels host cpu dev/cuda tests/testing.h train_gpt.cu train_gpt_cpu.cpp test_gpt.cu gpu.mk Makefile emu.mk \
-        -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name '*.mk' -o -name Makefile \) -print0 |
+    find kernels host cpu dev/cuda dev/bench_variants.list tests/testing.h train_gpt.cu train_gpt_cpu.cpp test_gpt.cu gpu.mk Makefile emu.mk \
+        -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name '*.mk' -o -name Makefile -o -name '*.list' \) -print0 |
         LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 }
 if [ "${1:-}" = --hash ]; then
@@ -31,7 +31,7 @@ if [ "${1:-}" = --hash ]; then
 fi
 
 # every binary device_check.sh can run: test_gpt of each path in both precisions, the labs, ./train,
-# the benchmark of each path (and below, the MPI + NCCL trainer with its Open MPI)
+# the benchmark of each path and its build variants (and below, the MPI + NCCL trainer with its Open MPI)
 PATHS=$(make -s print-gpu-paths 2>/dev/null)
 [ -n "$PATHS" ] || { echo "error: make print-gpu-paths gave nothing (is nvcc installed?)" >&2; exit 1; }
 TARGETS=(build/vanilla/train_bf16)
@@ -39,6 +39,8 @@ for p in $PATHS; do
     TARGETS+=("build/tests/test_gpt_gpu_${p}_bf16" "build/tests/test_gpt_gpu_${p}_fp32" "build/dev/cuda/bf16/bench_gpt_$p")
 done
 for lab in attention_forward attention_backward classifier layernorm rmsnorm gelu; do TARGETS+=("build/dev/cuda/bf16/$lab"); done
+# the build variants that device_check.sh times against the plain vanilla benchmark (dev/bench_variants.list)
+for v in $(make -s print-bench-variants 2>/dev/null); do TARGETS+=("build/variants/$v/bench_gpt_vanilla"); done
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

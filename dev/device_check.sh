@@ -15,7 +15,8 @@
 #      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
-#   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device
+#   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
+#      then each build variant of dev/bench_variants.list against the plain vanilla build, alternating
 #   5. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
 #      --resume continues bit-exactly, and ./train_cpu resumes a checkpoint written by ./train
 #   6. data parallel (MPI + NCCL build; Open MPI from the bundle where the machine has none, NCCL
@@ -51,9 +52,9 @@
 # seconds after which no step starts); TEST_GPT_DIR (build/tests: where the test_gpt binaries are
 # run from; for this script's own test, tests/python/test_device_check.py); GPU_BUILD (build: where
 # every GPU binary is built and run from; the script's own test on a machine without a GPU sets
-# build/check, where make test compiled them unoptimized). BENCH_PARTS ("bench attention memory
-# profile", the default: steps 4, 7, 8 and 9) picks among the bench steps, e.g. BENCH_PARTS=profile
-# for a call that only profiles.
+# build/check, where make test compiled them unoptimized). BENCH_PARTS ("bench variants attention
+# memory profile", the default: steps 4, 4b, 7, 8 and 9) picks among the bench steps, e.g.
+# BENCH_PARTS=profile for a call that only profiles.
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
@@ -62,7 +63,7 @@ OUT_DIR="${OUT:-build/device_check}"
 GB="${GPU_BUILD:-build}"
 mkdir -p "$OUT_DIR"
 JOBS="${JOBS:-16}"
-BENCH_PARTS=" ${BENCH_PARTS:-bench attention memory profile} "
+BENCH_PARTS=" ${BENCH_PARTS:-bench variants attention memory profile} "
 PROFILE_PATHS=${PROFILE_PATHS:-vanilla}
 [ "${SKIP_BENCH:-0}" = 1 ] && BENCH_PARTS=""
 bench_part() { [[ "$BENCH_PARTS" == *" $1 "* ]]; }
@@ -235,6 +236,8 @@ for path in $TEST_PATHS; do BUILD_TARGETS+=("$GB/tests/test_gpt_gpu_${path}_bf16
 [ "${SKIP_LABS:-0}" != 1 ] && for lab in $LABS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/$lab"); done
 { [ "${SKIP_CLI:-0}" != 1 ] || [ "${SKIP_DIST:-0}" != 1 ]; } && BUILD_TARGETS+=($GB/vanilla/train_bf16)
 bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
+VARIANTS=$(make -s print-bench-variants 2>/dev/null)
+bench_part variants && for v in $VARIANTS; do BUILD_TARGETS+=("$GB/variants/$v/bench_gpt_vanilla" "$GB/dev/cuda/bf16/bench_gpt_vanilla"); done
 bench_part attention && BUILD_TARGETS+=($GB/dev/cuda/bf16/attention_forward $GB/dev/cuda/bf16/attention_backward $GB/dev/cuda/bf16/bench_gpt_vanilla)
 bench_part memory && for lab in $MEMORY_LABS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/$lab"); done
 bench_part profile && for path in $PROFILE_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
@@ -365,6 +368,43 @@ if bench_part bench && unit_begin bench; then
         row "path $(echo $p) vs vanilla (same call)" "step time $(echo $vs) (target $(echo $target)), $(echo $ms) ms/step, $(echo $tok) tok/s, peak $(echo $peak) GiB, path buffers $(echo $buf) GiB"
     done < <(grep '^| [a-z]* | [0-9]' "$BENCH")
     unit_end bench
+fi
+
+# 4b. each build variant of dev/bench_variants.list against the plain vanilla benchmark, on this
+# machine, alternating (variant, plain, variant, plain): a compile-time choice decided by a
+# measurement that shares the machine's state. The runs' logs go to bench.txt.
+if bench_part variants; then
+    PLAIN=$GB/dev/cuda/bf16/bench_gpt_vanilla
+    for v in $VARIANTS; do
+        VBIN=$GB/variants/$v/bench_gpt_vanilla
+        unit_begin "variant_$v" || continue
+        if [ -x "$VBIN" ] && [ -x "$PLAIN" ]; then
+            ms_v=() ms_p=() vrc=0
+            for i in 1 2; do
+                for which in variant plain; do
+                    bin=$PLAIN; [ $which = variant ] && bin=$VBIN
+                    vlog=build/device_check_variant.log
+                    : >"$vlog"
+                    run_step "variant $v: $which, run $i" 60 "$vlog" "$bin" --batch-size 64 --seq-len 1024
+                    rc=$?
+                    cat "$vlog" >>"$OUT_DIR/bench.txt"
+                    [ $rc != 0 ] && vrc=$rc
+                    ms=$(grep -o 'ms_per_step=[0-9.]*' "$vlog" | tail -1 | cut -d= -f2)
+                    [ $which = variant ] && ms_v+=("${ms:-?}") || ms_p+=("${ms:-?}")
+                done
+            done
+            if [ $vrc = 0 ]; then
+                row "variant $v (vanilla, B=64 T=1024)" "$(awk -v a="${ms_v[*]}" -v b="${ms_p[*]}" 'BEGIN {
+                    split(a, x, " "); split(b, y, " ");
+                    printf "%s and %s ms/step against the plain build'"'"'s %s and %s (mean ratio %.3f)", x[1], x[2], y[1], y[2], (x[1] + x[2]) / (y[1] + y[2]) }')"
+            else
+                row "variant $v" "$(verdict $vrc) (bench.txt)"
+            fi
+        else
+            row "variant $v" "not built"
+        fi
+        unit_end "variant_$v"
+    done
 fi
 
 # 5. the CLI end to end ----------------------------------------------------------------------

@@ -432,7 +432,8 @@ constexpr int ATT2_THREADS = 128;  // 4 warps x 16 rows
 // 190 and 180 (2 blocks per SM) and the two kernels went from 18.5 + 11.9 to 22.8 + 14.3 ms a
 // step (GPT-2 124M, B=64, T=1024, ncu); a build with -DATT2_BWD_MIN_BLOCKS=4 (128 registers, 16
 // bytes of spill in dK/dV) ran 136.4 and 136.7 ms a step against 140.7 and 141.1 for that 2-block
-// build, alternating in one call; against this default it has not been timed. It applies to
+// build, alternating in one call; against this default it has not been timed (the build variant
+// bwd_minblocks4 of dev/bench_variants.list does that on the next device check). It applies to
 // every head dim, and D = 128 would spill heavily under it: an experiment switch, not a setting.
 #ifdef ATT2_BWD_MIN_BLOCKS
 #define ATT2_BWD_LAUNCH_BOUNDS __launch_bounds__(ATT2_THREADS, ATT2_BWD_MIN_BLOCKS)
@@ -1235,8 +1236,9 @@ inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { a
 #endif  // ENABLE_BF16
 
 // The tensor-core kernels the trainer's entry points run (BF16 build): 4, with cp.async double
-// buffering (the default, chosen from ptxas figures and FlashAttention-2's practice, not yet timed
-// on a GPU), or 2 (forward) and 3 (backward) without it. Every version gives the same bits, so
+// buffering (the default, chosen from ptxas figures and FlashAttention-2's practice; on an H100 a
+// whole step took 141.22 ms with it and 141.35 without, dev/results/2026-11-26-h100.md), or 2
+// (forward) and 3 (backward) without it. Every version gives the same bits, so
 // this changes only speed; dev/cuda/bench_gpt.cu's --attention-version sets it, so that one GPU
 // call times whole training steps both ways.
 inline int attention_tc_version = 4;

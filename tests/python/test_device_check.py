@@ -209,3 +209,34 @@ def test_continue_runs_only_what_the_first_call_left(tmp_path):
     assert rows["CONTINUE=1"].startswith("no earlier call of these sources")
     assert rows["test_gpt vanilla bf16"] == "ok (1 passed, 0 failed)"
     assert runs.read_text().count("run") == 2
+
+
+def test_build_variants_are_timed_against_the_plain_build(tmp_path):
+    """Step 4b: every variant of dev/bench_variants.list runs alternately with the plain vanilla
+    benchmark, twice each, and its row gives both pairs of figures and the ratio of their means.
+    Stand-in binaries print the BENCH line of dev/cuda/bench_gpt.cu; they record their order."""
+    names = [ln.split("|")[0].strip() for ln in (REPO / "dev" / "bench_variants.list").read_text().splitlines()
+             if re.match(r"[a-z]", ln)]
+    assert names, "dev/bench_variants.list names no variant"
+    gb = tmp_path / "gpu_build"
+    order = tmp_path / "order"
+
+    def bench_stub(path, label, ms):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'#!/bin/sh\necho {label} >> "{order}"\n'
+                        f'echo "BENCH impl=valuepath path=vanilla precision=bf16 B=64 T=1024 ms_per_step={ms} tok_per_s=1"\n')
+        path.chmod(0o755)
+
+    bench_stub(gb / "dev" / "cuda" / "bf16" / "bench_gpt_vanilla", "plain", "140.0")
+    for v in names:
+        bench_stub(gb / "variants" / v / "bench_gpt_vanilla", v, "133.0")
+    env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "GPU_BUILD": str(gb), "BENCH_PARTS": "variants", "TIME_LIMIT": "200"}
+    del env["SKIP_BENCH"]
+    out = tmp_path / "out"
+    out.mkdir()
+    _, rows = device_check(out, env)
+    for v in names:
+        assert rows[f"variant {v} (vanilla, B=64 T=1024)"] == \
+            "133.0 and 133.0 ms/step against the plain build's 140.0 and 140.0 (mean ratio 0.950)"
+    assert order.read_text().split() == [x for v in names for x in (v, "plain", v, "plain")]
+    assert "ms_per_step=133.0" in (out / "bench.txt").read_text()
