@@ -249,7 +249,7 @@ static __global__ void attention_forward_kernel1(AttentionArgs a) {
 // then the row's lanes add their partials in a fixed xor tree (deterministic). One thread per row
 // reading its D values one by one was 8x under the memory bandwidth (rows are H*D apart): 6.2 ms a
 // step at GPT-2 124M, B=64, T=1024 on an H100 (dev/results/2026-11-26-h100.md), against ~0.8 ms
-// for the 2.4 GB it must read.
+// for the 2.4 GB it must read; this kernel took 0.84 ms there (dev/results/2026-11-26-h100-2.md).
 //   PyTorch: delta = (dout * out).sum(-1)
 template <int D>
 static __global__ void attention_backward_preprocess_kernel2(AttentionArgs a) {
@@ -533,8 +533,8 @@ __device__ __forceinline__ void att2_load_tile(__nv_bfloat16* dst, const __nv_bf
     }
 }
 
-// ResFormer's mix of 8 bf16 values (one 16-byte word of v and of v_mix): in fp32, rounded once
-// to bf16. Every place that mixes uses this, so all kernel versions give the same bits.
+// ResFormer's mix of 8 bf16 values (one 16-byte word of v and of v_mix): in fp32 with the CPU
+// reference's expression (attn_mix_value), rounded once to bf16, as the tensor cores read it.
 __device__ __forceinline__ uint4 att2_mix8(uint4 own, uint4 mix, float lambda) {
     const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&own);
     const __nv_bfloat162* m2 = reinterpret_cast<const __nv_bfloat162*>(&mix);

@@ -95,7 +95,11 @@ def test_mfu_in_the_step_lines(tmp_path, data):
     for r in steps:
         # tok_per_s is logged to 0.1 and mfu to 1e-6: a relative 1e-3 covers both roundings
         assert r["mfu"] == pytest.approx(flops_per_token * r["tok_per_s"] / (peak * 1e12), rel=1e-3)
-        assert re.search(rf"step +{r['step']}/2 \| .* tok/s \| MFU {100 * r['mfu']:.1f}%", p.stdout)
+        # the step line prints the unrounded MFU to 0.1%; the log's value, rounded to 1e-6, can
+        # sit on the other side of a .x5 boundary (a fresh-clone CI run, 2026-11-26: the log's value
+        # formatted to 21.6%, the line said otherwise); half the printed step plus the log's rounding
+        m = re.search(rf"step +{r['step']}/2 \| .* tok/s \| MFU ([0-9.]+)%", p.stdout)
+        assert m and abs(float(m.group(1)) - 100 * r["mfu"]) <= 0.05 + 1e-4, (m and m.group(0), r["mfu"])
     p = run(emu_trainer("bf16"), common(data, 1) + ["--out-dir", tmp_path / "bad"], env={"VP_PEAK_TFLOPS": "fast"})
     assert p.returncode == 2 and "VP_PEAK_TFLOPS='fast' is not a number from 0 to 1e+06" in p.stderr
 
