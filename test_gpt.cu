@@ -15,7 +15,8 @@
 //   * --recompute 1 and 2 give bit-identical losses and gradients to --recompute 0;
 //   * multiple-choice rows forwarded at their own (shorter) length score as the CPU's at full T;
 //   * the value-path hook: attention split over two head ranges equals one call, bit for bit;
-//     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3.
+//     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3;
+//   * matmul_forward_lerp (ResFormer's mixing value projection) with a nonzero bias, against its formula.
 //
 // Tolerances (stated where they are set, below): the FP32 build computes the same function as the
 // reference in the same precision, so only summation order and libm differ: tight bounds. The BF16
@@ -601,6 +602,61 @@ TEST(mc_rows_at_their_own_length) {
         gpt_free(&gm);
         gpt_free(&cpu);
     }
+}
+
+// matmul_forward_lerp (ResFormer's value projection with the mix in its epilogue) against its
+// formula in double, with a nonzero bias and strided rows as in the qkv buffer: the model tests
+// above start from GPT-2's zero biases, so only this test would see the bias scaled wrongly (the
+// kernel relies on cuBLASLt adding the bias after alpha and beta, unscaled). One output rounding
+// in bf16 (bound 2u), summation order only in fp32.
+TEST(matmul_forward_lerp_bias) {
+    const int N = 96, C = 64, OC = 48;
+    const long rs = 80;  // out and other: rows of 80, OC used (the v slot of a qkv row)
+    const float lambda = 0.5f;
+    Rng rng = rng_stream(91, 3);
+#ifdef ENABLE_FP32
+    auto to_x = [](float x) { return x; };
+    auto from_x = [](float x) { return x; };
+#else
+    auto to_x = [](float x) { return __float2bfloat16_rn(x); };
+    auto from_x = [](__nv_bfloat16 x) { return __bfloat162float(x); };
+#endif
+    auto rounded = [&](size_t n, float scale) {
+        std::vector<float> v(n);
+        for (float& x : v) x = from_x(to_x(scale * (float)rng_normal(&rng)));
+        return v;
+    };
+    std::vector<float> inp = rounded((size_t)N * C, 1.0f), w = rounded((size_t)OC * C, 0.2f), b = rounded(OC, 1.0f), other = rounded((size_t)N * rs, 1.0f);
+    using gpu::floatX;
+    auto upload = [&](const std::vector<float>& h) {
+        std::vector<floatX> x(h.size());
+        for (size_t i = 0; i < h.size(); i++) x[i] = to_x(h[i]);
+        floatX* d = nullptr;
+        cudaCheck(cudaMalloc(&d, x.size() * sizeof(floatX)));
+        cudaCheck(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+        return d;
+    };
+    floatX *d_inp = upload(inp), *d_w = upload(w), *d_b = upload(b), *d_other = upload(other), *d_out = upload(std::vector<float>((size_t)N * rs, 0.0f));
+    floatX* d_bias_scratch = upload(std::vector<float>(OC, 0.0f));
+    gpu::matmul_init();
+    gpu::matmul_forward_lerp(d_out, d_inp, d_w, d_b, d_bias_scratch, d_other, lambda, N, C, OC, C, rs, 0);
+    std::vector<floatX> out_x((size_t)N * rs);
+    cudaCheck(cudaMemcpy(out_x.data(), d_out, out_x.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> got((size_t)N * OC), ref((size_t)N * OC);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double acc = b[o];
+            for (int k = 0; k < C; k++) acc += (double)inp[(size_t)i * C + k] * w[(size_t)o * C + k];
+            ref[(size_t)i * OC + o] = (float)((1.0 - lambda) * acc + lambda * other[(size_t)i * rs + o]);
+            got[(size_t)i * OC + o] = from_x(out_x[(size_t)i * rs + o]);
+        }
+#ifdef ENABLE_FP32
+    const double tol = 1e-6;  // fp32 sums of 65 terms of magnitude ~0.2
+#else
+    const double tol = 2 * BF16_U;  // the one rounding of the output
+#endif
+    check_close("lerp GEMM", "out", got.data(), ref.data(), ref.size(), tol);
+    for (floatX* d : {d_inp, d_w, d_b, d_other, d_out, d_bias_scratch}) cudaCheck(cudaFree(d));
 }
 
 // Too little device memory must be a clear error that names the bytes needed.

@@ -144,9 +144,11 @@ struct BackwardScratch {
 
 // The value paths' own buffers (value_paths.md section 6; NULL where the path has none). These
 // and nothing else are what a path adds to vanilla's memory; the attention kernels read other
-// layers' projections in place and mix ResFormer's values as they load them, so no path keeps a
+// layers' projections in place, and ResFormer's mixed values are written by the value projection
+// itself (fixed lambda) or mixed as the kernels load them (learnable lambda), so no path keeps a
 // gathered or mixed copy except Depth-Attention's v~ (which anchors must store).
 //   ResFormer, SVFormer: acc_v (1, BT, KV): dL/dv^0 from layers >= 1 (dV0acc)
+//   ResFormer fixed, GPT-2: v_bias_scaled (KV): (1 - lambda) b_v of the current layer
 //   SLA: acc_k, acc_v (L - n_l, BT, KV): per source layer j, what its reader j + n_l sent back
 //   Depth: acc_k, acc_v (num anchors, BT, KV); vmix (L-1, BT, KV) v~ of layers 1..L-1; alpha
 //          (L-1, BT, Hkv, max candidates); dv_att (BT, KV) the core's dL/dv~ of the current layer
@@ -159,6 +161,7 @@ struct ValuePathBuffers {
     float* alpha;
     floatX* dv_att;
     float* dlambda_partial;
+    floatX* v_bias_scaled;
 };
 
 // One entry of an allocation plan: where the pointer goes, how many elements, of what size.
@@ -212,6 +215,13 @@ inline int depth_max_cands(const ModelConfig& c) { return depth_num_sources(c, c
 // SLA: skip layers and the first skip KV head (cpu/vp_sla.h)
 inline bool sla_is_skip_layer(const ModelConfig& c, int l) { return c.vp.sla_heads > 0 && l >= c.vp.sla_layers; }
 inline int sla_first_skip_kv_head(const ModelConfig& c) { return c.n_kv_head - c.vp.sla_heads / (c.n_head / c.n_kv_head); }
+// ResFormer with a fixed lambda: layer l >= 1's value projection writes the mixed values
+// V = (1 - lambda) v^l + lambda v^0 into its own v slot (matmul_forward_lerp), so its attention
+// reads plain V and routes (1 - lambda) of dV to its own slot and lambda to the v^0 accumulator.
+// The raw v^l is then never stored: only the learnable lambda's gradient <G, v^0 - v^l> needs it,
+// so with --resformer-lambda learn the kernels mix as they load V instead.
+constexpr float RESFORMER_FIXED_LAMBDA = 0.5f;
+inline bool resformer_mix_in_projection(const ModelConfig& c, int l) { return c.vp.path == VP_RESFORMER && !c.vp.resformer_learn && l > 0; }
 // layers whose K/V gradient accumulators exist (fp32, (BT, KV) each)
 inline int vp_num_accumulators(const ModelConfig& c) {
     switch (c.vp.path) {
@@ -233,7 +243,8 @@ inline std::vector<TensorSpec> value_path_plan(ValuePathBuffers& v, const ModelC
             TENSOR(v.vmix, depth ? (L - 1) * BT * KV : 0),
             TENSOR(v.alpha, depth ? (L - 1) * BT * c.n_kv_head * depth_max_cands(c) : 0),
             TENSOR(v.dv_att, depth ? BT * KV : 0),
-            TENSOR(v.dlambda_partial, learn ? attention_dkdv_blocks(B, T, c.n_kv_head, c.head_dim) : 0)};
+            TENSOR(v.dlambda_partial, learn ? attention_dkdv_blocks(B, T, c.n_kv_head, c.head_dim) : 0),
+            TENSOR(v.v_bias_scaled, path == VP_RESFORMER && !learn && c.arch == ARCH_GPT2 ? KV : 0)};
 }
 
 inline std::vector<TensorSpec> scratch_plan(BackwardScratch& s, const ModelConfig& c, int B, int T) {
@@ -631,7 +642,8 @@ inline AttentionArgs attention_forward_args(GpuModel* m, int l) {
     aa.lse = la.att_lse;
     if (l == 0) return aa;  // layer 0 is vanilla in every path
     switch (c.vp.path) {
-        case VP_RESFORMER: {  // V = (1 - lambda_l) v^l + lambda_l v^0, mixed as the kernel loads V
+        case VP_RESFORMER: {  // V = (1 - lambda_l) v^l + lambda_l v^0: already in the v slot, or mixed as the kernel loads V
+            if (resformer_mix_in_projection(c, l)) break;
             OwnQKV first = own_qkv(m, 0);
             aa.v_mix = first.v;
             aa.v_mix_rs = first.v_rs;
@@ -698,6 +710,9 @@ inline AttentionArgs attention_backward_args(GpuModel* m, int l) {
                 if (c.vp.path == VP_SVFORMER) {
                     aa.dv = nullptr;
                     aa.dv_route.src_scale = 1.0f;
+                } else if (resformer_mix_in_projection(c, l)) {  // no v_mix in the args: the scales are the route's
+                    aa.dv_route.own_scale = 1.0f - RESFORMER_FIXED_LAMBDA;
+                    aa.dv_route.src_scale = RESFORMER_FIXED_LAMBDA;
                 } else if (c.vp.resformer_learn) {
                     aa.dlambda_partial = vb.dlambda_partial;
                 }
@@ -880,7 +895,11 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
         // attention block: x + attproj(attention(norm1(x)))
         norm_forward(m, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, lp.ln1_w, lp.ln1_b, BT);
         matmul_forward(la.qkv, la.ln1, lp.qk_w, lp.qk_b, nullptr, BT, C, QK, C, W, st);        // q|k into columns [0, QK)
-        if (lp.v_w) matmul_forward(la.qkv + QK, la.ln1, lp.v_w, lp.v_b, nullptr, BT, C, KV, C, W, st);  // v into columns [QK, W) (SVFormer: layer 0 only)
+        // v into columns [QK, W) (SVFormer: layer 0 only; ResFormer fixed: mixed with v^0 here)
+        if (resformer_mix_in_projection(c, l))
+            matmul_forward_lerp(la.qkv + QK, la.ln1, lp.v_w, lp.v_b, m->vpb.v_bias_scaled, a.qkv + QK, RESFORMER_FIXED_LAMBDA, BT, C, KV, C, W, st);
+        else if (lp.v_w)
+            matmul_forward(la.qkv + QK, la.ln1, lp.v_w, lp.v_b, nullptr, BT, C, KV, C, W, st);
         if (!gpt2) {
             // Llama: optional QK-norm, then RoPE, into qk_rot; values stay raw in qkv
             if (c.qk_norm) {

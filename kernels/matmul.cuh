@@ -1,6 +1,7 @@
 // kernels/matmul.cuh: every linear layer, through cuBLASLt, plus the bias gradient.
 //
 //   matmul_forward   out = inp @ weight^T (+ bias) (+ residual)     PyTorch: F.linear(inp, w, b) (+ x)
+//   matmul_forward_lerp  out = (1 - lambda) (inp @ weight^T + bias) + lambda other   (ResFormer's value mix)
 //   matmul_backward  dinp (+)= dout @ weight,  dweight += dout^T @ inp,  dbias += sum_rows dout
 //
 // Row-major (PyTorch) matrices are column-major matrices transposed, so every product below is
@@ -19,7 +20,7 @@
 // so every step (and a resumed process) runs the same kernels. The bias gradient is ours: a
 // two-stage fixed-order reduction (kernels/reduce.cuh), never atomics.
 //
-// defines: matmul_init, matmul_free, matmul_forward, matmul_backward, bias_backward
+// defines: matmul_init, matmul_free, matmul_forward, matmul_forward_lerp, matmul_backward, bias_backward
 #pragma once
 
 #include <map>
@@ -177,6 +178,29 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     KERNEL_ASSERT(inp_rs >= C && out_rs >= OC);
     matmul_cublaslt(out, residual, CUDA_FLOATX, weight, inp, bias, OC, N, C, true, false, C, inp_rs, out_rs, out_rs, 1.0f, residual ? 1.0f : 0.0f,
                     stream);
+}
+
+// bias_scaled[i] = scale * bias[i], i < n
+static __global__ void scale_vector_kernel(floatX* out, const floatX* in, float scale, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = from_float<floatX>(scale * to_float(in[i]));
+}
+
+// A linear layer whose output is blended with another tensor of its shape before the one rounding:
+//   out = (1 - lambda) (inp @ weight^T + bias) + lambda * other        PyTorch: torch.lerp(F.linear(inp, w, b), other, lambda)
+// (ResFormer's V = (1 - lambda) v^l + lambda v^0 written by layer l's value projection). cuBLASLt
+// computes alpha * (A @ B) + beta * C + bias, adding the bias unscaled after alpha and beta, so the
+// bias is scaled first into bias_scratch (OC floatX; exact for lambda = 1/2 in bf16). other has
+// out's row stride; out must not overlap inp, weight or other.
+inline void matmul_forward_lerp(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, floatX* bias_scratch, const floatX* other,
+                                float lambda, int N, int C, int OC, long inp_rs, long out_rs, cudaStream_t stream) {
+    KERNEL_ASSERT(inp_rs >= C && out_rs >= OC && other != nullptr && other != out);
+    KERNEL_ASSERT(bias == nullptr || bias_scratch != nullptr);
+    if (bias) {
+        scale_vector_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(bias_scratch, bias, 1.0f - lambda, OC);
+        cudaCheck(cudaGetLastError());
+    }
+    matmul_cublaslt(out, other, CUDA_FLOATX, weight, inp, bias ? bias_scratch : nullptr, OC, N, C, true, false, C, inp_rs, out_rs, out_rs, 1.0f - lambda,
+                    lambda, stream);
 }
 
 // The backward of matmul_forward, scaled by alpha (the classifier folds 1/(B*T) in here):

@@ -141,6 +141,19 @@ static void check_case(const RouteCase& rc) {
     VP::init(&st, c, dims);
     const float* lambda = h.lambdas.data();
 
+    // ResFormer with a fixed lambda: the value projection of layers >= 1 writes the mix into the
+    // v slot (matmul_forward_lerp, whose arithmetic test_gpt checks on a GPU); here the slots get
+    // what it computes from the raw values, and the reference sees the raw values
+    size_t W = (size_t)(c.n_head + 2 * Hkv) * RD;
+    std::vector<float> raw_qkv(m.acts.qkv, m.acts.qkv + (size_t)L * BT * W);
+    for (int l = 1; l < L; l++)
+        if (gpu::resformer_mix_in_projection(c, l)) {
+            gpu::OwnQKV o = gpu::own_qkv(&m, l), first = gpu::own_qkv(&m, 0);
+            for (int row = 0; row < BT; row++)
+                for (int i = 0; i < KV; i++)
+                    o.v[(size_t)row * o.v_rs + i] =
+                        gpu::attn_mix_value(o.v[(size_t)row * o.v_rs + i], first.v[(size_t)row * first.v_rs + i], gpu::RESFORMER_FIXED_LAMBDA);
+        }
     // forward: the K/V every layer reads
     size_t mismatches = 0;
     for (int l = 0; l < L; l++) {
@@ -150,7 +163,7 @@ static void check_case(const RouteCase& rc) {
         own.q_rs = o.qk_rs;
         own.k = o.k;
         own.k_rs = o.qk_rs;
-        own.v = o.v;
+        own.v = raw_qkv.data() + (o.v - m.acts.qkv);  // the raw projection (the slot itself, except above)
         own.v_rs = o.v_rs;
         AttnKV<float> ref = VP::forward(&st, c, dims, l, own, lambda);
         gpu::AttentionArgs aa = gpu::attention_forward_args(&m, l);
