@@ -16,7 +16,8 @@
 //   * multiple-choice rows forwarded at their own (shorter) length score as the CPU's at full T;
 //   * the value-path hook: attention split over two head ranges equals one call, bit for bit;
 //     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3;
-//   * matmul_forward_lerp (ResFormer's mixing value projection) with a nonzero bias, against its formula.
+//   * matmul_forward_lerp (ResFormer's mixing value projection) with a nonzero bias, against its formula;
+//     in bf16 the DGELU epilogue of the MLP backward against the tanh GELU's derivative.
 //
 // Tolerances (stated where they are set, below): the FP32 build computes the same function as the
 // reference in the same precision, so only summation order and libm differ: tight bounds. The BF16
@@ -658,6 +659,71 @@ TEST(matmul_forward_lerp_bias) {
     check_close("lerp GEMM", "out", got.data(), ref.data(), ref.size(), tol);
     for (floatX* d : {d_inp, d_w, d_b, d_other, d_out, d_bias_scratch}) cudaCheck(cudaFree(d));
 }
+
+#ifndef ENABLE_FP32
+// The BF16 build's MLP backward takes GELU's derivative from cuBLASLt's DGELU epilogue
+// (matmul_backward with gelu_inp). GPT-2's GELU is the tanh approximation; were the epilogue's the
+// erf GELU, the model tests would not see it (the two derivatives differ by < 1% for |x| < 2.5).
+// So: pre-activations spread over [-3.5, 3.5], each element against gelu_tanh'(x) (dout @ W) in
+// double within 2u relative (the output's one rounding, with room for fp32 tanh) plus a floor of
+// 1e-5 of the largest value; and the test checks itself: the erf derivative must fail that bound
+// somewhere, or the data could not tell the two apart.
+TEST(matmul_backward_dgelu) {
+    const int N = 64, C = 48, OC = 32;  // dinp and the GELU input: N x C (C a multiple of 8: cuBLASLt's aux ld)
+    Rng rng = rng_stream(92, 4);
+    auto bf16_round = [](float x) { return __bfloat162float(__float2bfloat16_rn(x)); };
+    std::vector<float> dout((size_t)N * OC), w((size_t)OC * C), x((size_t)N * C);
+    for (float& v : dout) v = bf16_round((float)rng_normal(&rng));
+    for (float& v : w) v = bf16_round(0.2f * (float)rng_normal(&rng));
+    for (float& v : x) v = bf16_round(-3.5f + 7.0f * (float)rng_uniform(&rng));
+    auto upload = [](const std::vector<float>& h) {
+        std::vector<__nv_bfloat16> b(h.size());
+        for (size_t i = 0; i < h.size(); i++) b[i] = __float2bfloat16_rn(h[i]);
+        __nv_bfloat16* d = nullptr;
+        cudaCheck(cudaMalloc(&d, b.size() * sizeof(*d)));
+        cudaCheck(cudaMemcpy(d, b.data(), b.size() * sizeof(*d), cudaMemcpyHostToDevice));
+        return d;
+    };
+    __nv_bfloat16 *d_dout = upload(dout), *d_w = upload(w), *d_x = upload(x), *d_dinp = upload(std::vector<float>((size_t)N * C, 0.0f));
+    float* d_dw = nullptr;
+    cudaCheck(cudaMalloc(&d_dw, (size_t)OC * C * sizeof(float)));
+    cudaCheck(cudaMemset(d_dw, 0, (size_t)OC * C * sizeof(float)));
+    gpu::matmul_init();
+    // the GELU's output stands in for the weight gradient's input: only dinp is checked here
+    gpu::matmul_backward(d_dinp, d_dw, nullptr, d_dout, d_x, d_w, nullptr, N, C, OC, OC, false, 1.0f, 0, d_x);
+    std::vector<__nv_bfloat16> got_b((size_t)N * C);
+    cudaCheck(cudaMemcpy(got_b.data(), d_dinp, got_b.size() * sizeof(got_b[0]), cudaMemcpyDeviceToHost));
+    auto dgelu_tanh = [](double v) {
+        double s = std::sqrt(2.0 / M_PI), th = std::tanh(s * (v + 0.044715 * v * v * v));
+        return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * v * v);
+    };
+    auto dgelu_erf = [](double v) { return 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI); };
+    std::vector<double> ref_tanh((size_t)N * C), ref_erf((size_t)N * C);
+    double largest = 0;
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) {
+            double dot = 0;
+            for (int o = 0; o < OC; o++) dot += (double)dout[(size_t)i * OC + o] * w[(size_t)o * C + c];
+            size_t at = (size_t)i * C + c;
+            ref_tanh[at] = dgelu_tanh(x[at]) * dot;
+            ref_erf[at] = dgelu_erf(x[at]) * dot;
+            largest = std::max(largest, std::fabs(ref_tanh[at]));
+        }
+    size_t bad = 0, erf_bad = 0;
+    double worst = 0;
+    for (size_t at = 0; at < ref_tanh.size(); at++) {
+        double got = __bfloat162float(got_b[at]), tol = 2 * BF16_U * std::fabs(ref_tanh[at]) + 1e-5 * largest;
+        worst = std::max(worst, std::fabs(got - ref_tanh[at]) / tol);
+        bad += std::fabs(got - ref_tanh[at]) > tol;
+        erf_bad += std::fabs(got - ref_erf[at]) > 2 * BF16_U * std::fabs(ref_erf[at]) + 1e-5 * largest;
+    }
+    printf("    DGELU epilogue: worst error %.2f of its bound; %zu of %zu elements would miss it against the erf GELU\n", worst, erf_bad, ref_tanh.size());
+    CHECK(bad == 0, "%zu of %zu elements of gelu'(x) (dout @ W) miss the tanh-GELU reference", bad, ref_tanh.size());
+    CHECK(erf_bad > 0, "the test data cannot tell the tanh GELU's derivative from the erf GELU's");
+    for (__nv_bfloat16* d : {d_dout, d_w, d_x, d_dinp}) cudaCheck(cudaFree(d));
+    cudaCheck(cudaFree(d_dw));
+}
+#endif
 
 // Too little device memory must be a clear error that names the bytes needed.
 TEST(out_of_memory_message) {

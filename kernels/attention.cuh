@@ -426,20 +426,24 @@ static __global__ void attention_backward_dq_kernel1(AttentionArgs a) {
 
 constexpr int ATT2_TILE = 64;  // query and key rows per tile
 constexpr int ATT2_THREADS = 128;  // 4 warps x 16 rows
-// The backward kernels' launch bounds. By default only the block size, so that ptxas picks the
-// registers: 167 (dK/dV) and 160 (dQ) at D = 64, 3 blocks per SM. Measured on an H100 on
-// 2026-11-26 (dev/results/2026-11-26-h100.md): __launch_bounds__(ATT2_THREADS, 1) made ptxas take
-// 190 and 180 (2 blocks per SM) and the two kernels went from 18.5 + 11.9 to 22.8 + 14.3 ms a
-// step (GPT-2 124M, B=64, T=1024, ncu); a build with -DATT2_BWD_MIN_BLOCKS=4 (128 registers, 16
-// bytes of spill in dK/dV) ran 136.4 and 136.7 ms a step against 140.7 and 141.1 for that 2-block
-// build, alternating in one call; against this default it has not been timed (the build variant
-// bwd_minblocks4 of dev/bench_variants.list does that on the next device check). It applies to
-// every head dim, and D = 128 would spill heavily under it: an experiment switch, not a setting.
-#ifdef ATT2_BWD_MIN_BLOCKS
-#define ATT2_BWD_LAUNCH_BOUNDS __launch_bounds__(ATT2_THREADS, ATT2_BWD_MIN_BLOCKS)
-#else
-#define ATT2_BWD_LAUNCH_BOUNDS __launch_bounds__(ATT2_THREADS)
+// The backward kernels' launch bounds. At D <= 64 they ask for 4 blocks per SM, so ptxas keeps
+// to 128 registers (16 bytes of spill in dK/dV); above, only the block size, so ptxas picks.
+// Measured on an H100 (GPT-2 124M, B=64, T=1024):
+//   - ptxas's own choice, 167 (dK/dV) and 160 (dQ) registers, 3 blocks per SM: the default until
+//     2026-11-26; dK/dV 18.7 and dQ 12.0 ms a step (ncu, dev/results/2026-11-26-h100-3.md);
+//   - __launch_bounds__(ATT2_THREADS, 1): ptxas took 190 and 180 (2 blocks per SM), dK/dV and dQ
+//     went to 22.8 and 14.3 ms (dev/results/2026-11-26-h100-2.md);
+//   - 4 blocks per SM: whole steps 134.4 and 135.4 ms against 137.0 and 136.3 for ptxas's choice,
+//     alternating in one call (build variant bwd_minblocks4, dev/results/2026-11-26-h100-3.md).
+// D = 128 (Llama's head dim) would spill heavily at 128 registers and has not been timed, so it
+// keeps ptxas's choice (a minimum of 0 blocks emits no .minnctapersm). -DATT2_BWD_MIN_BLOCKS=0
+// restores ptxas's choice at every head dim.
+#ifndef ATT2_BWD_MIN_BLOCKS
+#define ATT2_BWD_MIN_BLOCKS 4
 #endif
+template <int D>
+__host__ __device__ constexpr int att2_bwd_min_blocks() { return D <= 64 ? ATT2_BWD_MIN_BLOCKS : 0; }
+#define ATT2_BWD_LAUNCH_BOUNDS __launch_bounds__(ATT2_THREADS, att2_bwd_min_blocks<D>())
 __host__ __device__ constexpr int att2_lds(int D) { return D + 8; }  // shared row stride (bf16): +16 bytes, so ldmatrix rows hit distinct banks
 
 // (VP_CUDA_EMU: the CUDA emulator of tests/emu runs these three as warp collectives on the CPU)

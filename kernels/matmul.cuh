@@ -2,7 +2,7 @@
 //
 //   matmul_forward   out = inp @ weight^T (+ bias) (+ residual)     PyTorch: F.linear(inp, w, b) (+ x)
 //   matmul_forward_lerp  out = (1 - lambda) (inp @ weight^T + bias) + lambda other   (ResFormer's value mix)
-//   matmul_backward  dinp (+)= dout @ weight,  dweight += dout^T @ inp,  dbias += sum_rows dout
+//   matmul_backward  dinp (+)= dout @ weight (or gelu'(x) * (dout @ weight)),  dweight += dout^T @ inp,  dbias += sum_rows dout
 //
 // Row-major (PyTorch) matrices are column-major matrices transposed, so every product below is
 // written in cuBLAS's column-major terms; each call says which. Operands are floatX, accumulation
@@ -10,9 +10,10 @@
 // is written in fp32 (mixed-type GEMM: bf16 A/B, fp32 C/D) and accumulated with beta = 1, so
 // gradient accumulation over micro-batches happens in fp32.
 //
-// Epilogues used: BIAS (bias added in fp32 before the single rounding of the output) and the C
+// Epilogues used: BIAS (bias added in fp32 before the single rounding of the output), the C
 // operand with beta = 1 for the residual add (res_att = x + attproj(...) in one GEMM: the residual
-// adds are fused here, so there is no separate residual kernel).
+// adds are fused here, so there is no separate residual kernel), and DGELU in the BF16 build's MLP
+// backward (the GELU's backward applied to the fcproj input gradient before it is rounded).
 //
 // Determinism: cuBLAS(Lt) documents bit-wise reproducible results run to run on the same GPU
 // model and toolkit version (split-K reductions, when chosen, are ordered: see
@@ -72,11 +73,16 @@ inline uint32_t operand_alignment(const void* p, long ld, size_t elem) {
 
 // D (m x n, column-major, ld ldd) = alpha * op(A) @ op(B) + beta * C (+ bias[m] broadcast over n).
 // A, B are floatX; C and D have type `cd_type` (floatX or fp32). op(A) is m x k, op(B) is k x n.
+// dgelu_aux (m x n, ld ld_aux, floatX, or NULL): epilogue DGELU, D = gelu'(aux) * (alpha op(A) @ op(B))
+// elementwise, aux being the GELU's input (no bias, beta = 0, D of type floatX).
 inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
-                            bool trans_a, bool trans_b, long lda, long ldb, long ldc, long ldd, float alpha, float beta, cudaStream_t stream) {
+                            bool trans_a, bool trans_b, long lda, long ldb, long ldc, long ldd, float alpha, float beta, cudaStream_t stream,
+                            const floatX* dgelu_aux = nullptr, long ld_aux = 0) {
     MatmulState& s = matmul_state();
     KERNEL_ASSERT(s.handle != nullptr);  // matmul_init() first
     KERNEL_ASSERT(m > 0 && n > 0 && k > 0);
+    // cuBLASLt: the GELU input's leading dimension a multiple of 8 and at least the rows
+    KERNEL_ASSERT(dgelu_aux == nullptr || (bias == nullptr && beta == 0.0f && cd_type == CUDA_FLOATX && ld_aux >= m && ld_aux % 8 == 0));
     KERNEL_ASSERT(lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
     KERNEL_ASSERT(beta == 0.0f || (c != nullptr && ldc >= m));
     if (beta == 0.0f) {
@@ -90,8 +96,13 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epilogue = dgelu_aux ? CUBLASLT_EPILOGUE_DGELU : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (dgelu_aux) {
+        int64_t ld_aux64 = ld_aux;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &dgelu_aux, sizeof(dgelu_aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux64, sizeof(ld_aux64)));
+    }
     if (bias) {
         cudaDataType_t bias_type = CUDA_FLOATX;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
@@ -107,16 +118,18 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
     uint32_t al_c = operand_alignment(c, ldc, cd_size), al_d = operand_alignment(d, ldd, cd_size);
     // the heuristic also reads the bias pointer's alignment, so it is part of the cached choice
     uint32_t al_bias = bias ? operand_alignment(bias, 0, sizeof(floatX)) : 0;
+    uint32_t al_aux = dgelu_aux ? operand_alignment(dgelu_aux, ld_aux, sizeof(floatX)) : 0;
     char key[256];
-    snprintf(key, sizeof(key), "%d %d %d %d%d %ld %ld %ld %ld %d %d %u %u %u %u %u", m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd, (int)cd_type,
-             bias != nullptr, al_a, al_b, al_c, al_d, al_bias);
+    snprintf(key, sizeof(key), "%d %d %d %d%d %ld %ld %ld %ld %d %d %u %u %u %u %u %d %ld %u", m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd,
+             (int)cd_type, bias != nullptr, al_a, al_b, al_c, al_d, al_bias, dgelu_aux != nullptr, ld_aux, al_aux);
     // a refused call names everything cuBLASLt was asked for: the shape, types and alignments
     auto fail = [&](const char* what, cublasStatus_t st) {
         runtime_error(nullptr,
                       "internal: cuBLASLt %s (%s) for m=%d n=%d k=%d trans_a=%d trans_b=%d lda=%ld ldb=%ld ldc=%ld ldd=%ld, A/B %s, C/D %s, "
-                      "bias %s, alignment in bytes A %u B %u C %u D %u bias %u",
+                      "bias %s, DGELU epilogue %s (aux ld %ld), alignment in bytes A %u B %u C %u D %u bias %u aux %u",
                       what, cublasGetStatusString(st), m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd, FLOATX_IS_FLOAT ? "fp32" : "bf16",
-                      cd_type == CUDA_R_32F ? "fp32" : "bf16", bias ? "yes" : "no", al_a, al_b, al_c, al_d, al_bias);
+                      cd_type == CUDA_R_32F ? "fp32" : "bf16", bias ? "yes" : "no", dgelu_aux ? "yes" : "no", ld_aux, al_a, al_b, al_c, al_d, al_bias,
+                      al_aux);
     };
     auto it = s.algos.find(key);
     if (it == s.algos.end()) {
@@ -208,14 +221,19 @@ inline void matmul_forward_lerp(floatX* out, const floatX* inp, const floatX* we
 //   dweight (OC x C, fp32) += alpha * dout^T @ inp (N x C, dense)
 //   dbias (OC, fp32)       += sum_rows dout                                             [alpha must be 1]
 // accumulate_dinp: false overwrites dinp (its old contents are ignored), true adds to it.
+// gelu_inp (N x C dense, or NULL): inp was GELU(gelu_inp), and dinp becomes the gradient wrt
+// gelu_inp instead, gelu'(gelu_inp) * (dout @ weight), in the GEMM's epilogue (cuBLASLt DGELU:
+// the tanh-approximation GELU's derivative, from the fp32 product before its one rounding).
 inline void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp, const floatX* weight, float* partial,
-                            int N, int C, int OC, long dout_rs, bool accumulate_dinp, float alpha, cudaStream_t stream) {
+                            int N, int C, int OC, long dout_rs, bool accumulate_dinp, float alpha, cudaStream_t stream,
+                            const floatX* gelu_inp = nullptr) {
     KERNEL_ASSERT(dout_rs >= OC);
     KERNEL_ASSERT(dbias == nullptr || alpha == 1.0f);
+    KERNEL_ASSERT(gelu_inp == nullptr || (dinp != nullptr && !accumulate_dinp));
     if (dinp) {
         // column-major: dinp^T (C x N) = weight^T (the stored C x OC) @ dout^T (OC x N, ld dout_rs)
         matmul_cublaslt(dinp, dinp, CUDA_FLOATX, weight, dout, nullptr, C, N, OC, false, false, C, dout_rs, C, C, alpha, accumulate_dinp ? 1.0f : 0.0f,
-                        stream);
+                        stream, gelu_inp, C);
     }
     // column-major: dweight^T (C x OC) += inp^T (C x N) @ dout (N x OC: the stored OC x N transposed)
     matmul_cublaslt(dweight, dweight, CUDA_R_32F, inp, dout, nullptr, C, OC, N, false, true, C, dout_rs, C, C, alpha, 1.0f, stream);

@@ -2,7 +2,8 @@
 // emulator (tests/emu/cuda_emu.h). cublasLtMatmul computes
 //     D = alpha * op(A) @ op(B) + beta * C (+ bias broadcast along columns, epilogue BIAS)
 // on column-major operands, accumulating in fp32 over k in order and rounding D once -- what
-// CUBLAS_COMPUTE_32F promises, in some order. It checks what a real call would reject: layouts
+// CUBLAS_COMPUTE_32F promises, in some order. Epilogue DGELU multiplies the fp32 product by the
+// derivative of the tanh-approximation GELU at the aux matrix (the GELU's input) before rounding. It checks what a real call would reject: layouts
 // whose shapes do not chain, leading dimensions below the row count, mixed A/B types, pointers
 // less aligned than the preference promised, bias without a bias pointer.
 #pragma once
@@ -19,12 +20,14 @@ enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
 typedef cudaDataType_t cudaDataType;
-enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
+enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_DGELU = 64 | 128 };
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 };
 enum cublasLtMatmulPreferenceAttributes_t {
@@ -43,6 +46,8 @@ struct VpEmuLtMatmulDesc {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     cudaDataType_t bias_type = CUDA_R_32F;
     const void* bias = nullptr;
+    const void* aux = nullptr;  // DGELU: the GELU's input, of D's type, m x n with leading dimension aux_ld
+    int64_t aux_ld = 0;
 };
 struct VpEmuLtLayout {
     cudaDataType_t type;

@@ -1276,6 +1276,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         case CUBLASLT_MATMUL_DESC_EPILOGUE: return read_attr(&d->epilogue, buf, bytes);
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return read_attr(&d->bias, buf, bytes);
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return read_attr(&d->bias_type, buf, bytes);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return read_attr(&d->aux, buf, bytes);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return read_attr(&d->aux_ld, buf, bytes);
     }
     return lt_fail("matmul descriptor attribute %d is not emulated", (int)attr);
 }
@@ -1348,9 +1350,17 @@ static float lt_load(const void* p, cudaDataType_t t, size_t i) {
 static size_t lt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 static size_t lt_span(const VpEmuLtLayout* l) { return ((size_t)(l->cols - 1) * l->ld + l->rows) * lt_size(l->type); }
 
-// D = alpha op(A) op(B) + beta C (+ bias per row), in fp32, on copies of the layouts
+// d/dx of 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in fp32 as kernels/gelu.cuh computes it
+static float lt_gelu_grad(float x) {
+    const float s = 0.7978845608028654f;
+    float th = tanhf(s * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * s * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// D = alpha op(A) op(B) + beta C (+ bias per row), times gelu'(aux) with DGELU, in fp32, on copies of the layouts
 static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, VpEmuLtLayout B, bool tb, const void* c, VpEmuLtLayout Cl, void* dd,
-                       VpEmuLtLayout Dl, uint64_t m, uint64_t n, uint64_t k, float alpha, float beta, const void* bias, cudaDataType_t bias_type) {
+                       VpEmuLtLayout Dl, uint64_t m, uint64_t n, uint64_t k, float alpha, float beta, const void* bias, cudaDataType_t bias_type,
+                       const void* aux, int64_t aux_ld) {
     // dense fp32 copies, A as m rows of k and B^T as n rows of k, so that each output is one
     // contiguous dot product (the emulator spends most of its time here)
     std::vector<float> am(m * k), bt(n * k);
@@ -1369,6 +1379,7 @@ static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, V
             float v = alpha * acc;
             if (beta != 0.0f) v += beta * lt_load(c, Cl.type, i + j * Cl.ld);  // C is not read when beta == 0, as in cuBLAS
             if (bias) v += lt_load(bias, bias_type, i);
+            if (aux) v *= lt_gelu_grad(lt_load(aux, Dl.type, i + j * aux_ld));
             out[i] = v;
         }
         for (uint64_t i = 0; i < m; i++) {
@@ -1403,9 +1414,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         uintptr_t p0 = (uintptr_t)ptrs[i], p1 = p0 + lt_span(layouts[i]);
         if (p0 < d1 && d0 < p1) return lt_fail("D overlaps operand %c", "AB"[i]);
     }
-    bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS, dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU;
     if (bias && !d->bias) return lt_fail("epilogue BIAS without a bias pointer");
-    if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) return lt_fail("epilogue %d is not emulated", (int)d->epilogue);
+    if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !dgelu) return lt_fail("epilogue %d is not emulated", (int)d->epilogue);
+    if (dgelu) {
+        // the documented constraints on the GELU input matrix: leading dimension >= rows and a multiple of 8
+        if (!d->aux || d->aux_ld < (int64_t)m || d->aux_ld % 8) return lt_fail("epilogue DGELU with aux %p, leading dimension %lld", d->aux, (long long)d->aux_ld);
+        VpEmuLtLayout aux_layout{ld->type, m, n, d->aux_ld};
+        if (!is_device(d->aux, lt_span(&aux_layout))) return lt_fail("DGELU's aux matrix (%p) is not inside one cudaMalloc allocation", d->aux);
+        uintptr_t x0 = (uintptr_t)d->aux, x1 = x0 + lt_span(&aux_layout);
+        if (x0 < d1 && d0 < x1) return lt_fail("D overlaps DGELU's aux matrix");
+    }
     if (emu().dry_run) return CUBLAS_STATUS_SUCCESS;
     // alpha and beta are read now (host pointer mode), the descriptor and layouts copied: the caller
     // may change or destroy them once this returns; the product runs when the stream gets to it
@@ -1413,7 +1432,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     VpEmuLtLayout A = *la, B = *lb, Cl = *lc, Dl = *ld;
     const void* bias_ptr = d->bias;
     cudaDataType_t bias_type = d->bias_type;
-    vp_emu::enqueue(stream, [=]() { lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type); });
+    const void* aux = dgelu ? d->aux : nullptr;
+    int64_t aux_ld = d->aux_ld;
+    vp_emu::enqueue(stream, [=]() { lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type, aux, aux_ld); });
     return CUBLAS_STATUS_SUCCESS;
 }
 
