@@ -17,7 +17,8 @@
 //   * the value-path hook: attention split over two head ranges equals one call, bit for bit;
 //     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3;
 //   * matmul_forward_lerp (ResFormer's mixing value projection) with a nonzero bias, against its formula;
-//     in bf16 the DGELU epilogue of the MLP backward against the tanh GELU's derivative.
+//     in bf16 the DGELU epilogue of the MLP backward against the tanh GELU's derivative, and the
+//     GELU_AUX_BIAS epilogue (off in the trainer unless built with VP_GELU_FORWARD_FUSION) against the GELU.
 //
 // Tolerances (stated where they are set, below): the FP32 build computes the same function as the
 // reference in the same precision, so only summation order and libm differ: tight bounds. The BF16
@@ -661,67 +662,109 @@ TEST(matmul_forward_lerp_bias) {
 }
 
 #ifndef ENABLE_FP32
-// The BF16 build's MLP backward takes GELU's derivative from cuBLASLt's DGELU epilogue
-// (matmul_backward with gelu_inp). GPT-2's GELU is the tanh approximation; were the epilogue's the
-// erf GELU, the model tests would not see it (the two derivatives differ by < 1% for |x| < 2.5).
-// So: pre-activations spread over [-3.5, 3.5], each element against gelu_tanh'(x) (dout @ W) in
-// double within 2u relative (the output's one rounding, with room for fp32 tanh) plus a floor of
-// 1e-5 of the largest value; and the test checks itself: the erf derivative must fail that bound
-// somewhere, or the data could not tell the two apart.
+// GPT-2's GELU is the tanh approximation; the BF16 build takes its backward (and, built with
+// VP_GELU_FORWARD_FUSION, its forward) from cuBLASLt epilogues. Were the epilogue's the erf GELU,
+// the model tests would not see it (the two differ by < 1% for |x| < 2.5). So the GELU inputs
+// spread over [-3.5, 3.5], each element is compared with the tanh formula in double within 2u
+// relative (the output's one rounding, with room for fp32 tanh) plus a floor of 1e-5 of the
+// largest value, and each test checks itself: the erf formula must miss that bound somewhere, or
+// the data could not tell the two apart.
+static __nv_bfloat16* bf16_upload(const std::vector<float>& h) {
+    std::vector<__nv_bfloat16> b(h.size());
+    for (size_t i = 0; i < h.size(); i++) b[i] = __float2bfloat16_rn(h[i]);
+    __nv_bfloat16* d = nullptr;
+    cudaCheck(cudaMalloc(&d, b.size() * sizeof(*d)));
+    cudaCheck(cudaMemcpy(d, b.data(), b.size() * sizeof(*d), cudaMemcpyHostToDevice));
+    return d;
+}
+static std::vector<float> bf16_download(const __nv_bfloat16* d, size_t n) {
+    std::vector<__nv_bfloat16> b(n);
+    cudaCheck(cudaMemcpy(b.data(), d, n * sizeof(*d), cudaMemcpyDeviceToHost));
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(b[i]);
+    return h;
+}
+static std::vector<float> bf16_random(Rng* rng, size_t n, float lo, float hi, bool uniform) {
+    std::vector<float> v(n);
+    for (float& x : v) x = __bfloat162float(__float2bfloat16_rn(uniform ? lo + (hi - lo) * (float)rng_uniform(rng) : hi * (float)rng_normal(rng)));
+    return v;
+}
+static void check_gelu_epilogue(const char* what, const std::vector<float>& got, const std::vector<double>& ref_tanh, const std::vector<double>& ref_erf) {
+    double largest = 0, worst = 0;
+    for (double r : ref_tanh) largest = std::max(largest, std::fabs(r));
+    size_t bad = 0, erf_bad = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        double tol = 2 * BF16_U * std::fabs(ref_tanh[i]) + 1e-5 * largest;
+        worst = std::max(worst, std::fabs(got[i] - ref_tanh[i]) / tol);
+        bad += std::fabs(got[i] - ref_tanh[i]) > tol;
+        erf_bad += std::fabs(got[i] - ref_erf[i]) > 2 * BF16_U * std::fabs(ref_erf[i]) + 1e-5 * largest;
+    }
+    printf("    %s: worst error %.2f of its bound; %zu of %zu elements would miss it against the erf GELU\n", what, worst, erf_bad, got.size());
+    CHECK(bad == 0, "%s: %zu of %zu elements miss the tanh-GELU reference", what, bad, got.size());
+    CHECK(erf_bad > 0, "%s: the test data cannot tell the tanh GELU from the erf GELU", what);
+}
+static double gelu_tanh_d(double v) { return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))); }
+static double gelu_erf_d(double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); }
+static double dgelu_tanh_d(double v) {
+    double s = std::sqrt(2.0 / M_PI), th = std::tanh(s * (v + 0.044715 * v * v * v));
+    return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * v * v);
+}
+static double dgelu_erf_d(double v) { return 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI); }
+
+// matmul_backward with gelu_inp (the DGELU epilogue of the MLP backward): gelu'(x) (dout @ W)
 TEST(matmul_backward_dgelu) {
     const int N = 64, C = 48, OC = 32;  // dinp and the GELU input: N x C (C a multiple of 8: cuBLASLt's aux ld)
     Rng rng = rng_stream(92, 4);
-    auto bf16_round = [](float x) { return __bfloat162float(__float2bfloat16_rn(x)); };
-    std::vector<float> dout((size_t)N * OC), w((size_t)OC * C), x((size_t)N * C);
-    for (float& v : dout) v = bf16_round((float)rng_normal(&rng));
-    for (float& v : w) v = bf16_round(0.2f * (float)rng_normal(&rng));
-    for (float& v : x) v = bf16_round(-3.5f + 7.0f * (float)rng_uniform(&rng));
-    auto upload = [](const std::vector<float>& h) {
-        std::vector<__nv_bfloat16> b(h.size());
-        for (size_t i = 0; i < h.size(); i++) b[i] = __float2bfloat16_rn(h[i]);
-        __nv_bfloat16* d = nullptr;
-        cudaCheck(cudaMalloc(&d, b.size() * sizeof(*d)));
-        cudaCheck(cudaMemcpy(d, b.data(), b.size() * sizeof(*d), cudaMemcpyHostToDevice));
-        return d;
-    };
-    __nv_bfloat16 *d_dout = upload(dout), *d_w = upload(w), *d_x = upload(x), *d_dinp = upload(std::vector<float>((size_t)N * C, 0.0f));
+    std::vector<float> dout = bf16_random(&rng, (size_t)N * OC, 0, 1.0f, false), w = bf16_random(&rng, (size_t)OC * C, 0, 0.2f, false),
+                       x = bf16_random(&rng, (size_t)N * C, -3.5f, 3.5f, true);
+    __nv_bfloat16 *d_dout = bf16_upload(dout), *d_w = bf16_upload(w), *d_x = bf16_upload(x), *d_dinp = bf16_upload(std::vector<float>((size_t)N * C, 0.0f));
     float* d_dw = nullptr;
     cudaCheck(cudaMalloc(&d_dw, (size_t)OC * C * sizeof(float)));
     cudaCheck(cudaMemset(d_dw, 0, (size_t)OC * C * sizeof(float)));
     gpu::matmul_init();
     // the GELU's output stands in for the weight gradient's input: only dinp is checked here
     gpu::matmul_backward(d_dinp, d_dw, nullptr, d_dout, d_x, d_w, nullptr, N, C, OC, OC, false, 1.0f, 0, d_x);
-    std::vector<__nv_bfloat16> got_b((size_t)N * C);
-    cudaCheck(cudaMemcpy(got_b.data(), d_dinp, got_b.size() * sizeof(got_b[0]), cudaMemcpyDeviceToHost));
-    auto dgelu_tanh = [](double v) {
-        double s = std::sqrt(2.0 / M_PI), th = std::tanh(s * (v + 0.044715 * v * v * v));
-        return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * v * v);
-    };
-    auto dgelu_erf = [](double v) { return 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI); };
     std::vector<double> ref_tanh((size_t)N * C), ref_erf((size_t)N * C);
-    double largest = 0;
     for (int i = 0; i < N; i++)
         for (int c = 0; c < C; c++) {
             double dot = 0;
             for (int o = 0; o < OC; o++) dot += (double)dout[(size_t)i * OC + o] * w[(size_t)o * C + c];
             size_t at = (size_t)i * C + c;
-            ref_tanh[at] = dgelu_tanh(x[at]) * dot;
-            ref_erf[at] = dgelu_erf(x[at]) * dot;
-            largest = std::max(largest, std::fabs(ref_tanh[at]));
+            ref_tanh[at] = dgelu_tanh_d(x[at]) * dot;
+            ref_erf[at] = dgelu_erf_d(x[at]) * dot;
         }
-    size_t bad = 0, erf_bad = 0;
-    double worst = 0;
-    for (size_t at = 0; at < ref_tanh.size(); at++) {
-        double got = __bfloat162float(got_b[at]), tol = 2 * BF16_U * std::fabs(ref_tanh[at]) + 1e-5 * largest;
-        worst = std::max(worst, std::fabs(got - ref_tanh[at]) / tol);
-        bad += std::fabs(got - ref_tanh[at]) > tol;
-        erf_bad += std::fabs(got - ref_erf[at]) > 2 * BF16_U * std::fabs(ref_erf[at]) + 1e-5 * largest;
-    }
-    printf("    DGELU epilogue: worst error %.2f of its bound; %zu of %zu elements would miss it against the erf GELU\n", worst, erf_bad, ref_tanh.size());
-    CHECK(bad == 0, "%zu of %zu elements of gelu'(x) (dout @ W) miss the tanh-GELU reference", bad, ref_tanh.size());
-    CHECK(erf_bad > 0, "the test data cannot tell the tanh GELU's derivative from the erf GELU's");
+    check_gelu_epilogue("DGELU epilogue", bf16_download(d_dinp, (size_t)N * C), ref_tanh, ref_erf);
     for (__nv_bfloat16* d : {d_dout, d_w, d_x, d_dinp}) cudaCheck(cudaFree(d));
     cudaCheck(cudaFree(d_dw));
+}
+
+// matmul_forward_gelu (GELU_AUX_BIAS): the pre-activation within 2u of x W^T + b in double, and the
+// GELU against the tanh formula at that pre-activation
+TEST(matmul_forward_gelu_epilogue) {
+    const int N = 64, C = 32, OC = 48;  // OC: the aux ld, a multiple of 8
+    Rng rng = rng_stream(93, 5);
+    // inputs in [-1, 1] and weights of scale 0.3 give pre-activations of scale ~1.7, some beyond -3
+    std::vector<float> inp = bf16_random(&rng, (size_t)N * C, -1.0f, 1.0f, true), w = bf16_random(&rng, (size_t)OC * C, 0, 0.3f, false),
+                       b = bf16_random(&rng, OC, 0, 1.0f, false);
+    __nv_bfloat16 *d_inp = bf16_upload(inp), *d_w = bf16_upload(w), *d_b = bf16_upload(b);
+    __nv_bfloat16 *d_act = bf16_upload(std::vector<float>((size_t)N * OC, 0.0f)), *d_pre = bf16_upload(std::vector<float>((size_t)N * OC, 0.0f));
+    gpu::matmul_init();
+    gpu::matmul_forward_gelu(d_act, d_pre, d_inp, d_w, d_b, N, C, OC, C, 0);
+    std::vector<float> pre_ref((size_t)N * OC);
+    std::vector<double> ref_tanh((size_t)N * OC), ref_erf((size_t)N * OC);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double acc = b[o];
+            for (int k = 0; k < C; k++) acc += (double)inp[(size_t)i * C + k] * w[(size_t)o * C + k];
+            size_t at = (size_t)i * OC + o;
+            pre_ref[at] = (float)acc;
+            ref_tanh[at] = gelu_tanh_d(acc);
+            ref_erf[at] = gelu_erf_d(acc);
+        }
+    std::vector<float> pre = bf16_download(d_pre, (size_t)N * OC);
+    check_close("GELU_AUX_BIAS", "pre-activ.", pre.data(), pre_ref.data(), pre.size(), 2 * BF16_U);
+    check_gelu_epilogue("GELU_AUX_BIAS epilogue", bf16_download(d_act, (size_t)N * OC), ref_tanh, ref_erf);
+    for (__nv_bfloat16* d : {d_inp, d_w, d_b, d_act, d_pre}) cudaCheck(cudaFree(d));
 }
 #endif
 

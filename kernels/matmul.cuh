@@ -21,7 +21,7 @@
 // so every step (and a resumed process) runs the same kernels. The bias gradient is ours: a
 // two-stage fixed-order reduction (kernels/reduce.cuh), never atomics.
 //
-// defines: matmul_init, matmul_free, matmul_forward, matmul_forward_lerp, matmul_backward, bias_backward
+// defines: matmul_init, matmul_free, matmul_forward, matmul_forward_gelu, matmul_forward_lerp, matmul_backward, bias_backward
 #pragma once
 
 #include <map>
@@ -73,16 +73,21 @@ inline uint32_t operand_alignment(const void* p, long ld, size_t elem) {
 
 // D (m x n, column-major, ld ldd) = alpha * op(A) @ op(B) + beta * C (+ bias[m] broadcast over n).
 // A, B are floatX; C and D have type `cd_type` (floatX or fp32). op(A) is m x k, op(B) is k x n.
-// dgelu_aux (m x n, ld ld_aux, floatX, or NULL): epilogue DGELU, D = gelu'(aux) * (alpha op(A) @ op(B))
-// elementwise, aux being the GELU's input (no bias, beta = 0, D of type floatX).
+// GELU epilogues, with aux an m x n floatX matrix of leading dimension ld_aux (cuBLASLt: a
+// multiple of 8, at least m), no C (beta = 0) and D of type floatX:
+//   GELU_EPI_FORWARD   (GELU_AUX_BIAS, or GELU_AUX without a bias) aux = alpha op(A) @ op(B) + bias,
+//                      D = gelu(that), both rounded once from fp32;
+//   GELU_EPI_BACKWARD  (DGELU) D = gelu'(aux) * (alpha op(A) @ op(B)), aux being the GELU's input.
+enum GeluEpilogue { GELU_EPI_NONE, GELU_EPI_FORWARD, GELU_EPI_BACKWARD };
 inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
                             bool trans_a, bool trans_b, long lda, long ldb, long ldc, long ldd, float alpha, float beta, cudaStream_t stream,
-                            const floatX* dgelu_aux = nullptr, long ld_aux = 0) {
+                            GeluEpilogue gelu = GELU_EPI_NONE, const floatX* aux = nullptr, long ld_aux = 0) {
     MatmulState& s = matmul_state();
     KERNEL_ASSERT(s.handle != nullptr);  // matmul_init() first
     KERNEL_ASSERT(m > 0 && n > 0 && k > 0);
     // cuBLASLt: the GELU input's leading dimension a multiple of 8 and at least the rows
-    KERNEL_ASSERT(dgelu_aux == nullptr || (bias == nullptr && beta == 0.0f && cd_type == CUDA_FLOATX && ld_aux >= m && ld_aux % 8 == 0));
+    KERNEL_ASSERT(gelu == GELU_EPI_NONE ||
+                  (aux != nullptr && beta == 0.0f && cd_type == CUDA_FLOATX && ld_aux >= m && ld_aux % 8 == 0 && (gelu == GELU_EPI_FORWARD || bias == nullptr)));
     KERNEL_ASSERT(lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
     KERNEL_ASSERT(beta == 0.0f || (c != nullptr && ldc >= m));
     if (beta == 0.0f) {
@@ -96,11 +101,14 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    cublasLtEpilogue_t epilogue = dgelu_aux ? CUBLASLT_EPILOGUE_DGELU : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epilogue = gelu == GELU_EPI_BACKWARD ? CUBLASLT_EPILOGUE_DGELU
+                                  : gelu == GELU_EPI_FORWARD  ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                  : bias                      ? CUBLASLT_EPILOGUE_BIAS
+                                                              : CUBLASLT_EPILOGUE_DEFAULT;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (dgelu_aux) {
+    if (gelu != GELU_EPI_NONE) {
         int64_t ld_aux64 = ld_aux;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &dgelu_aux, sizeof(dgelu_aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux64, sizeof(ld_aux64)));
     }
     if (bias) {
@@ -118,17 +126,17 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
     uint32_t al_c = operand_alignment(c, ldc, cd_size), al_d = operand_alignment(d, ldd, cd_size);
     // the heuristic also reads the bias pointer's alignment, so it is part of the cached choice
     uint32_t al_bias = bias ? operand_alignment(bias, 0, sizeof(floatX)) : 0;
-    uint32_t al_aux = dgelu_aux ? operand_alignment(dgelu_aux, ld_aux, sizeof(floatX)) : 0;
+    uint32_t al_aux = gelu != GELU_EPI_NONE ? operand_alignment(aux, ld_aux, sizeof(floatX)) : 0;
     char key[256];
     snprintf(key, sizeof(key), "%d %d %d %d%d %ld %ld %ld %ld %d %d %u %u %u %u %u %d %ld %u", m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd,
-             (int)cd_type, bias != nullptr, al_a, al_b, al_c, al_d, al_bias, dgelu_aux != nullptr, ld_aux, al_aux);
+             (int)cd_type, bias != nullptr, al_a, al_b, al_c, al_d, al_bias, (int)gelu, ld_aux, al_aux);
     // a refused call names everything cuBLASLt was asked for: the shape, types and alignments
     auto fail = [&](const char* what, cublasStatus_t st) {
         runtime_error(nullptr,
                       "internal: cuBLASLt %s (%s) for m=%d n=%d k=%d trans_a=%d trans_b=%d lda=%ld ldb=%ld ldc=%ld ldd=%ld, A/B %s, C/D %s, "
-                      "bias %s, DGELU epilogue %s (aux ld %ld), alignment in bytes A %u B %u C %u D %u bias %u aux %u",
+                      "bias %s, GELU epilogue %s (aux ld %ld), alignment in bytes A %u B %u C %u D %u bias %u aux %u",
                       what, cublasGetStatusString(st), m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd, FLOATX_IS_FLOAT ? "fp32" : "bf16",
-                      cd_type == CUDA_R_32F ? "fp32" : "bf16", bias ? "yes" : "no", dgelu_aux ? "yes" : "no", ld_aux, al_a, al_b, al_c, al_d, al_bias,
+                      cd_type == CUDA_R_32F ? "fp32" : "bf16", bias ? "yes" : "no", gelu == GELU_EPI_FORWARD ? "GELU_AUX" : gelu == GELU_EPI_BACKWARD ? "DGELU" : "none", ld_aux, al_a, al_b, al_c, al_d, al_bias,
                       al_aux);
     };
     auto it = s.algos.find(key);
@@ -193,6 +201,17 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
                     stream);
 }
 
+// out_act = gelu(inp @ weight^T + bias) and out_pre = inp @ weight^T + bias (the GELU's input, kept
+// for the backward), both N rows of OC dense, in one GEMM (cuBLASLt GELU_AUX_BIAS; the tanh GELU).
+// PyTorch: pre = F.linear(inp, w, b); act = F.gelu(pre, approximate="tanh"). Unlike gelu_forward
+// on the stored pre-activation, the GELU here sees the fp32 value before its rounding.
+inline void matmul_forward_gelu(floatX* out_act, floatX* out_pre, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
+                                long inp_rs, cudaStream_t stream) {
+    KERNEL_ASSERT(inp_rs >= C && out_act != out_pre);
+    matmul_cublaslt(out_act, nullptr, CUDA_FLOATX, weight, inp, bias, OC, N, C, true, false, C, inp_rs, OC, OC, 1.0f, 0.0f, stream, GELU_EPI_FORWARD,
+                    out_pre, OC);
+}
+
 // bias_scaled[i] = scale * bias[i], i < n
 static __global__ void scale_vector_kernel(floatX* out, const floatX* in, float scale, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = from_float<floatX>(scale * to_float(in[i]));
@@ -233,7 +252,7 @@ inline void matmul_backward(floatX* dinp, float* dweight, float* dbias, const fl
     if (dinp) {
         // column-major: dinp^T (C x N) = weight^T (the stored C x OC) @ dout^T (OC x N, ld dout_rs)
         matmul_cublaslt(dinp, dinp, CUDA_FLOATX, weight, dout, nullptr, C, N, OC, false, false, C, dout_rs, C, C, alpha, accumulate_dinp ? 1.0f : 0.0f,
-                        stream, gelu_inp, C);
+                        stream, gelu_inp ? GELU_EPI_BACKWARD : GELU_EPI_NONE, gelu_inp, C);
     }
     // column-major: dweight^T (C x OC) += inp^T (C x N) @ dout (N x OC: the stored OC x N transposed)
     matmul_cublaslt(dweight, dweight, CUDA_R_32F, inp, dout, nullptr, C, OC, N, false, true, C, dout_rs, C, C, alpha, 1.0f, stream);

@@ -3,7 +3,8 @@
 //     D = alpha * op(A) @ op(B) + beta * C (+ bias broadcast along columns, epilogue BIAS)
 // on column-major operands, accumulating in fp32 over k in order and rounding D once -- what
 // CUBLAS_COMPUTE_32F promises, in some order. Epilogue DGELU multiplies the fp32 product by the
-// derivative of the tanh-approximation GELU at the aux matrix (the GELU's input) before rounding. It checks what a real call would reject: layouts
+// derivative of the tanh-approximation GELU at the aux matrix (the GELU's input) before rounding;
+// GELU_AUX(_BIAS) writes the fp32 result (with the bias) rounded into aux and its tanh GELU into D. It checks what a real call would reject: layouts
 // whose shapes do not chain, leading dimensions below the row count, mixed A/B types, pointers
 // less aligned than the preference promised, bias without a bias pointer.
 #pragma once
@@ -20,7 +21,13 @@ enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
 typedef cudaDataType_t cudaDataType;
-enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_DGELU = 64 | 128 };
+enum cublasLtEpilogue_t {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+    CUBLASLT_EPILOGUE_DGELU = 64 | 128
+};
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
@@ -46,7 +53,7 @@ struct VpEmuLtMatmulDesc {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     cudaDataType_t bias_type = CUDA_R_32F;
     const void* bias = nullptr;
-    const void* aux = nullptr;  // DGELU: the GELU's input, of D's type, m x n with leading dimension aux_ld
+    const void* aux = nullptr;  // the GELU's input, of D's type, m x n with leading dimension aux_ld: DGELU reads it, GELU_AUX(_BIAS) writes it
     int64_t aux_ld = 0;
 };
 struct VpEmuLtLayout {

@@ -1324,7 +1324,7 @@ static cublasStatus_t lt_types_supported(cublasLtMatmulDesc_t d, cublasLtMatrixL
         lt_fail("A/B types %d/%d with C/D types %d/%d is not a combination cuBLASLt supports", (int)la->type, (int)lb->type, (int)lc->type, (int)ld->type);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias_type != ld->type) {
+    if ((d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) && d->bias_type != ld->type) {
         lt_fail("bias type %d differs from D's type %d", (int)d->bias_type, (int)ld->type);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -1350,7 +1350,8 @@ static float lt_load(const void* p, cudaDataType_t t, size_t i) {
 static size_t lt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 static size_t lt_span(const VpEmuLtLayout* l) { return ((size_t)(l->cols - 1) * l->ld + l->rows) * lt_size(l->type); }
 
-// d/dx of 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in fp32 as kernels/gelu.cuh computes it
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its derivative, in fp32 as kernels/gelu.cuh computes them
+static float lt_gelu(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 static float lt_gelu_grad(float x) {
     const float s = 0.7978845608028654f;
     float th = tanhf(s * (x + 0.044715f * x * x * x));
@@ -1360,7 +1361,7 @@ static float lt_gelu_grad(float x) {
 // D = alpha op(A) op(B) + beta C (+ bias per row), times gelu'(aux) with DGELU, in fp32, on copies of the layouts
 static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, VpEmuLtLayout B, bool tb, const void* c, VpEmuLtLayout Cl, void* dd,
                        VpEmuLtLayout Dl, uint64_t m, uint64_t n, uint64_t k, float alpha, float beta, const void* bias, cudaDataType_t bias_type,
-                       const void* aux, int64_t aux_ld) {
+                       const void* aux, int64_t aux_ld, bool gelu_forward) {
     // dense fp32 copies, A as m rows of k and B^T as n rows of k, so that each output is one
     // contiguous dot product (the emulator spends most of its time here)
     std::vector<float> am(m * k), bt(n * k);
@@ -1379,13 +1380,20 @@ static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, V
             float v = alpha * acc;
             if (beta != 0.0f) v += beta * lt_load(c, Cl.type, i + j * Cl.ld);  // C is not read when beta == 0, as in cuBLAS
             if (bias) v += lt_load(bias, bias_type, i);
-            if (aux) v *= lt_gelu_grad(lt_load(aux, Dl.type, i + j * aux_ld));
+            if (aux && !gelu_forward) v *= lt_gelu_grad(lt_load(aux, Dl.type, i + j * aux_ld));
             out[i] = v;
         }
         for (uint64_t i = 0; i < m; i++) {
             size_t at = i + j * Dl.ld;
-            if (Dl.type == CUDA_R_32F) static_cast<float*>(dd)[at] = out[i];
-            else static_cast<__nv_bfloat16*>(dd)[at] = __float2bfloat16_rn(out[i]);
+            float o = out[i];
+            if (gelu_forward) {  // aux gets the GELU's input, D its output, each rounded once from fp32
+                size_t ax = i + j * aux_ld;
+                if (Dl.type == CUDA_R_32F) static_cast<float*>(const_cast<void*>(aux))[ax] = o;
+                else static_cast<__nv_bfloat16*>(const_cast<void*>(aux))[ax] = __float2bfloat16_rn(o);
+                o = lt_gelu(o);
+            }
+            if (Dl.type == CUDA_R_32F) static_cast<float*>(dd)[at] = o;
+            else static_cast<__nv_bfloat16*>(dd)[at] = __float2bfloat16_rn(o);
         }
     }
 }
@@ -1414,16 +1422,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         uintptr_t p0 = (uintptr_t)ptrs[i], p1 = p0 + lt_span(layouts[i]);
         if (p0 < d1 && d0 < p1) return lt_fail("D overlaps operand %c", "AB"[i]);
     }
-    bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS, dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU;
-    if (bias && !d->bias) return lt_fail("epilogue BIAS without a bias pointer");
-    if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !dgelu) return lt_fail("epilogue %d is not emulated", (int)d->epilogue);
-    if (dgelu) {
+    bool dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU;
+    bool gelu_fwd = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    if (bias && !d->bias) return lt_fail("epilogue %d (with a bias) without a bias pointer", (int)d->epilogue);
+    if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !dgelu && !gelu_fwd)
+        return lt_fail("epilogue %d is not emulated", (int)d->epilogue);
+    if (dgelu || gelu_fwd) {
         // the documented constraints on the GELU input matrix: leading dimension >= rows and a multiple of 8
-        if (!d->aux || d->aux_ld < (int64_t)m || d->aux_ld % 8) return lt_fail("epilogue DGELU with aux %p, leading dimension %lld", d->aux, (long long)d->aux_ld);
+        if (!d->aux || d->aux_ld < (int64_t)m || d->aux_ld % 8)
+            return lt_fail("epilogue %d with aux %p, leading dimension %lld", (int)d->epilogue, d->aux, (long long)d->aux_ld);
         VpEmuLtLayout aux_layout{ld->type, m, n, d->aux_ld};
-        if (!is_device(d->aux, lt_span(&aux_layout))) return lt_fail("DGELU's aux matrix (%p) is not inside one cudaMalloc allocation", d->aux);
+        if (!is_device(d->aux, lt_span(&aux_layout))) return lt_fail("the GELU epilogue's aux matrix (%p) is not inside one cudaMalloc allocation", d->aux);
         uintptr_t x0 = (uintptr_t)d->aux, x1 = x0 + lt_span(&aux_layout);
-        if (x0 < d1 && d0 < x1) return lt_fail("D overlaps DGELU's aux matrix");
+        if (x0 < d1 && d0 < x1) return lt_fail("D overlaps the GELU epilogue's aux matrix");
     }
     if (emu().dry_run) return CUBLAS_STATUS_SUCCESS;
     // alpha and beta are read now (host pointer mode), the descriptor and layouts copied: the caller
@@ -1432,9 +1444,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     VpEmuLtLayout A = *la, B = *lb, Cl = *lc, Dl = *ld;
     const void* bias_ptr = d->bias;
     cudaDataType_t bias_type = d->bias_type;
-    const void* aux = dgelu ? d->aux : nullptr;
+    const void* aux = dgelu || gelu_fwd ? d->aux : nullptr;
     int64_t aux_ld = d->aux_ld;
-    vp_emu::enqueue(stream, [=]() { lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type, aux, aux_ld); });
+    vp_emu::enqueue(stream,
+                    [=]() { lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type, aux, aux_ld, gelu_fwd); });
     return CUBLAS_STATUS_SUCCESS;
 }
 
