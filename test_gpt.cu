@@ -606,6 +606,41 @@ TEST(mc_rows_at_their_own_length) {
     }
 }
 
+// Host <-> device in the build's floatX for the GEMM tests below (bf16: round to nearest even).
+#ifdef ENABLE_FP32
+static gpu::floatX to_floatx(float x) { return x; }
+static float from_floatx(gpu::floatX x) { return x; }
+#else
+static gpu::floatX to_floatx(float x) { return __float2bfloat16_rn(x); }
+static float from_floatx(gpu::floatX x) { return __bfloat162float(x); }
+#endif
+static gpu::floatX* floatx_upload(const std::vector<float>& h) {
+    std::vector<gpu::floatX> x(h.size());
+    for (size_t i = 0; i < h.size(); i++) x[i] = to_floatx(h[i]);
+    gpu::floatX* d = nullptr;
+    cudaCheck(cudaMalloc(&d, x.size() * sizeof(*d)));
+    cudaCheck(cudaMemcpy(d, x.data(), x.size() * sizeof(*d), cudaMemcpyHostToDevice));
+    return d;
+}
+static std::vector<float> floatx_download(const gpu::floatX* d, size_t n) {
+    std::vector<gpu::floatX> x(n);
+    cudaCheck(cudaMemcpy(x.data(), d, n * sizeof(*d), cudaMemcpyDeviceToHost));
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = from_floatx(x[i]);
+    return h;
+}
+// n values that floatX represents exactly: scale * N(0, 1), or uniform in [lo, hi]
+static std::vector<float> floatx_normal(Rng* rng, size_t n, float scale) {
+    std::vector<float> v(n);
+    for (float& x : v) x = from_floatx(to_floatx(scale * (float)rng_normal(rng)));
+    return v;
+}
+static std::vector<float> floatx_uniform(Rng* rng, size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (float& x : v) x = from_floatx(to_floatx(lo + (hi - lo) * (float)rng_uniform(rng)));
+    return v;
+}
+
 // matmul_forward_lerp (ResFormer's value projection with the mix in its epilogue) against its
 // formula in double, with a nonzero bias and strided rows as in the qkv buffer: the model tests
 // above start from GPT-2's zero biases, so only this test would see the bias scaled wrongly (the
@@ -616,41 +651,20 @@ TEST(matmul_forward_lerp_bias) {
     const long rs = 80;  // out and other: rows of 80, OC used (the v slot of a qkv row)
     const float lambda = 0.5f;
     Rng rng = rng_stream(91, 3);
-#ifdef ENABLE_FP32
-    auto to_x = [](float x) { return x; };
-    auto from_x = [](float x) { return x; };
-#else
-    auto to_x = [](float x) { return __float2bfloat16_rn(x); };
-    auto from_x = [](__nv_bfloat16 x) { return __bfloat162float(x); };
-#endif
-    auto rounded = [&](size_t n, float scale) {
-        std::vector<float> v(n);
-        for (float& x : v) x = from_x(to_x(scale * (float)rng_normal(&rng)));
-        return v;
-    };
-    std::vector<float> inp = rounded((size_t)N * C, 1.0f), w = rounded((size_t)OC * C, 0.2f), b = rounded(OC, 1.0f), other = rounded((size_t)N * rs, 1.0f);
+    std::vector<float> inp = floatx_normal(&rng, (size_t)N * C, 1.0f), w = floatx_normal(&rng, (size_t)OC * C, 0.2f), b = floatx_normal(&rng, OC, 1.0f),
+                       other = floatx_normal(&rng, (size_t)N * rs, 1.0f);
     using gpu::floatX;
-    auto upload = [&](const std::vector<float>& h) {
-        std::vector<floatX> x(h.size());
-        for (size_t i = 0; i < h.size(); i++) x[i] = to_x(h[i]);
-        floatX* d = nullptr;
-        cudaCheck(cudaMalloc(&d, x.size() * sizeof(floatX)));
-        cudaCheck(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-        return d;
-    };
-    floatX *d_inp = upload(inp), *d_w = upload(w), *d_b = upload(b), *d_other = upload(other), *d_out = upload(std::vector<float>((size_t)N * rs, 0.0f));
-    floatX* d_bias_scratch = upload(std::vector<float>(OC, 0.0f));
+    floatX *d_inp = floatx_upload(inp), *d_w = floatx_upload(w), *d_b = floatx_upload(b), *d_other = floatx_upload(other),
+           *d_out = floatx_upload(std::vector<float>((size_t)N * rs, 0.0f)), *d_bias_scratch = floatx_upload(std::vector<float>(OC, 0.0f));
     gpu::matmul_init();
     gpu::matmul_forward_lerp(d_out, d_inp, d_w, d_b, d_bias_scratch, d_other, lambda, N, C, OC, C, rs, 0);
-    std::vector<floatX> out_x((size_t)N * rs);
-    cudaCheck(cudaMemcpy(out_x.data(), d_out, out_x.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> got((size_t)N * OC), ref((size_t)N * OC);
+    std::vector<float> out = floatx_download(d_out, (size_t)N * rs), got((size_t)N * OC), ref((size_t)N * OC);
     for (int i = 0; i < N; i++)
         for (int o = 0; o < OC; o++) {
             double acc = b[o];
             for (int k = 0; k < C; k++) acc += (double)inp[(size_t)i * C + k] * w[(size_t)o * C + k];
             ref[(size_t)i * OC + o] = (float)((1.0 - lambda) * acc + lambda * other[(size_t)i * rs + o]);
-            got[(size_t)i * OC + o] = from_x(out_x[(size_t)i * rs + o]);
+            got[(size_t)i * OC + o] = out[(size_t)i * rs + o];
         }
 #ifdef ENABLE_FP32
     const double tol = 1e-6;  // fp32 sums of 65 terms of magnitude ~0.2
@@ -669,26 +683,6 @@ TEST(matmul_forward_lerp_bias) {
 // relative (the output's one rounding, with room for fp32 tanh) plus a floor of 1e-5 of the
 // largest value, and each test checks itself: the erf formula must miss that bound somewhere, or
 // the data could not tell the two apart.
-static __nv_bfloat16* bf16_upload(const std::vector<float>& h) {
-    std::vector<__nv_bfloat16> b(h.size());
-    for (size_t i = 0; i < h.size(); i++) b[i] = __float2bfloat16_rn(h[i]);
-    __nv_bfloat16* d = nullptr;
-    cudaCheck(cudaMalloc(&d, b.size() * sizeof(*d)));
-    cudaCheck(cudaMemcpy(d, b.data(), b.size() * sizeof(*d), cudaMemcpyHostToDevice));
-    return d;
-}
-static std::vector<float> bf16_download(const __nv_bfloat16* d, size_t n) {
-    std::vector<__nv_bfloat16> b(n);
-    cudaCheck(cudaMemcpy(b.data(), d, n * sizeof(*d), cudaMemcpyDeviceToHost));
-    std::vector<float> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(b[i]);
-    return h;
-}
-static std::vector<float> bf16_random(Rng* rng, size_t n, float lo, float hi, bool uniform) {
-    std::vector<float> v(n);
-    for (float& x : v) x = __bfloat162float(__float2bfloat16_rn(uniform ? lo + (hi - lo) * (float)rng_uniform(rng) : hi * (float)rng_normal(rng)));
-    return v;
-}
 static void check_gelu_epilogue(const char* what, const std::vector<float>& got, const std::vector<double>& ref_tanh, const std::vector<double>& ref_erf) {
     double largest = 0, worst = 0;
     for (double r : ref_tanh) largest = std::max(largest, std::fabs(r));
@@ -715,9 +709,9 @@ static double dgelu_erf_d(double v) { return 0.5 * (1.0 + std::erf(v / std::sqrt
 TEST(matmul_backward_dgelu) {
     const int N = 64, C = 48, OC = 32;  // dinp and the GELU input: N x C (C a multiple of 8: cuBLASLt's aux ld)
     Rng rng = rng_stream(92, 4);
-    std::vector<float> dout = bf16_random(&rng, (size_t)N * OC, 0, 1.0f, false), w = bf16_random(&rng, (size_t)OC * C, 0, 0.2f, false),
-                       x = bf16_random(&rng, (size_t)N * C, -3.5f, 3.5f, true);
-    __nv_bfloat16 *d_dout = bf16_upload(dout), *d_w = bf16_upload(w), *d_x = bf16_upload(x), *d_dinp = bf16_upload(std::vector<float>((size_t)N * C, 0.0f));
+    std::vector<float> dout = floatx_normal(&rng, (size_t)N * OC, 1.0f), w = floatx_normal(&rng, (size_t)OC * C, 0.2f),
+                       x = floatx_uniform(&rng, (size_t)N * C, -3.5f, 3.5f);
+    gpu::floatX *d_dout = floatx_upload(dout), *d_w = floatx_upload(w), *d_x = floatx_upload(x), *d_dinp = floatx_upload(std::vector<float>((size_t)N * C, 0.0f));
     float* d_dw = nullptr;
     cudaCheck(cudaMalloc(&d_dw, (size_t)OC * C * sizeof(float)));
     cudaCheck(cudaMemset(d_dw, 0, (size_t)OC * C * sizeof(float)));
@@ -733,8 +727,8 @@ TEST(matmul_backward_dgelu) {
             ref_tanh[at] = dgelu_tanh_d(x[at]) * dot;
             ref_erf[at] = dgelu_erf_d(x[at]) * dot;
         }
-    check_gelu_epilogue("DGELU epilogue", bf16_download(d_dinp, (size_t)N * C), ref_tanh, ref_erf);
-    for (__nv_bfloat16* d : {d_dout, d_w, d_x, d_dinp}) cudaCheck(cudaFree(d));
+    check_gelu_epilogue("DGELU epilogue", floatx_download(d_dinp, (size_t)N * C), ref_tanh, ref_erf);
+    for (gpu::floatX* d : {d_dout, d_w, d_x, d_dinp}) cudaCheck(cudaFree(d));
     cudaCheck(cudaFree(d_dw));
 }
 
@@ -744,10 +738,9 @@ TEST(matmul_forward_gelu_epilogue) {
     const int N = 64, C = 32, OC = 48;  // OC: the aux ld, a multiple of 8
     Rng rng = rng_stream(93, 5);
     // inputs in [-1, 1] and weights of scale 0.3 give pre-activations of scale ~1.7, some beyond -3
-    std::vector<float> inp = bf16_random(&rng, (size_t)N * C, -1.0f, 1.0f, true), w = bf16_random(&rng, (size_t)OC * C, 0, 0.3f, false),
-                       b = bf16_random(&rng, OC, 0, 1.0f, false);
-    __nv_bfloat16 *d_inp = bf16_upload(inp), *d_w = bf16_upload(w), *d_b = bf16_upload(b);
-    __nv_bfloat16 *d_act = bf16_upload(std::vector<float>((size_t)N * OC, 0.0f)), *d_pre = bf16_upload(std::vector<float>((size_t)N * OC, 0.0f));
+    std::vector<float> inp = floatx_uniform(&rng, (size_t)N * C, -1.0f, 1.0f), w = floatx_normal(&rng, (size_t)OC * C, 0.3f), b = floatx_normal(&rng, OC, 1.0f);
+    gpu::floatX *d_inp = floatx_upload(inp), *d_w = floatx_upload(w), *d_b = floatx_upload(b);
+    gpu::floatX *d_act = floatx_upload(std::vector<float>((size_t)N * OC, 0.0f)), *d_pre = floatx_upload(std::vector<float>((size_t)N * OC, 0.0f));
     gpu::matmul_init();
     gpu::matmul_forward_gelu(d_act, d_pre, d_inp, d_w, d_b, N, C, OC, C, 0);
     std::vector<float> pre_ref((size_t)N * OC);
@@ -761,10 +754,10 @@ TEST(matmul_forward_gelu_epilogue) {
             ref_tanh[at] = gelu_tanh_d(acc);
             ref_erf[at] = gelu_erf_d(acc);
         }
-    std::vector<float> pre = bf16_download(d_pre, (size_t)N * OC);
+    std::vector<float> pre = floatx_download(d_pre, (size_t)N * OC);
     check_close("GELU_AUX_BIAS", "pre-activ.", pre.data(), pre_ref.data(), pre.size(), 2 * BF16_U);
-    check_gelu_epilogue("GELU_AUX_BIAS epilogue", bf16_download(d_act, (size_t)N * OC), ref_tanh, ref_erf);
-    for (__nv_bfloat16* d : {d_inp, d_w, d_b, d_act, d_pre}) cudaCheck(cudaFree(d));
+    check_gelu_epilogue("GELU_AUX_BIAS epilogue", floatx_download(d_act, (size_t)N * OC), ref_tanh, ref_erf);
+    for (gpu::floatX* d : {d_inp, d_w, d_b, d_act, d_pre}) cudaCheck(cudaFree(d));
 }
 #endif
 

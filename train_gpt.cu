@@ -1020,18 +1020,15 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
             if (gpt2) gelu_forward(la.fch_act, la.fch, (size_t)BT * F, st);
             else swiglu_forward(la.fch_act, la.fch, BT, F, st);
         }
-        if (gpt2 && VP_GELU_FUSION) {
-            // GELU's backward in the fcproj input-gradient GEMM's epilogue (writes dfch directly);
-            // the fc bias gradient then comes from the fc backward's bias pass over dfch
-            matmul_backward(s.dfch, lg.fcproj_w, nullptr, s.dresidual, la.fch_act, lp.fcproj_w, s.partial, BT, F, C, C, false, 1.0f, st, la.fch);
-            matmul_backward(s.dln, lg.fc_w, lg.fc_b, s.dfch, la.ln2, lp.fc_w, s.partial, BT, C, FW, FW, false, 1.0f, st);
-        } else {
-            matmul_backward(s.dfch_act, lg.fcproj_w, nullptr, s.dresidual, la.fch_act, lp.fcproj_w, s.partial, BT, F, C, C, false, 1.0f, st);
-            // GPT-2: the fc bias gradient is summed inside GELU's backward, so matmul_backward gets no dbias
-            if (gpt2) gelu_backward_bias(s.dfch, lg.fc_b, la.fch, s.dfch_act, s.partial, BT, F, st);
-            else swiglu_backward(s.dfch, la.fch, s.dfch_act, BT, F, st);
-            matmul_backward(s.dln, lg.fc_w, nullptr, s.dfch, la.ln2, lp.fc_w, s.partial, BT, C, FW, FW, false, 1.0f, st);
-        }
+        // GPT-2 with VP_GELU_FUSION: GELU's backward in the fcproj input-gradient GEMM's epilogue
+        // (writes dfch directly), and the fc bias gradient from the fc backward's bias pass over
+        // dfch. Otherwise a separate pass: GELU's (the fc bias gradient summed inside it) or SwiGLU's.
+        bool dgelu = gpt2 && VP_GELU_FUSION;
+        matmul_backward(dgelu ? s.dfch : s.dfch_act, lg.fcproj_w, nullptr, s.dresidual, la.fch_act, lp.fcproj_w, s.partial, BT, F, C, C, false, 1.0f, st,
+                        dgelu ? la.fch : nullptr);
+        if (gpt2 && !dgelu) gelu_backward_bias(s.dfch, lg.fc_b, la.fch, s.dfch_act, s.partial, BT, F, st);
+        if (!gpt2) swiglu_backward(s.dfch, la.fch, s.dfch_act, BT, F, st);
+        matmul_backward(s.dln, lg.fc_w, dgelu ? lg.fc_b : nullptr, s.dfch, la.ln2, lp.fc_w, s.partial, BT, C, FW, FW, false, 1.0f, st);
         // the residual branch passes dresidual through unchanged; the norm adds its part
         norm_backward(m, s.dresidual, lg.ln2_w, lg.ln2_b, gpt2 ? lg.attproj_b : nullptr, s.dln, la.res_att, lp.ln2_w, la.ln2_mean, la.ln2_rstd, BT);
         // s.dresidual now holds dL/d(res_att)
