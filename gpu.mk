@@ -57,7 +57,7 @@ prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 
 KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
-DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu
+DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention
 # build variants of the vanilla benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
 # decides), timed against the plain build by dev/device_check.sh: build/variants/<name>/bench_gpt_vanilla
 BENCH_VARIANTS := $(shell awk -F'|' '/^[a-z]/ { gsub(/ /, "", $$1); print $$1 }' dev/bench_variants.list)

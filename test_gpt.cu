@@ -532,13 +532,18 @@ TEST(attention_head_ranges) {
         CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions %d and 4 differs", version);
         CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions %d and 4 differs", version);
     }
-    gpu::AttentionArgs fwd2 = full;
-    fwd2.out = out, fwd2.lse = lse;
-    gpu::attention_forward2(fwd2, gm.stream);
-    cudaCheck(cudaStreamSynchronize(gm.stream));
-    CHECK(bits_equal(download(out, BT, H * D, H * D), download(full.out, BT, H * D, H * D)), "out of attention forward versions 2 and 4 differs");
-    cudaCheck(cudaMemcpy(l1.data(), lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
-    CHECK(same_bits(l1, l2), "lse of attention forward versions 2 and 4 differs");
+    // forward versions 2 and 5 (32 rows per warp) against the trainer's (4, or 5 with VP_ATT_FWD_VERSION=5)
+    for (int version : {2, 5}) {
+        gpu::AttentionArgs other = full;
+        other.out = out, other.lse = lse;
+        if (version == 2) gpu::attention_forward2(other, gm.stream);
+        else gpu::attention_forward5(other, gm.stream);
+        cudaCheck(cudaStreamSynchronize(gm.stream));
+        CHECK(bits_equal(download(out, BT, H * D, H * D), download(full.out, BT, H * D, H * D)), "out of attention forward versions %d and the trainer's differs",
+              version);
+        cudaCheck(cudaMemcpy(l1.data(), lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+        CHECK(same_bits(l1, l2), "lse of attention forward versions %d and the trainer's differs", version);
+    }
     // gradients are stored as bf16 pairs: a dq, dk or dv that is not 4-byte aligned must be refused
     // by the launcher (a GPU would fault with "misaligned address"; the emulator would not)
     for (int which = 0; which < 3; which++) {

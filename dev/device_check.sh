@@ -26,7 +26,7 @@
 #      time at GPT-2 124M with the gradient all-reduce overlapped (--overlap-reduce 1) and not
 #   7. the attention labs timed (every version), and a bench step with the attention kernels
 #      without cp.async (--attention-version 2) against the trainer's
-#   8. the memory-bound labs timed (classifier, layernorm, rmsnorm, gelu: each version's ms and GB/s, fused
+#   8. the memory-bound labs timed (classifier, layernorm, rmsnorm, gelu, depth_attention: each version's ms and GB/s, fused
 #      against unfused)
 #   9. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py), for each path
 #      of PROFILE_PATHS (default "vanilla"; "vanilla resformer depth" to see where a path's time goes)
@@ -55,7 +55,7 @@
 # build/check, where make test compiled them unoptimized). BENCH_PARTS ("bench variants attention
 # memory profile", the default: steps 4, 4b, 7, 8 and 9) picks among the bench steps, e.g.
 # BENCH_PARTS=profile for a call that only profiles; MEMORY_LABS (step 8's labs, "classifier
-# layernorm rmsnorm gelu") to time fewer of them.
+# layernorm rmsnorm gelu depth_attention") to time fewer of them.
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
@@ -208,8 +208,8 @@ GPU_PATHS=$(make -s print-gpu-paths 2>/dev/null)
 GPU_PATHS=${GPU_PATHS:-vanilla}
 GPU_PATHS=${ONLY_PATHS:-$GPU_PATHS}
 [ "${SKIP_TESTS:-0}" = 1 ] && TEST_PATHS="" || TEST_PATHS="$GPU_PATHS"
-LABS="attention_forward attention_backward classifier layernorm rmsnorm gelu"
-MEMORY_LABS=${MEMORY_LABS:-classifier layernorm rmsnorm gelu}
+LABS="attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention"
+MEMORY_LABS=${MEMORY_LABS:-classifier layernorm rmsnorm gelu depth_attention}
 
 # 1. build. A bundle of binaries built off the device (dev/device_bundle.sh) is used only if it
 # was built from exactly these sources; its files are touched so that make takes them as up to date.
@@ -600,7 +600,8 @@ fi
 # 8. the memory-bound labs timed: the fused classifier's versions (3, the trainer's, computes its
 # exponentials as exp2f with the running max per vector; 2 as expf per element), the norms' backward with the parameter sums fused into the row pass
 # (version 3) against the separate column pass (version 2), GELU's backward with the fc bias
-# gradient fused (version 2) against the separate bias pass (version 1): ms and GB/s at the
+# gradient fused (version 2) against the separate bias pass (version 1), Depth-Attention's depth
+# softmax with 16-byte words (version 2) against a warp per item (version 1): ms and GB/s at the
 # trainer's shapes. These fusions became the trainer's from the bytes they save, unmeasured.
 if bench_part memory && unit_begin memory; then
     LAB="$OUT_DIR/labs_timed.log"
@@ -608,11 +609,13 @@ if bench_part memory && unit_begin memory; then
         [ -x "$GB/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 90 "$LAB" "./$GB/dev/cuda/bf16/$lab"
     done
     [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
-        /^(layernorm|rmsnorm|gelu): N=/ { if (lab != "") print lab "|" times; lab = "lab " $1 " " $2 " " $3; sub(/:/, "", lab); times = ""; cls = 0 }
-        /^fused classifier: N=/ { if (lab != "") print lab "|" times; lab = "lab classifier " $3 " " $4; times = ""; cls = 1 }
+        function flush() { if (lab != "" && times != "") print lab "|" times }
+        /^(layernorm|rmsnorm|gelu): N=/ { flush(); lab = "lab " $1 " " $2 " " $3; sub(/:/, "", lab); times = ""; cls = 0 }
+        /^fused classifier: N=/ { flush(); lab = "lab classifier " $3 " " $4; times = ""; cls = 1 }
+        /^depth_attention: B\*T=/ { flush(); lab = "lab depth_attention " $2 " " $5 " " $8; times = ""; cls = 1 }
         /^  (forward|backward) version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ version /, " v"); times = times (times == "" ? "" : "; ") $0 }
         cls && /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(counting.*/, ""); times = times (times == "" ? "" : "; ") $0 }
-        END { if (lab != "") print lab "|" times }' "$LAB")
+        END { flush() }' "$LAB")
     unit_end memory
 fi
 

@@ -30,6 +30,9 @@
 //     streamed tiles (K/V, or Q/dO in the dK/dV kernel) double buffered: the next tile is started
 //     as cp.async copies before the current one's math, so the loads overlap it. Bit-identical.
 //     The BF16 build's (attention_tc_version, below).
+//   version 5 (forward only, tensor cores, bf16): version 4 with 32 query rows per warp (two
+//     m-tiles, 128 rows per block), so each K/V fragment read from shared memory feeds two mma.
+//     Bit-identical to version 4. Not yet timed on a GPU: VP_ATT_FWD_VERSION (below) selects it.
 // Backward, both versions: three kernels: delta = rowsum(dO * O); dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
 // fixed order (the group sum is deterministic, no atomics); dQ with one block per (b, query head,
@@ -38,7 +41,7 @@
 // backward FLOPs) so that results are bit-reproducible.
 //
 // defines: AttentionArgs, attention_head_dim_supported, attention_forward, attention_backward
-//          (and attention_forward1/2/4, attention_backward1/2/3/4 for the dev labs)
+//          (and attention_forward1/2/4/5, attention_backward1/2/3/4 for the dev labs)
 #pragma once
 
 #include "kernels/common.cuh"
@@ -524,12 +527,12 @@ __device__ __forceinline__ const __nv_bfloat16* frag_b_trans_addr(const __nv_bfl
     return s + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * lds + n0 + (lane / 16) * 8;
 }
 
-// rows [row0, row0+64) of a strided bf16 source -> shared tile (row stride LDS), zeros past T;
+// rows [row0, row0+ROWS) of a strided bf16 source -> shared tile (row stride LDS), zeros past T;
 // 16-byte loads (row strides and head offsets are multiples of 8 elements: checked by the launcher)
-template <int D>
+template <int D, int ROWS = ATT2_TILE>
 __device__ __forceinline__ void att2_load_tile(__nv_bfloat16* dst, const __nv_bfloat16* src, long rs, int row0, int T) {
     constexpr int LDS = att2_lds(D), CPR = D / 8;  // 16-byte chunks per row
-    for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
+    for (int c = threadIdx.x; c < ROWS * CPR; c += ATT2_THREADS) {
         int r = c / CPR, cc = (c % CPR) * 8, row = row0 + r;
         uint4 val = make_uint4(0, 0, 0, 0);
         if (row < T) val = *reinterpret_cast<const uint4*>(src + (size_t)row * rs + cc);
@@ -577,11 +580,11 @@ __device__ __forceinline__ void att2_load_v_tile(__nv_bfloat16* dst, const KVSou
 // Not unrolled: unrolled, ptxas keeps each chunk's global address in registers across the math
 // between two issues (nvcc 13.0, sm_90a, dev/ptxas_report.sh): the dK/dV kernel spilled at D = 64,
 // the forward took 133 registers at D = 64 (3 blocks per SM instead of 4) and 245 at D = 128.
-template <int D>
+template <int D, int ROWS = ATT2_TILE>
 __device__ __forceinline__ void att2_load_tile_async(__nv_bfloat16* dst, const __nv_bfloat16* src, long rs, int row0, int T) {
     constexpr int LDS = att2_lds(D), CPR = D / 8;
 #pragma unroll 1
-    for (int c = threadIdx.x; c < ATT2_TILE * CPR; c += ATT2_THREADS) {
+    for (int c = threadIdx.x; c < ROWS * CPR; c += ATT2_THREADS) {
         int r = c / CPR, cc = (c % CPR) * 8, row = row0 + r;
         bool inside = row < T;  // rows past T: zeros, read from nowhere (src itself stays a valid address)
         cp_async16(dst + r * LDS + cc, inside ? src + (size_t)row * rs + cc : src, inside ? 16 : 0);
@@ -667,13 +670,21 @@ __device__ __forceinline__ void att2_paired_products(float (&c1)[2 * NP][4], flo
 // Version 2 (ASYNC = false): the K/V tile is loaded, then used, with the block waiting on the
 // loads. Version 4 (ASYNC = true): two K/V buffers; while tile kt is used, tile kt + 1 is already
 // on its way into the other buffer as cp.async copies. The math is the same code: same bits.
-// Shared memory: Q, then K and V once (version 2) or twice (version 4), each ATT2_TILE x LDS bf16.
-template <int D, bool ASYNC>
+// MT: m-tiles of 16 query rows per warp. MT = 1 (versions 2 and 4): the block's 4 warps own 64
+// rows. MT = 2 (version 5, with ASYNC): 128 rows per block, warp w owning rows 16w.. and
+// 64 + 16w.. of it, so that every K and V fragment a warp reads from shared memory feeds two mma
+// instead of one (half the ldmatrix per mma; FlashAttention-2 gives each warp more rows for the
+// same reason). Each row meets the same key tiles in the same order through the same code: the
+// same bits as version 4. An m-tile whose rows all precede a key tile skips it (only the block's
+// last key tile, for its first 64 rows): its scores would all be -inf and change nothing.
+// Shared memory: Q (64 MT rows), then K and V once (version 2) or twice (versions 4, 5), each
+// ATT2_TILE x LDS bf16.
+template <int D, bool ASYNC, int MT>
 static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2(AttentionArgs a) {
-    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8;  // NT: n-tiles of 8 keys per tile
+    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8, QTILE = MT * ATT2_TILE;  // NT: n-tiles of 8 keys per tile
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
-    __nv_bfloat16* KVs = Qs + ATT2_TILE * LDS;  // buffer i: K at KVs + 2i TILE LDS, V after it
+    __nv_bfloat16* KVs = Qs + QTILE * LDS;  // buffer i: K at KVs + 2i TILE LDS, V after it
     int nh = a.h1 - a.h0, G = a.H / a.Hkv;
     int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
     int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
@@ -681,108 +692,146 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
     const float sl2 = LOG2E / sqrtf((float)D);  // scores in log2 units: exp(x) = exp2(x * log2 e)
     KVSource src = attn_kv_source(a, b, g);
     const __nv_bfloat16* qsrc = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
+    // key tiles 0..last: through the block's last row (and not past T)
+    int last = min((qt * QTILE + QTILE - 1) / ATT2_TILE, (a.T - 1) / ATT2_TILE);
 
-    uint32_t qf[D / 16][4];  // this warp's 16 query rows as A fragments
+    uint32_t qf[MT][D / 16][4];  // this warp's query rows as A fragments, per m-tile
     if constexpr (ASYNC) {  // Q and the first K/V tile: group 0, waited for at the top of the loop
-        att2_load_tile_async<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
+        att2_load_tile_async<D, QTILE>(Qs, qsrc, a.q_rs, qt * QTILE, a.T);
         att2_kv_tile_start<D, true>(KVs, src, 0, a.T);
         cp_async_commit();
     } else {
-        att2_load_tile<D>(Qs, qsrc, a.q_rs, qt * ATT2_TILE, a.T);
+        att2_load_tile<D, QTILE>(Qs, qsrc, a.q_rs, qt * QTILE, a.T);
         __syncthreads();
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[ks], frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[m][ks], frag_a_addr(Qs, LDS, m * ATT2_TILE + warp * 16, ks * 16, lane));
     }
 
-    float o[D / 8][4];
+    float o[MT][D / 8][4];
 #pragma unroll
-    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};  // rows gr and gr+8 of the warp
-    int row = qt * ATT2_TILE + warp * 16 + gr;
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) o[m][j][0] = o[m][j][1] = o[m][j][2] = o[m][j][3] = 0.0f;
+    float mrow[MT][2], lrow[MT][2];  // per m-tile, rows gr and gr+8 of the warp's 16
+#pragma unroll
+    for (int m = 0; m < MT; m++) mrow[m][0] = mrow[m][1] = -INFINITY, lrow[m][0] = lrow[m][1] = 0.0f;
+    int row = qt * QTILE + warp * 16 + gr;  // m-tile m's rows: row + m ATT2_TILE (+ 8)
 
-    for (int kt = 0; kt <= qt; kt++) {
-        const __nv_bfloat16* Ks = att2_kv_tile<D, ASYNC>(KVs, src, kt, qt, a.T);
+    for (int kt = 0; kt <= last; kt++) {
+        const __nv_bfloat16* Ks = att2_kv_tile<D, ASYNC>(KVs, src, kt, last, a.T);
         const __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
         if (ASYNC && kt == 0) {  // Q arrived with tile 0
 #pragma unroll
-            for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[ks], frag_a_addr(Qs, LDS, warp * 16, ks * 16, lane));
-        }
-        // S = Q K^T  (16 rows x 64 keys per warp)
-        float s[NT][4];
+            for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+                for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[m][ks], frag_a_addr(Qs, LDS, m * ATT2_TILE + warp * 16, ks * 16, lane));
+        }
+        bool live[MT];  // does any row of m-tile m reach key tile kt? (the same for the whole warp)
+#pragma unroll
+        for (int m = 0; m < MT; m++) live[m] = kt * ATT2_TILE <= qt * QTILE + m * ATT2_TILE + warp * 16 + 15;
+        bool diag = kt >= qt * MT;  // a key tile that overlaps the block's rows: the causal mask applies
+        // S = Q K^T  (16 rows x 64 keys per m-tile)
+        float s[MT][NT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.0f;
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++)
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t kf[4];
                 ldsm_x4(kf, frag_bt_addr(Ks, LDS, np * 16, ks * 16, lane));
-                mma_bf16_16816(s[2 * np], qf[ks], kf[0], kf[1]);
-                mma_bf16_16816(s[2 * np + 1], qf[ks], kf[2], kf[3]);
-            }
-        // causal mask (only the diagonal tile has masked entries) and the running max
-        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = row + (e >= 2 ? 8 : 0), col = kt * ATT2_TILE + j * 8 + 2 * tq + (e & 1);
-                float x = s[j][e] * sl2;
-                if (kt == qt && (col > r || col >= a.T)) x = -INFINITY;
-                s[j][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                for (int m = 0; m < MT; m++)
+                    if (live[m]) {
+                        mma_bf16_16816(s[m][2 * np], qf[m][ks], kf[0], kf[1]);
+                        mma_bf16_16816(s[m][2 * np + 1], qf[m][ks], kf[2], kf[3]);
+                    }
             }
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float m_new = fmaxf(mrow[r], mx[r]);  // finite: every row has a key <= itself in every tile it visits
-            float corr = exp2f(mrow[r] - m_new);   // 0 on the first tile (mrow = -inf)
-            mrow[r] = m_new;
-            lrow[r] *= corr;
+        for (int m = 0; m < MT; m++) {
+            if (!live[m]) continue;
+            int rm = row + m * ATT2_TILE;
+            // causal mask (only key tiles overlapping the block's rows have masked entries) and the running max
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int j = 0; j < D / 8; j++) {
-                o[j][2 * r] *= corr;
-                o[j][2 * r + 1] *= corr;
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = rm + (e >= 2 ? 8 : 0), col = kt * ATT2_TILE + j * 8 + 2 * tq + (e & 1);
+                    float x = s[m][j][e] * sl2;
+                    if (diag && (col > r || col >= a.T)) x = -INFINITY;
+                    s[m][j][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float m_new = fmaxf(mrow[m][r], mx[r]);  // finite: every row has a key <= itself in its first tile
+                float corr = exp2f(mrow[m][r] - m_new);   // 0 on the first tile (mrow = -inf)
+                mrow[m][r] = m_new;
+                lrow[m][r] *= corr;
+#pragma unroll
+                for (int j = 0; j < D / 8; j++) {
+                    o[m][j][2 * r] *= corr;
+                    o[m][j][2 * r + 1] *= corr;
+                }
             }
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = exp2f(s[m][j][e] - mrow[m][e >> 1]);
+                    s[m][j][e] = p;
+                    lrow[m][e >> 1] += p;  // this thread's part of the row sum; the quad is summed at the end
+                }
         }
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = exp2f(s[j][e] - mrow[e >> 1]);
-                s[j][e] = p;
-                lrow[e >> 1] += p;  // this thread's part of the row sum; the quad is summed at the end
-            }
         // O += P V: P from registers (C layout of two n-tiles = A layout of one k-step)
 #pragma unroll
         for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                pa[m][0] = pack_bf16x2(s[m][2 * kk][0], s[m][2 * kk][1]);
+                pa[m][1] = pack_bf16x2(s[m][2 * kk][2], s[m][2 * kk][3]);
+                pa[m][2] = pack_bf16x2(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+                pa[m][3] = pack_bf16x2(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t vf[4];
                 ldsm_x4_trans(vf, frag_b_trans_addr(Vs, LDS, kk * 16, dp * 16, lane));
-                mma_bf16_16816(o[2 * dp], pa, vf[0], vf[1]);
-                mma_bf16_16816(o[2 * dp + 1], pa, vf[2], vf[3]);
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+                    if (live[m]) {
+                        mma_bf16_16816(o[m][2 * dp], pa[m], vf[0], vf[1]);
+                        mma_bf16_16816(o[m][2 * dp + 1], pa[m], vf[2], vf[3]);
+                    }
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
-        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
-    }
+    for (int m = 0; m < MT; m++) {
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int rr = row + 8 * r;
-        if (rr >= a.T) continue;
-        float inv = 1.0f / lrow[r];
-        __nv_bfloat16* ob = a.out + ((size_t)b * a.T + rr) * a.H * D + (size_t)h * D;
+        for (int r = 0; r < 2; r++) {
+            lrow[m][r] += __shfl_xor_sync(0xffffffffu, lrow[m][r], 1);
+            lrow[m][r] += __shfl_xor_sync(0xffffffffu, lrow[m][r], 2);
+        }
 #pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            *reinterpret_cast<uint32_t*>(ob + j * 8 + 2 * tq) = pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
-        if (tq == 0) a.lse[((size_t)b * a.H + h) * a.T + rr] = mrow[r] * LN2 + logf(lrow[r]);
+        for (int r = 0; r < 2; r++) {
+            int rr = row + m * ATT2_TILE + 8 * r;
+            if (rr >= a.T) continue;
+            float inv = 1.0f / lrow[m][r];
+            __nv_bfloat16* ob = a.out + ((size_t)b * a.T + rr) * a.H * D + (size_t)h * D;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t*>(ob + j * 8 + 2 * tq) = pack_bf16x2(o[m][j][2 * r] * inv, o[m][j][2 * r + 1] * inv);
+            if (tq == 0) a.lse[((size_t)b * a.H + h) * a.T + rr] = mrow[m][r] * LN2 + logf(lrow[m][r]);
+        }
     }
 }
 
@@ -1175,18 +1224,18 @@ inline void attention_backward1(AttentionArgs a, cudaStream_t stream) {
 // Shared memory of the tensor-core kernels (bytes): bf16 tiles of ATT2_TILE x att2_lds(D), the
 // K/V (forward, dQ) or Q/dO (dK/dV) tiles twice when double buffered (version 4), as laid out at
 // each kernel. At D = 128 the largest, version 4's dK/dV, is 103 KiB: two blocks fit an SM's 228.
-inline size_t att2_smem_forward(int D, bool async) { return (1 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
+inline size_t att2_smem_forward(int D, bool async, int mt = 1) { return (mt + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
 inline size_t att2_smem_dkdv(int D, bool async) {
     int nbuf = async ? 2 : 1;
     return (2 + 2 * nbuf) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + 2 * nbuf * ATT2_TILE * sizeof(float);
 }
 inline size_t att2_smem_dq(int D, bool async) { return (2 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
 
-template <int D, bool ASYNC>
+template <int D, bool ASYNC, int MT>
 void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
-    size_t smem = att2_smem_forward(D, ASYNC);
-    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attention_forward_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
+    size_t smem = att2_smem_forward(D, ASYNC, MT);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D, ASYNC, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_kernel2<D, ASYNC, MT><<<dim3(CEIL_DIV(a.T, MT * ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1204,20 +1253,23 @@ void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
     cudaCheck(cudaGetLastError());
 }
 
-// tensor cores, bf16 only: version 2 (ASYNC = false) and version 4 (K/V tiles by cp.async, double buffered)
-template <bool ASYNC>
+// tensor cores, bf16 only: version 2 (ASYNC = false), version 4 (K/V tiles by cp.async, double
+// buffered) and version 5 (version 4 with 32 rows per warp, MT = 2). At D = 128 version 5 runs
+// version 4's kernel: two m-tiles' scores and outputs (2 x (32 + 64) fp32 per thread) would spill.
+template <bool ASYNC, int MT>
 void attention_forward_tc(AttentionArgs a, cudaStream_t stream) {
     a = attention_full_range(a);
     attention_check_args(a, false, 2);
     switch (a.D) {
-        case 16: attention_forward2_d<16, ASYNC>(a, stream); break;
-        case 32: attention_forward2_d<32, ASYNC>(a, stream); break;
-        case 64: attention_forward2_d<64, ASYNC>(a, stream); break;
-        case 128: attention_forward2_d<128, ASYNC>(a, stream); break;
+        case 16: attention_forward2_d<16, ASYNC, MT>(a, stream); break;
+        case 32: attention_forward2_d<32, ASYNC, MT>(a, stream); break;
+        case 64: attention_forward2_d<64, ASYNC, MT>(a, stream); break;
+        case 128: attention_forward2_d<128, ASYNC, 1>(a, stream); break;
     }
 }
-inline void attention_forward2(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<false>(a, stream); }
-inline void attention_forward4(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<true>(a, stream); }
+inline void attention_forward2(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<false, 1>(a, stream); }
+inline void attention_forward4(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<true, 1>(a, stream); }
+inline void attention_forward5(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<true, 2>(a, stream); }
 
 // version 2 (dK/dV in one pass over each query tile), version 3 (16 queries at a time) and
 // version 4 (version 3 with cp.async double buffering in both kernels); the same sums in the same
@@ -1246,13 +1298,20 @@ inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { a
 // this changes only speed; dev/cuda/bench_gpt.cu's --attention-version sets it, so that one GPU
 // call times whole training steps both ways.
 inline int attention_tc_version = 4;
+// Which forward version 4 means: 4, or 5 (32 query rows per warp, the same bits) with
+// -DVP_ATT_FWD_VERSION=5, the build variant att_fwd5 of dev/bench_variants.list. Version 5 is
+// written but not yet timed on a GPU, so 4 stays the default until a measurement says otherwise.
+#ifndef VP_ATT_FWD_VERSION
+#define VP_ATT_FWD_VERSION 4
+#endif
+static_assert(VP_ATT_FWD_VERSION == 4 || VP_ATT_FWD_VERSION == 5, "VP_ATT_FWD_VERSION: 4 or 5");
 
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
 // Forward: reads q, k, v; writes out and lse. Backward: reads q, k, v, out, lse, dout; writes
 // delta (scratch), dq, and dk/dv (or adds into them with accumulate_dkv).
 inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    if (attention_tc_version == 4) attention_forward4(a, stream);
+    if (attention_tc_version == 4) (VP_ATT_FWD_VERSION == 5 ? attention_forward5 : attention_forward4)(a, stream);
     else attention_forward2(a, stream);
 #else
     attention_forward1(a, stream);

@@ -13,15 +13,25 @@
 //   A_v[n] (=|+=) alpha_n u,  A_k[n] (=|+=) de_n q_bar / sqrt(D)   for n in S(l)
 // PyTorch, one position: a = softmax(stack([q_bar @ k_n for n]) / sqrt(D)); v = (a[:, None] * stack(v_n)).sum(0)
 //
-// One warp per (position, KV head): the whole depth softmax lives in a warp (lane i holds
-// dimensions i, i+32, ...; dot products are warp sums in a fixed tree), so nothing is written
+// Version 1: one warp per (position, KV head). The whole depth softmax lives in a warp (lane i
+// holds dimensions i, i+32, ...; dot products are warp sums in a fixed tree), so nothing is written
 // between the logits and the mix: the forward reads q, the |S|+1 keys and values once and writes
 // v~ and alpha; the backward reads u, alpha, q, the keys and values once and writes every gradient.
-// The anchors' accumulators get one contribution per (position, head) per layer, from the one
-// warp that owns that position: no atomics. The first contributor in the reverse layer order
-// overwrites (overwrite_mask), so the accumulators never need zeroing.
+// Its loads are 2 bytes per lane (bf16) and one candidate's row at a time; on an H100 the two
+// kernels took 6.7 and 15.4 ms a step at GPT-2 124M, B=64, T=1024, stride 6, about 2x and 1.4x the
+// time their bytes need (ncu, dev/results/2026-11-26-h100-3.md).
+// Version 2 (the trainer's): the same math and the same memory traffic, with each (position, KV
+// head) item taken by LPI = D / VEC lanes (VEC = 16 bytes of floatX: 8 bf16 or 4 fp32), each lane
+// one 16-byte word of every row, so a warp holds 32 / LPI items (4 at D = 64 in bf16). Dot
+// products are sums over the item's LPI lanes (xor shuffles in a fixed tree). The candidates' rows
+// are loaded a chunk of DEPTH2_CHUNK at a time, all loads of a chunk issued before any is used, so
+// a lane has several 16-byte loads in flight instead of one 2-byte load.
+// Both versions: the anchors' accumulators get one contribution per (position, head) per layer,
+// from the lanes that own that position: no atomics. The first contributor in the reverse layer
+// order overwrites (overwrite_mask), so the accumulators never need zeroing.
 //
-// defines: DEPTH_MAX_SOURCES, DepthArgs, depth_attention_forward, depth_attention_backward
+// defines: DEPTH_MAX_SOURCES, DepthArgs, depth_attention_forward, depth_attention_backward,
+//          depth_attention_version (1 or 2: dev/cuda/depth_attention.cu times both)
 #pragma once
 
 #include "kernels/common.cuh"
@@ -199,6 +209,224 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
         }
 }
 
+
+// ----------------------------------------------------------------------------
+// version 2: LPI lanes per (position, KV head) item, 16-byte words
+
+constexpr int DEPTH2_CHUNK = 4;  // candidates whose rows one lane loads before using any of them
+
+template <int D>
+__host__ __device__ constexpr int depth2_lpi() { return D / (int)(16 / sizeof(floatX)); }  // lanes per item
+template <int D>
+__host__ __device__ constexpr int depth2_items_per_block() { return 32 * DEPTH_WARPS / depth2_lpi<D>(); }
+
+// sum over the LPI lanes of one item (aligned groups of LPI lanes), fixed tree; every lane gets it
+template <int D>
+__device__ __forceinline__ float depth2_item_sum(float v) {
+#pragma unroll
+    for (int o = depth2_lpi<D>() / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// This lane's word of q_bar: columns [d0, d0 + VEC) of the group's query heads, summed in head
+// order, then / G (as the CPU reference and version 1).
+__device__ __forceinline__ void depth2_load_qbar(float (&qb)[x128::size], const DepthArgs& a, int row, int g, int d0) {
+    int G = a.H / a.Hkv;
+#pragma unroll
+    for (int i = 0; i < x128::size; i++) qb[i] = 0.0f;
+    for (int h = g * G; h < (g + 1) * G; h++) {
+        x128 q = load128(a.q + (size_t)row * a.q_rs + (size_t)h * a.D + d0);
+#pragma unroll
+        for (int i = 0; i < x128::size; i++) qb[i] += to_float(q[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < x128::size; i++) qb[i] /= G;
+}
+
+__device__ __forceinline__ float depth2_dot(const float (&x)[x128::size], const x128& y) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < x128::size; i++) dot += x[i] * to_float(y[i]);
+    return dot;
+}
+
+// Candidate n's key (n < n_src: anchor n's kappa, else the layer's own) and value (nu^n, or the
+// own raw v) at (row, g), this lane's word.
+__device__ __forceinline__ const floatX* depth2_key(const DepthArgs& a, int n, int row, int g, int d0) {
+    return (n < a.n_src ? a.src_k[n] : a.k) + (size_t)row * a.k_rs + (size_t)g * a.D + d0;
+}
+__device__ __forceinline__ const floatX* depth2_value(const DepthArgs& a, int n, int row, int g, int d0) {
+    return n < a.n_src ? a.src_v[n] + (size_t)row * a.src_v_rs[n] + (size_t)g * a.D + d0 : a.v + (size_t)row * a.v_rs + (size_t)g * a.D + d0;
+}
+
+// Items past BT * Hkv (the last block's tail) compute on item 0 and store nothing: all 32 lanes
+// of a warp must take part in the shuffles.
+template <int D>
+static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forward_kernel2(DepthArgs a) {
+    constexpr int VEC = x128::size, LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>(), CH = DEPTH2_CHUNK;
+    static_assert(LPI >= 1 && LPI <= 32 && D % VEC == 0, "one 16-byte word per lane, at most a warp per item");
+    __shared__ float logits[IPB][DEPTH_MAX_SOURCES + 1];
+    int slot = threadIdx.x / LPI, d0 = (threadIdx.x % LPI) * VEC;
+    long item = (long)blockIdx.x * IPB + slot;
+    bool valid = item < (long)a.BT * a.Hkv, leader = valid && threadIdx.x % LPI == 0;
+    if (!valid) item = 0;
+    int row = (int)(item / a.Hkv), g = (int)(item % a.Hkv), nS = a.n_src, nc = nS + 1;
+    const float scale = 1.0f / sqrtf((float)D);
+    float qb[VEC];
+    depth2_load_qbar(qb, a, row, g, d0);
+    // e_n = <q_bar, kappa^n> / sqrt(D), the keys of a chunk loaded before any is used
+    float mx = -INFINITY;
+    for (int n0 = 0; n0 < nc; n0 += CH) {  // nc is the same for the whole grid: no divergence
+        x128 kw[CH];
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+            if (n0 + c < nc) kw[c] = load128(depth2_key(a, n0 + c, row, g, d0));
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+            if (n0 + c < nc) {
+                float e = depth2_item_sum<D>(depth2_dot(qb, kw[c])) * scale;
+                if (threadIdx.x % LPI == 0) logits[slot][n0 + c] = e;
+                mx = fmaxf(mx, e);
+            }
+    }
+    __syncwarp();
+    float sum = 0.0f;
+    for (int n = 0; n < nc; n++) sum += expf(logits[slot][n] - mx);
+    float* alpha = a.alpha + ((size_t)row * a.Hkv + g) * a.alpha_stride;
+    // v~ = alpha_own v + sum_n alpha_n nu^n (own term first, as the CPU reference sums)
+    float a_own = expf(logits[slot][nS] - mx) / sum, out[VEC];
+    x128 vo = load128(depth2_value(a, nS, row, g, d0));
+#pragma unroll
+    for (int i = 0; i < VEC; i++) out[i] = a_own * to_float(vo[i]);
+    for (int n0 = 0; n0 < nS; n0 += CH) {
+        x128 vw[CH];
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+            if (n0 + c < nS) vw[c] = load128(depth2_value(a, n0 + c, row, g, d0));
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+            if (n0 + c < nS) {
+                float an = expf(logits[slot][n0 + c] - mx) / sum;
+                if (leader) alpha[n0 + c] = an;
+#pragma unroll
+                for (int i = 0; i < VEC; i++) out[i] += an * to_float(vw[c][i]);
+            }
+    }
+    if (leader) alpha[nS] = a_own;
+    if (valid) {
+        x128 o;
+#pragma unroll
+        for (int i = 0; i < VEC; i++) o[i] = from_float<floatX>(out[i]);
+        store128(a.vmix + (size_t)row * a.Hkv * D + (size_t)g * D + d0, o);
+    }
+}
+
+// 16-byte words of fp32 accumulators: VEC floats at p (VEC / 4 float4s)
+__device__ __forceinline__ void depth2_load_acc(float (&x)[x128::size], const float* p) {
+#pragma unroll
+    for (int i = 0; i < x128::size; i += 4) {
+        float4 f = *reinterpret_cast<const float4*>(p + i);
+        x[i] = f.x, x[i + 1] = f.y, x[i + 2] = f.z, x[i + 3] = f.w;
+    }
+}
+__device__ __forceinline__ void depth2_store_acc(float* p, const float (&x)[x128::size]) {
+#pragma unroll
+    for (int i = 0; i < x128::size; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+}
+
+template <int D>
+static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backward_kernel2(DepthArgs a) {
+    constexpr int VEC = x128::size, LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>(), CH = DEPTH2_CHUNK;
+    __shared__ float c_s[IPB][DEPTH_MAX_SOURCES + 1];
+    int slot = threadIdx.x / LPI, d0 = (threadIdx.x % LPI) * VEC;
+    long item = (long)blockIdx.x * IPB + slot;
+    bool valid = item < (long)a.BT * a.Hkv;
+    if (!valid) item = 0;
+    int row = (int)(item / a.Hkv), g = (int)(item % a.Hkv), nS = a.n_src, nc = nS + 1, G = a.H / a.Hkv;
+    const float scale = 1.0f / sqrtf((float)D);
+    size_t kv_word = (size_t)row * a.Hkv * D + (size_t)g * D + d0, acc_layer = (size_t)a.BT * a.Hkv * D;
+    const float* alpha = a.alpha + ((size_t)row * a.Hkv + g) * a.alpha_stride;
+    float qb[VEC], u[VEC];
+    depth2_load_qbar(qb, a, row, g, d0);
+    x128 uw = load128(a.u + kv_word);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) u[i] = to_float(uw[i]);
+    // c_n = <u, nu^n>, c_bar = sum_n alpha_n c_n (in candidate order)
+    float cbar = 0.0f;
+    for (int n0 = 0; n0 < nc; n0 += CH) {
+        x128 vw[CH];
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+            if (n0 + c < nc) vw[c] = load128(depth2_value(a, n0 + c, row, g, d0));
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+            if (n0 + c < nc) {
+                float cn = depth2_item_sum<D>(depth2_dot(u, vw[c]));
+                if (threadIdx.x % LPI == 0) c_s[slot][n0 + c] = cn;
+                cbar += alpha[n0 + c] * cn;
+            }
+    }
+    __syncwarp();
+    // de_n = alpha_n (c_n - c_bar): dq_bar += de_n kappa^n / sqrt(D); anchors: A_v[n] (=|+=)
+    // alpha_n u, A_k[n] (=|+=) de_n q_bar / sqrt(D); own: dk += de_l q_bar / sqrt(D), dv = alpha_l u
+    float dqbar[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; i++) dqbar[i] = 0.0f;
+    for (int n0 = 0; n0 < nc; n0 += CH) {
+        x128 kw[CH];
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+            if (n0 + c < nc) kw[c] = load128(depth2_key(a, n0 + c, row, g, d0));
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            int n = n0 + c;
+            if (n >= nc) continue;
+            float an = alpha[n], de = an * (c_s[slot][n] - cbar);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) dqbar[i] += de * scale * to_float(kw[c][i]);
+            if (!valid) continue;
+            if (n < nS) {
+                float* ak = a.acc_k + n * acc_layer + kv_word;
+                float* av = a.acc_v + n * acc_layer + kv_word;
+                float xk[VEC], xv[VEC];
+                if ((a.overwrite_mask >> n) & 1ull) {
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) xk[i] = xv[i] = 0.0f;
+                } else {
+                    depth2_load_acc(xk, ak);
+                    depth2_load_acc(xv, av);
+                }
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    xv[i] += an * u[i];
+                    xk[i] += de * scale * qb[i];
+                }
+                depth2_store_acc(ak, xk);
+                depth2_store_acc(av, xv);
+            } else {
+                floatX* dkp = a.dk + (size_t)row * a.dk_rs + (size_t)g * D + d0;
+                x128 dk = load128(dkp), dv;
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    dk[i] = from_float<floatX>(to_float(dk[i]) + de * scale * qb[i]);
+                    dv[i] = from_float<floatX>(an * u[i]);
+                }
+                store128(dkp, dk);
+                store128(a.dv + (size_t)row * a.dv_rs + (size_t)g * D + d0, dv);
+            }
+        }
+    }
+    if (!valid) return;  // no shuffles below
+    // every query head of the group gets dq_bar / G
+    for (int h = g * G; h < (g + 1) * G; h++) {
+        floatX* dqp = a.dq + (size_t)row * a.dq_rs + (size_t)h * D + d0;
+        x128 dq = load128(dqp);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) dq[i] = from_float<floatX>(to_float(dq[i]) + dqbar[i] / G);
+        store128(dqp, dq);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // launchers
 
@@ -211,11 +439,34 @@ inline void depth_check_args(const DepthArgs& a, bool backward) {
     else KERNEL_ASSERT(a.u && a.dv && a.dk && a.dq && a.acc_k && a.acc_v);
 }
 
+// Version 2 reads and writes whole 16-byte words: every row pointer and stride must keep them
+// aligned. The trainer's layouts do (head dims are multiples of 16, rows start at multiples of D).
+inline bool depth2_aligned(const DepthArgs& a, bool backward) {
+    const long vec = 16 / sizeof(floatX);
+    auto ok_ptr = [](const void* p) { return p == nullptr || ((uintptr_t)p % 16) == 0; };
+    bool ok = a.q_rs % vec == 0 && a.k_rs % vec == 0 && a.v_rs % vec == 0 && ok_ptr(a.q) && ok_ptr(a.k) && ok_ptr(a.v) && ok_ptr(a.vmix);
+    for (int n = 0; n < a.n_src; n++) ok = ok && ok_ptr(a.src_k[n]) && ok_ptr(a.src_v[n]) && a.src_v_rs[n] % vec == 0;
+    if (backward)
+        ok = ok && a.dk_rs % vec == 0 && a.dv_rs % vec == 0 && a.dq_rs % vec == 0 && ok_ptr(a.u) && ok_ptr(a.dk) && ok_ptr(a.dv) && ok_ptr(a.dq) &&
+             ok_ptr(a.acc_k) && ok_ptr(a.acc_v);
+    return ok;
+}
+
+// Which version the trainer runs: 2; dev/cuda/depth_attention.cu sets 1 to time the first one.
+inline int depth_attention_version = 2;
+
 template <int D>
 void depth_launch(const DepthArgs& a, bool backward, cudaStream_t stream) {
-    unsigned blocks = (unsigned)CEIL_DIV((long)a.BT * a.Hkv, (long)DEPTH_WARPS);
-    if (backward) depth_attention_backward_kernel<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
-    else depth_attention_forward_kernel<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+    if (depth_attention_version == 1) {
+        unsigned blocks = (unsigned)CEIL_DIV((long)a.BT * a.Hkv, (long)DEPTH_WARPS);
+        if (backward) depth_attention_backward_kernel<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+        else depth_attention_forward_kernel<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+    } else {
+        KERNEL_ASSERT(depth2_aligned(a, backward));
+        unsigned blocks = (unsigned)CEIL_DIV((long)a.BT * a.Hkv, (long)depth2_items_per_block<D>());
+        if (backward) depth_attention_backward_kernel2<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+        else depth_attention_forward_kernel2<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+    }
     cudaCheck(cudaGetLastError());
 }
 

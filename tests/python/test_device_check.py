@@ -143,7 +143,7 @@ def test_bench_parts_run_only_what_they_name(tmp_path):
     out, and step 7 runs both labs and both benchmark steps (the trainer's version 4 itself, since step 4
     did not run), not the memory-bound labs; BENCH_PARTS=memory runs only those. Without a GPU
     every binary says it skipped, so the comparison row says so."""
-    built = [REPO / GPU_BUILD / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla", "layernorm", "rmsnorm", "gelu")]
+    built = [REPO / GPU_BUILD / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla", "layernorm", "rmsnorm", "gelu", "depth_attention")]
     if not all(b.exists() for b in built):
         pytest.skip(f"the GPU lab and bench binaries are not built in {GPU_BUILD} (make gpu-compile-check-fast needs nvcc)")
     env = {**REAL, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "TIME_LIMIT": "200"}
@@ -164,8 +164,8 @@ def test_bench_parts_run_only_what_they_name(tmp_path):
     out3.mkdir()
     device_check(out3, {**env, "BENCH_PARTS": "memory"})
     timed3 = (out3 / "labs_timed.log").read_text()
-    assert all(f"== lab {lab} (timed)" in timed3 for lab in ("layernorm", "rmsnorm", "gelu"))
-    assert "attention" not in timed3 and not (out3 / "bench.txt").exists()
+    assert all(f"== lab {lab} (timed)" in timed3 for lab in ("layernorm", "rmsnorm", "gelu", "depth_attention"))
+    assert "attention_forward" not in timed3 and "attention_backward" not in timed3 and not (out3 / "bench.txt").exists()
     # SKIP_BENCH=1 overrides BENCH_PARTS: nothing of steps 4, 7, 8, 9
     out2 = tmp_path / "out2"
     out2.mkdir()

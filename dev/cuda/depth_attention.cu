@@ -1,0 +1,218 @@
+/*
+Kernel lab: Depth-Attention's softmax over depth, forward and backward (value_paths.md section 5),
+kernels/depth_attention.cuh.
+
+Compile and run (bf16; build/dev/cuda/fp32/depth_attention is the lab's FP32 build):
+  make build/dev/cuda/bf16/depth_attention         (all labs: make dev-cuda)
+  ./build/dev/cuda/bf16/depth_attention            check every version, then time each
+  ./build/dev/cuda/bf16/depth_attention --check    check only (dev/device_check.sh, the emulator)
+
+Checked shapes (B*T rows, query heads H, KV heads Hkv, head dim D, stride s, layer l, |S(l)|):
+  GPT-2 124M's heads:  600 rows,  H = Hkv = 12, D = 64,  s = 6, l = 7:  anchors {0, 6}
+  Llama-style GQA:     333 rows,  H = 8, Hkv = 2, D = 128, s = 2, l = 5:  anchors {0, 2, 4}
+  small heads:         257 rows,  H = Hkv = 4, D = 16, s = 1, l = 6:  anchors {0..5} (two chunks)
+Row counts that leave the last block ragged. The reference is the CPU trainer's VpDepth (fp32) on
+the same floatX-rounded inputs: its forward for the anchors below l then for l (each anchor's mixed
+value rounded to floatX, as the GPU stores it), its backward for l with u = dL/dv~ random.
+The GPU backward overwrites anchor 0's accumulators (overwrite_mask bit 0, poisoned first) and
+adds into the others' (random initial values), as the first and later readers do in the trainer.
+Timed: GPT-2 124M at B=64, T=1024 (65536 rows), stride 6, layer 7 (|S| = 2, the trainer's
+heaviest layers), with the L2 flushed.
+
+version 1: one warp per (position, KV head) item, 2-byte loads per lane, one candidate's row at a
+  time.
+version 2: D / VEC lanes per item (4 items per warp at D = 64 in bf16), one 16-byte word per lane,
+  a chunk of candidates' rows loaded before any is used. The trainer's.
+Napkin math, per item and layer, in elements of floatX unless fp32 (nc = |S| + 1 candidates):
+  forward   reads q (G D), nc keys and values (2 nc D); writes v~ (D), alpha (nc fp32)
+  backward  reads u (D), q (G D), nc values and keys (2 nc D), alpha; reads and writes dk (2 D),
+            dq (2 G D); writes dv (D); reads and writes the |S| anchors' two fp32 accumulators
+            (4 |S| D fp32)
+The GB/s printed are of those bytes.
+*/
+#include "dev/cuda/common.h"
+#include "kernels/depth_attention.cuh"
+
+struct DepthShape {
+    int BT, H, Hkv, D, stride, layer;
+};
+
+// One layer's q, k, v as the trainer lays them out: rows of the fused projection (H + 2 Hkv) D.
+struct LayerData {
+    std::vector<float> qkv;
+    floatX* d_qkv = nullptr;
+};
+
+static int qkv_width(const DepthShape& s) { return (s.H + 2 * s.Hkv) * s.D; }
+
+static double forward_bytes(const DepthShape& s, int nc) {
+    double items = (double)s.BT * s.Hkv, G = s.H / s.Hkv;
+    return items * ((G * s.D + 2.0 * nc * s.D + s.D) * sizeof(floatX) + nc * sizeof(float));
+}
+static double backward_bytes(const DepthShape& s, int nc) {
+    double items = (double)s.BT * s.Hkv, G = s.H / s.Hkv;
+    return items * ((s.D + G * s.D + 2.0 * nc * s.D + 2.0 * s.D + 2.0 * G * s.D + s.D) * sizeof(floatX) + (4.0 * (nc - 1) * s.D + nc) * sizeof(float));
+}
+
+// Runs one shape: checks every version against the CPU (check = true) or times them.
+static bool run_shape(const DepthShape& s, bool check, uint64_t seed) {
+    ModelConfig c{};
+    c.n_layer = s.layer + 1;
+    c.n_head = s.H;
+    c.n_kv_head = s.Hkv;
+    c.head_dim = s.D;
+    c.vp.path = VP_DEPTH;
+    c.vp.depth_stride = s.stride;
+    VpDims dims = {c.n_layer, 1, s.BT, s.H, s.Hkv, s.D};
+    int nS = depth_num_sources(c.vp, s.layer), nc = nS + 1, W = qkv_width(s), KV = s.Hkv * s.D;
+    size_t layer_elems = (size_t)s.BT * KV;
+    printf("depth_attention: B*T=%d H=%d Hkv=%d D=%d stride=%d layer=%d |S|=%d (%s)\n", s.BT, s.H, s.Hkv, s.D, s.stride, s.layer, nS, PRECISION_NAME);
+
+    // the layers involved: the anchors below `layer`, then `layer`
+    std::vector<int> layers;
+    for (int n = 0; n < nS; n++) layers.push_back(n * s.stride);
+    layers.push_back(s.layer);
+    std::vector<LayerData> data(layers.size());
+    for (size_t i = 0; i < layers.size(); i++) {
+        data[i].qkv = round_to_floatx(random_normal((size_t)s.BT * W, seed + i));
+        data[i].d_qkv = dev_upload_x(data[i].qkv);
+    }
+    auto own_of = [&](size_t i) {
+        LayerQKV<float> o;
+        o.q = data[i].qkv.data();
+        o.k = o.q + s.H * s.D;
+        o.v = o.k + KV;
+        o.q_rs = o.k_rs = o.v_rs = W;
+        return o;
+    };
+
+    // CPU forward: the anchors in order (their mixed values rounded as the GPU stores them), then the layer
+    VpDepth::State<float> st;
+    VpDepth::init(&st, c, dims);
+    std::vector<floatX*> d_anchor_vmix(nS, nullptr);
+    for (size_t i = 0; i < layers.size(); i++) {
+        int l = layers[i];
+        VpDepth::forward(&st, c, dims, l, own_of(i), (const float*)nullptr);
+        if (l > 0 && l != s.layer) {
+            float* vm = st.v_mixed.data() + (size_t)l * layer_elems;
+            std::vector<float> rounded = round_to_floatx(std::vector<float>(vm, vm + layer_elems));
+            std::copy(rounded.begin(), rounded.end(), vm);
+            d_anchor_vmix[i] = dev_upload_x(rounded);
+        }
+    }
+    const float* vmix_ref_p = st.v_mixed.data() + (size_t)s.layer * layer_elems;
+    std::vector<float> vmix_ref(vmix_ref_p, vmix_ref_p + layer_elems);
+    std::vector<float> alpha_ref(layer_elems / s.D * st.max_cands);
+    const float* alpha_p = st.alpha.data() + (size_t)s.layer * s.BT * s.Hkv * st.max_cands;
+    std::copy(alpha_p, alpha_p + alpha_ref.size(), alpha_ref.begin());
+
+    // CPU backward of the layer: u = dL/dv~ random; dq, dk start random (they are added to), dv at 0
+    std::vector<float> u = round_to_floatx(random_normal(layer_elems, seed + 100));
+    std::vector<float> dq0 = round_to_floatx(random_normal((size_t)s.BT * s.H * s.D, seed + 101));
+    std::vector<float> dk0 = round_to_floatx(random_normal(layer_elems, seed + 102));
+    std::vector<float> acc0 = random_normal((size_t)nS * layer_elems, seed + 103);
+    std::vector<float> dq_ref = dq0, dk_ref = dk0, dv_ref(layer_elems, 0.0f), zeros(layer_elems, 0.0f);
+    VpDepth::backward_begin(&st, c, dims);
+    LayerQKVGrads<float> gr;
+    gr.dq = dq_ref.data();
+    gr.dk = dk_ref.data();
+    gr.dv = dv_ref.data();
+    gr.dq_rs = s.H * s.D;
+    gr.dk_rs = gr.dv_rs = KV;
+    VpDepth::backward(&st, c, dims, s.layer, zeros.data(), u.data(), gr, (const float*)nullptr, (float*)nullptr);
+    // accumulators: anchor 0 overwritten (bit 0), the others added to their initial values
+    std::vector<float> acck_ref((size_t)nS * layer_elems), accv_ref((size_t)nS * layer_elems);
+    for (int n = 0; n < nS; n++)
+        for (size_t e = 0; e < layer_elems; e++) {
+            size_t i = (size_t)n * layer_elems + e;
+            acck_ref[i] = (n == 0 ? 0.0f : acc0[i]) + st.acc_k[i];
+            accv_ref[i] = (n == 0 ? 0.0f : acc0[i]) + st.acc_v[i];
+        }
+
+    // GPU buffers
+    size_t nl = layers.size() - 1;  // the layer's own data
+    floatX *d_vmix = dev_alloc<floatX>(layer_elems), *d_u = dev_upload_x(u), *d_dq = dev_alloc<floatX>(dq0.size()), *d_dk = dev_alloc<floatX>(layer_elems),
+           *d_dv = dev_alloc<floatX>(layer_elems);
+    float *d_alpha = dev_alloc<float>(alpha_ref.size()), *d_acck = dev_alloc<float>(acc0.size()), *d_accv = dev_alloc<float>(acc0.size());
+    gpu::DepthArgs a;
+    a.BT = s.BT, a.H = s.H, a.Hkv = s.Hkv, a.D = s.D;
+    a.q = data[nl].d_qkv, a.k = a.q + s.H * s.D, a.v = a.k + KV;
+    a.q_rs = a.k_rs = a.v_rs = W;
+    a.n_src = nS;
+    for (int n = 0; n < nS; n++) {
+        a.src_k[n] = data[n].d_qkv + s.H * s.D;
+        a.src_v[n] = n == 0 ? data[0].d_qkv + s.H * s.D + KV : d_anchor_vmix[n];
+        a.src_v_rs[n] = n == 0 ? W : KV;
+    }
+    a.alpha = d_alpha, a.alpha_stride = st.max_cands, a.vmix = d_vmix;
+    a.u = d_u, a.dv = d_dv, a.dv_rs = KV, a.dk = d_dk, a.dk_rs = KV, a.dq = d_dq, a.dq_rs = s.H * s.D;
+    a.acc_k = d_acck, a.acc_v = d_accv, a.overwrite_mask = 1;
+
+    auto reset_backward = [&] {
+        std::vector<floatX> tmp(dq0.size());
+        for (size_t i = 0; i < dq0.size(); i++) tmp[i] = (floatX)dq0[i];
+        cudaCheck(cudaMemcpy(d_dq, tmp.data(), tmp.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+        for (size_t i = 0; i < layer_elems; i++) tmp[i] = (floatX)dk0[i];
+        cudaCheck(cudaMemcpy(d_dk, tmp.data(), layer_elems * sizeof(floatX), cudaMemcpyHostToDevice));
+        poison(d_dv, layer_elems);
+        for (float* acc : {d_acck, d_accv}) {
+            cudaCheck(cudaMemcpy(acc, acc0.data(), acc0.size() * sizeof(float), cudaMemcpyHostToDevice));
+            poison(acc, layer_elems);  // anchor 0: overwritten
+        }
+    };
+
+    bool ok = true;
+    for (int v = 1; v <= 2; v++) {
+        gpu::depth_attention_version = v;
+        if (check) {
+            printf(" version %d\n", v);
+            poison(d_vmix, layer_elems);
+            poison(d_alpha, alpha_ref.size());
+            gpu::depth_attention_forward(a, 0);
+            cudaCheck(cudaDeviceSynchronize());
+            ok &= validate_result(d_vmix, vmix_ref, "v~");
+            // alpha: fp32 softmax of fp32 dot products of the same rounded inputs, summed in
+            // another order than the CPU's: a few ulps of the logits, times |logit| <= ~5
+            std::vector<float> got = dev_download(d_alpha, alpha_ref.size());
+            std::vector<float> want = alpha_ref;
+            for (size_t i = 0; i < want.size(); i++)
+                if ((int)(i % st.max_cands) >= nc) got[i] = want[i] = 0.0f;  // columns past nc are not written
+            float* d_tmp = dev_upload(got);
+            ok &= validate_result(d_tmp, want, "alpha", 1e-4f, 1e-6f);
+            cudaCheck(cudaFree(d_tmp));
+            reset_backward();
+            gpu::depth_attention_backward(a, 0);
+            cudaCheck(cudaDeviceSynchronize());
+            ok &= validate_result(d_dv, dv_ref, "dv");
+            ok &= validate_result(d_dk, dk_ref, "dk");
+            ok &= validate_result(d_dq, dq_ref, "dq");
+            // the accumulators are fp32 sums of a few fp32 products of floatX inputs
+            ok &= validate_result(d_acck, acck_ref, "acc_k", 1e-4f, 1e-5f);
+            ok &= validate_result(d_accv, accv_ref, "acc_v", 1e-4f, 1e-5f);
+        } else {
+            float fwd = benchmark_kernel(20, [&] { gpu::depth_attention_forward(a, 0); });
+            reset_backward();
+            float bwd = benchmark_kernel(20, [&] { gpu::depth_attention_backward(a, 0); });
+            printf("  version %d: forward %.4f ms, %.0f GB/s; backward %.4f ms, %.0f GB/s\n", v, fwd, forward_bytes(s, nc) / fwd / 1e6, bwd,
+                   backward_bytes(s, nc) / bwd / 1e6);
+        }
+    }
+    gpu::depth_attention_version = 2;
+    for (auto& dl : data) cudaCheck(cudaFree(dl.d_qkv));
+    for (floatX* p : d_anchor_vmix)
+        if (p) cudaCheck(cudaFree(p));
+    for (void* p : {(void*)d_vmix, (void*)d_u, (void*)d_dq, (void*)d_dk, (void*)d_dv, (void*)d_alpha, (void*)d_acck, (void*)d_accv}) cudaCheck(cudaFree(p));
+    return ok;
+}
+
+int main(int argc, char** argv) {
+    if (!lab_has_device()) return 0;
+    bool check_only = lab_flag(argc, argv, "--check");
+    bool ok = true;
+    ok &= run_shape({600, 12, 12, 64, 6, 7}, true, 1);
+    ok &= run_shape({333, 8, 2, 128, 2, 5}, true, 2);
+    ok &= run_shape({257, 4, 4, 16, 1, 6}, true, 3);
+    if (ok && !check_only) run_shape({65536, 12, 12, 64, 6, 7}, false, 4);
+    printf(ok ? "All results match.\n" : "MISMATCH\n");
+    return ok ? 0 : 1;
+}
