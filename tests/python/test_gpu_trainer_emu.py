@@ -104,13 +104,30 @@ def test_mfu_in_the_step_lines(tmp_path, data):
     assert p.returncode == 2 and "VP_PEAK_TFLOPS='fast' is not a number from 0 to 1e+06" in p.stderr
 
 
-def test_recompute_levels_give_identical_losses(tmp_path, data):
+GPT2_MODEL = ["--arch", "gpt2", "--layers", "2", "--heads", "2", "--dim", "32", "--vocab", "64", "--max-seq", "16", "--seq-len", "16"]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_recompute_levels_give_identical_losses(tmp_path, data, arch):
+    """--recompute 0, 1 and 2 give identical losses (bf16), with one exception: GPT-2's --recompute 0
+    computes GELU in the fc GEMM's epilogue from the fp32 pre-activation (train_gpt.cu,
+    VP_GELU_FORWARD_FUSION), which the recomputing levels cannot reproduce from the stored bf16
+    one. There levels 1 and 2 must agree, and level 0's losses must differ from theirs (the
+    epilogue is in use) by no more than a bf16 rounding (2^-8 relative); test_gpt compares all
+    three levels bit for bit with the fusion off."""
     runs = []
     for level in ["0", "1", "2"]:
         out = tmp_path / f"r{level}"
-        run(emu_trainer("bf16"), common(data, 3) + ["--out-dir", out, "--recompute", level], expect=0)
+        args = common(data, 3) if arch == "llama" else GPT2_MODEL + common(data, 3)[len(MODEL):]
+        run(emu_trainer("bf16"), args + ["--out-dir", out, "--recompute", level], expect=0)
         runs.append(train_losses(out))
-    assert runs[0] == runs[1] == runs[2]
+    assert len(runs[1]) == 3 and runs[1] == runs[2]
+    if arch == "llama":
+        assert runs[0] == runs[1]
+    else:
+        assert runs[0] != runs[1]
+        for (s0, l0), (s1, l1) in zip(runs[0], runs[1]):
+            assert s0 == s1 and abs(l0 - l1) <= 2**-8 * abs(l1), (s0, l0, l1)
 
 
 def test_host_reads_device_results_only_after_waiting(tmp_path, data):
