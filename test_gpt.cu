@@ -549,7 +549,7 @@ TEST(attention_head_ranges) {
         CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions %d and 4 differs", version);
         CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions %d and 4 differs", version);
     }
-    // forward versions 2 and 5 (32 rows per warp) against the trainer's (4, or 5 with VP_ATT_FWD_VERSION=5)
+    // forward versions 2 and 5 (32 rows per warp) against the trainer's (4)
     for (int version : {2, 5}) {
         gpu::AttentionArgs other = full;
         other.out = out, other.lse = lse;

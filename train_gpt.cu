@@ -83,7 +83,8 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 // The forward's GELU in the fc GEMM's epilogue (cuBLASLt GELU_AUX_BIAS, writing both the
 // pre-activation for the backward and the GELU for fcproj), BF16 build, --recompute 0: on an H200
 // (2026-11-27, dev/results/2026-11-27-h200.md) the build with it ran 0.983x the step time of the
-// build with the GEMM plus gelu_forward_kernel2 (3.3 ms a step), alternating in one call. The
+// build with the GEMM plus gelu_forward_kernel2 (3.3 ms a step), alternating in one call; in the
+// next call the unfused build ran 1.010x this one's (-h200-2.md). The
 // epilogue applies GELU to the fp32 pre-activation; --recompute 1 and 2 recompute GELU from the
 // stored bf16 one with our kernel, so they run the unfused forward too (the backward must see
 // what the forward used), and --recompute 0 then differs from them by that rounding.

@@ -173,7 +173,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--zero",        FLAG_INT,    RC_FIELD(zero),        "0",     "data parallel under mpirun: 0 = every rank keeps the whole AdamW state, 1 = ZeRO-1 (sharded over the ranks)"},
     {"--overlap-reduce",FLAG_INT,  RC_FIELD(overlap_reduce),"1",   "GPU data parallel: 1 = sum each layer's gradients over the ranks during the backward; 0 = after it (identical results; to measure the overlap)"},
     // memory
-    {"--recompute",   FLAG_INT,    RC_FIELD(recompute),   "0",     "GPU build: 0 = keep every activation; 1 = recompute GELU/SwiGLU in backward; 2 = also the norms (least memory, identical results; the CPU build ignores it)"},
+    {"--recompute",   FLAG_INT,    RC_FIELD(recompute),   "0",     "GPU build: 0 = keep every activation; 1 = recompute GELU/SwiGLU in backward; 2 = also the norms (least memory; 1 and 2 give identical results, and 0's too except GPT-2 in bf16, whose GELU at 0 is the GEMM epilogue's; the CPU build ignores it)"},
     };
 #undef RC_FIELD
 }

@@ -32,7 +32,10 @@
 //     The BF16 build's (attention_tc_version, below).
 //   version 5 (forward only, tensor cores, bf16): version 4 with 32 query rows per warp (two
 //     m-tiles, 128 rows per block), so each K/V fragment read from shared memory feeds two mma.
-//     Bit-identical to version 4. Not yet timed on a GPU: VP_ATT_FWD_VERSION (below) selects it.
+//     Bit-identical to version 4, and not faster: on an H200 (2026-11-27) its lab at B=8, T=1024
+//     took 0.130 ms against version 4's 0.120, and a whole step built with it ran 0.995x and 1.003x
+//     the default's in two calls (dev/results/2026-11-27-h200*.md): the two m-tiles' registers
+//     (229 at D = 64) leave 2 blocks of 4 warps per SM against version 4's 4. Kept for the lab.
 // Backward, both versions: three kernels: delta = rowsum(dO * O); dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
 // fixed order (the group sum is deterministic, no atomics); dQ with one block per (b, query head,
@@ -1298,20 +1301,12 @@ inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { a
 // this changes only speed; dev/cuda/bench_gpt.cu's --attention-version sets it, so that one GPU
 // call times whole training steps both ways.
 inline int attention_tc_version = 4;
-// Which forward version 4 means: 4, or 5 (32 query rows per warp, the same bits) with
-// -DVP_ATT_FWD_VERSION=5, the build variant att_fwd5 of dev/bench_variants.list. Version 5 is
-// written but not yet timed on a GPU, so 4 stays the default until a measurement says otherwise.
-#ifndef VP_ATT_FWD_VERSION
-#define VP_ATT_FWD_VERSION 4
-#endif
-static_assert(VP_ATT_FWD_VERSION == 4 || VP_ATT_FWD_VERSION == 5, "VP_ATT_FWD_VERSION: 4 or 5");
-
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
 // Forward: reads q, k, v; writes out and lse. Backward: reads q, k, v, out, lse, dout; writes
 // delta (scratch), dq, and dk/dv (or adds into them with accumulate_dkv).
 inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    if (attention_tc_version == 4) (VP_ATT_FWD_VERSION == 5 ? attention_forward5 : attention_forward4)(a, stream);
+    if (attention_tc_version == 4) attention_forward4(a, stream);
     else attention_forward2(a, stream);
 #else
     attention_forward1(a, stream);

@@ -33,7 +33,9 @@ version 4: version 2 with two K/V buffers: the next tile's K and V are started a
 version 5: version 4 with 32 query rows per warp (two m-tiles of 16; 128 rows per block, warp w
   owning rows 16w.. and 64 + 16w..), so each K and V fragment loaded from shared memory by
   ldmatrix feeds two mma instead of one; at D = 128 it runs version 4 (the two m-tiles' registers
-  would spill). Bit-identical to version 2 (checked below). Not yet timed on a GPU.
+  would spill). Bit-identical to version 2 (checked below). Not faster on an H200 (2026-11-27):
+  0.130 against version 4's 0.120 ms at B=8 here, and 0.995x, 1.003x a whole step; its 229
+  registers at D = 64 leave 2 blocks per SM (version 4: 127, 4 blocks).
   Not yet done: one block per GQA group sharing K/V loads, Hopper wgmma + TMA.
 */
 #include "dev/cuda/common.h"
