@@ -81,10 +81,12 @@ GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) $(GPU_BUI
 	$(addprefix $(GPU_BUILD)/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p)) \
 	$(VARIANT_BINS)
 
-.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants
+.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants print-dev-cuda-labs
 
 print-gpu-paths:
 	@echo $(GPU_VALUE_PATHS)
+print-dev-cuda-labs:
+	@echo $(DEV_CUDA_LABS)
 print-bench-variants:
 	@echo $(BENCH_VARIANTS)
 

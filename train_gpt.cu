@@ -879,6 +879,15 @@ inline void norm_forward(GpuModel* m, floatX* out, float* mean, float* rstd, con
     else rmsnorm_forward(out, rstd, inp, w, N, c.n_embd, c.norm_eps, m->stream);
 }
 
+// The MLP's activation of the family from the stored pre-activation: fch_act = GELU(fch) (GPT-2)
+// or SwiGLU([gate | up] of fch) (Llama), N rows. The forward and --recompute's backward both call
+// it, so a recomputed activation is the forward's to the bit.
+inline void mlp_activation_forward(GpuModel* m, const LayerActs& la, int N) {
+    const ModelConfig& c = m->config;
+    if (c.arch == ARCH_GPT2) gelu_forward(la.fch_act, la.fch, (size_t)N * c.ffn_dim, m->stream);
+    else swiglu_forward(la.fch_act, la.fch, N, c.ffn_dim, m->stream);
+}
+
 // dinp_bias_grad (GPT-2 only, or NULL): += the column sums of the updated dinp, which is the bias
 // gradient of the projection (attproj, fcproj) whose output gradient dinp then is
 inline void norm_backward(GpuModel* m, floatX* dinp, float* dw, float* db, float* dinp_bias_grad, const floatX* dout, const floatX* inp, const floatX* w,
@@ -942,8 +951,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
             matmul_forward_gelu(la.fch_act, la.fch, la.ln2, lp.fc_w, lp.fc_b, BT, C, FW, C, st);
         } else {
             matmul_forward(la.fch, la.ln2, lp.fc_w, lp.fc_b, nullptr, BT, C, FW, C, FW, st);
-            if (gpt2) gelu_forward(la.fch_act, la.fch, (size_t)BT * F, st);
-            else swiglu_forward(la.fch_act, la.fch, BT, F, st);
+            mlp_activation_forward(m, la, BT);
         }
         matmul_forward(la.res_mlp, la.fch_act, lp.fcproj_w, lp.fcproj_b, la.res_att, BT, F, C, F, C, st);  // + res_att: residual fused
     }
@@ -1021,10 +1029,7 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
 
         // MLP block backward (recompute first what --recompute dropped: same kernels, same bits)
         if (m->options.recompute >= 2) norm_forward(m, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_att, lp.ln2_w, lp.ln2_b, BT);
-        if (m->options.recompute >= 1) {
-            if (gpt2) gelu_forward(la.fch_act, la.fch, (size_t)BT * F, st);
-            else swiglu_forward(la.fch_act, la.fch, BT, F, st);
-        }
+        if (m->options.recompute >= 1) mlp_activation_forward(m, la, BT);
         // GPT-2 with VP_GELU_FUSION: GELU's backward in the fcproj input-gradient GEMM's epilogue
         // (writes dfch directly), and the fc bias gradient from the fc backward's bias pass over
         // dfch. Otherwise a separate pass: GELU's (the fc bias gradient summed inside it) or SwiGLU's.

@@ -208,7 +208,7 @@ GPU_PATHS=$(make -s print-gpu-paths 2>/dev/null)
 GPU_PATHS=${GPU_PATHS:-vanilla}
 GPU_PATHS=${ONLY_PATHS:-$GPU_PATHS}
 [ "${SKIP_TESTS:-0}" = 1 ] && TEST_PATHS="" || TEST_PATHS="$GPU_PATHS"
-LABS="attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention"
+LABS=$(make -s print-dev-cuda-labs 2>/dev/null)  # gpu.mk's DEV_CUDA_LABS: one list of the labs
 MEMORY_LABS=${MEMORY_LABS:-classifier layernorm rmsnorm gelu depth_attention}
 
 # 1. build. A bundle of binaries built off the device (dev/device_bundle.sh) is used only if it

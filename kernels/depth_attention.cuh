@@ -209,7 +209,6 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
         }
 }
 
-
 // ----------------------------------------------------------------------------
 // version 2: LPI lanes per (position, KV head) item, 16-byte words
 
