@@ -58,11 +58,14 @@ prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
 DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention
-# build variants of the vanilla benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
-# decides), timed against the plain build by dev/device_check.sh: build/variants/<name>/bench_gpt_vanilla
+# build variants of a path's benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
+# decides | value path, vanilla if left out), timed against that path's plain build by
+# dev/device_check.sh: build/variants/<name>/bench_gpt
 BENCH_VARIANTS := $(shell awk -F'|' '/^[a-z]/ { gsub(/ /, "", $$1); print $$1 }' dev/bench_variants.list)
-variant_flags = $(shell awk -F'|' -v name=$(1) '/^[a-z]/ { n = $$1; gsub(/ /, "", n); if (n == name) print $$2 }' dev/bench_variants.list)
-VARIANT_BINS := $(foreach v,$(BENCH_VARIANTS),$(GPU_BUILD)/variants/$(v)/bench_gpt_vanilla)
+variant_field = $(shell awk -F'|' -v name=$(1) -v f=$(2) '/^[a-z]/ { n = $$1; gsub(/ /, "", n); if (n == name) print $$f }' dev/bench_variants.list)
+variant_flags = $(call variant_field,$(1),2)
+variant_path = $(or $(strip $(call variant_field,$(1),4)),vanilla)
+VARIANT_BINS := $(foreach v,$(BENCH_VARIANTS),$(GPU_BUILD)/variants/$(v)/bench_gpt)
 TEST_GPT_BINS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/tests/test_gpt_gpu_$(p)_bf16 $(GPU_BUILD)/tests/test_gpt_gpu_$(p)_fp32)
 GPU_TRAINERS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/$(p)/train_bf16 $(GPU_BUILD)/$(p)/train_fp32)
 
@@ -81,7 +84,7 @@ GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) $(GPU_BUI
 	$(addprefix $(GPU_BUILD)/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p)) \
 	$(VARIANT_BINS)
 
-.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants print-dev-cuda-labs
+.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants print-bench-variant-path print-dev-cuda-labs
 
 print-gpu-paths:
 	@echo $(GPU_VALUE_PATHS)
@@ -89,6 +92,8 @@ print-dev-cuda-labs:
 	@echo $(DEV_CUDA_LABS)
 print-bench-variants:
 	@echo $(BENCH_VARIANTS)
+print-bench-variant-path:  # VARIANT=<name>: the value path it builds
+	@echo $(call variant_path,$(VARIANT))
 
 ifeq ($(NVCC),)
 # ---------------------------------------------------------------------------
@@ -194,10 +199,10 @@ $(GPU_BUILD)/dev/cuda/bf16/bench_gpt_%: dev/cuda/bench_gpt.cu dev/cuda/common.h 
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
 
-# build/variants/<name>/bench_gpt_vanilla: the vanilla benchmark with a variant's flags (BENCH_VARIANTS)
-$(GPU_BUILD)/variants/%/bench_gpt_vanilla: dev/cuda/bench_gpt.cu dev/cuda/common.h dev/bench_variants.list $(GPU_SOURCES) $(CPU_SOURCES)
+# build/variants/<name>/bench_gpt: its path's benchmark with a variant's flags (BENCH_VARIANTS)
+$(GPU_BUILD)/variants/%/bench_gpt: dev/cuda/bench_gpt.cu dev/cuda/common.h dev/bench_variants.list $(GPU_SOURCES) $(CPU_SOURCES)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVALUE_PATH_ID=VP_VANILLA $(call variant_flags,$*) $< $(CUDA_LIBS) -o $@
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$(call variant_path,$*)) $(call variant_flags,$*) $< $(CUDA_LIBS) -o $@
 
 # GPT-2 124M, B=64, T=1024, bf16: every value path, then PyTorch (torch.compile + SDPA flash), on
 # the same device in the same call; prints the PyTorch ratio and each path's ratio to vanilla.

@@ -69,7 +69,16 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/qknorm.cuh"       // defines: qknorm_forward, qknorm_backward
 #include "kernels/rope.cuh"         // defines: rope_forward, rope_backward
 #include "kernels/attention.cuh"    // defines: AttentionArgs, KVGradRoute, attention_forward, attention_backward (flash, GQA, value-path reads and routes)
-#include "kernels/depth_attention.cuh"  // defines: DepthArgs, depth_attention_forward, depth_attention_backward
+#include "kernels/depth_attention.cuh"  // defines: DepthArgs, depth_attention_forward, depth_attention_backward, depth_anchor_gather
+// Depth-Attention's anchor gradients are deferred: each reader layer's depth backward keeps its
+// de_n (fp32, alpha's size) and its u = dL/dv~ (in its own v~ slot, which nothing reads after its
+// attention backward), and one pass at each anchor (depth_anchor_gather) sums alpha_n u and
+// de_n q_bar / sqrt(D) over the readers, in the same order and fp32 operations as adding them into
+// the anchors' accumulators at every reader (bit-identical to it in dev/cuda/depth_attention.cu).
+// That way read and wrote two fp32 accumulators per anchor at every reader (4 |S(l)| D fp32 words
+// a position, most of the depth backward's bytes) and kept a pair per anchor; on an H100
+// (2026-11-27, dev/results/2026-11-27-h100.md) a build of it (variant depth_accumulate) ran 1.013x
+// this one's step time, alternating in one call.
 #include "kernels/gelu.cuh"         // defines: gelu_forward, gelu_backward_bias (fc bias gradient fused)
 // GPT-2's MLP backward: GELU's backward in the fcproj GEMM's epilogue (cuBLASLt DGELU) in the BF16
 // build. On an H100 (2026-11-26, dev/results/2026-11-26-h100-4.md) the separate pass with the fc
@@ -174,8 +183,10 @@ struct BackwardScratch {
 //   ResFormer, SVFormer: acc_v (1, BT, KV): dL/dv^0 from layers >= 1 (dV0acc)
 //   ResFormer fixed, GPT-2: v_bias_scaled (KV): (1 - lambda) b_v of the current layer
 //   SLA: acc_k, acc_v (L - n_l, BT, KV): per source layer j, what its reader j + n_l sent back
-//   Depth: acc_k, acc_v (num anchors, BT, KV); vmix (L-1, BT, KV) v~ of layers 1..L-1; alpha
-//          (L-1, BT, Hkv, max candidates); dv_att (BT, KV) the core's dL/dv~ of the current layer
+//   Depth: acc_k, acc_v (1, BT, KV): the anchor being processed, summed from its readers; vmix
+//          (L-1, BT, KV) v~ of layers 1..L-1, in backward each layer's u once its attention
+//          backward is done; alpha and depth_de (L-1, BT, Hkv, max candidates) the depth softmax's
+//          weights and their gradients de; dv_att (BT, KV) the core's dL/dv~ of the current layer
 //   ResFormer learn: dlambda_partial, one float per dK/dV block of the attention backward
 // Accumulators are fp32 whatever the precision: a source's gradient sums up to L-1 layers.
 struct ValuePathBuffers {
@@ -183,6 +194,7 @@ struct ValuePathBuffers {
     float* acc_v;
     floatX* vmix;
     float* alpha;
+    float* depth_de;
     floatX* dv_att;
     float* dlambda_partial;
     floatX* v_bias_scaled;
@@ -236,6 +248,7 @@ inline int depth_num_anchors(const ModelConfig& c) { return CEIL_DIV(c.n_layer, 
 inline bool depth_is_anchor(const ModelConfig& c, int l) { return l % c.vp.depth_stride == 0; }
 inline int depth_num_sources(const ModelConfig& c, int l) { return ::depth_num_sources(c.vp, l); }  // |S(l)|
 inline int depth_max_cands(const ModelConfig& c) { return depth_num_sources(c, c.n_layer - 1) + 1; }
+inline bool depth_anchor_has_readers(const ModelConfig& c, int l) { return depth_is_anchor(c, l) && l < c.n_layer - 1; }  // every layer above reads it
 // SLA: skip layers and the first skip KV head (cpu/vp_sla.h)
 inline bool sla_is_skip_layer(const ModelConfig& c, int l) { return c.vp.sla_heads > 0 && l >= c.vp.sla_layers; }
 inline int sla_first_skip_kv_head(const ModelConfig& c) { return c.n_kv_head - c.vp.sla_heads / (c.n_head / c.n_kv_head); }
@@ -252,7 +265,7 @@ inline int vp_num_accumulators(const ModelConfig& c) {
         case VP_RESFORMER:
         case VP_SVFORMER: return c.n_layer > 1 ? 1 : 0;
         case VP_SLA: return c.vp.sla_heads > 0 ? std::max(0, c.n_layer - c.vp.sla_layers) : 0;
-        case VP_DEPTH: return depth_num_anchors(c);
+        case VP_DEPTH: return c.n_layer > 1 ? 1 : 0;  // the anchor being processed
         default: return 0;
     }
 }
@@ -266,6 +279,7 @@ inline std::vector<TensorSpec> value_path_plan(ValuePathBuffers& v, const ModelC
             TENSOR(v.acc_v, nacc * BT * KV),
             TENSOR(v.vmix, depth ? (L - 1) * BT * KV : 0),
             TENSOR(v.alpha, depth ? (L - 1) * BT * c.n_kv_head * depth_max_cands(c) : 0),
+            TENSOR(v.depth_de, depth ? (L - 1) * BT * c.n_kv_head * depth_max_cands(c) : 0),
             TENSOR(v.dv_att, depth ? BT * KV : 0),
             TENSOR(v.dlambda_partial, learn ? attention_dkdv_blocks(B, T, c.n_kv_head, c.head_dim) : 0),
             TENSOR(v.v_bias_scaled, path == VP_RESFORMER && !learn && c.arch == ARCH_GPT2 ? KV : 0)};
@@ -640,9 +654,9 @@ inline OwnQKV own_qkv_grads(GpuModel* m) { return qkv_slots(m->config, m->scratc
 
 inline size_t kv_layer_elems(GpuModel* m) { return (size_t)m->B * m->T * m->config.n_kv_head * m->config.head_dim; }
 inline floatX* depth_vmix(GpuModel* m, int l) { return m->vpb.vmix + (size_t)(l - 1) * kv_layer_elems(m); }  // l >= 1
-inline float* depth_alpha(GpuModel* m, int l) {
-    return m->vpb.alpha + (size_t)(l - 1) * m->B * m->T * m->config.n_kv_head * depth_max_cands(m->config);
-}
+inline size_t depth_alpha_layer_elems(GpuModel* m) { return (size_t)m->B * m->T * m->config.n_kv_head * depth_max_cands(m->config); }
+inline float* depth_alpha(GpuModel* m, int l) { return m->vpb.alpha + (size_t)(l - 1) * depth_alpha_layer_elems(m); }
+inline float* depth_de(GpuModel* m, int l) { return m->vpb.depth_de + (size_t)(l - 1) * depth_alpha_layer_elems(m); }
 
 // Which q, K, V layer l's attention reads.
 inline AttentionArgs attention_forward_args(GpuModel* m, int l) {
@@ -764,10 +778,11 @@ inline AttentionArgs attention_backward_args(GpuModel* m, int l) {
             break;
         }
         case VP_DEPTH: {
-            int a = l / c.vp.depth_stride;
-            if (depth_is_anchor(c, l) && written(a)) {  // step 1: what readers sent, before the depth backward
-                aa.dk_route.add = vb.acc_k + a * layer;
-                aa.dv_route.add = vb.acc_v + a * layer;
+            if (depth_anchor_has_readers(c, l)) {
+                // step 1: what its readers sent (value_path_before_attention_backward summed it
+                // into the pair), before the depth backward
+                aa.dk_route.add = vb.acc_k;
+                aa.dv_route.add = vb.acc_v;
             }
             if (l > 0) {  // the core's dL/dv~ (+ A_v) goes to scratch; the depth backward splits it
                 aa.dv = vb.dv_att;
@@ -813,13 +828,48 @@ inline void value_path_after_forward_qkv(GpuModel* m, int l) {
     if (m->config.vp.path == VP_DEPTH && l > 0) depth_attention_forward(depth_args(m, l), m->stream);
 }
 
-// Which accumulators layer l's backward contributes to (its attention's routes and, for Depth,
-// its depth backward): after it, they hold a contribution, so later writers add (+=).
-// Returns, for Depth, the overwrite mask of the anchors (bit n: first contribution to anchor n).
-inline unsigned long long value_path_record_writes(GpuModel* m, int l) {
+// Depth: the readers of anchor l (every layer above it), in descending order (the order of the
+// CPU reference's sums), each with what its depth backward kept (depth_backward_args)
+inline std::vector<DepthReader> depth_anchor_readers(GpuModel* m, int l) {
+    std::vector<DepthReader> readers;
+    for (int reader = m->config.n_layer - 1; reader > l; reader--) {
+        DepthReader r;
+        r.u = depth_vmix(m, reader);
+        r.q = own_qkv(m, reader).q;
+        r.alpha = depth_alpha(m, reader);
+        r.de = depth_de(m, reader);
+        readers.push_back(r);
+    }
+    return readers;
+}
+
+// Depth, before anchor l's attention backward: its accumulator pair, summed from its readers
+inline DepthGatherArgs depth_gather_args(GpuModel* m, int l) {
+    const ModelConfig& c = m->config;
+    DepthGatherArgs ga;
+    ga.BT = m->B * m->T;
+    ga.H = c.n_head;
+    ga.Hkv = c.n_kv_head;
+    ga.D = c.head_dim;
+    ga.n = l / c.vp.depth_stride;
+    ga.q_rs = own_qkv(m, l).qk_rs;
+    ga.alpha_stride = depth_max_cands(c);
+    ga.acc_k = m->vpb.acc_k;
+    ga.acc_v = m->vpb.acc_v;
+    return ga;
+}
+
+// Before layer l's attention backward. Depth: at an anchor with readers, the sums of what they kept
+inline void value_path_before_attention_backward(GpuModel* m, int l) {
+    if (m->config.vp.path == VP_DEPTH && depth_anchor_has_readers(m->config, l))
+        depth_anchor_gather(depth_gather_args(m, l), depth_anchor_readers(m, l), m->stream);
+}
+
+// Which accumulators layer l's attention routes contribute to: after it, they hold a
+// contribution, so later writers add (+=). (Depth's readers write none: they keep their terms.)
+inline void value_path_record_writes(GpuModel* m, int l) {
     const ModelConfig& c = m->config;
     std::vector<char>& written = m->acc_written;
-    unsigned long long first = 0;
     switch (c.vp.path) {
         case VP_RESFORMER:
         case VP_SVFORMER:
@@ -828,21 +878,32 @@ inline unsigned long long value_path_record_writes(GpuModel* m, int l) {
         case VP_SLA:
             if (sla_is_skip_layer(c, l)) written[l - c.vp.sla_layers] = 1;
             break;
-        case VP_DEPTH:
-            for (int n = 0; n < depth_num_sources(c, l); n++) {
-                if (!written[n]) first |= 1ull << n;
-                written[n] = 1;
-            }
-            break;
     }
-    return first;
 }
 
-// After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq, anchors'
-// accumulators), ResFormer's dlambda_l; and the bookkeeping of the accumulators.
+// Depth: layer l's depth backward (l >= 1): u from the core's dL/dv~ (+ A_v at an anchor), its
+// own gradients' slots, and where it keeps de and u for its anchors' gathers (depth_anchor_readers
+// reads the same slots)
+inline DepthArgs depth_backward_args(GpuModel* m, int l) {
+    DepthArgs d = depth_args(m, l);
+    OwnQKV g = own_qkv_grads(m);
+    d.u = m->vpb.dv_att;
+    d.dv = g.v;
+    d.dv_rs = g.v_rs;
+    d.dk = g.k;
+    d.dk_rs = g.qk_rs;
+    d.dq = g.q;
+    d.dq_rs = g.qk_rs;
+    d.de = depth_de(m, l);
+    d.u_keep = depth_vmix(m, l);  // v~^l: the attention backward, its last reader, is done
+    return d;
+}
+
+// After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq; de and u kept),
+// ResFormer's dlambda_l; and the bookkeeping of the accumulators.
 inline void value_path_after_attention_backward(GpuModel* m, int l) {
     const ModelConfig& c = m->config;
-    unsigned long long first = value_path_record_writes(m, l);
+    value_path_record_writes(m, l);
     switch (c.vp.path) {
         case VP_RESFORMER:
             if (l > 0 && c.vp.resformer_learn) {
@@ -853,21 +914,7 @@ inline void value_path_after_attention_backward(GpuModel* m, int l) {
             }
             break;
         case VP_DEPTH:
-            if (l > 0) {
-                DepthArgs d = depth_args(m, l);
-                OwnQKV g = own_qkv_grads(m);
-                d.u = m->vpb.dv_att;
-                d.dv = g.v;
-                d.dv_rs = g.v_rs;
-                d.dk = g.k;
-                d.dk_rs = g.qk_rs;
-                d.dq = g.q;
-                d.dq_rs = g.qk_rs;
-                d.acc_k = m->vpb.acc_k;
-                d.acc_v = m->vpb.acc_v;
-                d.overwrite_mask = first;
-                depth_attention_backward(d, m->stream);
-            }
+            if (l > 0) depth_attention_backward(depth_backward_args(m, l), m->stream);
             break;
     }
 }
@@ -1045,6 +1092,7 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
 
         // attention block backward
         matmul_backward(s.datty, lg.attproj_w, nullptr, s.dresidual, la.atty, lp.attproj_w, s.partial, BT, H * D, C, C, false, 1.0f, st);
+        value_path_before_attention_backward(m, l);
         attention_backward(attention_backward_args(m, l), st);
         value_path_after_attention_backward(m, l);
         if (!gpt2) {

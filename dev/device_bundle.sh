@@ -39,8 +39,8 @@ for p in $PATHS; do
     TARGETS+=("build/tests/test_gpt_gpu_${p}_bf16" "build/tests/test_gpt_gpu_${p}_fp32" "build/dev/cuda/bf16/bench_gpt_$p")
 done
 for lab in $(make -s print-dev-cuda-labs 2>/dev/null); do TARGETS+=("build/dev/cuda/bf16/$lab"); done
-# the build variants that device_check.sh times against the plain vanilla benchmark (dev/bench_variants.list)
-for v in $(make -s print-bench-variants 2>/dev/null); do TARGETS+=("build/variants/$v/bench_gpt_vanilla"); done
+# the build variants that device_check.sh times against their path's plain benchmark (dev/bench_variants.list)
+for v in $(make -s print-bench-variants 2>/dev/null); do TARGETS+=("build/variants/$v/bench_gpt"); done
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -16,7 +16,7 @@
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
-#      then each build variant of dev/bench_variants.list against the plain vanilla build, alternating
+#      then each build variant of dev/bench_variants.list against its path's plain build, alternating
 #   5. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
 #      --resume continues bit-exactly, and ./train_cpu resumes a checkpoint written by ./train
 #   6. data parallel (MPI + NCCL build; Open MPI from the bundle where the machine has none, NCCL
@@ -238,7 +238,8 @@ for path in $TEST_PATHS; do BUILD_TARGETS+=("$GB/tests/test_gpt_gpu_${path}_bf16
 { [ "${SKIP_CLI:-0}" != 1 ] || [ "${SKIP_DIST:-0}" != 1 ]; } && BUILD_TARGETS+=($GB/vanilla/train_bf16)
 bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
 VARIANTS=$(make -s print-bench-variants 2>/dev/null)
-bench_part variants && for v in $VARIANTS; do BUILD_TARGETS+=("$GB/variants/$v/bench_gpt_vanilla" "$GB/dev/cuda/bf16/bench_gpt_vanilla"); done
+variant_path() { make -s print-bench-variant-path VARIANT="$1" 2>/dev/null || echo vanilla; }
+bench_part variants && for v in $VARIANTS; do BUILD_TARGETS+=("$GB/variants/$v/bench_gpt" "$GB/dev/cuda/bf16/bench_gpt_$(variant_path "$v")"); done
 bench_part attention && BUILD_TARGETS+=($GB/dev/cuda/bf16/attention_forward $GB/dev/cuda/bf16/attention_backward $GB/dev/cuda/bf16/bench_gpt_vanilla)
 bench_part memory && for lab in $MEMORY_LABS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/$lab"); done
 bench_part profile && for path in $PROFILE_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
@@ -329,7 +330,7 @@ if [ "${SKIP_LABS:-0}" != 1 ]; then
     for lab in $LABS; do
         unit_begin "lab $lab --check" || continue
         if [ -x $GB/dev/cuda/bf16/$lab ]; then
-            run_step "lab $lab --check" 90 "$OUT_DIR/labs.log" ./$GB/dev/cuda/bf16/$lab --check
+            run_step "lab $lab --check" 90 "$OUT_DIR/labs.log" $GB/dev/cuda/bf16/$lab --check
             rc=$?
             if tail -3 "$OUT_DIR/labs.log" | grep -q "skipped: no CUDA device"; then row "lab $lab --check (bf16)" "skipped: no CUDA device"
             else row "lab $lab --check (bf16)" "$([ $rc -eq 0 ] && echo 'ok: all versions match the CPU' || verdict $rc)"; fi
@@ -371,13 +372,14 @@ if bench_part bench && unit_begin bench; then
     unit_end bench
 fi
 
-# 4b. each build variant of dev/bench_variants.list against the plain vanilla benchmark, on this
+# 4b. each build variant of dev/bench_variants.list against its path's plain benchmark, on this
 # machine, alternating (variant, plain, variant, plain): a compile-time choice decided by a
 # measurement that shares the machine's state. The runs' logs go to bench.txt.
 if bench_part variants; then
-    PLAIN=$GB/dev/cuda/bf16/bench_gpt_vanilla
     for v in $VARIANTS; do
-        VBIN=$GB/variants/$v/bench_gpt_vanilla
+        vpath=$(variant_path "$v")
+        PLAIN=$GB/dev/cuda/bf16/bench_gpt_$vpath
+        VBIN=$GB/variants/$v/bench_gpt
         unit_begin "variant_$v" || continue
         if [ -x "$VBIN" ] && [ -x "$PLAIN" ]; then
             ms_v=() ms_p=() vrc=0
@@ -395,7 +397,7 @@ if bench_part variants; then
                 done
             done
             if [ $vrc = 0 ]; then
-                row "variant $v (vanilla, B=64 T=1024)" "$(awk -v a="${ms_v[*]}" -v b="${ms_p[*]}" 'BEGIN {
+                row "variant $v ($vpath, B=64 T=1024)" "$(awk -v a="${ms_v[*]}" -v b="${ms_p[*]}" 'BEGIN {
                     split(a, x, " "); split(b, y, " ");
                     printf "%s and %s ms/step against the plain build'"'"'s %s and %s (mean ratio %.3f)", x[1], x[2], y[1], y[2], (x[1] + x[2]) / (y[1] + y[2]) }')"
             else
@@ -419,8 +421,8 @@ if [ "${SKIP_CLI:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin cli;
         --seed 7
         --train-data "$W/synth_train_*.bin" --checkpoint-every 10)
     ok=1
-    run_step "train run A" 60 "$CLI" ./$GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/a" || ok=0
-    run_step "train run B" 60 "$CLI" ./$GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/b" || ok=0
+    run_step "train run A" 60 "$CLI" $GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/a" || ok=0
+    run_step "train run B" 60 "$CLI" $GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/b" || ok=0
     if [ $ok = 1 ] && [ "$(losses "$W/a")" = "$(losses "$W/b")" ] && [ -n "$(losses "$W/a")" ]; then
         row "./train twice: identical losses" "ok"
     else
@@ -430,8 +432,8 @@ if [ "${SKIP_CLI:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin cli;
     # the fc GEMM's epilogue in bf16, which the recomputing levels do not (train_gpt.cu); test_gpt
     # compares all three levels with that fusion off
     ok=1
-    run_step "train run C (--recompute 1)" 60 "$CLI" ./$GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/c1" --recompute 1 || ok=0
-    run_step "train run D (--recompute 2)" 60 "$CLI" ./$GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/c2" --recompute 2 || ok=0
+    run_step "train run C (--recompute 1)" 60 "$CLI" $GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/c1" --recompute 1 || ok=0
+    run_step "train run D (--recompute 2)" 60 "$CLI" $GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/c2" --recompute 2 || ok=0
     if [ $ok = 1 ] && [ "$(losses "$W/c1")" = "$(losses "$W/c2")" ] && [ -n "$(losses "$W/c1")" ]; then
         row "./train --recompute 1 and --recompute 2: identical losses" "ok"
     else
@@ -440,7 +442,7 @@ if [ "${SKIP_CLI:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin cli;
     # resume from step 10 in a directory holding only run A's step-10 checkpoint: steps 11..20 must match run A's
     mkdir -p "$W/r"
     cp "$W/a/ckpt_00000010.bin" "$W/r/"
-    run_step "train resume" 60 "$CLI" ./$GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/r" --resume 1
+    run_step "train resume" 60 "$CLI" $GB/vanilla/train_bf16 "${FLAGS[@]}" --out-dir "$W/r" --resume 1
     if [ "$(losses "$W/a" | tail -10)" = "$(losses "$W/r" | tail -10)" ] && [ -n "$(losses "$W/r")" ]; then
         row "./train --resume 1 from step 10: steps 11..20 bit-identical" "ok"
     else
@@ -495,7 +497,7 @@ if [ "${SKIP_DIST:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin dis
         # as root mpirun needs --allow-run-as-root; --oversubscribe in case it counts fewer slots than ranks
         MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x VP_DIST_FORCE -x VP_DIST_TIMEOUT)
         export VP_DIST_TIMEOUT=60
-        run_step "dist: plain ./train" 60 "$DLOG" ./$GB/vanilla/train_bf16 "${DFLAGS[@]}" --out-dir "$W/plain"
+        run_step "dist: plain ./train" 60 "$DLOG" $GB/vanilla/train_bf16 "${DFLAGS[@]}" --out-dir "$W/plain"
         ref_l=$(losses "$W/plain")
         ref_t=$(ckpt_tensors "$W/plain/ckpt_00000010.bin" 2>/dev/null)
         bad=""
@@ -503,7 +505,7 @@ if [ "${SKIP_DIST:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin dis
             for zero in 0 1; do
                 d="$W/np1_force${force}_zero${zero}"
                 VP_DIST_FORCE=$force run_step "dist: mpirun -np 1, VP_DIST_FORCE=$force, --zero $zero" 60 "$DLOG" \
-                    "${MPIRUN[@]}" -np 1 ./$GB/vanilla-mpi/train_bf16 "${DFLAGS[@]}" --zero $zero --out-dir "$d"
+                    "${MPIRUN[@]}" -np 1 $GB/vanilla-mpi/train_bf16 "${DFLAGS[@]}" --zero $zero --out-dir "$d"
                 if [ -z "$ref_l" ] || [ "$(losses "$d")" != "$ref_l" ] || [ "$(ckpt_tensors "$d/ckpt_00000010.bin" 2>/dev/null)" != "$ref_t" ]; then
                     bad="$bad force=$force/zero=$zero"
                 fi
@@ -516,9 +518,9 @@ if [ "${SKIP_DIST:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin dis
         fi
         ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
         if [ "$ngpu" -ge 2 ]; then
-            run_step "dist: one GPU, accumulation 2" 60 "$DLOG" ./$GB/vanilla/train_bf16 "${DFLAGS[@]}" --total-batch-tokens 1024 --out-dir "$W/accum2"
+            run_step "dist: one GPU, accumulation 2" 60 "$DLOG" $GB/vanilla/train_bf16 "${DFLAGS[@]}" --total-batch-tokens 1024 --out-dir "$W/accum2"
             for zero in 0 1; do
-                VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, --zero $zero" 90 "$DLOG" "${MPIRUN[@]}" -np 2 ./$GB/vanilla-mpi/train_bf16 "${DFLAGS[@]}" \
+                VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, --zero $zero" 90 "$DLOG" "${MPIRUN[@]}" -np 2 $GB/vanilla-mpi/train_bf16 "${DFLAGS[@]}" \
                     --total-batch-tokens 1024 --zero $zero --out-dir "$W/np2_zero$zero"
             done
             np2=$(python3 - "$W" <<'EOF'
@@ -544,10 +546,10 @@ EOF
             OFLAGS=(--arch gpt2 --batch-size 16 --seq-len 1024 --max-steps 12 --lr 3e-4 --warmup-steps 2 --seed 7 --train-data "$W/synth_train_*.bin")
             for ov in 1 0; do
                 VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, GPT-2 124M, --overlap-reduce $ov" 300 "$DLOG" "${MPIRUN[@]}" -np 2 \
-                    ./$GB/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --overlap-reduce $ov --out-dir "$W/overlap$ov"
+                    $GB/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --overlap-reduce $ov --out-dir "$W/overlap$ov"
             done
             VP_DIST_FORCE=0 run_step "dist: mpirun -np 2, GPT-2 124M, --zero 1" 300 "$DLOG" "${MPIRUN[@]}" -np 2 \
-                ./$GB/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --zero 1 --out-dir "$W/zero1"
+                $GB/vanilla-mpi/train_bf16 "${OFLAGS[@]}" --zero 1 --out-dir "$W/zero1"
             ovl=$(python3 - "$W" <<'EOF'
 import json, statistics, sys
 def steps(d):
@@ -585,7 +587,7 @@ fi
 if bench_part attention && unit_begin attention; then
     LAB="$OUT_DIR/labs_timed.log"  # one file for every timed lab: the tool brings back at most 8
     for lab in attention_forward attention_backward; do
-        [ -x "$GB/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 120 "$LAB" "./$GB/dev/cuda/bf16/$lab"
+        [ -x "$GB/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 120 "$LAB" "$GB/dev/cuda/bf16/$lab"
     done
     [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
         /^attention (forward|backward):/ { if (shape != "") print shape "|" times; shape = $1 " " $2 " " $3 " " $4 " " $5 " " $6 " " $7; times = "" }
@@ -595,8 +597,8 @@ if bench_part attention && unit_begin attention; then
         ATT="$OUT_DIR/bench.txt"
         # the trainer's version 4 from step 4, or here if step 4 did not run in this call
         grep -q '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" 2>/dev/null ||
-            run_step "bench_gpt_vanilla (attention version 4)" 90 "$ATT" ./$GB/dev/cuda/bf16/bench_gpt_vanilla
-        run_step "bench_gpt_vanilla --attention-version 2" 90 "$ATT" ./$GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
+            run_step "bench_gpt_vanilla (attention version 4)" 90 "$ATT" $GB/dev/cuda/bf16/bench_gpt_vanilla
+        run_step "bench_gpt_vanilla --attention-version 2" 90 "$ATT" $GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
         old=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=2' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
         new=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
         if [ -n "$old" ] && [ -n "$new" ]; then
@@ -616,17 +618,27 @@ fi
 # trainer's shapes. These fusions became the trainer's from the bytes they save, unmeasured.
 if bench_part memory && unit_begin memory; then
     LAB="$OUT_DIR/labs_timed.log"
+    LAB_FAILED=()
     for lab in $MEMORY_LABS; do
-        [ -x "$GB/dev/cuda/bf16/$lab" ] && run_step "lab $lab (timed)" 90 "$LAB" "./$GB/dev/cuda/bf16/$lab"
+        [ -x "$GB/dev/cuda/bf16/$lab" ] || continue
+        run_step "lab $lab (timed)" 90 "$LAB" "$GB/dev/cuda/bf16/$lab"
+        rc=$?
+        [ $rc != 0 ] && LAB_FAILED+=("lab $lab (timed)|$(verdict $rc) (labs_timed.log; the rows above from it are what it printed before)")
     done
+    # a row per shape: its versions' times (the depth lab's deferred backward and its gathers with
+    # them), and the depth lab's estimate of a GPT-2 step as its own row
     [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
-        function flush() { if (lab != "" && times != "") print lab "|" times }
+        function flush() { if (lab != "" && times != "") print lab "|" times; lab = "" }
+        function add(x) { times = times (times == "" ? "" : "; ") x }
         /^(layernorm|rmsnorm|gelu): N=/ { flush(); lab = "lab " $1 " " $2 " " $3; sub(/:/, "", lab); times = ""; cls = 0 }
         /^fused classifier: N=/ { flush(); lab = "lab classifier " $3 " " $4; times = ""; cls = 1 }
         /^depth_attention: B\*T=/ { flush(); lab = "lab depth_attention " $2 " " $5 " " $6 " " $7; times = ""; cls = 1 }
-        /^  (forward|backward) version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ version /, " v"); times = times (times == "" ? "" : "; ") $0 }
-        cls && /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(counting.*/, ""); times = times (times == "" ? "" : "; ") $0 }
+        /^  (forward|backward) version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ version /, " v"); add($0) }
+        cls && /^  version [0-9]( deferred)?: .* ms/ { sub(/^  /, ""); sub(/ \(counting.*/, ""); add($0) }
+        /^  depth_anchor_gather, [0-9]+ readers: .* ms/ { sub(/^  /, ""); add($0) }
+        /^GPT-2 124M step .*the depth backward:/ { flush(); sub(/, the depth backward: /, "|"); print "lab depth_attention, " $0 }
         END { flush() }' "$LAB")
+    for t in "${LAB_FAILED[@]}"; do row "${t%%|*}" "${t#*|}"; done
     unit_end memory
 fi
 
@@ -640,7 +652,7 @@ for ppath in $PROFILE_PATHS; do
         NCU_CSV=build/device_check_ncu_$ppath.csv
         rm -f "$NCU_CSV"
         run_step "ncu kernel times, bench_gpt_$ppath, 2 steps" 150 "$OUT_DIR/bench.txt" ncu --metrics gpu__time_duration.sum --csv --print-units base \
-            --log-file "$NCU_CSV" ./$PBIN --batch-size 64 --seq-len 1024 --steps 1 --warmup 1
+            --log-file "$NCU_CSV" $PBIN --batch-size 64 --seq-len 1024 --steps 1 --warmup 1
         rc=$?
         if prof=$(python3 dev/kernel_profile.py "$NCU_CSV" --steps 2 2>&1); then
             { echo "== kernel times, $ppath"; echo "$prof"; } >>"$OUT_DIR/bench.txt"

@@ -26,13 +26,19 @@
 // products are sums over the item's LPI lanes (xor shuffles in a fixed tree). The candidates' rows
 // are loaded a chunk of DEPTH2_CHUNK at a time, all loads of a chunk issued before any is used, so
 // a lane has several 16-byte loads in flight instead of one 2-byte load.
-// Both versions: the anchors' accumulators get one contribution per (position, head) per layer,
-// from the lanes that own that position: no atomics. The first contributor in the reverse layer
-// order overwrites (overwrite_mask), so the accumulators never need zeroing.
+// The anchors' gradients, two ways. Accumulated (versions 1 and 2): the anchors' accumulators get
+// one contribution per (position, head) per layer, from the lanes that own that position: no
+// atomics; the first contributor in the reverse layer order overwrites (overwrite_mask), so the
+// accumulators never need zeroing. Deferred (version 2, the trainer's): each reader keeps de_n and
+// u, and depth_anchor_gather sums them once per anchor, in the same fp32 operations and order (the
+// same bits), reading each reader's u and q once instead of reading and writing two fp32
+// accumulators per anchor at every reader (1.013x the step time the other way, H100 2026-11-27).
 //
 // defines: DEPTH_MAX_SOURCES, DepthArgs, depth_attention_forward, depth_attention_backward,
 //          depth_attention_version (1 or 2: dev/cuda/depth_attention.cu times both)
 #pragma once
+
+#include <vector>
 
 #include "kernels/common.cuh"
 
@@ -64,9 +70,39 @@ struct DepthArgs {
     long dk_rs = 0;
     floatX* dq = nullptr;  // queries' gradient: added to
     long dq_rs = 0;
-    float* acc_k = nullptr;  // (n_src, BT, Hkv*D) fp32: anchor n's accumulators at n*BT*Hkv*D
+    // the anchors' gradients, one of two ways (version 2 does both; version 1 only the first):
+    // accumulated here: (n_src, BT, Hkv*D) fp32, anchor n's accumulators at n*BT*Hkv*D
+    float* acc_k = nullptr;
     float* acc_v = nullptr;
     unsigned long long overwrite_mask = 0;  // bit n: anchor n gets its first contribution here
+    // or deferred (the trainer's): the layer keeps de_n (n < n_src, fp32, laid out as alpha) and a
+    // copy of u, and depth_anchor_gather sums every reader's alpha_n u and de_n q_bar / sqrt(D) once,
+    // at the anchor
+    float* de = nullptr;
+    floatX* u_keep = nullptr;  // (BT, Hkv*D) dense
+};
+
+// depth_anchor_gather: anchor n's accumulators from the layers that read it, in the order given
+// (the trainer: descending layers, the order in which the accumulate way adds them):
+//   A_v[n] = sum_r alpha^r_n u^r,  A_k[n] = sum_r de^r_n q_bar^r / sqrt(D)
+struct DepthReader {
+    const floatX* u = nullptr;      // its kept u, (BT, Hkv*D) dense
+    const floatX* q = nullptr;      // its queries, rows of DepthGatherArgs::q_rs
+    const float* alpha = nullptr;   // its alpha and de, (BT, Hkv, alpha_stride)
+    const float* de = nullptr;
+};
+constexpr int DEPTH_GATHER_READERS = 24;  // readers per launch; the launcher sums more in further launches
+struct DepthGatherArgs {
+    int BT = 0, H = 0, Hkv = 0, D = 0;
+    int n = 0;  // the anchor's candidate index in its readers' alpha/de rows
+    long q_rs = 0;
+    int alpha_stride = 0;
+    float* acc_k = nullptr;  // (BT, Hkv*D) fp32: written (the sums)
+    float* acc_v = nullptr;
+    // set by the launcher, per launch
+    int n_readers = 0;
+    bool overwrite = true;  // the accumulators start from 0 (else: added to, a later launch)
+    DepthReader r[DEPTH_GATHER_READERS];
 };
 
 // ----------------------------------------------------------------------------
@@ -229,12 +265,11 @@ __device__ __forceinline__ float depth2_item_sum(float v) {
 
 // This lane's word of q_bar: columns [d0, d0 + VEC) of the group's query heads, summed in head
 // order, then / G (as the CPU reference and version 1).
-__device__ __forceinline__ void depth2_load_qbar(float (&qb)[x128::size], const DepthArgs& a, int row, int g, int d0) {
-    int G = a.H / a.Hkv;
+__device__ __forceinline__ void depth2_load_qbar(float (&qb)[x128::size], const floatX* qp, long q_rs, int G, int D, int row, int g, int d0) {
 #pragma unroll
     for (int i = 0; i < x128::size; i++) qb[i] = 0.0f;
     for (int h = g * G; h < (g + 1) * G; h++) {
-        x128 q = load128(a.q + (size_t)row * a.q_rs + (size_t)h * a.D + d0);
+        x128 q = load128(qp + (size_t)row * q_rs + (size_t)h * D + d0);
 #pragma unroll
         for (int i = 0; i < x128::size; i++) qb[i] += to_float(q[i]);
     }
@@ -272,7 +307,7 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forwa
     int row = (int)(item / a.Hkv), g = (int)(item % a.Hkv), nS = a.n_src, nc = nS + 1;
     const float scale = 1.0f / sqrtf((float)D);
     float qb[VEC];
-    depth2_load_qbar(qb, a, row, g, d0);
+    depth2_load_qbar(qb, a.q, a.q_rs, a.H / a.Hkv, D, row, g, d0);
     // e_n = <q_bar, kappa^n> / sqrt(D), the keys of a chunk loaded before any is used
     float mx = -INFINITY;
     for (int n0 = 0; n0 < nc; n0 += CH) {  // nc is the same for the whole grid: no divergence
@@ -333,7 +368,9 @@ __device__ __forceinline__ void depth2_store_acc(float* p, const float (&x)[x128
     for (int i = 0; i < x128::size; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
 }
 
-template <int D>
+// DEFERRED: the anchors' terms are kept (de, u_keep) for depth_anchor_gather instead of added to
+// their accumulators here
+template <int D, bool DEFERRED>
 static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backward_kernel2(DepthArgs a) {
     constexpr int VEC = x128::size, LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>(), CH = DEPTH2_CHUNK;
     __shared__ float c_s[IPB][DEPTH_MAX_SOURCES + 1];
@@ -346,8 +383,9 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
     size_t kv_word = (size_t)row * a.Hkv * D + (size_t)g * D + d0, acc_layer = (size_t)a.BT * a.Hkv * D;
     const float* alpha = a.alpha + ((size_t)row * a.Hkv + g) * a.alpha_stride;
     float qb[VEC], u[VEC];
-    depth2_load_qbar(qb, a, row, g, d0);
+    depth2_load_qbar(qb, a.q, a.q_rs, a.H / a.Hkv, D, row, g, d0);
     x128 uw = load128(a.u + kv_word);
+    if (DEFERRED && valid) store128(a.u_keep + kv_word, uw);
 #pragma unroll
     for (int i = 0; i < VEC; i++) u[i] = to_float(uw[i]);
     // c_n = <u, nu^n>, c_bar = sum_n alpha_n c_n (in candidate order)
@@ -384,7 +422,9 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
 #pragma unroll
             for (int i = 0; i < VEC; i++) dqbar[i] += de * scale * to_float(kw[c][i]);
             if (!valid) continue;
-            if (n < nS) {
+            if (DEFERRED && n < nS) {
+                if (threadIdx.x % LPI == 0) a.de[((size_t)row * a.Hkv + g) * a.alpha_stride + n] = de;
+            } else if (n < nS) {
                 float* ak = a.acc_k + n * acc_layer + kv_word;
                 float* av = a.acc_v + n * acc_layer + kv_word;
                 float xk[VEC], xv[VEC];
@@ -426,6 +466,43 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
     }
 }
 
+// One thread per 16-byte word of an anchor's (BT, Hkv*D) accumulators: a pure stream over the
+// readers' kept u and queries (each read once per anchor, 16 bytes per load), with the sums in
+// registers in the readers' order, so the result is the accumulate way's, bit for bit: the same
+// fp32 operations in the same order, where that way read and wrote the fp32 accumulators once per
+// reader. Per word and reader: q_bar as depth2_load_qbar, then v += alpha_n u; k += de_n/sqrt(D) q_bar.
+static __global__ void depth_anchor_gather_kernel(DepthGatherArgs a) {
+    constexpr int VEC = x128::size;
+    int words = a.D / VEC, G = a.H / a.Hkv;
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)a.BT * a.Hkv * words) return;
+    long item = idx / words;
+    int row = (int)(item / a.Hkv), g = (int)(item % a.Hkv), d0 = (int)(idx % words) * VEC;
+    const float scale = 1.0f / sqrtf((float)a.D);
+    size_t kv_word = (size_t)item * a.D + d0, ad = (size_t)item * a.alpha_stride + a.n;
+    float xk[VEC], xv[VEC];
+    if (a.overwrite) {
+#pragma unroll
+        for (int i = 0; i < VEC; i++) xk[i] = xv[i] = 0.0f;
+    } else {
+        depth2_load_acc(xk, a.acc_k + kv_word);
+        depth2_load_acc(xv, a.acc_v + kv_word);
+    }
+    for (int r = 0; r < a.n_readers; r++) {
+        const DepthReader& rd = a.r[r];
+        float an = rd.alpha[ad], de = rd.de[ad], qb[VEC];
+        x128 uw = load128(rd.u + kv_word);
+        depth2_load_qbar(qb, rd.q, a.q_rs, G, a.D, row, g, d0);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) {
+            xv[i] += an * to_float(uw[i]);
+            xk[i] += de * scale * qb[i];
+        }
+    }
+    depth2_store_acc(a.acc_k + kv_word, xk);
+    depth2_store_acc(a.acc_v + kv_word, xv);
+}
+
 // ----------------------------------------------------------------------------
 // launchers
 
@@ -435,7 +512,7 @@ inline void depth_check_args(const DepthArgs& a, bool backward) {
     KERNEL_ASSERT(a.q && a.k && a.v && a.q_rs >= (long)a.H * a.D && a.k_rs >= (long)a.Hkv * a.D && a.v_rs >= (long)a.Hkv * a.D);
     for (int n = 0; n < a.n_src; n++) KERNEL_ASSERT(a.src_k[n] && a.src_v[n] && a.src_v_rs[n] >= (long)a.Hkv * a.D);
     if (!backward) KERNEL_ASSERT(a.vmix);
-    else KERNEL_ASSERT(a.u && a.dv && a.dk && a.dq && a.acc_k && a.acc_v);
+    else KERNEL_ASSERT(a.u && a.dv && a.dk && a.dq && (a.acc_k && a.acc_v) != (a.de && a.u_keep));  // one way, not both
 }
 
 // Version 2 reads and writes whole 16-byte words: every row pointer and stride must keep them
@@ -447,7 +524,7 @@ inline bool depth2_aligned(const DepthArgs& a, bool backward) {
     for (int n = 0; n < a.n_src; n++) ok = ok && ok_ptr(a.src_k[n]) && ok_ptr(a.src_v[n]) && a.src_v_rs[n] % vec == 0;
     if (backward)
         ok = ok && a.dk_rs % vec == 0 && a.dv_rs % vec == 0 && a.dq_rs % vec == 0 && ok_ptr(a.u) && ok_ptr(a.dk) && ok_ptr(a.dv) && ok_ptr(a.dq) &&
-             ok_ptr(a.acc_k) && ok_ptr(a.acc_v);
+             ok_ptr(a.acc_k) && ok_ptr(a.acc_v) && ok_ptr(a.u_keep);
     return ok;
 }
 
@@ -457,13 +534,15 @@ inline int depth_attention_version = 2;
 template <int D>
 void depth_launch(const DepthArgs& a, bool backward, cudaStream_t stream) {
     if (depth_attention_version == 1) {
+        KERNEL_ASSERT(!a.de);  // version 1 accumulates only
         unsigned blocks = (unsigned)CEIL_DIV((long)a.BT * a.Hkv, (long)DEPTH_WARPS);
         if (backward) depth_attention_backward_kernel<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
         else depth_attention_forward_kernel<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
     } else {
         KERNEL_ASSERT(depth2_aligned(a, backward));
         unsigned blocks = (unsigned)CEIL_DIV((long)a.BT * a.Hkv, (long)depth2_items_per_block<D>());
-        if (backward) depth_attention_backward_kernel2<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+        if (backward && a.de) depth_attention_backward_kernel2<D, true><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
+        else if (backward) depth_attention_backward_kernel2<D, false><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
         else depth_attention_forward_kernel2<D><<<blocks, 32 * DEPTH_WARPS, 0, stream>>>(a);
     }
     cudaCheck(cudaGetLastError());
@@ -481,7 +560,27 @@ inline void depth_dispatch(const DepthArgs& a, bool backward, cudaStream_t strea
 
 // forward: writes vmix (what the core reads) and alpha
 inline void depth_attention_forward(const DepthArgs& a, cudaStream_t stream) { depth_dispatch(a, false, stream); }
-// backward: writes dv, adds into dk and dq, and the anchors' accumulators (= or +=, overwrite_mask)
+// backward: writes dv, adds into dk and dq; the anchors' accumulators (= or +=, overwrite_mask) or
+// de and u_keep (deferred)
 inline void depth_attention_backward(const DepthArgs& a, cudaStream_t stream) { depth_dispatch(a, true, stream); }
+
+// anchor n's accumulators: acc = the sums over the readers (their kept de and u), in the order
+// given, DEPTH_GATHER_READERS per launch (the later launches add to the first's sums)
+inline void depth_anchor_gather(DepthGatherArgs a, const std::vector<DepthReader>& readers, cudaStream_t stream) {
+    const long vec = 16 / sizeof(floatX);
+    auto aligned = [](const void* p) { return ((uintptr_t)p % 16) == 0; };
+    KERNEL_ASSERT(a.BT >= 1 && a.Hkv >= 1 && a.H % a.Hkv == 0 && a.D % vec == 0 && a.q_rs % vec == 0 && a.q_rs >= (long)a.H * a.D);
+    KERNEL_ASSERT(!readers.empty() && a.n >= 0 && a.n < a.alpha_stride);
+    KERNEL_ASSERT(a.acc_k && a.acc_v && aligned(a.acc_k) && aligned(a.acc_v));
+    for (const DepthReader& r : readers) KERNEL_ASSERT(r.u && r.q && r.alpha && r.de && aligned(r.u) && aligned(r.q));
+    long threads = (long)a.BT * a.Hkv * (a.D / vec);
+    for (size_t first = 0; first < readers.size(); first += DEPTH_GATHER_READERS) {
+        a.n_readers = (int)std::min(readers.size() - first, (size_t)DEPTH_GATHER_READERS);
+        a.overwrite = first == 0;
+        for (int r = 0; r < a.n_readers; r++) a.r[r] = readers[first + r];
+        depth_anchor_gather_kernel<<<(unsigned)CEIL_DIV(threads, 256L), 256, 0, stream>>>(a);
+        cudaCheck(cudaGetLastError());
+    }
+}
 
 }  // namespace gpu

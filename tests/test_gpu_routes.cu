@@ -5,7 +5,8 @@
 // attention kernels (attention_forward_args / attention_backward_args), (b) what the kernels do
 // with them per element (attn_kv_source, attn_mix_value, attn_dv_scales, attn_route_grad:
 // __host__ __device__, the very functions the kernels call), and (c) the host bookkeeping of which accumulator already
-// holds a contribution (value_path_record_writes). This test points a GpuModel's activation,
+// holds a contribution (value_path_record_writes), and Depth's slots (depth_backward_args,
+// depth_anchor_readers). This test points a GpuModel's activation,
 // scratch and value-path buffers into host memory, fills every layer's q/k/v with random values,
 // and checks, layer by layer, against the CPU policy given the same inputs:
 //   forward:  the K and V every KV head of every layer reads, element by element;
@@ -15,7 +16,8 @@
 // for ResFormer (fixed, learnable), SVFormer, SLA (ORIG and CHAIN, one or all KV heads skipping,
 // several skip distances) on both families, GQA. What it cannot cover: the kernels' tiling and
 // arithmetic (test_gpt on a GPU), and Depth-Attention, whose mixing happens in its own kernels
-// (kernels/depth_attention.cuh), so only its accumulator bookkeeping is checked here.
+// (kernels/depth_attention.cuh), so only its bookkeeping (what each reader keeps, which slots
+// each anchor's gather sums) is checked here.
 #define TESTING
 #include "train_gpt_cpu.cpp"
 #include "train_gpt.cu"
@@ -266,34 +268,51 @@ TEST(sla_routes) {
         if (rc.vp.path == VP_SLA) run_case(rc);
 }
 
-// Depth-Attention's accumulators: every anchor a layer reads gets its first contribution from the
-// top reader (overwrite) and later ones add; an anchor's own backward sees its accumulator only
-// once something was written, and an anchor nobody reads (the last layer) never reads it.
-TEST(depth_accumulator_order) {
+// Depth-Attention's anchor gradients: each reader layer's depth backward keeps de and u in its own
+// slots (and writes no accumulator); an anchor with readers (every layer above it) sums exactly
+// those slots, from the top layer down, at its own candidate index in each reader's alpha/de rows,
+// into the one accumulator pair, which its attention backward then adds; the last layer, an
+// anchor nobody reads, reads no accumulator.
+TEST(depth_anchor_bookkeeping) {
     for (int stride : {1, 2, 3}) {
         ModelConfig c = route_config({"depth", "gpt2", 7, 2, 2, vp_of(VP_DEPTH, 0, 0, 0, 0, stride)});
         Rng rng = rng_stream(5, 5);
         HostGpuModel h;
         host_model_init(&h, c, &rng);
         gpu::GpuModel& m = h.m;
+        int L = c.n_layer;
+        CHECK(gpu::vp_num_accumulators(c) == 1, "stride %d: %d accumulator pairs, not one", stride, gpu::vp_num_accumulators(c));
         m.acc_written.assign(gpu::vp_num_accumulators(c), 0);
-        std::vector<int> contributions(gpu::vp_num_accumulators(c), 0);
-        for (int l = c.n_layer - 1; l >= 0; l--) {
+        std::vector<gpu::DepthArgs> kept(L);  // each layer's depth backward arguments, once visited
+        for (int l = L - 1; l >= 0; l--) {
+            bool gathers = l % stride == 0 && l < L - 1;
             gpu::AttentionArgs aa = gpu::attention_backward_args(&m, l);
-            int a = l / stride;
-            bool anchor = l % stride == 0;
-            CHECK((aa.dv_route.add != nullptr) == (anchor && contributions[a] > 0), "stride %d layer %d: the anchor's accumulator is %s", stride, l,
-                  aa.dv_route.add ? "read before anything was written" : "not read although readers wrote it");
-            unsigned long long first = gpu::value_path_record_writes(&m, l);
-            for (int n = 0; n < gpu::depth_num_sources(c, l); n++) {
-                CHECK((((first >> n) & 1) != 0) == (contributions[n] == 0), "stride %d layer %d anchor %d: overwrite flag wrong", stride, l, n);
-                contributions[n]++;
+            CHECK((aa.dv_route.add != nullptr) == gathers && (aa.dk_route.add != nullptr) == gathers, "stride %d layer %d: the accumulator is %s", stride, l,
+                  gathers ? "not added although readers kept their terms" : "added although nobody reads this layer");
+            if (gathers) CHECK(aa.dv_route.add == m.vpb.acc_v && aa.dk_route.add == m.vpb.acc_k, "stride %d layer %d: another accumulator added", stride, l);
+            if (gathers) {
+                gpu::DepthGatherArgs ga = gpu::depth_gather_args(&m, l);
+                std::vector<gpu::DepthReader> readers = gpu::depth_anchor_readers(&m, l);
+                CHECK(ga.acc_k == m.vpb.acc_k && ga.acc_v == m.vpb.acc_v, "stride %d anchor %d: gathers elsewhere", stride, l);
+                CHECK((int)readers.size() == L - 1 - l, "stride %d anchor %d: %zu readers, not %d", stride, l, readers.size(), L - 1 - l);
+                for (size_t r = 0; r < readers.size(); r++) {
+                    int reader = L - 1 - (int)r;  // descending
+                    const gpu::DepthArgs& k = kept[reader];
+                    CHECK(ga.n < k.n_src && k.src_k[ga.n] == gpu::own_qkv(&m, l).k, "stride %d anchor %d: candidate %d of layer %d is not this anchor", stride, l, ga.n,
+                          reader);
+                    CHECK(readers[r].u == k.u_keep && readers[r].de == k.de && readers[r].alpha == k.alpha && readers[r].q == k.q,
+                          "stride %d anchor %d: reader %zu is not layer %d's kept slots", stride, l, r, reader);
+                }
             }
-        }
-        for (int n = 0; n < gpu::vp_num_accumulators(c); n++) {
-            int readers = 0;  // layers l > anchor n*stride
-            for (int l = n * stride + 1; l < c.n_layer; l++) readers++;
-            CHECK(contributions[n] == readers, "stride %d anchor %d: %d contributions, %d readers", stride, n, contributions[n], readers);
+            gpu::value_path_record_writes(&m, l);
+            CHECK(!m.acc_written[0], "stride %d layer %d: an accumulator marked written", stride, l);
+            if (l == 0) break;
+            kept[l] = gpu::depth_backward_args(&m, l);
+            const gpu::DepthArgs& d = kept[l];
+            CHECK(!d.acc_k && !d.acc_v && d.de == gpu::depth_de(&m, l) && d.u_keep == gpu::depth_vmix(&m, l) && d.alpha == gpu::depth_alpha(&m, l),
+                  "stride %d layer %d: the depth backward keeps its terms elsewhere", stride, l);
+            for (int j = 1; j < L; j++)  // no other layer's kept slots overlap
+                if (j != l) CHECK(d.u_keep != gpu::depth_vmix(&m, j) && d.de != gpu::depth_de(&m, j), "stride %d layer %d: shares layer %d's slots", stride, l, j);
         }
     }
 }

@@ -22,13 +22,21 @@ heaviest layers), with the L2 flushed.
 version 1: one warp per (position, KV head) item, 2-byte loads per lane, one candidate's row at a
   time.
 version 2: D / VEC lanes per item (4 items per warp at D = 64 in bf16), one 16-byte word per lane,
-  a chunk of candidates' rows loaded before any is used. The trainer's.
+  a chunk of candidates' rows loaded before any is used. The trainer's forward.
+version 2 deferred (the trainer's backward): version 2's backward, keeping
+  de_n and a copy of u instead of adding to the anchors' accumulators; depth_anchor_gather then
+  sums every reader's terms once per anchor. Checked here: the same dv, dk, dq; the kept u equal
+  to u; the gather over this one reader bit-identical to version 2's accumulators (both from 0);
+  and, on synthetic readers, a gather over 30 readers (two launches) against a CPU sum.
 Napkin math, per item and layer, in elements of floatX unless fp32 (nc = |S| + 1 candidates):
   forward   reads q (G D), nc keys and values (2 nc D); writes v~ (D), alpha (nc fp32)
   backward  reads u (D), q (G D), nc values and keys (2 nc D), alpha; reads and writes dk (2 D),
             dq (2 G D); writes dv (D); reads and writes the |S| anchors' two fp32 accumulators
-            (4 |S| D fp32)
-The GB/s printed are of those bytes.
+            (4 |S| D fp32); deferred: instead writes u's copy (D) and de (|S| fp32)
+  gather    per item and reader: u (D), q (G D), alpha and de; writes two fp32 accumulators once
+The GB/s printed are of those bytes. The timing ends with the estimate of a whole GPT-2 124M step's
+depth backward (layers 1-6 read one anchor, 7-11 two; the gathers: anchor 0 from 11 readers,
+anchor 6 from 5), the accumulate way against the deferred one.
 */
 #include "dev/cuda/common.h"
 #include "kernels/depth_attention.cuh"
@@ -49,13 +57,23 @@ static double forward_bytes(const DepthShape& s, int nc) {
     double items = (double)s.BT * s.Hkv, G = s.H / s.Hkv;
     return items * ((G * s.D + 2.0 * nc * s.D + s.D) * sizeof(floatX) + nc * sizeof(float));
 }
-static double backward_bytes(const DepthShape& s, int nc) {
+static double backward_bytes(const DepthShape& s, int nc, bool deferred) {
     double items = (double)s.BT * s.Hkv, G = s.H / s.Hkv;
-    return items * ((s.D + G * s.D + 2.0 * nc * s.D + 2.0 * s.D + 2.0 * G * s.D + s.D) * sizeof(floatX) + (4.0 * (nc - 1) * s.D + nc) * sizeof(float));
+    double common = (s.D + G * s.D + 2.0 * nc * s.D + 2.0 * s.D + 2.0 * G * s.D + s.D) * sizeof(floatX) + nc * sizeof(float);
+    return items * (common + (deferred ? s.D * sizeof(floatX) + (nc - 1) * sizeof(float) : 4.0 * (nc - 1) * s.D * sizeof(float)));
+}
+static double gather_bytes(int BT, int H, int Hkv, int D, int readers) {
+    double items = (double)BT * Hkv, G = H / Hkv;
+    return items * (readers * ((D + G * D) * sizeof(floatX) + 2 * sizeof(float)) + 2.0 * D * sizeof(float));
 }
 
-// Runs one shape: checks every version against the CPU (check = true) or times them.
-static bool run_shape(const DepthShape& s, bool check, uint64_t seed) {
+// Times of one shape's kernels (ms), for the step estimate
+struct DepthTimes {
+    float bwd_accumulate = 0, bwd_deferred = 0;
+};
+
+// Runs one shape: checks every version against the CPU (check = true) or times them (into *times).
+static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes* times = nullptr) {
     ModelConfig c{};
     c.n_layer = s.layer + 1;
     c.n_head = s.H;
@@ -135,6 +153,8 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed) {
     floatX *d_vmix = dev_alloc<floatX>(layer_elems), *d_u = dev_upload_x(u), *d_dq = dev_alloc<floatX>(dq0.size()), *d_dk = dev_alloc<floatX>(layer_elems),
            *d_dv = dev_alloc<floatX>(layer_elems);
     float *d_alpha = dev_alloc<float>(alpha_ref.size()), *d_acck = dev_alloc<float>(acc0.size()), *d_accv = dev_alloc<float>(acc0.size());
+    float *d_de = dev_alloc<float>(alpha_ref.size()), *d_gk = dev_alloc<float>(layer_elems), *d_gv = dev_alloc<float>(layer_elems);
+    floatX* d_ukeep = dev_alloc<floatX>(layer_elems);
     gpu::DepthArgs a;
     a.BT = s.BT, a.H = s.H, a.Hkv = s.Hkv, a.D = s.D;
     a.q = data[nl].d_qkv, a.k = a.q + s.H * s.D, a.v = a.k + KV;
@@ -190,15 +210,127 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed) {
             reset_backward();
             float bwd = benchmark_kernel(20, [&] { gpu::depth_attention_backward(a, 0); });
             printf("  version %d: forward %.4f ms, %.0f GB/s; backward %.4f ms, %.0f GB/s\n", v, fwd, forward_bytes(s, nc) / fwd / 1e6, bwd,
-                   backward_bytes(s, nc) / bwd / 1e6);
+                   backward_bytes(s, nc, false) / bwd / 1e6);
+            if (v == 2 && times) times->bwd_accumulate = bwd;
         }
     }
     gpu::depth_attention_version = 2;
+
+    // version 2 deferred: the same dv, dk, dq; de and u kept; the gather over this one reader
+    gpu::DepthArgs ad = a;
+    ad.acc_k = ad.acc_v = nullptr;
+    ad.overwrite_mask = 0;
+    ad.de = d_de, ad.u_keep = d_ukeep;
+    if (check) {
+        printf(" version 2 deferred\n");
+        gpu::depth_attention_forward(a, 0);  // alpha
+        // the accumulate way's sums from 0 (every bit of the mask): what the gathers must give
+        gpu::DepthArgs az = a;
+        az.overwrite_mask = ~0ull;
+        reset_backward();
+        gpu::depth_attention_backward(az, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<float> acck_exact = dev_download(d_acck, acc0.size()), accv_exact = dev_download(d_accv, acc0.size());
+        reset_backward();
+        poison(d_ukeep, layer_elems);
+        poison(d_de, alpha_ref.size());
+        gpu::depth_attention_backward(ad, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        ok &= validate_result(d_dv, dv_ref, "dv");
+        ok &= validate_result(d_dk, dk_ref, "dk");
+        ok &= validate_result(d_dq, dq_ref, "dq");
+        ok &= validate_result(d_ukeep, u, "u kept", 0.0f, 0.0f);
+        for (int n = 0; n < nS; n++) {
+            gpu::DepthGatherArgs ga;
+            ga.BT = s.BT, ga.H = s.H, ga.Hkv = s.Hkv, ga.D = s.D, ga.n = n, ga.q_rs = W, ga.alpha_stride = st.max_cands;
+            ga.acc_k = d_gk, ga.acc_v = d_gv;
+            gpu::DepthReader r;
+            r.u = d_ukeep, r.q = a.q, r.alpha = d_alpha, r.de = d_de;
+            poison(d_gk, layer_elems);
+            poison(d_gv, layer_elems);
+            gpu::depth_anchor_gather(ga, {r}, 0);
+            cudaCheck(cudaDeviceSynchronize());
+            std::vector<float> ek(acck_exact.begin() + n * layer_elems, acck_exact.begin() + (n + 1) * layer_elems);
+            std::vector<float> ev(accv_exact.begin() + n * layer_elems, accv_exact.begin() + (n + 1) * layer_elems);
+            ok &= validate_result(d_gk, ek, "gather k", 0.0f, 0.0f);
+            ok &= validate_result(d_gv, ev, "gather v", 0.0f, 0.0f);
+        }
+    } else {
+        float bwd = benchmark_kernel(20, [&] { gpu::depth_attention_backward(ad, 0); });
+        printf("  version 2 deferred: backward %.4f ms, %.0f GB/s\n", bwd, backward_bytes(s, nc, true) / bwd / 1e6);
+        if (times) times->bwd_deferred = bwd;
+    }
     for (auto& dl : data) cudaCheck(cudaFree(dl.d_qkv));
     for (floatX* p : d_anchor_vmix)
         if (p) cudaCheck(cudaFree(p));
-    for (void* p : {(void*)d_vmix, (void*)d_u, (void*)d_dq, (void*)d_dk, (void*)d_dv, (void*)d_alpha, (void*)d_acck, (void*)d_accv}) cudaCheck(cudaFree(p));
+    for (void* p : {(void*)d_vmix, (void*)d_u, (void*)d_dq, (void*)d_dk, (void*)d_dv, (void*)d_alpha, (void*)d_acck, (void*)d_accv, (void*)d_de, (void*)d_gk,
+                    (void*)d_gv, (void*)d_ukeep})
+        cudaCheck(cudaFree(p));
     return ok;
+}
+
+// depth_anchor_gather over `readers` synthetic readers (u, q in rows of the fused projection,
+// alpha, de): checked against a CPU sum in the same order (check = true), or timed. Returns the ms
+// (timed) or whether it matched.
+static float run_gather(int BT, int H, int Hkv, int D, int readers, bool check, uint64_t seed) {
+    int KV = Hkv * D, W = (H + 2 * Hkv) * D, stride = 3, n = 1, G = H / Hkv;
+    size_t layer = (size_t)BT * KV, arows = (size_t)BT * Hkv * stride;
+    std::vector<std::vector<float>> u(readers), q(readers), al(readers), de(readers);
+    std::vector<floatX*> d_u(readers), d_q(readers);
+    std::vector<float*> d_al(readers), d_de(readers);
+    std::vector<gpu::DepthReader> rs(readers);
+    for (int r = 0; r < readers; r++) {
+        if (check || r == 0) {  // timed: every reader its own device copy of reader 0's values (a GPT-2 step's 2 G normals take minutes on the host)
+            u[r] = round_to_floatx(random_normal(layer, seed + 4 * r));
+            q[r] = round_to_floatx(random_normal((size_t)BT * W, seed + 4 * r + 1));
+            al[r] = random_normal(arows, seed + 4 * r + 2);
+            de[r] = random_normal(arows, seed + 4 * r + 3);
+        } else {
+            u[r] = u[0], q[r] = q[0], al[r] = al[0], de[r] = de[0];
+        }
+        d_u[r] = dev_upload_x(u[r]), d_q[r] = dev_upload_x(q[r]), d_al[r] = dev_upload(al[r]), d_de[r] = dev_upload(de[r]);
+        rs[r].u = d_u[r], rs[r].q = d_q[r], rs[r].alpha = d_al[r], rs[r].de = d_de[r];
+    }
+    float *d_k = dev_alloc<float>(layer), *d_v = dev_alloc<float>(layer);
+    gpu::DepthGatherArgs ga;
+    ga.BT = BT, ga.H = H, ga.Hkv = Hkv, ga.D = D, ga.n = n, ga.q_rs = W, ga.alpha_stride = stride, ga.acc_k = d_k, ga.acc_v = d_v;
+    float result;
+    if (check) {
+        printf("depth_anchor_gather: B*T=%d H=%d Hkv=%d D=%d, %d readers (%s)\n", BT, H, Hkv, D, readers, PRECISION_NAME);
+        std::vector<float> ref_k(layer, 0.0f), ref_v(layer, 0.0f);
+        float scale = 1.0f / std::sqrt((float)D);
+        for (int r = 0; r < readers; r++)
+            for (int row = 0; row < BT; row++)
+                for (int g = 0; g < Hkv; g++) {
+                    size_t ad = ((size_t)row * Hkv + g) * stride + n;
+                    for (int d = 0; d < D; d++) {
+                        float qb = 0.0f;
+                        for (int h = g * G; h < (g + 1) * G; h++) qb += q[r][(size_t)row * W + h * D + d];
+                        qb /= G;
+                        size_t i = (size_t)row * KV + g * D + d;
+                        ref_v[i] += al[r][ad] * u[r][i];
+                        ref_k[i] += de[r][ad] * scale * qb;
+                    }
+                }
+        poison(d_k, layer);
+        poison(d_v, layer);
+        gpu::depth_anchor_gather(ga, rs, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        // fp32 sums of `readers` products of the same inputs, in the same order; the GPU contracts
+        // them (FMA) and the CPU may not: at most about readers * 2^-24 * sum |terms| apart, with
+        // sum |terms| ~ 30 * E|N(0,1) N(0,1)| ~ 19 here: 3.4e-5, so 1e-4 abs
+        bool ok = validate_result(d_k, ref_k, "gather k", 1e-5f, 1e-4f);
+        ok &= validate_result(d_v, ref_v, "gather v", 1e-5f, 1e-4f);
+        result = ok ? 1.0f : 0.0f;
+    } else {
+        result = benchmark_kernel(20, [&] { gpu::depth_anchor_gather(ga, rs, 0); });
+        printf("  depth_anchor_gather, %d readers: %.4f ms, %.0f GB/s\n", readers, result, gather_bytes(BT, H, Hkv, D, readers) / result / 1e6);
+    }
+    for (int r = 0; r < readers; r++)
+        for (void* p : {(void*)d_u[r], (void*)d_q[r], (void*)d_al[r], (void*)d_de[r]}) cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(d_k));
+    cudaCheck(cudaFree(d_v));
+    return result;
 }
 
 int main(int argc, char** argv) {
@@ -208,7 +340,16 @@ int main(int argc, char** argv) {
     ok &= run_shape({600, 12, 12, 64, 6, 7}, true, 1);
     ok &= run_shape({333, 8, 2, 128, 2, 5}, true, 2);
     ok &= run_shape({257, 4, 4, 16, 1, 6}, true, 3);
-    if (ok && !check_only) run_shape({65536, 12, 12, 64, 6, 7}, false, 4);
+    ok &= run_gather(333, 8, 2, 128, 30, true, 5) == 1.0f;  // two launches (24 + 6 readers)
+    ok &= run_gather(600, 12, 12, 64, 3, true, 6) == 1.0f;
+    if (ok && !check_only) {
+        DepthTimes one, two;  // layers reading one anchor (1-6) and two (7-11)
+        run_shape({65536, 12, 12, 64, 6, 6}, false, 4, &one);
+        run_shape({65536, 12, 12, 64, 6, 7}, false, 4, &two);
+        float g11 = run_gather(65536, 12, 12, 64, 11, false, 7), g5 = run_gather(65536, 12, 12, 64, 5, false, 8);
+        float acc = 6 * one.bwd_accumulate + 5 * two.bwd_accumulate, def = 6 * one.bwd_deferred + 5 * two.bwd_deferred + g11 + g5;
+        printf("GPT-2 124M step (B=64, T=1024, stride 6), the depth backward: accumulate %.3f ms; deferred %.3f ms (gathers %.3f ms)\n", acc, def, g11 + g5);
+    }
     printf(ok ? "All results match.\n" : "MISMATCH\n");
     return ok ? 0 : 1;
 }

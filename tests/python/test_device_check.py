@@ -212,11 +212,13 @@ def test_continue_runs_only_what_the_first_call_left(tmp_path):
 
 
 def test_build_variants_are_timed_against_the_plain_build(tmp_path):
-    """Step 4b: every variant of dev/bench_variants.list runs alternately with the plain vanilla
-    benchmark, twice each, and its row gives both pairs of figures and the ratio of their means.
-    Stand-in binaries print the BENCH line of dev/cuda/bench_gpt.cu; they record their order."""
-    names = [ln.split("|")[0].strip() for ln in (REPO / "dev" / "bench_variants.list").read_text().splitlines()
-             if re.match(r"[a-z]", ln)]
+    """Step 4b: every variant of dev/bench_variants.list runs alternately with its path's plain
+    benchmark (the fourth column, vanilla if left out), twice each, and its row gives both pairs of
+    figures and the ratio of their means. Stand-in binaries print the BENCH line of
+    dev/cuda/bench_gpt.cu; they record their order."""
+    lines = [ln.split("|") for ln in (REPO / "dev" / "bench_variants.list").read_text().splitlines() if re.match(r"[a-z]", ln)]
+    paths = {f[0].strip(): (f[3].strip() if len(f) > 3 and f[3].strip() else "vanilla") for f in lines}
+    names = list(paths)
     assert names, "dev/bench_variants.list names no variant"
     gb = tmp_path / "gpu_build"
     order = tmp_path / "order"
@@ -227,16 +229,47 @@ def test_build_variants_are_timed_against_the_plain_build(tmp_path):
                         f'echo "BENCH impl=valuepath path=vanilla precision=bf16 B=64 T=1024 ms_per_step={ms} tok_per_s=1"\n')
         path.chmod(0o755)
 
-    bench_stub(gb / "dev" / "cuda" / "bf16" / "bench_gpt_vanilla", "plain", "140.0")
+    for p in set(paths.values()):
+        bench_stub(gb / "dev" / "cuda" / "bf16" / f"bench_gpt_{p}", "plain", "140.0")
     for v in names:
-        bench_stub(gb / "variants" / v / "bench_gpt_vanilla", v, "133.0")
+        bench_stub(gb / "variants" / v / "bench_gpt", v, "133.0")
     env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "GPU_BUILD": str(gb), "BENCH_PARTS": "variants", "TIME_LIMIT": "200"}
     del env["SKIP_BENCH"]
     out = tmp_path / "out"
     out.mkdir()
     _, rows = device_check(out, env)
     for v in names:
-        assert rows[f"variant {v} (vanilla, B=64 T=1024)"] == \
+        assert rows[f"variant {v} ({paths[v]}, B=64 T=1024)"] == \
             "133.0 and 133.0 ms/step against the plain build's 140.0 and 140.0 (mean ratio 0.950)"
     assert order.read_text().split() == [x for v in names for x in (v, "plain", v, "plain")]
     assert "ms_per_step=133.0" in (out / "bench.txt").read_text()
+
+
+def test_timed_labs_give_a_row_per_shape_and_one_for_a_failure(tmp_path):
+    """Step 8: the memory-bound labs' timings become one row per shape; the depth lab's deferred
+    backward and its gathers join their shape's row, its GPT-2 step estimate gets its own; a lab
+    that fails or runs out of time gets a row saying so (in the 2026-11-27 H100 call the depth
+    lab timed out and the summary said nothing). Stand-in labs print the real labs' lines."""
+    gb = tmp_path / "gpu_build"
+    labs = gb / "dev" / "cuda" / "bf16"
+    labs.mkdir(parents=True)
+    stub(labs, "depth_attention", [
+        "depth_attention: B*T=65536 H=12 Hkv=12 D=64 stride=6 layer=7 |S|=2 (bf16)",
+        "  version 1: forward 0.6160 ms, 1323 GB/s; backward 1.4393 ms, 2035 GB/s",
+        "  version 2 deferred: backward 0.6659 ms, 2140 GB/s",
+        "  depth_anchor_gather, 11 readers: 1.0273 ms, 2615 GB/s",
+        "GPT-2 124M step (B=64, T=1024, stride 6), the depth backward: accumulate 9.642 ms; deferred 8.292 ms (gathers 1.571 ms)"], 0)
+    stub(labs, "gelu", ["gelu: N=65536 OC=3072 (bf16)", "  backward version 1: 0.5637 ms, 2857 GB/s"], 1)
+    env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "GPU_BUILD": str(gb), "BENCH_PARTS": "memory",
+           "MEMORY_LABS": "gelu depth_attention", "TIME_LIMIT": "200"}
+    del env["SKIP_BENCH"]
+    out = tmp_path / "out"
+    out.mkdir()
+    _, rows = device_check(out, env)
+    assert rows["lab depth_attention B*T=65536 D=64 stride=6 layer=7"] == (
+        "version 1: forward 0.6160 ms, 1323 GB/s; backward 1.4393 ms, 2035 GB/s; version 2 deferred: backward 0.6659 ms, 2140 GB/s; "
+        "depth_anchor_gather, 11 readers: 1.0273 ms, 2615 GB/s")
+    assert rows["lab depth_attention, GPT-2 124M step (B=64, T=1024, stride 6)"] == "accumulate 9.642 ms; deferred 8.292 ms (gathers 1.571 ms)"
+    assert rows["lab gelu N=65536 OC=3072"] == "backward v1: 0.5637 ms, 2857 GB/s"
+    assert rows["lab gelu (timed)"].startswith("FAILED (exit 1)")
+    assert "lab depth_attention (timed)" not in rows
