@@ -69,7 +69,7 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/qknorm.cuh"       // defines: qknorm_forward, qknorm_backward
 #include "kernels/rope.cuh"         // defines: rope_forward, rope_backward
 #include "kernels/attention.cuh"    // defines: AttentionArgs, KVGradRoute, attention_forward, attention_backward (flash, GQA, value-path reads and routes)
-#include "kernels/depth_attention.cuh"  // defines: DepthArgs, depth_attention_forward, depth_attention_backward, depth_anchor_gather
+#include "kernels/depth_attention.cuh"  // defines: DepthArgs, DepthGatherArgs, depth_attention_forward, depth_attention_backward, depth_anchor_gather
 // Depth-Attention's anchor gradients are deferred: each reader layer's depth backward keeps its
 // de_n (fp32, alpha's size) and its u = dL/dv~ (in its own v~ slot, which nothing reads after its
 // attention backward), and one pass at each anchor (depth_anchor_gather) sums alpha_n u and

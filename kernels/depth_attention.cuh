@@ -35,7 +35,8 @@
 // accumulators per anchor at every reader (1.013x the step time the other way, H100 2026-11-27).
 //
 // defines: DEPTH_MAX_SOURCES, DepthArgs, depth_attention_forward, depth_attention_backward,
-//          depth_attention_version (1 or 2: dev/cuda/depth_attention.cu times both)
+//          depth_attention_version (1 or 2: dev/cuda/depth_attention.cu times both),
+//          DepthReader, DepthGatherArgs, depth_anchor_gather
 #pragma once
 
 #include <vector>

@@ -104,13 +104,18 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes
         return o;
     };
 
-    // CPU forward: the anchors in order (their mixed values rounded as the GPU stores them), then the layer
+    // CPU forward: the anchors in order (their mixed values rounded as the GPU stores them), then
+    // the layer. Timing needs none of the references: the anchors' mixed values are then random.
     VpDepth::State<float> st;
-    VpDepth::init(&st, c, dims);
-    KERNEL_ASSERT(st.max_cands == nc);  // alpha rows hold exactly this layer's candidates
+    if (check) VpDepth::init(&st, c, dims);
+    KERNEL_ASSERT(!check || st.max_cands == nc);  // alpha rows hold exactly this layer's candidates
     std::vector<floatX*> d_anchor_vmix(nS, nullptr);
     for (size_t i = 0; i < layers.size(); i++) {
         int l = layers[i];
+        if (!check) {
+            if (l > 0 && l != s.layer) d_anchor_vmix[i] = dev_upload_x(round_to_floatx(random_normal(layer_elems, seed + 50 + i)));
+            continue;
+        }
         VpDepth::forward(&st, c, dims, l, own_of(i), (const float*)nullptr);
         if (l > 0 && l != s.layer) {
             float* vm = st.v_mixed.data() + (size_t)l * layer_elems;
@@ -119,34 +124,39 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes
             d_anchor_vmix[i] = dev_upload_x(rounded);
         }
     }
-    const float* vmix_ref_p = st.v_mixed.data() + (size_t)s.layer * layer_elems;
-    std::vector<float> vmix_ref(vmix_ref_p, vmix_ref_p + layer_elems);
-    std::vector<float> alpha_ref(layer_elems / s.D * st.max_cands);
-    const float* alpha_p = st.alpha.data() + (size_t)s.layer * s.BT * s.Hkv * st.max_cands;
-    std::copy(alpha_p, alpha_p + alpha_ref.size(), alpha_ref.begin());
+    std::vector<float> vmix_ref, alpha_ref(layer_elems / s.D * nc);
+    if (check) {
+        const float* vmix_ref_p = st.v_mixed.data() + (size_t)s.layer * layer_elems;
+        vmix_ref.assign(vmix_ref_p, vmix_ref_p + layer_elems);
+        const float* alpha_p = st.alpha.data() + (size_t)s.layer * s.BT * s.Hkv * nc;
+        std::copy(alpha_p, alpha_p + alpha_ref.size(), alpha_ref.begin());
+    }
 
     // CPU backward of the layer: u = dL/dv~ random; dq, dk start random (they are added to), dv at 0
     std::vector<float> u = round_to_floatx(random_normal(layer_elems, seed + 100));
     std::vector<float> dq0 = round_to_floatx(random_normal((size_t)s.BT * s.H * s.D, seed + 101));
     std::vector<float> dk0 = round_to_floatx(random_normal(layer_elems, seed + 102));
     std::vector<float> acc0 = random_normal((size_t)nS * layer_elems, seed + 103);
-    std::vector<float> dq_ref = dq0, dk_ref = dk0, dv_ref(layer_elems, 0.0f), zeros(layer_elems, 0.0f);
-    VpDepth::backward_begin(&st, c, dims);
-    LayerQKVGrads<float> gr;
-    gr.dq = dq_ref.data();
-    gr.dk = dk_ref.data();
-    gr.dv = dv_ref.data();
-    gr.dq_rs = s.H * s.D;
-    gr.dk_rs = gr.dv_rs = KV;
-    VpDepth::backward(&st, c, dims, s.layer, zeros.data(), u.data(), gr, (const float*)nullptr, (float*)nullptr);
-    // accumulators: anchor 0 overwritten (bit 0), the others added to their initial values
-    std::vector<float> acck_ref((size_t)nS * layer_elems), accv_ref((size_t)nS * layer_elems);
-    for (int n = 0; n < nS; n++)
-        for (size_t e = 0; e < layer_elems; e++) {
-            size_t i = (size_t)n * layer_elems + e;
-            acck_ref[i] = (n == 0 ? 0.0f : acc0[i]) + st.acc_k[i];
-            accv_ref[i] = (n == 0 ? 0.0f : acc0[i]) + st.acc_v[i];
-        }
+    std::vector<float> dq_ref = dq0, dk_ref = dk0, dv_ref(layer_elems, 0.0f), zeros(layer_elems, 0.0f), acck_ref, accv_ref;
+    if (check) {
+        VpDepth::backward_begin(&st, c, dims);
+        LayerQKVGrads<float> gr;
+        gr.dq = dq_ref.data();
+        gr.dk = dk_ref.data();
+        gr.dv = dv_ref.data();
+        gr.dq_rs = s.H * s.D;
+        gr.dk_rs = gr.dv_rs = KV;
+        VpDepth::backward(&st, c, dims, s.layer, zeros.data(), u.data(), gr, (const float*)nullptr, (float*)nullptr);
+        // accumulators: anchor 0 overwritten (bit 0), the others added to their initial values
+        acck_ref.resize((size_t)nS * layer_elems);
+        accv_ref.resize((size_t)nS * layer_elems);
+        for (int n = 0; n < nS; n++)
+            for (size_t e = 0; e < layer_elems; e++) {
+                size_t i = (size_t)n * layer_elems + e;
+                acck_ref[i] = (n == 0 ? 0.0f : acc0[i]) + st.acc_k[i];
+                accv_ref[i] = (n == 0 ? 0.0f : acc0[i]) + st.acc_v[i];
+            }
+    }
 
     // GPU buffers
     size_t nl = layers.size() - 1;  // the layer's own data
@@ -165,7 +175,7 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes
         a.src_v[n] = n == 0 ? data[0].d_qkv + s.H * s.D + KV : d_anchor_vmix[n];
         a.src_v_rs[n] = n == 0 ? W : KV;
     }
-    a.alpha = d_alpha, a.alpha_stride = st.max_cands, a.vmix = d_vmix;
+    a.alpha = d_alpha, a.alpha_stride = nc, a.vmix = d_vmix;
     a.u = d_u, a.dv = d_dv, a.dv_rs = KV, a.dk = d_dk, a.dk_rs = KV, a.dq = d_dq, a.dq_rs = s.H * s.D;
     a.acc_k = d_acck, a.acc_v = d_accv, a.overwrite_mask = 1;
 
@@ -242,7 +252,7 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes
         ok &= validate_result(d_ukeep, u, "u kept", 0.0f, 0.0f);
         for (int n = 0; n < nS; n++) {
             gpu::DepthGatherArgs ga;
-            ga.BT = s.BT, ga.H = s.H, ga.Hkv = s.Hkv, ga.D = s.D, ga.n = n, ga.q_rs = W, ga.alpha_stride = st.max_cands;
+            ga.BT = s.BT, ga.H = s.H, ga.Hkv = s.Hkv, ga.D = s.D, ga.n = n, ga.q_rs = W, ga.alpha_stride = nc;
             ga.acc_k = d_gk, ga.acc_v = d_gv;
             gpu::DepthReader r;
             r.u = d_ukeep, r.q = a.q, r.alpha = d_alpha, r.de = d_de;
