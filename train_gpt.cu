@@ -244,7 +244,6 @@ inline std::vector<TensorSpec> activation_plan(Activations& a, const ModelConfig
 }
 
 // Depth-Attention bookkeeping (the same definitions as cpu/vp_depth.h, from the shared config)
-inline int depth_num_anchors(const ModelConfig& c) { return CEIL_DIV(c.n_layer, c.vp.depth_stride); }
 inline bool depth_is_anchor(const ModelConfig& c, int l) { return l % c.vp.depth_stride == 0; }
 inline int depth_num_sources(const ModelConfig& c, int l) { return ::depth_num_sources(c.vp, l); }  // |S(l)|
 inline int depth_max_cands(const ModelConfig& c) { return depth_num_sources(c, c.n_layer - 1) + 1; }
@@ -275,11 +274,12 @@ inline std::vector<TensorSpec> value_path_plan(ValuePathBuffers& v, const ModelC
     int path = c.vp.path;
     bool depth = path == VP_DEPTH, keys = path == VP_SLA || depth;
     bool learn = path == VP_RESFORMER && c.vp.resformer_learn;
+    size_t depth_weights = depth ? (L - 1) * BT * c.n_kv_head * depth_max_cands(c) : 0;  // alpha and de: one row per layer >= 1, position, KV head
     return {TENSOR(v.acc_k, keys ? nacc * BT * KV : 0),
             TENSOR(v.acc_v, nacc * BT * KV),
             TENSOR(v.vmix, depth ? (L - 1) * BT * KV : 0),
-            TENSOR(v.alpha, depth ? (L - 1) * BT * c.n_kv_head * depth_max_cands(c) : 0),
-            TENSOR(v.depth_de, depth ? (L - 1) * BT * c.n_kv_head * depth_max_cands(c) : 0),
+            TENSOR(v.alpha, depth_weights),
+            TENSOR(v.depth_de, depth_weights),
             TENSOR(v.dv_att, depth ? BT * KV : 0),
             TENSOR(v.dlambda_partial, learn ? attention_dkdv_blocks(B, T, c.n_kv_head, c.head_dim) : 0),
             TENSOR(v.v_bias_scaled, path == VP_RESFORMER && !learn && c.arch == ARCH_GPT2 ? KV : 0)};

@@ -1125,18 +1125,17 @@ inline void attention_check_args(const AttentionArgs& a, bool backward, int vers
         KERNEL_ASSERT(a.dq_rs >= (long)a.H * a.D && a.dk_rs >= (long)a.Hkv * a.D && (!a.dv || a.dv_rs >= (long)a.Hkv * a.D));
         KERNEL_ASSERT(!a.dlambda_partial || a.v_mix);
         // the delta pass (every version) reads dO and O as 16-byte words: 16-byte aligned bases
-        KERNEL_ASSERT(((uintptr_t)a.dout % 16) == 0 && ((uintptr_t)a.out % 16) == 0);
+        KERNEL_ASSERT(aligned16(a.dout) && aligned16(a.out));
     }
     if (version == 2) {  // 16-byte tile loads: 8-element aligned rows and pointers
-        auto aligned = [](const void* p) { return ((uintptr_t)p % 16) == 0; };
-        KERNEL_ASSERT(a.q_rs % 8 == 0 && a.k_rs % 8 == 0 && a.v_rs % 8 == 0 && aligned(a.q) && aligned(a.k) && aligned(a.v) && aligned(a.out));
-        if (alt) KERNEL_ASSERT(a.k_alt_rs % 8 == 0 && a.v_alt_rs % 8 == 0 && aligned(a.k_alt) && aligned(a.v_alt));
-        if (a.v_mix) KERNEL_ASSERT(a.v_mix_rs % 8 == 0 && aligned(a.v_mix));
+        KERNEL_ASSERT(a.q_rs % 8 == 0 && a.k_rs % 8 == 0 && a.v_rs % 8 == 0 && aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.out));
+        if (alt) KERNEL_ASSERT(a.k_alt_rs % 8 == 0 && a.v_alt_rs % 8 == 0 && aligned16(a.k_alt) && aligned16(a.v_alt));
+        if (a.v_mix) KERNEL_ASSERT(a.v_mix_rs % 8 == 0 && aligned16(a.v_mix));
         // dq, dk, dv are written as bf16 pairs (32-bit stores): 4-byte aligned pointers and even strides.
         // The emulator would not fault on a misaligned store; a GPU does ("misaligned address").
         auto aligned4 = [](const void* p) { return ((uintptr_t)p % 4) == 0; };
         if (backward)
-            KERNEL_ASSERT(aligned(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && (!a.dv || a.dv_rs % 2 == 0) &&
+            KERNEL_ASSERT(aligned16(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && (!a.dv || a.dv_rs % 2 == 0) &&
                           aligned4(a.dq) && aligned4(a.dk) && (!a.dv || aligned4(a.dv)));
     }
 }

@@ -108,6 +108,8 @@ struct alignas(16) Packed128 {
 };
 template <typename T>
 __device__ __forceinline__ Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
+// host: p may be read or written as whole 16-byte words (load128 / store128 / uint4)
+inline bool aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
 template <typename T>
 __device__ __forceinline__ void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
 typedef Packed128<floatX> x128;

@@ -520,7 +520,7 @@ inline void depth_check_args(const DepthArgs& a, bool backward) {
 // aligned. The trainer's layouts do (head dims are multiples of 16, rows start at multiples of D).
 inline bool depth2_aligned(const DepthArgs& a, bool backward) {
     const long vec = 16 / sizeof(floatX);
-    auto ok_ptr = [](const void* p) { return p == nullptr || ((uintptr_t)p % 16) == 0; };
+    auto ok_ptr = [](const void* p) { return p == nullptr || aligned16(p); };  // NULL: not used
     bool ok = a.q_rs % vec == 0 && a.k_rs % vec == 0 && a.v_rs % vec == 0 && ok_ptr(a.q) && ok_ptr(a.k) && ok_ptr(a.v) && ok_ptr(a.vmix);
     for (int n = 0; n < a.n_src; n++) ok = ok && ok_ptr(a.src_k[n]) && ok_ptr(a.src_v[n]) && a.src_v_rs[n] % vec == 0;
     if (backward)
@@ -569,11 +569,10 @@ inline void depth_attention_backward(const DepthArgs& a, cudaStream_t stream) { 
 // given, DEPTH_GATHER_READERS per launch (the later launches add to the first's sums)
 inline void depth_anchor_gather(DepthGatherArgs a, const std::vector<DepthReader>& readers, cudaStream_t stream) {
     const long vec = 16 / sizeof(floatX);
-    auto aligned = [](const void* p) { return ((uintptr_t)p % 16) == 0; };
     KERNEL_ASSERT(a.BT >= 1 && a.Hkv >= 1 && a.H % a.Hkv == 0 && a.D % vec == 0 && a.q_rs % vec == 0 && a.q_rs >= (long)a.H * a.D);
     KERNEL_ASSERT(!readers.empty() && a.n >= 0 && a.n < a.alpha_stride);
-    KERNEL_ASSERT(a.acc_k && a.acc_v && aligned(a.acc_k) && aligned(a.acc_v));
-    for (const DepthReader& r : readers) KERNEL_ASSERT(r.u && r.q && r.alpha && r.de && aligned(r.u) && aligned(r.q));
+    KERNEL_ASSERT(a.acc_k && a.acc_v && aligned16(a.acc_k) && aligned16(a.acc_v));
+    for (const DepthReader& r : readers) KERNEL_ASSERT(r.u && r.q && r.alpha && r.de && aligned16(r.u) && aligned16(r.q));
     long threads = (long)a.BT * a.Hkv * (a.D / vec);
     for (size_t first = 0; first < readers.size(); first += DEPTH_GATHER_READERS) {
         a.n_readers = (int)std::min(readers.size() - first, (size_t)DEPTH_GATHER_READERS);
