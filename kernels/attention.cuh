@@ -150,12 +150,33 @@ __host__ __device__ __forceinline__ float attn_mix_value(float v, float vmix, fl
 // accumulator and returns what the own slot receives. idx = (b*T + row)*Hkv*D + g*D + d.
 // These helpers (and attn_dv_scales below) also compile for the host: tests/test_gpu_routes.cu runs the trainer's
 // value-path plumbing with them on the CPU against the reference's policies.
-__host__ __device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
-    float in = (r.add && g >= r.add_from_head) ? r.add[idx] : 0.0f;
+// The route split into what it reads and what it computes, so that a kernel can load a whole row's
+// inputs before its first store (see the version-2 dK/dV epilogue): for KV head g, reads_add: in =
+// add[idx] (else 0); reads_src: old = src[idx] (else 0: an overwriting or unrouted head).
+struct KVGradRouteHead {
+    bool reads_add, routed, reads_src;
+};
+__host__ __device__ __forceinline__ KVGradRouteHead attn_route_head(const KVGradRoute& r, int g) {
+    KVGradRouteHead h;
+    h.reads_add = r.add && g >= r.add_from_head;
+    h.routed = r.src && g >= r.from_head;
+    h.reads_src = h.routed && !r.src_overwrite;
+    return h;
+}
+// Given in and old: returns what the own slot receives and, for a routed head, sets *src_new to
+// what src[idx] receives.
+__host__ __device__ __forceinline__ float attn_route_combine(const KVGradRoute& r, const KVGradRouteHead& h, float grad, float in, float old, float own_scale,
+                                                             float src_scale, float* src_new) {
     float gr = r.chain ? grad + in : grad;
-    bool routed = r.src && g >= r.from_head;
-    if (routed) r.src[idx] = (r.src_overwrite ? 0.0f : r.src[idx]) + src_scale * gr;
-    return (routed ? own_scale * gr : gr) + (r.chain ? 0.0f : in);
+    if (h.routed) *src_new = old + src_scale * gr;
+    return (h.routed ? own_scale * gr : gr) + (r.chain ? 0.0f : in);
+}
+__host__ __device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
+    KVGradRouteHead h = attn_route_head(r, g);
+    float in = h.reads_add ? r.add[idx] : 0.0f, old = h.reads_src ? r.src[idx] : 0.0f, src_new = 0.0f;
+    float own = attn_route_combine(r, h, grad, in, old, own_scale, src_scale, &src_new);
+    if (h.routed) r.src[idx] = src_new;
+    return own;
 }
 
 // The own/source scales of the value gradient's route: with a ResFormer mix they follow lambda
@@ -447,6 +468,9 @@ constexpr int ATT2_THREADS = 128;  // 4 warps x 16 rows
 #ifndef ATT2_BWD_MIN_BLOCKS
 #define ATT2_BWD_MIN_BLOCKS 4
 #endif
+#ifndef VP_ATT_EPILOGUE_PRELOAD  // the dK/dV epilogue loads a row's route inputs before its stores (see there)
+#define VP_ATT_EPILOGUE_PRELOAD 1
+#endif
 template <int D>
 __host__ __device__ constexpr int att2_bwd_min_blocks() { return D <= 64 ? ATT2_BWD_MIN_BLOCKS : 0; }
 #define ATT2_BWD_LAUNCH_BOUNDS __launch_bounds__(ATT2_THREADS, att2_bwd_min_blocks<D>())
@@ -514,6 +538,10 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits = the lower column
     return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t w) {  // pack_bf16x2's inverse (exact)
+    __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&w);
+    return __bfloat1622float2(v);
 }
 
 // Address helpers for a 16x16 block at (row0, col0) of a shared tile with row stride LDS:
@@ -979,6 +1007,74 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
             delta_all[(buf ^ 1) * ATT2_TILE + threadIdx.x] = delta_next;
         }
     }
+#if VP_ATT_EPILOGUE_PRELOAD
+    // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda.
+    // What the epilogue reads from global memory (route inputs: fp32 accumulators; the own slots
+    // with accumulate_dkv; v and v_mix for dlambda) is loaded for EC column pairs at a time, all
+    // of them before the first store. Element by element (attn_route_grad), each load waited for
+    // the store before it (the compiler cannot tell the pointers apart), about 16 serial global
+    // round trips per row and route at D = 64: ResFormer's dK/dV kernel took 20.9 ms a step
+    // against vanilla's 18.7 on an H100 (ncu, docs/gpu.md). The same sums in the same order: the
+    // same bits. EC = 4 pairs keeps the loaded values to 32 registers beside the accumulators.
+    constexpr int EC = D / 8 < 4 ? D / 8 : 4;
+    float v_own, v_src;
+    attn_dv_scales(a, src, &v_own, &v_src);
+    const KVGradRouteHead kh = attn_route_head(a.dk_route, g), vh = attn_route_head(a.dv_route, g);
+    float dlam = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int kr = key + 8 * r;
+        if (kr >= a.T) continue;
+        size_t row = (size_t)b * a.T + kr, acc = row * a.Hkv * D + (size_t)g * D;
+        __nv_bfloat16* dkb = a.dk + row * a.dk_rs + (size_t)g * D;
+        __nv_bfloat16* dvb = a.dv ? a.dv + row * a.dv_rs + (size_t)g * D : nullptr;
+        const __nv_bfloat16* vrow = src.v + (size_t)kr * src.v_rs;
+        const __nv_bfloat16* mrow = a.dlambda_partial ? src.vmix + (size_t)kr * src.vmix_rs : nullptr;
+#pragma unroll
+        for (int j0 = 0; j0 < D / 8; j0 += EC) {
+            const float2 zero2 = make_float2(0.0f, 0.0f);
+            float2 k_in[EC], k_old[EC], v_in[EC], v_old[EC];
+#pragma unroll
+            for (int e = 0; e < EC; e++) {  // loads only
+                int d = (j0 + e) * 8 + 2 * tq;
+                k_in[e] = kh.reads_add ? *reinterpret_cast<const float2*>(a.dk_route.add + acc + d) : zero2;
+                k_old[e] = kh.reads_src ? *reinterpret_cast<const float2*>(a.dk_route.src + acc + d) : zero2;
+                v_in[e] = vh.reads_add ? *reinterpret_cast<const float2*>(a.dv_route.add + acc + d) : zero2;
+                v_old[e] = vh.reads_src ? *reinterpret_cast<const float2*>(a.dv_route.src + acc + d) : zero2;
+            }
+#pragma unroll
+            for (int e = 0; e < EC; e++) {  // math and stores
+                int j = j0 + e, d = j * 8 + 2 * tq;
+                float gv0 = dv[j][2 * r], gv1 = dv[j][2 * r + 1];
+                float2 k_new = zero2, v_new = zero2;  // what the routes' source accumulators receive
+                float k0 = attn_route_combine(a.dk_route, kh, dk[j][2 * r] * scale, k_in[e].x, k_old[e].x, a.dk_route.own_scale, a.dk_route.src_scale, &k_new.x);
+                float k1 = attn_route_combine(a.dk_route, kh, dk[j][2 * r + 1] * scale, k_in[e].y, k_old[e].y, a.dk_route.own_scale, a.dk_route.src_scale, &k_new.y);
+                float v0 = attn_route_combine(a.dv_route, vh, gv0, v_in[e].x, v_old[e].x, v_own, v_src, &v_new.x);
+                float v1 = attn_route_combine(a.dv_route, vh, gv1, v_in[e].y, v_old[e].y, v_own, v_src, &v_new.y);
+                if (kh.routed) *reinterpret_cast<float2*>(a.dk_route.src + acc + d) = k_new;
+                if (vh.routed) *reinterpret_cast<float2*>(a.dv_route.src + acc + d) = v_new;
+                if (mrow) {
+                    float2 vr = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(vrow + d)), mr = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(mrow + d));
+                    dlam += gv0 * (mr.x - vr.x) + gv1 * (mr.y - vr.y);
+                }
+                if (a.accumulate_dkv) {
+                    float2 mine = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(dkb + d));
+                    k0 += mine.x;
+                    k1 += mine.y;
+                }
+                *reinterpret_cast<uint32_t*>(dkb + d) = pack_bf16x2(k0, k1);
+                if (dvb) {
+                    if (a.accumulate_dkv) {
+                        float2 mine = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(dvb + d));
+                        v0 += mine.x;
+                        v1 += mine.y;
+                    }
+                    *reinterpret_cast<uint32_t*>(dvb + d) = pack_bf16x2(v0, v1);
+                }
+            }
+        }
+    }
+#else  // the element-by-element epilogue, kept as the build variant att_epilogue_serial until an H100 times both
     // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda
     float v_own, v_src;
     attn_dv_scales(a, src, &v_own, &v_src);
@@ -1017,6 +1113,7 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
             }
         }
     }
+#endif
     if (a.dlambda_partial) {
         float t = block_sum(dlam);  // fixed tree: deterministic
         if (threadIdx.x == 0) a.dlambda_partial[blockIdx.y * gridDim.x + blockIdx.x] = t;
@@ -1133,10 +1230,13 @@ inline void attention_check_args(const AttentionArgs& a, bool backward, int vers
         if (a.v_mix) KERNEL_ASSERT(a.v_mix_rs % 8 == 0 && aligned16(a.v_mix));
         // dq, dk, dv are written as bf16 pairs (32-bit stores): 4-byte aligned pointers and even strides.
         // The emulator would not fault on a misaligned store; a GPU does ("misaligned address").
-        auto aligned4 = [](const void* p) { return ((uintptr_t)p % 4) == 0; };
-        if (backward)
+        // The routes' fp32 buffers are read and written as float pairs (8 bytes) by the dK/dV epilogue.
+        auto aligned = [](const void* p, uintptr_t bytes) { return ((uintptr_t)p % bytes) == 0; };
+        if (backward) {
             KERNEL_ASSERT(aligned16(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && (!a.dv || a.dv_rs % 2 == 0) &&
-                          aligned4(a.dq) && aligned4(a.dk) && (!a.dv || aligned4(a.dv)));
+                          aligned(a.dq, 4) && aligned(a.dk, 4) && (!a.dv || aligned(a.dv, 4)));
+            for (const KVGradRoute* r : {&a.dk_route, &a.dv_route}) KERNEL_ASSERT(aligned(r->add, 8) && aligned(r->src, 8));
+        }
     }
 }
 
