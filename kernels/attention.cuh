@@ -150,33 +150,12 @@ __host__ __device__ __forceinline__ float attn_mix_value(float v, float vmix, fl
 // accumulator and returns what the own slot receives. idx = (b*T + row)*Hkv*D + g*D + d.
 // These helpers (and attn_dv_scales below) also compile for the host: tests/test_gpu_routes.cu runs the trainer's
 // value-path plumbing with them on the CPU against the reference's policies.
-// The route split into what it reads and what it computes, so that a kernel can load a whole row's
-// inputs before its first store (see the version-2 dK/dV epilogue): for KV head g, reads_add: in =
-// add[idx] (else 0); reads_src: old = src[idx] (else 0: an overwriting or unrouted head).
-struct KVGradRouteHead {
-    bool reads_add, routed, reads_src;
-};
-__host__ __device__ __forceinline__ KVGradRouteHead attn_route_head(const KVGradRoute& r, int g) {
-    KVGradRouteHead h;
-    h.reads_add = r.add && g >= r.add_from_head;
-    h.routed = r.src && g >= r.from_head;
-    h.reads_src = h.routed && !r.src_overwrite;
-    return h;
-}
-// Given in and old: returns what the own slot receives and, for a routed head, sets *src_new to
-// what src[idx] receives.
-__host__ __device__ __forceinline__ float attn_route_combine(const KVGradRoute& r, const KVGradRouteHead& h, float grad, float in, float old, float own_scale,
-                                                             float src_scale, float* src_new) {
-    float gr = r.chain ? grad + in : grad;
-    if (h.routed) *src_new = old + src_scale * gr;
-    return (h.routed ? own_scale * gr : gr) + (r.chain ? 0.0f : in);
-}
 __host__ __device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
-    KVGradRouteHead h = attn_route_head(r, g);
-    float in = h.reads_add ? r.add[idx] : 0.0f, old = h.reads_src ? r.src[idx] : 0.0f, src_new = 0.0f;
-    float own = attn_route_combine(r, h, grad, in, old, own_scale, src_scale, &src_new);
-    if (h.routed) r.src[idx] = src_new;
-    return own;
+    float in = (r.add && g >= r.add_from_head) ? r.add[idx] : 0.0f;
+    float gr = r.chain ? grad + in : grad;
+    bool routed = r.src && g >= r.from_head;
+    if (routed) r.src[idx] = (r.src_overwrite ? 0.0f : r.src[idx]) + src_scale * gr;
+    return (routed ? own_scale * gr : gr) + (r.chain ? 0.0f : in);
 }
 
 // The own/source scales of the value gradient's route: with a ResFormer mix they follow lambda
@@ -468,9 +447,6 @@ constexpr int ATT2_THREADS = 128;  // 4 warps x 16 rows
 #ifndef ATT2_BWD_MIN_BLOCKS
 #define ATT2_BWD_MIN_BLOCKS 4
 #endif
-#ifndef VP_ATT_EPILOGUE_PRELOAD  // the dK/dV epilogue loads a row's route inputs before its stores (see there)
-#define VP_ATT_EPILOGUE_PRELOAD 1
-#endif
 template <int D>
 __host__ __device__ constexpr int att2_bwd_min_blocks() { return D <= 64 ? ATT2_BWD_MIN_BLOCKS : 0; }
 #define ATT2_BWD_LAUNCH_BOUNDS __launch_bounds__(ATT2_THREADS, att2_bwd_min_blocks<D>())
@@ -519,6 +495,17 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src,
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 #endif
 }
+// The same for one 4-byte word (cp.async.ca: .cg takes only 16 bytes); both addresses 4-byte
+// aligned. The dK/dV kernel brings each query row's lse and delta with it.
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* gmem_src, int src_bytes) {
+#ifdef VP_CUDA_EMU
+    vp_emu::cp_async(smem_dst, gmem_src, 4, src_bytes);
+#else
+    uint32_t dst = (uint32_t)__cvta_generic_to_shared(smem_dst);
+    size_t src = __cvta_generic_to_global(gmem_src);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() {
 #ifdef VP_CUDA_EMU
     vp_emu::cp_async_commit();
@@ -538,10 +525,6 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits = the lower column
     return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t w) {  // pack_bf16x2's inverse (exact)
-    __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&w);
-    return __bfloat1622float2(v);
 }
 
 // Address helpers for a 16x16 block at (row0, col0) of a shared tile with row stride LDS:
@@ -890,32 +873,65 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     int nqt = CEIL_DIV(a.T, ATT2_TILE);
     const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
-    // the (query head, query tile) pairs in order: heads of the group outer, tiles kt.. inner
-    int nq = nqt - kt, n_iter = G * nq;
-    auto q_of = [&](int it) { return a.q + (size_t)b * a.T * a.q_rs + (size_t)(g * G + it / nq) * D; };
-    auto dout_of = [&](int it) { return a.dout + (size_t)b * a.T * a.H * D + (size_t)(g * G + it / nq) * D; };
-    auto qtile_of = [&](int it) { return kt + it % nq; };
-    // lse (in log2 units) and delta of query row r of pair it; rows past T: lse = inf (P = 0)
-    auto lse_of = [&](int it, int r) {
-        int qrow = qtile_of(it) * ATT2_TILE + r;
-        return qrow < a.T ? a.lse[((size_t)b * a.H + g * G + it / nq) * a.T + qrow] * LOG2E : INFINITY;
+    // the (query head h, query tile qt) pairs in order: heads of the group outer, tiles kt.. inner;
+    // the pair after (h, qt) is (h, qt + 1), or (h + 1, kt) after the last tile (next_pair)
+    int n_iter = G * (nqt - kt);
+    // Batch b's rows of q, dO, lse and delta: the 64-bit addresses that every pair's loads start
+    // from, kept in shared memory and read through a volatile reference at each use so that they
+    // do not occupy registers across the loop. In registers, ptxas (at 128, for 4 blocks per SM)
+    // spilled them to local memory, and their reloads, from L2 (shared memory leaves L1 little
+    // room), stalled each tile's prefetch: ncu on an H100 (dev/results/2026-11-27-h100-3.md).
+    __shared__ uintptr_t batch_rows[4];
+    if (threadIdx.x == 0) {
+        batch_rows[0] = reinterpret_cast<uintptr_t>(a.q + (size_t)b * a.T * a.q_rs);
+        batch_rows[1] = reinterpret_cast<uintptr_t>(a.dout + (size_t)b * a.T * a.H * D);
+        batch_rows[2] = reinterpret_cast<uintptr_t>(a.lse + (size_t)b * a.H * a.T);
+        batch_rows[3] = reinterpret_cast<uintptr_t>(a.delta + (size_t)b * a.H * a.T);
+    }
+    __syncthreads();
+    auto batch_row = [&](int i) { return reinterpret_cast<const void*>(*reinterpret_cast<const volatile uintptr_t*>(&batch_rows[i])); };
+    auto q_of = [&](int h) { return reinterpret_cast<const __nv_bfloat16*>(batch_row(0)) + (size_t)h * D; };
+    auto dout_of = [&](int h) { return reinterpret_cast<const __nv_bfloat16*>(batch_row(1)) + (size_t)h * D; };
+    auto next_pair = [&](int& h, int& qt) {
+        if (++qt == nqt) qt = kt, h++;
     };
-    auto delta_of = [&](int it, int r) {
-        int qrow = qtile_of(it) * ATT2_TILE + r;
-        return qrow < a.T ? a.delta[((size_t)b * a.H + g * G + it / nq) * a.T + qrow] : 0.0f;
+    // lse (in log2 units) and delta of query row r of pair (h, qt); rows past T: lse = inf (P = 0)
+    auto lse_of = [&](int h, int qt, int r) {
+        int qrow = qt * ATT2_TILE + r;
+        return qrow < a.T ? reinterpret_cast<const float*>(batch_row(2))[(size_t)h * a.T + qrow] * LOG2E : INFINITY;
+    };
+    auto delta_of = [&](int h, int qt, int r) {
+        int qrow = qt * ATT2_TILE + r;
+        return qrow < a.T ? reinterpret_cast<const float*>(batch_row(3))[(size_t)h * a.T + qrow] : 0.0f;
+    };
+    int h = g * G, qt = kt;  // the pair of iteration it (h_next, qt_next: of it + 1)
+    // ASYNC: pair (h, qt)'s lse and delta rows into buffer buf as 4-byte cp.async copies, in the
+    // caller's group: threads 0..63 copy lse (row threadIdx.x), 64..127 delta. Rows past T: nothing
+    // is read and the word is zero (delta = 0; lse_landed makes lse inf).
+    auto lse_delta_start = [&](int h, int qt, int buf) {
+        static_assert(ATT2_THREADS == 2 * ATT2_TILE, "a thread per row of lse, one per row of delta");
+        int r = threadIdx.x % ATT2_TILE, qrow = qt * ATT2_TILE + r;
+        bool is_lse = threadIdx.x < ATT2_TILE, inside = qrow < a.T;
+        const float* row = reinterpret_cast<const float*>(batch_row(is_lse ? 2 : 3)) + (size_t)h * a.T;
+        cp_async4((is_lse ? lse_all : delta_all) + buf * ATT2_TILE + r, inside ? row + qrow : row, inside ? 4 : 0);
+    };
+    // ASYNC, after the wait for pair (h, qt)'s copies and before the __syncthreads that shows them:
+    // each lse thread turns its own word into log2 units (the same product as lse_of: same bits).
+    auto lse_landed = [&](int qt, int buf) {
+        if (threadIdx.x < ATT2_TILE) {
+            float* w = lse_all + buf * ATT2_TILE + threadIdx.x;
+            *w = qt * ATT2_TILE + (int)threadIdx.x < a.T ? *w * LOG2E : INFINITY;
+        }
     };
 
     KVSource src = attn_kv_source(a, b, g);
-    if constexpr (ASYNC) {  // K, V and the first Q/dO tile: group 0; the first lse/delta directly
+    if constexpr (ASYNC) {  // K, V and the first Q/dO tile with its lse and delta: group 0
         att2_load_tile_async<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
         att2_load_v_tile_async<D>(Vs, src, kt * ATT2_TILE, a.T);
-        att2_load_tile_async<D>(QdOs, q_of(0), a.q_rs, qtile_of(0) * ATT2_TILE, a.T);
-        att2_load_tile_async<D>(QdOs + ATT2_TILE * LDS, dout_of(0), (long)a.H * D, qtile_of(0) * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(QdOs, q_of(h), a.q_rs, qt * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(QdOs + ATT2_TILE * LDS, dout_of(h), (long)a.H * D, qt * ATT2_TILE, a.T);
+        lse_delta_start(h, qt, 0);
         cp_async_commit();
-        if (threadIdx.x < ATT2_TILE) {
-            lse_all[threadIdx.x] = lse_of(0, threadIdx.x);
-            delta_all[threadIdx.x] = delta_of(0, threadIdx.x);
-        }
     } else {
         att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
         att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
@@ -928,33 +944,31 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
     int key = kt * ATT2_TILE + warp * 16 + gr;  // this thread's keys: key, key + 8
 
     for (int it = 0; it < n_iter; it++) {
-        int qt = qtile_of(it), buf = ASYNC ? it & 1 : 0;
+        int buf = ASYNC ? it & 1 : 0, h_next = h, qt_next = qt;
+        next_pair(h_next, qt_next);
         __nv_bfloat16* Qs = QdOs + 2 * buf * ATT2_TILE * LDS;
         __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
         float* lse_s = lse_all + buf * ATT2_TILE;
         float* delta_s = delta_all + buf * ATT2_TILE;
-        float lse_next = 0.0f, delta_next = 0.0f;  // ASYNC: the next pair's row, stored after the math
         bool prefetch = ASYNC && it + 1 < n_iter;
         if constexpr (ASYNC) {
             cp_async_wait<0>();  // this thread's copies of pair it (the only group in flight)
+            lse_landed(qt, buf);
             __syncthreads();     // everyone's; and everyone is done with pair it - 1's buffer, refilled next
             if (prefetch) {
                 __nv_bfloat16* Qn = QdOs + 2 * (buf ^ 1) * ATT2_TILE * LDS;
-                att2_load_tile_async<D>(Qn, q_of(it + 1), a.q_rs, qtile_of(it + 1) * ATT2_TILE, a.T);
-                att2_load_tile_async<D>(Qn + ATT2_TILE * LDS, dout_of(it + 1), (long)a.H * D, qtile_of(it + 1) * ATT2_TILE, a.T);
+                att2_load_tile_async<D>(Qn, q_of(h_next), a.q_rs, qt_next * ATT2_TILE, a.T);
+                att2_load_tile_async<D>(Qn + ATT2_TILE * LDS, dout_of(h_next), (long)a.H * D, qt_next * ATT2_TILE, a.T);
+                lse_delta_start(h_next, qt_next, buf ^ 1);
                 cp_async_commit();
-                if (threadIdx.x < ATT2_TILE) {  // loads in flight during the math; stored below
-                    lse_next = lse_of(it + 1, threadIdx.x);
-                    delta_next = delta_of(it + 1, threadIdx.x);
-                }
             }
         } else {
             __syncthreads();
-            att2_load_tile<D>(Qs, q_of(it), a.q_rs, qt * ATT2_TILE, a.T);
-            att2_load_tile<D>(dOs, dout_of(it), (long)a.H * D, qt * ATT2_TILE, a.T);
+            att2_load_tile<D>(Qs, q_of(h), a.q_rs, qt * ATT2_TILE, a.T);
+            att2_load_tile<D>(dOs, dout_of(h), (long)a.H * D, qt * ATT2_TILE, a.T);
             if (threadIdx.x < ATT2_TILE) {
-                lse_s[threadIdx.x] = lse_of(it, threadIdx.x);
-                delta_s[threadIdx.x] = delta_of(it, threadIdx.x);
+                lse_s[threadIdx.x] = lse_of(h, qt, threadIdx.x);
+                delta_s[threadIdx.x] = delta_of(h, qt, threadIdx.x);
             }
             __syncthreads();
         }
@@ -1002,80 +1016,14 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
                 }
             }
         }
-        if (prefetch && threadIdx.x < ATT2_TILE) {  // pair it + 1's buffer, read after the next __syncthreads
-            lse_all[(buf ^ 1) * ATT2_TILE + threadIdx.x] = lse_next;
-            delta_all[(buf ^ 1) * ATT2_TILE + threadIdx.x] = delta_next;
-        }
+        h = h_next, qt = qt_next;
     }
-#if VP_ATT_EPILOGUE_PRELOAD
     // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda.
-    // What the epilogue reads from global memory (route inputs: fp32 accumulators; the own slots
-    // with accumulate_dkv; v and v_mix for dlambda) is loaded for EC column pairs at a time, all
-    // of them before the first store. Element by element (attn_route_grad), each load waited for
-    // the store before it (the compiler cannot tell the pointers apart), about 16 serial global
-    // round trips per row and route at D = 64: ResFormer's dK/dV kernel took 20.9 ms a step
-    // against vanilla's 18.7 on an H100 (ncu, docs/gpu.md). The same sums in the same order: the
-    // same bits. EC = 4 pairs keeps the loaded values to 32 registers beside the accumulators.
-    constexpr int EC = D / 8 < 4 ? D / 8 : 4;
-    float v_own, v_src;
-    attn_dv_scales(a, src, &v_own, &v_src);
-    const KVGradRouteHead kh = attn_route_head(a.dk_route, g), vh = attn_route_head(a.dv_route, g);
-    float dlam = 0.0f;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int kr = key + 8 * r;
-        if (kr >= a.T) continue;
-        size_t row = (size_t)b * a.T + kr, acc = row * a.Hkv * D + (size_t)g * D;
-        __nv_bfloat16* dkb = a.dk + row * a.dk_rs + (size_t)g * D;
-        __nv_bfloat16* dvb = a.dv ? a.dv + row * a.dv_rs + (size_t)g * D : nullptr;
-        const __nv_bfloat16* vrow = src.v + (size_t)kr * src.v_rs;
-        const __nv_bfloat16* mrow = a.dlambda_partial ? src.vmix + (size_t)kr * src.vmix_rs : nullptr;
-#pragma unroll
-        for (int j0 = 0; j0 < D / 8; j0 += EC) {
-            const float2 zero2 = make_float2(0.0f, 0.0f);
-            float2 k_in[EC], k_old[EC], v_in[EC], v_old[EC];
-#pragma unroll
-            for (int e = 0; e < EC; e++) {  // loads only
-                int d = (j0 + e) * 8 + 2 * tq;
-                k_in[e] = kh.reads_add ? *reinterpret_cast<const float2*>(a.dk_route.add + acc + d) : zero2;
-                k_old[e] = kh.reads_src ? *reinterpret_cast<const float2*>(a.dk_route.src + acc + d) : zero2;
-                v_in[e] = vh.reads_add ? *reinterpret_cast<const float2*>(a.dv_route.add + acc + d) : zero2;
-                v_old[e] = vh.reads_src ? *reinterpret_cast<const float2*>(a.dv_route.src + acc + d) : zero2;
-            }
-#pragma unroll
-            for (int e = 0; e < EC; e++) {  // math and stores
-                int j = j0 + e, d = j * 8 + 2 * tq;
-                float gv0 = dv[j][2 * r], gv1 = dv[j][2 * r + 1];
-                float2 k_new = zero2, v_new = zero2;  // what the routes' source accumulators receive
-                float k0 = attn_route_combine(a.dk_route, kh, dk[j][2 * r] * scale, k_in[e].x, k_old[e].x, a.dk_route.own_scale, a.dk_route.src_scale, &k_new.x);
-                float k1 = attn_route_combine(a.dk_route, kh, dk[j][2 * r + 1] * scale, k_in[e].y, k_old[e].y, a.dk_route.own_scale, a.dk_route.src_scale, &k_new.y);
-                float v0 = attn_route_combine(a.dv_route, vh, gv0, v_in[e].x, v_old[e].x, v_own, v_src, &v_new.x);
-                float v1 = attn_route_combine(a.dv_route, vh, gv1, v_in[e].y, v_old[e].y, v_own, v_src, &v_new.y);
-                if (kh.routed) *reinterpret_cast<float2*>(a.dk_route.src + acc + d) = k_new;
-                if (vh.routed) *reinterpret_cast<float2*>(a.dv_route.src + acc + d) = v_new;
-                if (mrow) {
-                    float2 vr = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(vrow + d)), mr = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(mrow + d));
-                    dlam += gv0 * (mr.x - vr.x) + gv1 * (mr.y - vr.y);
-                }
-                if (a.accumulate_dkv) {
-                    float2 mine = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(dkb + d));
-                    k0 += mine.x;
-                    k1 += mine.y;
-                }
-                *reinterpret_cast<uint32_t*>(dkb + d) = pack_bf16x2(k0, k1);
-                if (dvb) {
-                    if (a.accumulate_dkv) {
-                        float2 mine = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(dvb + d));
-                        v0 += mine.x;
-                        v1 += mine.y;
-                    }
-                    *reinterpret_cast<uint32_t*>(dvb + d) = pack_bf16x2(v0, v1);
-                }
-            }
-        }
-    }
-#else  // the element-by-element epilogue, kept as the build variant att_epilogue_serial until an H100 times both
-    // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda
+    // Element by element: each route load waits for the store before it. Tried on an H100
+    // (2026-11-27, dev/results/2026-11-27-h100-3.md) and reverted: loading a row's route inputs as
+    // float pairs, 4 column pairs at a time, before the first store. ResFormer's step took 1.05x
+    // as long (this kernel 2.9 ms a launch against 1.7, ncu), not in the epilogue: the extra
+    // registers moved spills into the loop over query tiles. One pair at a time: 1.006x.
     float v_own, v_src;
     attn_dv_scales(a, src, &v_own, &v_src);
     float dlam = 0.0f;
@@ -1113,7 +1061,6 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
             }
         }
     }
-#endif
     if (a.dlambda_partial) {
         float t = block_sum(dlam);  // fixed tree: deterministic
         if (threadIdx.x == 0) a.dlambda_partial[blockIdx.y * gridDim.x + blockIdx.x] = t;
@@ -1230,13 +1177,10 @@ inline void attention_check_args(const AttentionArgs& a, bool backward, int vers
         if (a.v_mix) KERNEL_ASSERT(a.v_mix_rs % 8 == 0 && aligned16(a.v_mix));
         // dq, dk, dv are written as bf16 pairs (32-bit stores): 4-byte aligned pointers and even strides.
         // The emulator would not fault on a misaligned store; a GPU does ("misaligned address").
-        // The routes' fp32 buffers are read and written as float pairs (8 bytes) by the dK/dV epilogue.
-        auto aligned = [](const void* p, uintptr_t bytes) { return ((uintptr_t)p % bytes) == 0; };
-        if (backward) {
+        auto aligned4 = [](const void* p) { return ((uintptr_t)p % 4) == 0; };
+        if (backward)
             KERNEL_ASSERT(aligned16(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && (!a.dv || a.dv_rs % 2 == 0) &&
-                          aligned(a.dq, 4) && aligned(a.dk, 4) && (!a.dv || aligned(a.dv, 4)));
-            for (const KVGradRoute* r : {&a.dk_route, &a.dv_route}) KERNEL_ASSERT(aligned(r->add, 8) && aligned(r->src, 8));
-        }
+                          aligned4(a.dq) && aligned4(a.dk) && (!a.dv || aligned4(a.dv)));
     }
 }
 

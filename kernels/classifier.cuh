@@ -21,7 +21,11 @@
 // logits of magnitude 30), is a relative error of the same size in each probability: below the
 // FP32 build's 1e-5 bounds and far below bf16's. Measured on an H100 (2026-11-26,
 // dev/results/2026-11-26-h100-3.md): 6.8 ms a step against version 2's 7.8 (ncu), and a build
-// with version 2 (-DVP_CLASSIFIER_VERSION=2) ran 1.006x this one's step time.
+// with version 2 (-DVP_CLASSIFIER_VERSION=2) ran 1.006x this one's step time. At that size pass 2
+// does not find its row in L2 (512 threads per row leave 4 rows per SM in flight, about 53 MB on
+// 132 SMs against a 50 MB L2), so the kernel moves about 3 row-passes of bytes, not 2: 6.8 ms is
+// 2.9 TB/s of those. 1024 threads per row (2 rows per SM, 26 MB) did not help: 1.005x the step
+// time (H100, 2026-11-27, dev/results/2026-11-27-h100-3.md).
 // Versions and timings: dev/cuda/classifier.cu.
 //
 // defines: fused_classifier (and fused_classifier2/3 for the lab and the build variant)

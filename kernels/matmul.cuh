@@ -30,10 +30,6 @@
 #include "kernels/common.cuh"
 #include "kernels/reduce.cuh"
 
-#ifndef VP_BIAS_BACKWARD_VEC  // 1: bias_backward_kernel2 (16-byte loads) where the shapes allow; 0: version 1 only
-#define VP_BIAS_BACKWARD_VEC 1
-#endif
-
 namespace gpu {
 
 // ----------------------------------------------------------------------------
@@ -186,7 +182,10 @@ static __global__ void bias_backward_kernel1(float* partial, const floatX* dout,
 // Version 2 of stage 1: each thread sums 8 adjacent columns, read as one 16-byte word per row, so a
 // warp reads 512 contiguous bytes of a row instead of 64 (version 1's 2-byte loads). Every column
 // is summed in version 1's order (rows y, y + 8, ... of thread row y, then the 8 thread rows in
-// order): the same bits. Needs OC % 8 == 0, rs % 8 == 0 and a 16-byte aligned dout.
+// order): the same bits. Needs OC % 8 == 0, rs % 8 == 0 and a 16-byte aligned dout. On an H100
+// (2026-11-27, dev/results/2026-11-27-h100-3.md) a build with version 1 instead ran 1.007x this
+// one's step time (vanilla GPT-2 124M, B=64, T=1024, alternating in one call); ncu had put
+// version 1 at 3.4 ms a step, about 1.8 TB/s.
 // Block (32, 8): 256 columns x PARTIAL_ROWS rows.
 constexpr int BIAS_BWD2_COLS = 8 * 32;
 static __global__ void bias_backward_kernel2(float* partial, const floatX* dout, int N, int OC, long rs) {
@@ -220,7 +219,7 @@ inline void bias_backward(float* dbias, const floatX* dout, float* partial, int 
     KERNEL_ASSERT(N >= 1 && OC >= 1 && rs >= OC);
     dim3 block(32, 8);
     bool vec = false;  // version 2 reads 8 bf16 per 16-byte word (the BF16 build)
-    if constexpr (sizeof(floatX) == 2) vec = VP_BIAS_BACKWARD_VEC && OC % 8 == 0 && rs % 8 == 0 && aligned16(dout);
+    if constexpr (sizeof(floatX) == 2) vec = OC % 8 == 0 && rs % 8 == 0 && aligned16(dout);
     if (vec)
         bias_backward_kernel2<<<dim3(CEIL_DIV(OC, BIAS_BWD2_COLS), num_partials(N)), block, 0, stream>>>(partial, dout, N, OC, rs);
     else

@@ -87,6 +87,7 @@ namespace vp_emu {
 enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
 struct AsyncCopy {
     unsigned char* dst;
+    int size;                 // cp-size: 4, 8 or 16 bytes
     unsigned char bytes[16];  // the source as read at the issue, zero-filled past src_bytes
     const void* pc;           // the issuing instruction, for the race detector's report
 };
@@ -897,26 +898,32 @@ static EmuThread& cp_async_thread(const char* what) {
     return e.threads[e.current];
 }
 
-void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+static void cp_async_from(void* smem_dst, const void* gmem_src, int cp_size, int src_bytes, const void* pc) {
     EmuThread& t = cp_async_thread("cp.async");
     Emulator& e = emu();
-    if (src_bytes < 0 || src_bytes > 16) kernel_fault("cp.async of 16 bytes with src-size %d (0..16)", src_bytes);
-    if ((uintptr_t)smem_dst % 16 || (src_bytes && (uintptr_t)gmem_src % 16))
-        kernel_fault("cp.async of 16 bytes needs 16-byte aligned addresses: shared %p, global %p", smem_dst, gmem_src);
+    if (cp_size != 4 && cp_size != 8 && cp_size != 16) kernel_fault("cp.async of %d bytes (4, 8 or 16)", cp_size);
+    if (src_bytes < 0 || src_bytes > cp_size) kernel_fault("cp.async of %d bytes with src-size %d (0..%d)", cp_size, src_bytes, cp_size);
+    if ((uintptr_t)smem_dst % cp_size || (src_bytes && (uintptr_t)gmem_src % cp_size))
+        kernel_fault("cp.async of %d bytes needs %d-byte aligned addresses: shared %p, global %p", cp_size, cp_size, smem_dst, gmem_src);
     if (find_alloc(e.device_allocs, smem_dst, 1) || find_alloc(e.host_allocs, smem_dst, 1))
         kernel_fault("cp.async destination %p is device memory, not shared memory (arguments swapped?)", smem_dst);
     if (src_bytes && !find_alloc(e.device_allocs, gmem_src, (size_t)src_bytes))
         kernel_fault("cp.async source %p (%d bytes) is not inside device memory (cudaMalloc)", gmem_src, src_bytes);
     AsyncCopy c;
     c.dst = static_cast<unsigned char*>(smem_dst);
+    c.size = cp_size;
     memset(c.bytes, 0, sizeof(c.bytes));
     if (src_bytes) memcpy(c.bytes, gmem_src, (size_t)src_bytes);
-    c.pc = __builtin_return_address(0);
+    c.pc = pc;  // the kernel's instruction that issued it
 #ifdef VP_EMU_RACE
     race_access(gmem_src, (size_t)src_bytes, false, c.pc);
-    race_access(smem_dst, 16, true, c.pc);
+    race_access(smem_dst, (size_t)cp_size, true, c.pc);
 #endif
     t.cp_open.push_back(c);
+}
+void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) { cp_async_from(smem_dst, gmem_src, 16, src_bytes, __builtin_return_address(0)); }
+void cp_async(void* smem_dst, const void* gmem_src, int cp_size, int src_bytes) {
+    cp_async_from(smem_dst, gmem_src, cp_size, src_bytes, __builtin_return_address(0));
 }
 
 void cp_async_commit() {
@@ -934,9 +941,9 @@ void cp_async_wait(int pending) {
     while (t.cp_groups.size() > (size_t)pending) {
         for (const AsyncCopy& c : t.cp_groups.front()) {
 #ifdef VP_EMU_RACE
-            race_access(c.dst, 16, true, pc);
+            race_access(c.dst, (size_t)c.size, true, pc);
 #endif
-            memcpy(c.dst, c.bytes, 16);
+            memcpy(c.dst, c.bytes, (size_t)c.size);
         }
         t.cp_groups.erase(t.cp_groups.begin());  // at most a few groups are in flight
     }

@@ -344,7 +344,9 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
 // cp.async.wait_group n waits until at most the n newest groups are pending. The emulator reads
 // the source at the issue and writes shared memory at the wait (the latest CUDA allows), and a
 // thread that returns with copies it never waited for is a fault. Both addresses 16-byte aligned.
+// cp_async is the same for a cp-size of 4, 8 or 16 bytes (cp.async.ca for 4 and 8), aligned to it.
 void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes);
+void cp_async(void* smem_dst, const void* gmem_src, int cp_size, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int pending);
 

@@ -514,6 +514,47 @@ static __global__ void cp_async_misaligned_kernel(const float* src) {
     gpu::cp_async_wait<0>();
 }
 
+// cp_async4 (the dK/dV kernel's lse and delta): thread t copies word t, odd threads with src-size
+// 0 (a zero); out: [0, n) before the wait, [n, 2n) after it
+static __global__ void cp_async4_kernel(float* out, const float* src) {
+    extern __shared__ __align__(16) float words[];
+    int t = threadIdx.x, n = blockDim.x;
+    gpu::cp_async4(words + t, src + t, t % 2 ? 0 : 4);
+    gpu::cp_async_commit();
+    out[t] = words[t];
+    gpu::cp_async_wait<0>();
+    out[n + t] = words[t];
+}
+static __global__ void cp_async4_misaligned_kernel(const float* src) {
+    extern __shared__ __align__(16) float words[];
+    gpu::cp_async4(reinterpret_cast<char*>(words) + 2, src, 4);
+    gpu::cp_async_commit();
+    gpu::cp_async_wait<0>();
+}
+
+TEST(cp_async4_words) {
+    const int n = 32;
+    std::vector<float> h_src(n);
+    for (int i = 0; i < n; i++) h_src[i] = (float)(i + 1);
+    float* src = upload(h_src);
+    float* out;
+    cudaCheck(cudaMalloc(&out, 2 * n * sizeof(float)));
+    cp_async4_kernel<<<1, n, n * sizeof(float)>>>(out, src);
+    cudaCheck(cudaGetLastError());
+    std::vector<float> h = download(out, 2 * n);
+    int early = 0, landed = 0;
+    for (int t = 0; t < n; t++) {
+        early += std::isnan(h[t]);
+        landed += h[n + t] == (t % 2 ? 0.0f : h_src[t]);
+    }
+    CHECK(early == n, "a 4-byte copy landed before its wait in %d of %d threads", n - early, n);
+    CHECK(landed == n, "after the wait, %d of %d words right (odd threads: src-size 0, zero)", landed, n);
+    std::string err;
+    CHECK(dies_with([&] { cp_async4_misaligned_kernel<<<1, 1, 64>>>(src); }, "4-byte aligned", &err), "a misaligned 4-byte cp.async: %s", err.c_str());
+    cudaCheck(cudaFree(src));
+    cudaCheck(cudaFree(out));
+}
+
 TEST(cp_async_lands_at_the_wait) {
     const int n = 32;
     std::vector<float> h_src(2 * n * 4);
