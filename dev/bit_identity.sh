@@ -27,12 +27,21 @@ fi
 shift
 PATHS=("$@")
 [ ${#PATHS[@]} -eq 0 ] && PATHS=(vanilla resformer sla svformer depth)
+for p in "${PATHS[@]}"; do
+    case $p in vanilla | resformer | sla | svformer | depth) ;; *) echo "error: unknown path '$p' (vanilla, resformer, sla, svformer, depth)" >&2; exit 2 ;; esac
+done
+# an absolute PYTHON: make uses it too (the emulator's source rewrite), also inside the worktree
+# (not realpath: a venv's python is a symlink, and resolving it would leave the venv)
+PYTHON=$(command -v "${PYTHON:-python3}") && PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ||
+    { echo "error: no python (PYTHON=${PYTHON:-python3})" >&2; exit 2; }
+export PYTHON
 SHA=$(git rev-parse --short=12 "$REV^{commit}")
 WORK=build/bit_identity
 OLD=$WORK/$SHA
 mkdir -p "$WORK"
 if [ ! -e "$OLD/.git" ]; then
     rm -rf "$OLD"
+    git worktree prune  # a worktree whose folder went with build/ (make clean) is still registered
     git worktree add -q --detach "$OLD" "$SHA" || { echo "error: could not check out $SHA into $OLD" >&2; exit 1; }
 fi
 targets=()
@@ -42,7 +51,6 @@ make -s -C "$OLD" -j2 "${targets[@]}" > "$WORK/build_old.log" 2>&1 || { echo "er
 make -s -j2 "${targets[@]}" > "$WORK/build_new.log" 2>&1 || { echo "error: the working tree's build failed, see $WORK/build_new.log" >&2; exit 1; }
 
 DATA=$WORK/data
-PYTHON=${PYTHON:-python3}
 "$PYTHON" - "$DATA" << 'EOF' || exit 1
 import sys
 from pathlib import Path
@@ -97,7 +105,6 @@ for p in "${PATHS[@]}"; do
         sla) compare "sla gpt2 orig" sla "${GPT2[@]}" --sla-layers 1 --sla-heads 1; compare "sla llama chain" sla "${LLAMA[@]}" --sla-layers 1 --sla-heads 2 --sla-chain 1 ;;
         svformer) compare "svformer gpt2" svformer "${GPT2[@]}"; compare "svformer llama" svformer "${LLAMA[@]}" ;;
         depth) compare "depth gpt2 stride 2" depth "${GPT2[@]}" --depth-stride 2; compare "depth llama stride 1" depth "${LLAMA[@]}" --depth-stride 1 ;;
-        *) echo "error: unknown path '$p' (vanilla, resformer, sla, svformer, depth)" >&2; exit 2 ;;
     esac
 done
 [ $failed = 0 ] && echo "all identical to $SHA" || echo "NOT identical to $SHA"
