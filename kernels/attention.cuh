@@ -895,28 +895,22 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
     auto next_pair = [&](int& h, int& qt) {
         if (++qt == nqt) qt = kt, h++;
     };
-    // lse (in log2 units) and delta of query row r of pair (h, qt); rows past T: lse = inf (P = 0)
-    auto lse_of = [&](int h, int qt, int r) {
-        int qrow = qt * ATT2_TILE + r;
-        return qrow < a.T ? reinterpret_cast<const float*>(batch_row(2))[(size_t)h * a.T + qrow] * LOG2E : INFINITY;
-    };
-    auto delta_of = [&](int h, int qt, int r) {
-        int qrow = qt * ATT2_TILE + r;
-        return qrow < a.T ? reinterpret_cast<const float*>(batch_row(3))[(size_t)h * a.T + qrow] : 0.0f;
-    };
     int h = g * G, qt = kt;  // the pair of iteration it (h_next, qt_next: of it + 1)
-    // ASYNC: pair (h, qt)'s lse and delta rows into buffer buf as 4-byte cp.async copies, in the
-    // caller's group: threads 0..63 copy lse (row threadIdx.x), 64..127 delta. Rows past T: nothing
-    // is read and the word is zero (delta = 0; lse_landed makes lse inf).
+    // Pair (h, qt)'s lse and delta rows into buffer buf: threads 0..63 copy lse (row threadIdx.x),
+    // 64..127 delta. ASYNC: as 4-byte cp.async copies in the caller's group; otherwise plain loads.
+    // Rows past T: nothing is read and the word is zero (delta = 0; lse_landed makes lse inf).
     auto lse_delta_start = [&](int h, int qt, int buf) {
         static_assert(ATT2_THREADS == 2 * ATT2_TILE, "a thread per row of lse, one per row of delta");
         int r = threadIdx.x % ATT2_TILE, qrow = qt * ATT2_TILE + r;
         bool is_lse = threadIdx.x < ATT2_TILE, inside = qrow < a.T;
         const float* row = reinterpret_cast<const float*>(batch_row(is_lse ? 2 : 3)) + (size_t)h * a.T;
-        cp_async4((is_lse ? lse_all : delta_all) + buf * ATT2_TILE + r, inside ? row + qrow : row, inside ? 4 : 0);
+        float* dst = (is_lse ? lse_all : delta_all) + buf * ATT2_TILE + r;
+        if constexpr (ASYNC) cp_async4(dst, inside ? row + qrow : row, inside ? 4 : 0);
+        else *dst = inside ? row[qrow] : 0.0f;
     };
-    // ASYNC, after the wait for pair (h, qt)'s copies and before the __syncthreads that shows them:
-    // each lse thread turns its own word into log2 units (the same product as lse_of: same bits).
+    // After the copies of pair (h, qt) landed (ASYNC: this thread's wait) and before the
+    // __syncthreads that shows them: each lse thread turns its own word into log2 units, P = 0
+    // past T.
     auto lse_landed = [&](int qt, int buf) {
         if (threadIdx.x < ATT2_TILE) {
             float* w = lse_all + buf * ATT2_TILE + threadIdx.x;
@@ -966,10 +960,8 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
             __syncthreads();
             att2_load_tile<D>(Qs, q_of(h), a.q_rs, qt * ATT2_TILE, a.T);
             att2_load_tile<D>(dOs, dout_of(h), (long)a.H * D, qt * ATT2_TILE, a.T);
-            if (threadIdx.x < ATT2_TILE) {
-                lse_s[threadIdx.x] = lse_of(h, qt, threadIdx.x);
-                delta_s[threadIdx.x] = delta_of(h, qt, threadIdx.x);
-            }
+            lse_delta_start(h, qt, buf);
+            lse_landed(qt, buf);
             __syncthreads();
         }
         // Per group of QSTEP queries (NPG steps of 16), all in registers:

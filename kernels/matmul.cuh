@@ -201,14 +201,7 @@ static __global__ void bias_backward_kernel2(float* partial, const floatX* dout,
             for (int k = 0; k < 8; k++) acc[k] += to_float(x[k]);
         }
     }
-    __shared__ float s[8][BIAS_BWD2_COLS + 1];  // thread row y's sums, column by column
-#pragma unroll
-    for (int k = 0; k < 8; k++) s[threadIdx.y][threadIdx.x * 8 + k] = acc[k];
-    __syncthreads();
-    int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.x * BIAS_BWD2_COLS + t;  // one column per thread
-    float sum = 0.0f;
-    for (int k = 0; k < 8; k++) sum += s[k][t];
-    if (c < OC) partial[(size_t)blockIdx.y * OC + c] = sum;
+    column_partials_finish<8>(partial, acc, blockIdx.x * BIAS_BWD2_COLS, OC, OC);
 }
 
 // ----------------------------------------------------------------------------

@@ -35,20 +35,29 @@ inline int fused_num_partials(int N) { return CEIL_DIV(N, FUSED_PARTIAL_ROWS); }
 // ----------------------------------------------------------------------------
 // kernels
 
-// Stage-1 helper for blocks of (32, 8) threads: each thread holds the sum of its rows for column
-// c = blockIdx.x*32 + threadIdx.x; this adds the 8 row-lanes in order and writes partial[y][c].
-// `stride` is the row length of partial (several sums may share one partial buffer side by side).
-// Safe to call several times in a row (it synchronises first).
-__device__ __forceinline__ void column_partials_finish(float* partial, float acc, int c, int ncols, int stride) {
-    __shared__ float s[8][33];
+// Stage-1 helper for blocks of (32, 8) threads whose block covers 32 K columns from c0: each
+// thread holds the sums of its rows for the K adjacent columns c0 + threadIdx.x*K + k; this adds
+// the 8 row-lanes of each column in order and writes partial[y][c] (column c0 + t by thread
+// t = threadIdx.y*32 + threadIdx.x). `stride` is the row length of partial (several sums may share
+// one partial buffer side by side). Safe to call several times in a row (it synchronises first).
+template <int K>
+__device__ __forceinline__ void column_partials_finish(float* partial, const float (&acc)[K], int c0, int ncols, int stride) {
+    __shared__ float s[8][32 * K + 1];
     __syncthreads();
-    s[threadIdx.y][threadIdx.x] = acc;
+#pragma unroll
+    for (int k = 0; k < K; k++) s[threadIdx.y][threadIdx.x * K + k] = acc[k];
     __syncthreads();
-    if (threadIdx.y == 0) {
-        float t = 0.0f;
-        for (int k = 0; k < 8; k++) t += s[k][threadIdx.x];
-        if (c < ncols) partial[(size_t)blockIdx.y * stride + c] = t;
+    int t = threadIdx.y * 32 + threadIdx.x, c = c0 + t;
+    if (t < 32 * K) {
+        float sum = 0.0f;
+        for (int k = 0; k < 8; k++) sum += s[k][t];
+        if (c < ncols) partial[(size_t)blockIdx.y * stride + c] = sum;
     }
+}
+// One column per thread: c = blockIdx.x*32 + threadIdx.x.
+__device__ __forceinline__ void column_partials_finish(float* partial, float acc, int c, int ncols, int stride) {
+    const float one[1] = {acc};
+    column_partials_finish<1>(partial, one, c - (int)threadIdx.x, ncols, stride);
 }
 
 // Fused stage 1 for one-warp-per-row kernels. A lane owns the x128 chunks c = j*32*S + lane*S
