@@ -697,6 +697,42 @@ TEST(matmul_forward_lerp_bias) {
     for (floatX* d : {d_inp, d_w, d_b, d_other, d_out, d_bias_scratch}) cudaCheck(cudaFree(d));
 }
 
+// attention_sum_kept (ResFormer's and SVFormer's dL/dv^0 from the terms each layer kept) against
+// the same fp32 sum on the host, slot by slot in the order given: the same operations, so equal to
+// the bit. 40 slots take two launches (KEPT_SUM_SLOTS = 32, the second adds to the first's sums);
+// the accumulator starts as NaN, so a first launch that added instead of overwriting would show.
+TEST(attention_sum_kept) {
+    const int nslots = 40;
+    const size_t n = (size_t)37 * 2 * 32;  // BT = 37, Hkv = 2, D = 32
+    Rng rng = rng_stream(93, 1);
+    std::vector<std::vector<float>> slots;
+    std::vector<gpu::floatX*> d_slots;
+    std::vector<const gpu::floatX*> slot_ptrs;
+    for (int r = 0; r < nslots; r++) {
+        slots.push_back(floatx_normal(&rng, n, 1.0f));
+        d_slots.push_back(floatx_upload(slots.back()));
+        slot_ptrs.push_back(d_slots.back());
+    }
+    float* d_acc;
+    cudaCheck(cudaMalloc(&d_acc, n * sizeof(float)));
+    std::vector<float> nan_fill(n, NAN), got(n);
+    cudaCheck(cudaMemcpy(d_acc, nan_fill.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    gpu::KeptSumArgs ka;
+    ka.n_elems = (long)n;
+    ka.acc = d_acc;
+    gpu::attention_sum_kept(ka, slot_ptrs, 0);
+    cudaCheck(cudaMemcpy(got.data(), d_acc, n * sizeof(float), cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float x = 0.0f;
+        for (int r = 0; r < nslots; r++) x += slots[r][i];
+        if (!(got[i] == x) && bad++ == 0) printf("    element %zu: %.9g, host %.9g\n", i, got[i], x);
+    }
+    CHECK(bad == 0, "%zu of %zu sums differ from the host's", bad, n);
+    for (gpu::floatX* p : d_slots) cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(d_acc));
+}
+
 #ifndef ENABLE_FP32
 // GPT-2's GELU is the tanh approximation; the BF16 build takes its backward (and, built with
 // VP_GELU_FORWARD_FUSION, its forward) from cuBLASLt epilogues. Were the epilogue's the erf GELU,

@@ -68,11 +68,24 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/matmul.cuh"       // defines: matmul_init, matmul_forward (bias, residual), matmul_backward (dinp, dweight, dbias)
 #include "kernels/qknorm.cuh"       // defines: qknorm_forward, qknorm_backward
 #include "kernels/rope.cuh"         // defines: rope_forward, rope_backward
-#include "kernels/attention.cuh"    // defines: AttentionArgs, KVGradRoute, attention_forward, attention_backward (flash, GQA, value-path reads and routes)
+#include "kernels/attention.cuh"    // defines: AttentionArgs, KVGradRoute, attention_forward, attention_backward (flash, GQA, value-path reads and routes), attention_sum_kept
+// ResFormer's and SVFormer's dL/dv^0 is deferred the same way (VP_KEEP_V0_TERMS, the default):
+// each layer l >= 1's dK/dV epilogue keeps its term lambda_l G^l (SVFormer: G^l) in its own
+// attention output atty, dead once the backward's delta pass has read it, and one pass before
+// layer 0's attention backward (attention_sum_kept) sums the terms of layers L-1..1 into the fp32
+// accumulator, in the order and fp32 operations of adding them at every layer. Each reader then
+// writes its term once (2 bytes an element in bf16) instead of reading and writing the fp32
+// accumulator (8 bytes), about 0.4 GB a layer at GPT-2 124M, B=64, T=1024. The FP32 build gives
+// the same bits both ways; the BF16 build rounds each term to bf16 before the fp32 sum (the
+// layer's own dv is rounded the same way). -DVP_KEEP_V0_TERMS=0 (build variants v0_accumulate,
+// sv0_accumulate) is the accumulate way, for timing the two on a GPU.
+#ifndef VP_KEEP_V0_TERMS
+#define VP_KEEP_V0_TERMS 1
+#endif
 #include "kernels/depth_attention.cuh"  // defines: DepthArgs, DepthGatherArgs, depth_attention_forward, depth_attention_backward, depth_anchor_gather
 // Depth-Attention's anchor gradients are deferred: each reader layer's depth backward keeps its
-// de_n (fp32, alpha's size) and its u = dL/dv~ (in its own v~ slot, which nothing reads after its
-// attention backward), and one pass at each anchor (depth_anchor_gather) sums alpha_n u and
+// de_n (fp32, alpha's size) and its u = dL/dv~ (in its own v~ slot, which its attention backward
+// writes u over: the dQ kernel, the slot's other reader, runs before the dK/dV kernel), and one pass at each anchor (depth_anchor_gather) sums alpha_n u and
 // de_n q_bar / sqrt(D) over the readers, in the same order and fp32 operations as adding them into
 // the anchors' accumulators at every reader (bit-identical to it in dev/cuda/depth_attention.cu).
 // That way read and wrote two fp32 accumulators per anchor at every reader (4 |S(l)| D fp32 words
@@ -180,13 +193,15 @@ struct BackwardScratch {
 // layers' projections in place, and ResFormer's mixed values are written by the value projection
 // itself (fixed lambda) or mixed as the kernels load them (learnable lambda), so no path keeps a
 // gathered or mixed copy except Depth-Attention's v~ (which anchors must store).
-//   ResFormer, SVFormer: acc_v (1, BT, KV): dL/dv^0 from layers >= 1 (dV0acc)
+//   ResFormer, SVFormer: acc_v (1, BT, KV): dL/dv^0 from layers >= 1 (dV0acc), summed before
+//          layer 0's backward from the terms that each layer kept in its dead atty slot
+//          (VP_KEEP_V0_TERMS), or added to by each layer's attention backward
 //   ResFormer fixed, GPT-2: v_bias_scaled (KV): (1 - lambda) b_v of the current layer
 //   SLA: acc_k, acc_v (L - n_l, BT, KV): per source layer j, what its reader j + n_l sent back
 //   Depth: acc_k, acc_v (1, BT, KV): the anchor being processed, summed from its readers; vmix
 //          (L-1, BT, KV) v~ of layers 1..L-1, in backward each layer's u once its attention
 //          backward is done; alpha and depth_de (L-1, BT, Hkv, max candidates) the depth softmax's
-//          weights and their gradients de; dv_att (BT, KV) the core's dL/dv~ of the current layer
+//          weights and their gradients de
 //   ResFormer learn: dlambda_partial, one float per dK/dV block of the attention backward
 // Accumulators are fp32 whatever the precision: a source's gradient sums up to L-1 layers.
 struct ValuePathBuffers {
@@ -195,7 +210,6 @@ struct ValuePathBuffers {
     floatX* vmix;
     float* alpha;
     float* depth_de;
-    floatX* dv_att;
     float* dlambda_partial;
     floatX* v_bias_scaled;
 };
@@ -280,7 +294,6 @@ inline std::vector<TensorSpec> value_path_plan(ValuePathBuffers& v, const ModelC
             TENSOR(v.vmix, depth ? (L - 1) * BT * KV : 0),
             TENSOR(v.alpha, depth_weights),
             TENSOR(v.depth_de, depth_weights),
-            TENSOR(v.dv_att, depth ? BT * KV : 0),
             TENSOR(v.dlambda_partial, learn ? attention_dkdv_blocks(B, T, c.n_kv_head, c.head_dim) : 0),
             TENSOR(v.v_bias_scaled, path == VP_RESFORMER && !learn && c.arch == ARCH_GPT2 ? KV : 0)};
 }
@@ -741,10 +754,16 @@ inline AttentionArgs attention_backward_args(GpuModel* m, int l) {
                 if (written(0)) aa.dv_route.add = vb.acc_v;  // dL/dv^0 from every later layer
             } else {
                 // ResFormer: own (1 - lambda) G, acc += lambda G (the kernel takes lambda from the mix);
-                // SVFormer: no value projection here, acc += G
-                aa.dv_route.src = vb.acc_v;
+                // SVFormer: no value projection here, acc += G. Kept: the term goes to the start
+                // of this layer's atty ((BT, KV) in its (BT, H*D)), summed before layer 0
+                // (v0_kept_sum_args)
+                if (VP_KEEP_V0_TERMS) {
+                    aa.dv_route.keep = layer_acts(m, l).atty;
+                } else {
+                    aa.dv_route.src = vb.acc_v;
+                    aa.dv_route.src_overwrite = !written(0);
+                }
                 aa.dv_route.from_head = 0;
-                aa.dv_route.src_overwrite = !written(0);
                 if (c.vp.path == VP_SVFORMER) {
                     aa.dv = nullptr;
                     aa.dv_route.src_scale = 1.0f;
@@ -784,8 +803,9 @@ inline AttentionArgs attention_backward_args(GpuModel* m, int l) {
                 aa.dk_route.add = vb.acc_k;
                 aa.dv_route.add = vb.acc_v;
             }
-            if (l > 0) {  // the core's dL/dv~ (+ A_v) goes to scratch; the depth backward splits it
-                aa.dv = vb.dv_att;
+            if (l > 0) {  // the core's dL/dv~ (+ A_v) = u, over v~ itself (read by the kernels, dead after
+                          // them; the dQ kernel runs first): the depth backward splits it, the gathers read it
+                aa.dv = depth_vmix(m, l);
                 aa.dv_rs = c.n_kv_head * c.head_dim;
             }
             break;
@@ -859,10 +879,30 @@ inline DepthGatherArgs depth_gather_args(GpuModel* m, int l) {
     return ga;
 }
 
-// Before layer l's attention backward. Depth: at an anchor with readers, the sums of what they kept
+// ResFormer, SVFormer (VP_KEEP_V0_TERMS), before layer 0's attention backward: its accumulator
+// acc_v = the terms layers L-1..1 kept in their atty slots (attention_backward_args), in that order
+inline KeptSumArgs v0_kept_sum_args(GpuModel* m, std::vector<const floatX*>* slots) {
+    const ModelConfig& c = m->config;
+    KeptSumArgs ka;
+    ka.n_elems = (long)kv_layer_elems(m);
+    ka.acc = m->vpb.acc_v;
+    slots->clear();
+    for (int l = c.n_layer - 1; l >= 1; l--) slots->push_back(layer_acts(m, l).atty);
+    return ka;
+}
+
+// Before layer l's attention backward. Depth: at an anchor with readers, the sums of what they
+// kept; ResFormer and SVFormer: at layer 0, the sum of the v^0 terms the layers above kept
 inline void value_path_before_attention_backward(GpuModel* m, int l) {
-    if (m->config.vp.path == VP_DEPTH && depth_anchor_has_readers(m->config, l))
+    const ModelConfig& c = m->config;
+    if (c.vp.path == VP_DEPTH && depth_anchor_has_readers(c, l))
         depth_anchor_gather(depth_gather_args(m, l), depth_anchor_readers(m, l), m->stream);
+    bool v0_path = c.vp.path == VP_RESFORMER || c.vp.path == VP_SVFORMER;
+    if (VP_KEEP_V0_TERMS && v0_path && l == 0 && c.n_layer > 1) {
+        std::vector<const floatX*> slots;
+        KeptSumArgs ka = v0_kept_sum_args(m, &slots);
+        attention_sum_kept(ka, slots, m->stream);
+    }
 }
 
 // Which accumulators layer l's attention routes contribute to: after it, they hold a
@@ -881,13 +921,13 @@ inline void value_path_record_writes(GpuModel* m, int l) {
     }
 }
 
-// Depth: layer l's depth backward (l >= 1): u from the core's dL/dv~ (+ A_v at an anchor), its
-// own gradients' slots, and where it keeps de and u for its anchors' gathers (depth_anchor_readers
-// reads the same slots)
+// Depth: layer l's depth backward (l >= 1): u, the core's dL/dv~ (+ A_v at an anchor), which the
+// attention backward left in the v~ slot, where the anchors' gathers read it (depth_anchor_readers);
+// its own gradients' slots, and where it keeps de
 inline DepthArgs depth_backward_args(GpuModel* m, int l) {
     DepthArgs d = depth_args(m, l);
     OwnQKV g = own_qkv_grads(m);
-    d.u = m->vpb.dv_att;
+    d.u = depth_vmix(m, l);  // where the attention backward left it, over v~^l: kept there
     d.dv = g.v;
     d.dv_rs = g.v_rs;
     d.dk = g.k;
@@ -895,7 +935,7 @@ inline DepthArgs depth_backward_args(GpuModel* m, int l) {
     d.dq = g.q;
     d.dq_rs = g.qk_rs;
     d.de = depth_de(m, l);
-    d.u_keep = depth_vmix(m, l);  // v~^l: the attention backward, its last reader, is done
+    d.u_keep = nullptr;
     return d;
 }
 

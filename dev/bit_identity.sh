@@ -2,7 +2,7 @@
 # dev/bit_identity.sh REV: does the working tree's GPU trainer compute the same bits as REV's?
 #
 # For a change that should not move a single bit (a faster epilogue, vector loads, a reordered
-# launch), on a machine without a GPU: builds the BF16 trainer of every value path under the CUDA
+# launch), on a machine without a GPU: builds the BF16 (or PRECISION=fp32) trainer of every value path under the CUDA
 # emulator (tests/emu) twice, once from REV (a git worktree in build/bit_identity/REV) and once from
 # the working tree, trains each for 3 steps on the same small synthetic shards, and compares the
 # final checkpoints byte for byte (weights, AdamW moments, step, data position) and the logged
@@ -14,6 +14,9 @@
 #   bash dev/bit_identity.sh HEAD        # the uncommitted change against the last commit
 #   bash dev/bit_identity.sh c4857c8 resformer depth   # only these paths
 #
+# PRECISION=fp32 compares the FP32 trainers instead (the SIMT kernels; a change that should keep
+# the FP32 build's bits while it moves the BF16 build's roundings).
+#   PRECISION=fp32 bash dev/bit_identity.sh HEAD resformer svformer
 # PYTHON (default python3, as in the Makefile) writes the shards with the tests' helper (numpy).
 # Exit status: 0 when every run is identical, 1 when one differs or fails, 2 on bad usage.
 # About 2 minutes per side to build (2 cores) and 1 minute to run.
@@ -26,6 +29,10 @@ if [ -z "$REV" ] || ! git rev-parse --verify -q "$REV^{commit}" > /dev/null; the
 fi
 shift
 PATHS=("$@")
+PREC=${PRECISION:-bf16}
+PREC=${PREC,,}
+case $PREC in bf16 | fp32) ;; *) echo "error: PRECISION=$PRECISION (bf16 or fp32)" >&2; exit 2 ;; esac
+unset PRECISION  # the Makefile's own variable (BF16 or FP32): the emulator targets name the precision
 [ ${#PATHS[@]} -eq 0 ] && PATHS=(vanilla resformer sla svformer depth)
 for p in "${PATHS[@]}"; do
     case $p in vanilla | resformer | sla | svformer | depth) ;; *) echo "error: unknown path '$p' (vanilla, resformer, sla, svformer, depth)" >&2; exit 2 ;; esac
@@ -45,7 +52,7 @@ if [ ! -e "$OLD/.git" ]; then
     git worktree add -q --detach "$OLD" "$SHA" || { echo "error: could not check out $SHA into $OLD" >&2; exit 1; }
 fi
 targets=()
-for p in "${PATHS[@]}"; do targets+=("build/emu/$p/train_bf16"); done
+for p in "${PATHS[@]}"; do targets+=("build/emu/$p/train_$PREC"); done
 echo "building ${targets[*]} at $SHA and in the working tree"
 make -s -C "$OLD" -j2 "${targets[@]}" > "$WORK/build_old.log" 2>&1 || { echo "error: the build at $SHA failed, see $WORK/build_old.log" >&2; exit 1; }
 make -s -j2 "${targets[@]}" > "$WORK/build_new.log" 2>&1 || { echo "error: the working tree's build failed, see $WORK/build_new.log" >&2; exit 1; }
@@ -75,8 +82,8 @@ compare() {  # name path [flags...]
     local name=$1 p=$2
     shift 2
     for side in old new; do
-        local bin=build/emu/$p/train_bf16 out=$WORK/out
-        [ $side = old ] && bin=$OLD/build/emu/$p/train_bf16
+        local bin=build/emu/$p/train_$PREC out=$WORK/out
+        [ $side = old ] && bin=$OLD/build/emu/$p/train_$PREC
         rm -rf "$out" "$WORK/out_$side"  # the same --out-dir for both sides: it is part of the checkpoint
         if ! "$bin" "${COMMON[@]}" "$@" --out-dir "$out" > "$WORK/log_$side.txt" 2>&1; then
             echo "FAIL  $name: the $side trainer exited with an error, see $WORK/log_$side.txt"
@@ -107,5 +114,5 @@ for p in "${PATHS[@]}"; do
         depth) compare "depth gpt2 stride 2" depth "${GPT2[@]}" --depth-stride 2; compare "depth llama stride 1" depth "${LLAMA[@]}" --depth-stride 1 ;;
     esac
 done
-[ $failed = 0 ] && echo "all identical to $SHA" || echo "NOT identical to $SHA"
+[ $failed = 0 ] && echo "all identical to $SHA ($PREC)" || echo "NOT identical to $SHA ($PREC)"
 exit $failed

@@ -36,16 +36,23 @@
 //     took 0.130 ms against version 4's 0.120, and a whole step built with it ran 0.995x and 1.003x
 //     the default's in two calls (dev/results/2026-11-27-h200*.md): the two m-tiles' registers
 //     (229 at D = 64) leave 2 blocks of 4 warps per SM against version 4's 4. Kept for the lab.
-// Backward, both versions: three kernels: delta = rowsum(dO * O); dK/dV with one block per
+// Backward, both versions: three kernels, in this order: delta = rowsum(dO * O); dQ with one
+// block per (b, query head, query tile) looping over key tiles; dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
-// fixed order (the group sum is deterministic, no atomics); dQ with one block per (b, query head,
-// query tile) looping over key tiles. FlashAttention-2 accumulates dQ with atomicAdd inside the
+// fixed order (the group sum is deterministic, no atomics). After the delta pass nothing reads O,
+// and after the dQ kernel nothing but each dK/dV block reads its own K/V rows: the value paths
+// write into that memory (ResFormer's and SVFormer's kept terms over O, Depth's dv~ over V).
+// FlashAttention-2 accumulates dQ with atomicAdd inside the
 // dK/dV kernel; we recompute S and dP in a separate dQ kernel instead (about 40% more attention
 // backward FLOPs) so that results are bit-reproducible.
 //
-// defines: AttentionArgs, attention_head_dim_supported, attention_forward, attention_backward
-//          (and attention_forward1/2/4/5, attention_backward1/2/3/4 for the dev labs)
+// defines: AttentionArgs, KVGradRoute, KeptSumArgs, attention_head_dim_supported, attention_forward,
+//          attention_backward, attention_sum_kept (and attention_forward1/2/4/5, attention_backward1/2/3/4
+//          for the dev labs)
 #pragma once
+
+#include <algorithm>
+#include <vector>
 
 #include "kernels/common.cuh"
 
@@ -60,7 +67,12 @@ namespace gpu {
 //   G' = G + add with chain (SLA CHAIN: what later readers sent joins the routed gradient),
 //   else G' = G and add (this layer's accumulator, filled by its readers) goes to own only.
 // add applies to heads g >= add_from_head (SLA: only skip heads are ever read by other layers).
-// Vanilla: src = add = NULL. The values are fp32 so that sums over many layers do not round in bf16.
+// Vanilla: src = add = keep = NULL. The values are fp32 so that sums over many layers do not round in bf16.
+// Deferred source (keep instead of src; ResFormer's and SVFormer's v^0): routed heads write their
+// term src_scale * G' (rounded to floatX) to keep, laid out as src, in memory of this layer that is
+// dead by then, and attention_sum_kept later sums the readers' terms into the source's fp32
+// accumulator in the order the += would have run: one write per reader instead of an fp32 read
+// and write, and one pass over the terms at the source.
 struct KVGradRoute {
     const float* add = nullptr;  // (B*T, Hkv*D) fp32, or NULL
     int add_from_head = 0;
@@ -70,6 +82,7 @@ struct KVGradRoute {
     float own_scale = 0.0f;
     bool src_overwrite = false;  // first contributor in the reverse layer order: = rather than +=
     bool chain = false;
+    floatX* keep = nullptr;  // (B*T, Hkv*D), or NULL; never together with src
 };
 
 struct AttentionArgs {
@@ -104,14 +117,27 @@ struct AttentionArgs {
     long dq_rs = 0;
     floatX* dk = nullptr;  // own slots: written, or added to when accumulate_dkv; rows of dk_rs; dv may be
     long dk_rs = 0;        // NULL when the layer has no value projection (SVFormer l >= 1, dv routed)
-    floatX* dv = nullptr;
-    long dv_rs = 0;
+    floatX* dv = nullptr;  // dv may also be v itself (dv_rs = v_rs; Depth keeps dv~ in its v~ slot): the
+    long dv_rs = 0;        // dQ kernel runs first, and each dK/dV block writes the rows it alone reads
     bool accumulate_dkv = false;
     KVGradRoute dk_route, dv_route;  // with v_mix, dv_route's scales are 1 - lambda (own) and lambda (src)
     float* dlambda_partial = nullptr;  // with v_mix: per dK/dV block, sum of G_v (v_mix - v) (attention_dkdv_blocks)
 };
 
 inline bool attention_head_dim_supported(int D) { return D == 16 || D == 32 || D == 64 || D == 128; }
+
+// attention_sum_kept: a source's accumulator from the terms its readers kept (KVGradRoute::keep),
+//   acc[i] = sum over the slots, in the order given, of slot[i]   (all (BT, Hkv*D))
+// in fp32, starting from 0 (overwrite) or from acc: the += of the readers' epilogues, in their order.
+constexpr int KEPT_SUM_SLOTS = 32;  // slots per launch; the launcher adds more in further launches
+struct KeptSumArgs {
+    long n_elems = 0;        // BT * Hkv * D
+    float* acc = nullptr;    // fp32: written
+    // set by the launcher, per launch
+    int n = 0;
+    bool overwrite = true;
+    const floatX* slot[KEPT_SUM_SLOTS] = {};
+};
 
 // ----------------------------------------------------------------------------
 // value-path helpers shared by both kernel versions
@@ -148,15 +174,21 @@ __host__ __device__ __forceinline__ float attn_mix_value(float v, float vmix, fl
 
 // One element of a routed K/V gradient (see KVGradRoute): performs the write to the source
 // accumulator and returns what the own slot receives. idx = (b*T + row)*Hkv*D + g*D + d.
+// A keep route leaves the source's term to the caller: src_scale * grad at keep[idx] where
+// attn_route_keeps (a keep route is never chained, so G' = G; a pair of bf16 stores at once in the
+// tensor-core epilogue).
 // These helpers (and attn_dv_scales below) also compile for the host: tests/test_gpu_routes.cu runs the trainer's
 // value-path plumbing with them on the CPU against the reference's policies.
 __host__ __device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
     float in = (r.add && g >= r.add_from_head) ? r.add[idx] : 0.0f;
     float gr = r.chain ? grad + in : grad;
-    bool routed = r.src && g >= r.from_head;
-    if (routed) r.src[idx] = (r.src_overwrite ? 0.0f : r.src[idx]) + src_scale * gr;
+    bool routed = (r.src || r.keep) && g >= r.from_head;
+    if (routed && r.src) r.src[idx] = (r.src_overwrite ? 0.0f : r.src[idx]) + src_scale * gr;
     return (routed ? own_scale * gr : gr) + (r.chain ? 0.0f : in);
 }
+
+// Whether KV head g's routed terms go to keep.
+__host__ __device__ __forceinline__ bool attn_route_keeps(const KVGradRoute& r, int g) { return r.keep && g >= r.from_head; }
 
 // The own/source scales of the value gradient's route: with a ResFormer mix they follow lambda
 // (own 1 - lambda, the v^0 accumulator lambda), otherwise they are the route's own.
@@ -283,6 +315,27 @@ static __global__ void attention_backward_preprocess_kernel2(AttentionArgs a) {
     if (live && sub == 0) a.delta[((size_t)b * a.H + h) * a.T + t] = acc;
 }
 
+// One thread per 16-byte word: each slot read once, the sum in registers in the slots' order, the
+// fp32 accumulator written once. Every version's backward.
+static __global__ void attention_sum_kept_kernel(KeptSumArgs a) {
+    constexpr int VEC = x128::size;
+    size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (i0 >= (size_t)a.n_elems) return;
+    float x[VEC];
+    if (a.overwrite) {
+#pragma unroll
+        for (int i = 0; i < VEC; i++) x[i] = 0.0f;
+    } else {
+        load_float4s(x, a.acc + i0);
+    }
+    for (int r = 0; r < a.n; r++) {
+        x128 w = load128(a.slot[r] + i0);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) x[i] += to_float(w[i]);
+    }
+    store_float4s(a.acc + i0, x);
+}
+
 // dK, dV: one thread per key row j of KV head g; loops over the group's query heads, then query tiles
 template <int D>
 static __global__ void attention_backward_dkdv_kernel1(AttentionArgs a) {
@@ -348,10 +401,12 @@ static __global__ void attention_backward_dkdv_kernel1(AttentionArgs a) {
         size_t row = (size_t)b * a.T + j, acc = row * a.Hkv * D + (size_t)g * D;
         floatX* dkj = a.dk + row * a.dk_rs + (size_t)g * D;
         floatX* dvj = a.dv ? a.dv + row * a.dv_rs + (size_t)g * D : nullptr;
+        floatX* keepj = attn_route_keeps(a.dv_route, g) ? a.dv_route.keep + acc : nullptr;
 #pragma unroll
         for (int d = 0; d < D; d++) {
             float k_new = attn_route_grad(a.dk_route, g, acc + d, dk[d] * scale, a.dk_route.own_scale, a.dk_route.src_scale);
             float v_new = attn_route_grad(a.dv_route, g, acc + d, dv[d], v_own, v_src);
+            if (keepj) keepj[d] = from_float<floatX>(v_src * dv[d]);
             if (a.dlambda_partial) dlam += dv[d] * (to_float(src.vmix[(size_t)j * src.vmix_rs + d]) - to_float(src.v[(size_t)j * src.v_rs + d]));
             if (a.accumulate_dkv) k_new += to_float(dkj[d]);
             dkj[d] = from_float<floatX>(k_new);
@@ -1053,6 +1108,17 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
             }
         }
     }
+    if (attn_route_keeps(a.dv_route, g)) {  // the source's terms (KVGradRoute::keep), after the own slots
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int kr = key + 8 * r;
+            if (kr >= a.T) continue;
+            __nv_bfloat16* kb = a.dv_route.keep + ((size_t)b * a.T + kr) * a.Hkv * D + (size_t)g * D;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t*>(kb + j * 8 + 2 * tq) = pack_bf16x2(v_src * dv[j][2 * r], v_src * dv[j][2 * r + 1]);
+        }
+    }
     if (a.dlambda_partial) {
         float t = block_sum(dlam);  // fixed tree: deterministic
         if (threadIdx.x == 0) a.dlambda_partial[blockIdx.y * gridDim.x + blockIdx.x] = t;
@@ -1157,9 +1223,18 @@ inline void attention_check_args(const AttentionArgs& a, bool backward, int vers
     if (a.v_mix) KERNEL_ASSERT(a.v_mix_rs >= (long)a.Hkv * a.D);
     if (backward) {
         // dv may be NULL only when every head's value gradient is routed away (SVFormer l >= 1)
-        KERNEL_ASSERT(a.dout && a.delta && a.dq && a.dk && (a.dv || (a.dv_route.src && a.dv_route.from_head == 0)));
+        KERNEL_ASSERT(a.dout && a.delta && a.dq && a.dk && (a.dv || ((a.dv_route.src || a.dv_route.keep) && a.dv_route.from_head == 0)));
+        // keep: the K route never keeps, nor a chained one; the terms are stored as bf16 pairs (4-byte aligned). The
+        // trainer keeps them in memory of the layer's that the delta pass of every head has
+        // read by then, so one call over all the heads (a call over part of them could overwrite
+        // what the next call's delta pass still has to read)
+        KERNEL_ASSERT(!a.dk_route.keep && !(a.dv_route.keep && (a.dv_route.src || a.dv_route.chain)));
+        if (a.dv_route.keep) KERNEL_ASSERT(((uintptr_t)a.dv_route.keep % 4) == 0 && a.h0 == 0 && a.h1 == a.H);
         KERNEL_ASSERT(a.dq_rs >= (long)a.H * a.D && a.dk_rs >= (long)a.Hkv * a.D && (!a.dv || a.dv_rs >= (long)a.Hkv * a.D));
         KERNEL_ASSERT(!a.dlambda_partial || a.v_mix);
+        // dv over the V it reads: only as the same rows (the epilogue of dlambda and SLA's second
+        // source read V too)
+        if (a.dv && a.dv == a.v) KERNEL_ASSERT(a.dv_rs == a.v_rs && !a.v_mix && !(a.kv_alt_from < a.Hkv) && !a.accumulate_dkv);
         // the delta pass (every version) reads dO and O as 16-byte words: 16-byte aligned bases
         KERNEL_ASSERT(aligned16(a.dout) && aligned16(a.out));
     }
@@ -1173,6 +1248,21 @@ inline void attention_check_args(const AttentionArgs& a, bool backward, int vers
         if (backward)
             KERNEL_ASSERT(aligned16(a.dout) && a.dq_rs % 2 == 0 && a.dk_rs % 2 == 0 && (!a.dv || a.dv_rs % 2 == 0) &&
                           aligned4(a.dq) && aligned4(a.dk) && (!a.dv || aligned4(a.dv)));
+    }
+}
+
+// acc = the sums of the kept terms of the slots, in the order given (KeptSumArgs)
+inline void attention_sum_kept(KeptSumArgs a, const std::vector<const floatX*>& slots, cudaStream_t stream) {
+    const long vec = 16 / sizeof(floatX);
+    KERNEL_ASSERT(a.n_elems >= 1 && a.n_elems % vec == 0 && !slots.empty() && a.acc && aligned16(a.acc));
+    for (const floatX* p : slots) KERNEL_ASSERT(p && aligned16(p));
+    long threads = a.n_elems / vec;
+    for (size_t first = 0; first < slots.size(); first += KEPT_SUM_SLOTS) {
+        a.n = (int)std::min(slots.size() - first, (size_t)KEPT_SUM_SLOTS);
+        a.overwrite = first == 0;
+        for (int r = 0; r < a.n; r++) a.slot[r] = slots[first + r];
+        attention_sum_kept_kernel<<<(unsigned)CEIL_DIV(threads, 256L), 256, 0, stream>>>(a);
+        cudaCheck(cudaGetLastError());
     }
 }
 
@@ -1207,13 +1297,15 @@ template <int D>
 void attention_backward1_d(const AttentionArgs& a, cudaStream_t stream) {
     constexpr int TILE = attn1_tile<D>();
     int G = a.H / a.Hkv;
-    size_t smem_kv = (2 * TILE * D + 2 * TILE * (D + 1) + 2 * TILE) * sizeof(float);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel1<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    attention_backward_dkdv_kernel1<D><<<dim3(CEIL_DIV(a.T, TILE), a.B * (a.h1 - a.h0) / G), TILE, smem_kv, stream>>>(a);
-    cudaCheck(cudaGetLastError());
+    // dQ first: then nothing reads this call's K and V after the dK/dV kernel has started, so dv
+    // may be the V it reads (AttentionArgs::dv)
     size_t smem_q = (2 * TILE * D + 2 * TILE * (D + 1)) * sizeof(float);
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel1<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
     attention_backward_dq_kernel1<D><<<dim3(CEIL_DIV(a.T, TILE), a.B * (a.h1 - a.h0)), TILE, smem_q, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+    size_t smem_kv = (2 * TILE * D + 2 * TILE * (D + 1) + 2 * TILE) * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel1<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    attention_backward_dkdv_kernel1<D><<<dim3(CEIL_DIV(a.T, TILE), a.B * (a.h1 - a.h0) / G), TILE, smem_kv, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1280,14 +1372,15 @@ void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
 template <int D, int QSTEP, bool ASYNC>
 void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
     int G = a.H / a.Hkv;
+    // dQ first, as in version 1 (AttentionArgs::dv may be the V this call reads)
+    size_t smem_q = att2_smem_dq(D, ASYNC);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+    attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
+    cudaCheck(cudaGetLastError());
     size_t smem_kv = att2_smem_dkdv(D, ASYNC);
     auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP, ASYNC>;
     cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
     attention_backward_dkdv_kernel2<D, QSTEP, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
-    cudaCheck(cudaGetLastError());
-    size_t smem_q = att2_smem_dq(D, ASYNC);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
-    attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
 

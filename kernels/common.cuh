@@ -114,6 +114,22 @@ template <typename T>
 __device__ __forceinline__ void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
 typedef Packed128<floatX> x128;
 
+// N fp32 values at p (16-byte aligned, N a multiple of 4) as float4 loads and stores: fp32
+// accumulators read and written alongside x128 words of floatX (N = x128::size).
+template <int N>
+__device__ __forceinline__ void load_float4s(float (&x)[N], const float* p) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+        float4 f = *reinterpret_cast<const float4*>(p + i);
+        x[i] = f.x, x[i + 1] = f.y, x[i + 2] = f.z, x[i + 3] = f.w;
+    }
+}
+template <int N>
+__device__ __forceinline__ void store_float4s(float* p, const float (&x)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+}
+
 // ----------------------------------------------------------------------------
 // reductions in a fixed order: every lane ends with the same value, computed by the same tree in
 // every run, so results never depend on timing.

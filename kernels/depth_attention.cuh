@@ -76,11 +76,12 @@ struct DepthArgs {
     float* acc_k = nullptr;
     float* acc_v = nullptr;
     unsigned long long overwrite_mask = 0;  // bit n: anchor n gets its first contribution here
-    // or deferred (the trainer's): the layer keeps de_n (n < n_src, fp32, laid out as alpha) and a
-    // copy of u, and depth_anchor_gather sums every reader's alpha_n u and de_n q_bar / sqrt(D) once,
-    // at the anchor
+    // or deferred (the trainer's): the layer keeps de_n (n < n_src, fp32, laid out as alpha) and u,
+    // and depth_anchor_gather sums every reader's alpha_n u and de_n q_bar / sqrt(D) once, at the
+    // anchor. u stays where it is (the trainer's attention backward writes it into the layer's v~
+    // slot), or a copy goes to u_keep
     float* de = nullptr;
-    floatX* u_keep = nullptr;  // (BT, Hkv*D) dense
+    floatX* u_keep = nullptr;  // (BT, Hkv*D) dense, or NULL
 };
 
 // depth_anchor_gather: anchor n's accumulators from the layers that read it, in the order given
@@ -356,19 +357,6 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forwa
     }
 }
 
-// 16-byte words of fp32 accumulators: VEC floats at p (VEC / 4 float4s)
-__device__ __forceinline__ void depth2_load_acc(float (&x)[x128::size], const float* p) {
-#pragma unroll
-    for (int i = 0; i < x128::size; i += 4) {
-        float4 f = *reinterpret_cast<const float4*>(p + i);
-        x[i] = f.x, x[i + 1] = f.y, x[i + 2] = f.z, x[i + 3] = f.w;
-    }
-}
-__device__ __forceinline__ void depth2_store_acc(float* p, const float (&x)[x128::size]) {
-#pragma unroll
-    for (int i = 0; i < x128::size; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
-}
-
 // DEFERRED: the anchors' terms are kept (de, u_keep) for depth_anchor_gather instead of added to
 // their accumulators here
 template <int D, bool DEFERRED>
@@ -386,7 +374,7 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
     float qb[VEC], u[VEC];
     depth2_load_qbar(qb, a.q, a.q_rs, a.H / a.Hkv, D, row, g, d0);
     x128 uw = load128(a.u + kv_word);
-    if (DEFERRED && valid) store128(a.u_keep + kv_word, uw);
+    if (DEFERRED && valid && a.u_keep) store128(a.u_keep + kv_word, uw);
 #pragma unroll
     for (int i = 0; i < VEC; i++) u[i] = to_float(uw[i]);
     // c_n = <u, nu^n>, c_bar = sum_n alpha_n c_n (in candidate order)
@@ -433,16 +421,16 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
 #pragma unroll
                     for (int i = 0; i < VEC; i++) xk[i] = xv[i] = 0.0f;
                 } else {
-                    depth2_load_acc(xk, ak);
-                    depth2_load_acc(xv, av);
+                    load_float4s(xk, ak);
+                    load_float4s(xv, av);
                 }
 #pragma unroll
                 for (int i = 0; i < VEC; i++) {
                     xv[i] += an * u[i];
                     xk[i] += de * scale * qb[i];
                 }
-                depth2_store_acc(ak, xk);
-                depth2_store_acc(av, xv);
+                store_float4s(ak, xk);
+                store_float4s(av, xv);
             } else {
                 floatX* dkp = a.dk + (size_t)row * a.dk_rs + (size_t)g * D + d0;
                 x128 dk = load128(dkp), dv;
@@ -486,8 +474,8 @@ static __global__ void depth_anchor_gather_kernel(DepthGatherArgs a) {
 #pragma unroll
         for (int i = 0; i < VEC; i++) xk[i] = xv[i] = 0.0f;
     } else {
-        depth2_load_acc(xk, a.acc_k + kv_word);
-        depth2_load_acc(xv, a.acc_v + kv_word);
+        load_float4s(xk, a.acc_k + kv_word);
+        load_float4s(xv, a.acc_v + kv_word);
     }
     for (int r = 0; r < a.n_readers; r++) {
         const DepthReader& rd = a.r[r];
@@ -500,8 +488,8 @@ static __global__ void depth_anchor_gather_kernel(DepthGatherArgs a) {
             xk[i] += de * scale * qb[i];
         }
     }
-    depth2_store_acc(a.acc_k + kv_word, xk);
-    depth2_store_acc(a.acc_v + kv_word, xv);
+    store_float4s(a.acc_k + kv_word, xk);
+    store_float4s(a.acc_v + kv_word, xv);
 }
 
 // ----------------------------------------------------------------------------
@@ -513,7 +501,7 @@ inline void depth_check_args(const DepthArgs& a, bool backward) {
     KERNEL_ASSERT(a.q && a.k && a.v && a.q_rs >= (long)a.H * a.D && a.k_rs >= (long)a.Hkv * a.D && a.v_rs >= (long)a.Hkv * a.D);
     for (int n = 0; n < a.n_src; n++) KERNEL_ASSERT(a.src_k[n] && a.src_v[n] && a.src_v_rs[n] >= (long)a.Hkv * a.D);
     if (!backward) KERNEL_ASSERT(a.vmix);
-    else KERNEL_ASSERT(a.u && a.dv && a.dk && a.dq && (a.acc_k && a.acc_v) != (a.de && a.u_keep));  // one way, not both
+    else KERNEL_ASSERT(a.u && a.dv && a.dk && a.dq && (a.acc_k && a.acc_v) != (a.de != nullptr));  // one way, not both
 }
 
 // Version 2 reads and writes whole 16-byte words: every row pointer and stride must keep them

@@ -12,7 +12,9 @@
 //   forward:  the K and V every KV head of every layer reads, element by element;
 //   backward: with random core gradients dK^l, dV^l for every layer, visited L-1..0 as gpt_backward
 //             does, each layer's own k and v gradient slots after its routes (cross-layer
-//             accumulators included), and ResFormer's dlambda_l;
+//             accumulators included; ResFormer's and SVFormer's v^0 terms kept in each layer's
+//             attention output and summed before layer 0, which starts as NaN so that a slot
+//             nobody kept would show), and ResFormer's dlambda_l;
 // for ResFormer (fixed, learnable), SVFormer, SLA (ORIG and CHAIN, one or all KV heads skipping,
 // several skip distances) on both families, GQA. What it cannot cover: the kernels' tiling and
 // arithmetic (test_gpt on a GPU), and Depth-Attention, whose mixing happens in its own kernels
@@ -195,6 +197,9 @@ static void check_case(const RouteCase& rc) {
     }
     VP::backward_begin(&st, c, dims);
     m.acc_written.assign(gpu::vp_num_accumulators(c), 0);
+    // the attention outputs start as NaN too: the forward wrote them, and the backward may only
+    // read terms it kept there (ResFormer, SVFormer: VP_KEEP_V0_TERMS)
+    std::fill(m.acts.atty, m.acts.atty + (size_t)L * BT * c.n_head * RD, NAN);
     std::vector<float> ref_dlambda(L, 0.0f);
     size_t k_bad = 0, v_bad = 0;
     bool own_v_missing_ok = true;
@@ -210,6 +215,17 @@ static void check_case(const RouteCase& rc) {
         g.dv_rs = KV;
         VP::backward(&st, c, dims, l, gk[l].data(), gv[l].data(), g, lambda, ref_dlambda.data());
 
+        // before layer 0 (ResFormer, SVFormer): the accumulator summed from the kept terms, as
+        // attention_sum_kept_kernel sums them (fp32, the slots in the order given)
+        if (l == 0 && VP_KEEP_V0_TERMS && (rc.vp.path == VP_RESFORMER || rc.vp.path == VP_SVFORMER) && L > 1) {
+            std::vector<const gpu::floatX*> slots;
+            gpu::KeptSumArgs ka = gpu::v0_kept_sum_args(&m, &slots);
+            for (long i = 0; i < ka.n_elems; i++) {
+                float x = 0.0f;
+                for (const gpu::floatX* slot : slots) x += slot[i];
+                ka.acc[i] = x;
+            }
+        }
         // the GPU's epilogue, element by element, with this layer's routes
         gpu::AttentionArgs aa = gpu::attention_backward_args(&m, l);
         double dlam = 0;
@@ -224,6 +240,7 @@ static void check_case(const RouteCase& rc) {
                         float gkv = gk[l][idx], gvv = gv[l][idx];
                         float k_new = gpu::attn_route_grad(aa.dk_route, gh, idx, gkv, aa.dk_route.own_scale, aa.dk_route.src_scale);
                         float v_new = gpu::attn_route_grad(aa.dv_route, gh, idx, gvv, v_own, v_src);
+                        if (gpu::attn_route_keeps(aa.dv_route, gh)) aa.dv_route.keep[idx] = v_src * gvv;  // as the epilogues store it
                         if (aa.dlambda_partial) dlam += gvv * (src.vmix[(size_t)t * src.vmix_rs + d] - src.v[(size_t)t * src.v_rs + d]);
                         if (!near(k_new, rdk[idx]) && k_bad++ == 0)
                             printf("    %s: layer %d dk row %zu head %d dim %d: gpu %g, reference %g\n", rc.name, l, row, gh, d, k_new, rdk[idx]);
@@ -300,7 +317,7 @@ TEST(depth_anchor_bookkeeping) {
                     const gpu::DepthArgs& k = kept[reader];
                     CHECK(ga.n < k.n_src && k.src_k[ga.n] == gpu::own_qkv(&m, l).k, "stride %d anchor %d: candidate %d of layer %d is not this anchor", stride, l, ga.n,
                           reader);
-                    CHECK(readers[r].u == k.u_keep && readers[r].de == k.de && readers[r].alpha == k.alpha && readers[r].q == k.q,
+                    CHECK(readers[r].u == k.u && readers[r].de == k.de && readers[r].alpha == k.alpha && readers[r].q == k.q,
                           "stride %d anchor %d: reader %zu is not layer %d's kept slots", stride, l, r, reader);
                 }
             }
@@ -309,10 +326,12 @@ TEST(depth_anchor_bookkeeping) {
             if (l == 0) break;
             kept[l] = gpu::depth_backward_args(&m, l);
             const gpu::DepthArgs& d = kept[l];
-            CHECK(!d.acc_k && !d.acc_v && d.de == gpu::depth_de(&m, l) && d.u_keep == gpu::depth_vmix(&m, l) && d.alpha == gpu::depth_alpha(&m, l),
+            // u: where this layer's attention backward wrote dv~, its own v~ slot (nothing copies it)
+            CHECK(aa.dv == gpu::depth_vmix(&m, l) && aa.dv_rs == (long)c.n_kv_head * c.head_dim, "stride %d layer %d: the attention backward writes dv~ elsewhere", stride, l);
+            CHECK(!d.acc_k && !d.acc_v && d.de == gpu::depth_de(&m, l) && d.u == aa.dv && !d.u_keep && d.alpha == gpu::depth_alpha(&m, l),
                   "stride %d layer %d: the depth backward keeps its terms elsewhere", stride, l);
             for (int j = 1; j < L; j++)  // no other layer's kept slots overlap
-                if (j != l) CHECK(d.u_keep != gpu::depth_vmix(&m, j) && d.de != gpu::depth_de(&m, j), "stride %d layer %d: shares layer %d's slots", stride, l, j);
+                if (j != l) CHECK(d.u != gpu::depth_vmix(&m, j) && d.de != gpu::depth_de(&m, j), "stride %d layer %d: shares layer %d's slots", stride, l, j);
         }
     }
 }

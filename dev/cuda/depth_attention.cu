@@ -57,10 +57,11 @@ static double forward_bytes(const DepthShape& s, int nc) {
     double items = (double)s.BT * s.Hkv, G = s.H / s.Hkv;
     return items * ((G * s.D + 2.0 * nc * s.D + s.D) * sizeof(floatX) + nc * sizeof(float));
 }
+// deferred as the trainer runs it: u left in place (no copy), de written
 static double backward_bytes(const DepthShape& s, int nc, bool deferred) {
     double items = (double)s.BT * s.Hkv, G = s.H / s.Hkv;
     double common = (s.D + G * s.D + 2.0 * nc * s.D + 2.0 * s.D + 2.0 * G * s.D + s.D) * sizeof(floatX) + nc * sizeof(float);
-    return items * (common + (deferred ? s.D * sizeof(floatX) + (nc - 1) * sizeof(float) : 4.0 * (nc - 1) * s.D * sizeof(float)));
+    return items * (common + (deferred ? (nc - 1) * sizeof(float) : 4.0 * (nc - 1) * s.D * sizeof(float)));
 }
 static double gather_bytes(int BT, int H, int Hkv, int D, int readers) {
     double items = (double)BT * Hkv, G = H / Hkv;
@@ -226,7 +227,8 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes
     }
     gpu::depth_attention_version = 2;
 
-    // version 2 deferred: the same dv, dk, dq; de and u kept; the gather over this one reader
+    // version 2 deferred: the same dv, dk, dq; de and u kept (a copy in u_keep; the trainer's u
+    // stays where the attention backward wrote it, u_keep = NULL); the gather over this one reader
     gpu::DepthArgs ad = a;
     ad.acc_k = ad.acc_v = nullptr;
     ad.overwrite_mask = 0;
@@ -265,8 +267,24 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes
             ok &= validate_result(d_gk, ek, "gather k", 0.0f, 0.0f);
             ok &= validate_result(d_gv, ev, "gather v", 0.0f, 0.0f);
         }
+        // u in place (u_keep = NULL, the trainer's): the same gradients and de, to the bit
+        printf(" version 2 deferred, u in place\n");
+        std::vector<float> de_copy = dev_download(d_de, alpha_ref.size()), dv_copy = dev_download(d_dv, layer_elems),
+                           dk_copy = dev_download(d_dk, layer_elems), dq_copy = dev_download(d_dq, dq0.size());
+        gpu::DepthArgs ap = ad;
+        ap.u_keep = nullptr;
+        reset_backward();
+        poison(d_de, alpha_ref.size());
+        gpu::depth_attention_backward(ap, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        ok &= validate_result(d_dv, dv_copy, "dv", 0.0f, 0.0f);
+        ok &= validate_result(d_dk, dk_copy, "dk", 0.0f, 0.0f);
+        ok &= validate_result(d_dq, dq_copy, "dq", 0.0f, 0.0f);
+        ok &= validate_result(d_de, de_copy, "de", 0.0f, 0.0f);
     } else {
-        float bwd = benchmark_kernel(20, [&] { gpu::depth_attention_backward(ad, 0); });
+        gpu::DepthArgs ap = ad;  // the trainer's: u in place
+        ap.u_keep = nullptr;
+        float bwd = benchmark_kernel(20, [&] { gpu::depth_attention_backward(ap, 0); });
         printf("  version 2 deferred: backward %.4f ms, %.0f GB/s\n", bwd, backward_bytes(s, nc, true) / bwd / 1e6);
         if (times) times->bwd_deferred = bwd;
     }
