@@ -26,9 +26,17 @@
 // 132 SMs against a 50 MB L2), so the kernel moves about 3 row-passes of bytes, not 2: 6.8 ms is
 // 2.9 TB/s of those. 1024 threads per row (2 rows per SM, 26 MB) did not help: 1.005x the step
 // time (H100, 2026-11-27, dev/results/2026-11-27-h100-3.md).
+// Version 4 is version 3 with the row kept in shared memory: pass 1 also stores each vector it
+// reads there, and pass 2 reads the row back from shared memory instead of global memory. One
+// read and one write of the row, whether or not L2 would have held it. The row takes
+// Vp * sizeof(floatX) bytes (98 KiB at GPT-2's Vp = 50304 in bf16), so two 1024-thread blocks fit
+// an SM (2048 threads, version 3's 4 x 512); wider rows run version 3. The same vectors per thread
+// in the same order as version 3 with 1024 threads, so the same bits as that (not as the trainer's
+// 512-thread version 3). Not yet timed on a GPU: the lab and the build variant classifier_v4
+// (-DVP_CLASSIFIER_VERSION=4).
 // Versions and timings: dev/cuda/classifier.cu.
 //
-// defines: fused_classifier (and fused_classifier2/3 for the lab and the build variant)
+// defines: fused_classifier (and fused_classifier2/3/4 for the lab and the build variants)
 #pragma once
 
 #include "kernels/common.cuh"
@@ -100,39 +108,67 @@ static __global__ void fused_classifier_kernel2(floatX* logits, float* losses, c
 
 #define CLASSIFIER_LOG2E 1.4426950408889634f
 
+// Version 3's update of a thread's running statistics by one 16-byte vector of the row, of which
+// the first n elements are real tokens (the last vector of a row may straddle V)
+__device__ __forceinline__ void classifier_stat_update(SoftmaxStat& st, const x128& v, int n) {
+    float vmax = -INFINITY;
+    for (int k = 0; k < n; k++) vmax = fmaxf(vmax, to_float(v[k]));
+    if (vmax > st.m) {
+        st.s *= exp2f((st.m - vmax) * CLASSIFIER_LOG2E);  // 0 while st.m is -inf (st.s is 0 then)
+        st.m = vmax;
+    }
+    float neg_m2 = -st.m * CLASSIFIER_LOG2E, sum = 0.0f;
+    for (int k = 0; k < n; k++) sum += exp2f(fmaf(to_float(v[k]), CLASSIFIER_LOG2E, neg_m2));
+    st.s += sum;
+}
+
+// dlogits = softmax - onehot(target) of the vector v at column c (0 on the padded columns >= V)
+__device__ __forceinline__ x128 classifier_dlogits(const x128& v, int c, int V, int target, float neg_m2, float inv_sum) {
+    x128 d;
+    for (int k = 0; k < x128::size; k++) {
+        int j = c + k;
+        float p = j < V ? exp2f(fmaf(to_float(v[k]), CLASSIFIER_LOG2E, neg_m2)) * inv_sum : 0.0f;
+        d[k] = from_float<floatX>(p - (j == target ? 1.0f : 0.0f));
+    }
+    return d;
+}
+
 // version 3: the row's statistics in log2 units of the input, per 16-byte vector (see the top)
 static __global__ void fused_classifier_kernel3(floatX* logits, float* losses, const int* targets, int V, int Vp, bool write_dlogits) {
     int row = blockIdx.x;
     floatX* x = logits + (size_t)row * Vp;
     SoftmaxStat st = {-INFINITY, 0.0f};  // m: running max (natural units); s: sum of exp(x - m)
-    for (int c = threadIdx.x * x128::size; c < V; c += blockDim.x * x128::size) {
-        x128 v = load128(x + c);
-        int n = min(x128::size, V - c);  // the last vector of a row may straddle V
-        float vmax = -INFINITY;
-        for (int k = 0; k < n; k++) vmax = fmaxf(vmax, to_float(v[k]));
-        if (vmax > st.m) {
-            st.s *= exp2f((st.m - vmax) * CLASSIFIER_LOG2E);  // 0 while st.m is -inf (st.s is 0 then)
-            st.m = vmax;
-        }
-        float neg_m2 = -st.m * CLASSIFIER_LOG2E, sum = 0.0f;
-        for (int k = 0; k < n; k++) sum += exp2f(fmaf(to_float(v[k]), CLASSIFIER_LOG2E, neg_m2));
-        st.s += sum;
-    }
+    for (int c = threadIdx.x * x128::size; c < V; c += blockDim.x * x128::size) classifier_stat_update(st, load128(x + c), min(x128::size, V - c));
     st = softmax_block_merge(st);
     int target = targets[row];
     if (threadIdx.x == 0) losses[row] = logf(st.s) + st.m - to_float(x[target]);
     if (!write_dlogits) return;
     __syncthreads();  // every thread has read x[target] before anyone overwrites the row
     float inv_sum = 1.0f / st.s, neg_m2 = -st.m * CLASSIFIER_LOG2E;
+    for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) store128(x + c, classifier_dlogits(load128(x + c), c, V, target, neg_m2, inv_sum));
+}
+
+// version 4: version 3 with the row staged in shared memory for pass 2 (see the top)
+constexpr int CLASSIFIER4_THREADS = 1024;
+static __global__ void __launch_bounds__(CLASSIFIER4_THREADS, 2) fused_classifier_kernel4(floatX* logits, float* losses, const int* targets, int V, int Vp,
+                                                                                         bool write_dlogits) {
+    extern __shared__ __align__(16) unsigned char classifier_smem[];
+    floatX* row_s = reinterpret_cast<floatX*>(classifier_smem);  // (Vp)
+    int row = blockIdx.x;
+    floatX* x = logits + (size_t)row * Vp;
+    SoftmaxStat st = {-INFINITY, 0.0f};
     for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
-        x128 v = load128(x + c), d;
-        for (int k = 0; k < x128::size; k++) {
-            int j = c + k;
-            float p = j < V ? exp2f(fmaf(to_float(v[k]), CLASSIFIER_LOG2E, neg_m2)) * inv_sum : 0.0f;
-            d[k] = from_float<floatX>(p - (j == target ? 1.0f : 0.0f));
-        }
-        store128(x + c, d);
+        x128 v = load128(x + c);
+        store128(row_s + c, v);
+        if (c < V) classifier_stat_update(st, v, min(x128::size, V - c));  // a padded vector: kept for pass 2 only
     }
+    st = softmax_block_merge(st);  // its __syncthreads also makes every thread's part of row_s visible
+    int target = targets[row];
+    if (threadIdx.x == 0) losses[row] = logf(st.s) + st.m - to_float(row_s[target]);
+    if (!write_dlogits) return;
+    float inv_sum = 1.0f / st.s, neg_m2 = -st.m * CLASSIFIER_LOG2E;
+    for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size)
+        store128(x + c, classifier_dlogits(load128(row_s + c), c, V, target, neg_m2, inv_sum));
 }
 
 // ----------------------------------------------------------------------------
@@ -151,13 +187,26 @@ inline void fused_classifier3(floatX* logits, float* losses, const int* targets,
     cudaCheck(cudaGetLastError());
 }
 
+// Version 4 where its row fits two blocks' shared memory on an SM (113 KiB each), version 3
+// elsewhere (wider vocabularies, or GPT-2's in the FP32 build).
+constexpr size_t CLASSIFIER4_MAX_ROW_BYTES = 113 * 1024;
+inline void fused_classifier4(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, bool write_dlogits, cudaStream_t stream) {
+    KERNEL_ASSERT(Vp % x128::size == 0 && V <= Vp && V >= 1);
+    size_t smem = (size_t)Vp * sizeof(floatX);
+    if (smem > CLASSIFIER4_MAX_ROW_BYTES) return fused_classifier3(logits, losses, targets, N, V, Vp, write_dlogits, stream);
+    cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel4, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    fused_classifier_kernel4<<<N, CLASSIFIER4_THREADS, smem, stream>>>(logits, losses, targets, V, Vp, write_dlogits);
+    cudaCheck(cudaGetLastError());
+}
+
 // The trainer's version; VP_CLASSIFIER_VERSION=2 at build time restores version 2 (what the build
-// variant classifier_v2 timed against this one).
+// variant classifier_v2 timed against this one), 4 picks version 4 (build variant classifier_v4).
 #ifndef VP_CLASSIFIER_VERSION
 #define VP_CLASSIFIER_VERSION 3
 #endif
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, bool write_dlogits, cudaStream_t stream) {
     if (VP_CLASSIFIER_VERSION == 2) fused_classifier2(logits, losses, targets, N, V, Vp, write_dlogits, stream);
+    else if (VP_CLASSIFIER_VERSION == 4) fused_classifier4(logits, losses, targets, N, V, Vp, write_dlogits, stream);
     else fused_classifier3(logits, losses, targets, N, V, Vp, write_dlogits, stream);
 }
 

@@ -19,6 +19,9 @@ version 2: one online-softmax pass (running max and sum, merged across threads a
   one write per element: 16-byte vectors.
 version 3: version 2 with the running max taken per 16-byte vector and every exponential as one
   FFMA and exp2f (kernels/classifier.cuh says why). The trainer's kernel.
+version 4: version 3 with the row kept in shared memory between the passes: one read and one
+  write per element, 1024 threads per row, two rows per SM. Checked here also against version 3
+  run with 1024 threads, bit for bit.
 Napkin math: version 2 moves 3 x N x Vp x sizeof(floatX) bytes (1.2 GB at bf16 here); the second
 read usually hits L2 (a 100 KB row per block).
 */
@@ -26,7 +29,7 @@ read usually hits L2 (a 100 KB row per block).
 #include "kernels/classifier.cuh"
 
 // ----------------------------------------------------------------------------
-// GPU kernels (versions 2 and 3 are gpu::fused_classifier2/3)
+// GPU kernels (versions 2, 3 and 4 are gpu::fused_classifier2/3/4)
 
 __device__ float block_reduce_max(float v) {
     __shared__ float s[32];
@@ -64,6 +67,7 @@ static void classifier_version(int version, floatX* logits, float* losses, const
         case 1: classifier_kernel1<<<N, 512>>>(logits, losses, targets, V, Vp); cudaCheck(cudaGetLastError()); break;
         case 2: gpu::fused_classifier2(logits, losses, targets, N, V, Vp, true, 0); break;
         case 3: gpu::fused_classifier3(logits, losses, targets, N, V, Vp, true, 0); break;
+        case 4: gpu::fused_classifier4(logits, losses, targets, N, V, Vp, true, 0); break;
         default: runtime_error(nullptr, "no version %d", version);
     }
 }
@@ -88,7 +92,8 @@ int main(int argc, char** argv) {
     float* d_losses = dev_alloc<float>(N);
     int* d_targets = dev_upload(targets);
     bool ok = true;
-    for (int v = 1; v <= 3; v++) {
+    const int versions = 4;
+    for (int v = 1; v <= versions; v++) {
         printf(" version %d\n", v);
         cudaCheck(cudaMemcpy(d_logits, d_src, logits.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
         poison(d_losses, N);
@@ -98,9 +103,26 @@ int main(int argc, char** argv) {
         // dlogits: probabilities ~1/V, stored in floatX: relative tolerance, absolute floor of a few bf16 ulps of 1/V
         ok &= validate_result(d_logits, dlogits_ref, "dlogits", LAB_TOL_REL, 1e-6f);
     }
+    // version 4 against version 3's kernel with as many threads per row: the same bits (where
+    // version 4 runs at all: a bf16 row of Vp fits its shared memory; FP32 falls back to version 3)
+    if ((size_t)Vp * sizeof(floatX) <= gpu::CLASSIFIER4_MAX_ROW_BYTES) {
+        std::vector<float> got[2], lost[2];
+        for (int w = 0; w < 2; w++) {
+            cudaCheck(cudaMemcpy(d_logits, d_src, logits.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
+            if (w == 0) gpu::fused_classifier_kernel3<<<N, gpu::CLASSIFIER4_THREADS>>>(d_logits, d_losses, d_targets, V, Vp, true);
+            else gpu::fused_classifier4(d_logits, d_losses, d_targets, N, V, Vp, true, 0);
+            cudaCheck(cudaGetLastError());
+            cudaCheck(cudaDeviceSynchronize());
+            got[w] = dev_download(d_logits, logits.size());
+            lost[w] = dev_download(d_losses, N);
+        }
+        bool same = got[0] == got[1] && lost[0] == lost[1];
+        printf(" versions 3 (%d threads) and 4 bit-identical (losses, dlogits): %s\n", gpu::CLASSIFIER4_THREADS, same ? "ok" : "NO");
+        ok &= same;
+    }
     if (ok && !check_only) {
         double bytes = 3.0 * N * Vp * sizeof(floatX);
-        for (int v = 1; v <= 3; v++) {
+        for (int v = 1; v <= versions; v++) {
             // repeated runs see the previous run's dlogits as logits: the same work, data-independent
             float ms = benchmark_kernel(20, [&] { classifier_version(v, d_logits, d_losses, d_targets, N, V, Vp); });
             printf("  version %d: %.3f ms, %.0f GB/s (counting 2 reads + 1 write per element)\n", v, ms, bytes / ms / 1e6);
