@@ -85,9 +85,10 @@ QK = (H+Hkv)D, KV = Hkv*D, W = QK + KV (the fused qkv row), V = vocab, Vp = padd
 #include "kernels/depth_attention.cuh"  // defines: DepthArgs, DepthGatherArgs, depth_attention_forward, depth_attention_backward, depth_anchor_gather
 // Depth-Attention's anchor gradients are deferred: each reader layer's depth backward keeps its
 // de_n (fp32, alpha's size) and its u = dL/dv~ (in its own v~ slot, which its attention backward
-// writes u over: the dQ kernel, the slot's other reader, runs before the dK/dV kernel), and one pass at each anchor (depth_anchor_gather) sums alpha_n u and
-// de_n q_bar / sqrt(D) over the readers, in the same order and fp32 operations as adding them into
-// the anchors' accumulators at every reader (bit-identical to it in dev/cuda/depth_attention.cu).
+// writes u over: the dQ kernel, the slot's other reader, runs before the dK/dV kernel), and one
+// pass at each anchor (depth_anchor_gather) sums alpha_n u and de_n q_bar / sqrt(D) over the
+// readers, in the same order and fp32 operations as adding them into the anchors' accumulators at
+// every reader (bit-identical to it in dev/cuda/depth_attention.cu).
 // That way read and wrote two fp32 accumulators per anchor at every reader (4 |S(l)| D fp32 words
 // a position, most of the depth backward's bytes) and kept a pair per anchor; on an H100
 // (2026-11-27, dev/results/2026-11-27-h100.md) a build of it (variant depth_accumulate) ran 1.013x
