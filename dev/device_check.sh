@@ -611,7 +611,8 @@ if bench_part attention && unit_begin attention; then
 fi
 
 # 8. the memory-bound labs timed: the fused classifier's versions (3, the trainer's, computes its
-# exponentials as exp2f with the running max per vector; 2 as expf per element), the norms' backward with the parameter sums fused into the row pass
+# exponentials as exp2f with the running max per vector; 2 as expf per element; 4, version 3 with
+# the row kept in shared memory between its passes, the build variant classifier_v4), the norms' backward with the parameter sums fused into the row pass
 # (version 3) against the separate column pass (version 2), GELU's backward with the fc bias
 # gradient fused (version 2) against the separate bias pass (version 1), Depth-Attention's depth
 # softmax with 16-byte words (version 2) against a warp per item (version 1): ms and GB/s at the
