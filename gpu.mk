@@ -59,13 +59,16 @@ KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
 DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention
 # build variants of a path's benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
-# decides | value path, vanilla if left out), timed against that path's plain build by
-# dev/device_check.sh: build/variants/<name>/bench_gpt
+# decides | value path, vanilla if left out | extra bench_gpt flags), timed against that path's
+# plain build by dev/device_check.sh: build/variants/<name>/bench_gpt, or, for a variant with no
+# nvcc flags, the plain build run with its bench_gpt flags (nothing more to compile)
 BENCH_VARIANTS := $(shell awk -F'|' '/^[a-z]/ { gsub(/ /, "", $$1); print $$1 }' dev/bench_variants.list)
 variant_field = $(shell awk -F'|' -v name=$(1) -v f=$(2) '/^[a-z]/ { n = $$1; gsub(/ /, "", n); if (n == name) print $$f }' dev/bench_variants.list)
 variant_flags = $(call variant_field,$(1),2)
 variant_path = $(or $(strip $(call variant_field,$(1),4)),vanilla)
-VARIANT_BINS := $(foreach v,$(BENCH_VARIANTS),$(GPU_BUILD)/variants/$(v)/bench_gpt)
+variant_run_flags = $(strip $(call variant_field,$(1),5))
+BUILT_BENCH_VARIANTS := $(foreach v,$(BENCH_VARIANTS),$(if $(strip $(call variant_flags,$(v))),$(v)))
+VARIANT_BINS := $(foreach v,$(BUILT_BENCH_VARIANTS),$(GPU_BUILD)/variants/$(v)/bench_gpt)
 TEST_GPT_BINS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/tests/test_gpt_gpu_$(p)_bf16 $(GPU_BUILD)/tests/test_gpt_gpu_$(p)_fp32)
 GPU_TRAINERS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/$(p)/train_bf16 $(GPU_BUILD)/$(p)/train_fp32)
 
@@ -84,7 +87,7 @@ GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) $(GPU_BUI
 	$(addprefix $(GPU_BUILD)/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p)) \
 	$(VARIANT_BINS)
 
-.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants print-bench-variant-path print-dev-cuda-labs
+.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants print-bench-variant-path print-bench-variant-run-flags print-dev-cuda-labs
 
 print-gpu-paths:
 	@echo $(GPU_VALUE_PATHS)
@@ -94,6 +97,8 @@ print-bench-variants:
 	@echo $(BENCH_VARIANTS)
 print-bench-variant-path:  # VARIANT=<name>: the value path it builds
 	@echo $(call variant_path,$(VARIANT))
+print-bench-variant-run-flags:  # VARIANT=<name>: its bench_gpt flags; none and a build of its own, or these and the plain build
+	@echo $(call variant_run_flags,$(VARIANT))
 
 ifeq ($(NVCC),)
 # ---------------------------------------------------------------------------

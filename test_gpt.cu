@@ -16,6 +16,8 @@
 //   * multiple-choice rows forwarded at their own (shorter) length score as the CPU's at full T;
 //   * the value-path hook: attention split over two head ranges equals one call, bit for bit;
 //     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3;
+//   * in bf16, the attention forward's version 6 (wgmma, Hopper) against version 4 at every layer
+//     of every config with head dim 64, with the layer's value-path inputs;
 //   * matmul_forward_lerp (ResFormer's mixing value projection) with a nonzero bias, against its formula;
 //     in bf16 the DGELU epilogue of the MLP backward against the tanh GELU's derivative, and the
 //     GELU_AUX_BIAS epilogue (the BF16 trainer's forward at --recompute 0, VP_GELU_FORWARD_FUSION) against the GELU.
@@ -90,7 +92,7 @@ static std::vector<TestConfig> test_configs() {
     std::vector<const char*> gqa = {"--arch", "llama", "--layers", "4", "--heads", "4", "--kv-heads", "2", "--dim", "128", "--vocab", "300", "--max-seq", "96"};
     // the QK-norm config has the rest of released Qwen3's shape too: its output head tied to wte
     // (--tie-embeddings 1) and heads of D = 128 whatever the width (--head-dim 128: H*D = 512 = 2C),
-    // so it also runs the attention kernels at D = 128 (the others have D = 64)
+    // so it also runs the attention kernels at D = 128 (gpt2: D = 64; gqa: D = 32)
     std::vector<const char*> qkn = {"--arch", "llama", "--layers", "4", "--heads", "4", "--kv-heads", "1", "--dim", "256", "--head-dim", "128",
                                     "--qk-norm", "1", "--tie-embeddings", "1", "--vocab", "300", "--max-seq", "96"};
     auto with = [](std::vector<const char*> base, std::vector<const char*> extra) {
@@ -458,7 +460,7 @@ TEST(recompute_is_bit_identical) {
 // The hook value paths use: attention over heads [0, H/2) and [H/2, H) in two calls must equal one
 // call over all heads, forward and backward (with dK/dV accumulated into a buffer, as a path's
 // cross-layer accumulator would be). In bf16, also: the trainer's kernels (version 4) agree bit for
-// bit with versions 2 and 3 (forward: 2).
+// bit with versions 2 and 3 (forward: 2 and 5).
 TEST(attention_head_ranges) {
     const TestConfig tc = test_configs()[1];  // GQA, G = 2 (a copy: test_configs() returns a temporary)
     ModelConfig c = config_from_flags(tc);
@@ -549,18 +551,26 @@ TEST(attention_head_ranges) {
         CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions %d and 4 differs", version);
         CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions %d and 4 differs", version);
     }
-    // forward versions 2 and 5 (32 rows per warp) against the trainer's (4)
+    // forward versions 2 and 5 (32 rows per warp) against version 4, bit for bit
+    gpu::AttentionArgs f4 = full;
+    cudaCheck(cudaMalloc(&f4.out, n_out * sizeof(gpu::floatX)));
+    cudaCheck(cudaMalloc(&f4.lse, n_lse * sizeof(float)));
+    gpu::attention_forward4(f4, gm.stream);
+    cudaCheck(cudaStreamSynchronize(gm.stream));
+    std::vector<gpu::floatX> out4 = download(f4.out, BT, H * D, H * D);
+    cudaCheck(cudaMemcpy(l2.data(), f4.lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
     for (int version : {2, 5}) {
         gpu::AttentionArgs other = full;
         other.out = out, other.lse = lse;
         if (version == 2) gpu::attention_forward2(other, gm.stream);
         else gpu::attention_forward5(other, gm.stream);
         cudaCheck(cudaStreamSynchronize(gm.stream));
-        CHECK(bits_equal(download(out, BT, H * D, H * D), download(full.out, BT, H * D, H * D)), "out of attention forward versions %d and the trainer's differs",
-              version);
         cudaCheck(cudaMemcpy(l1.data(), lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
-        CHECK(same_bits(l1, l2), "lse of attention forward versions %d and the trainer's differs", version);
+        CHECK(bits_equal(download(out, BT, H * D, H * D), out4), "out of attention forward versions %d and 4 differs", version);
+        CHECK(same_bits(l1, l2), "lse of attention forward versions %d and 4 differs", version);
     }
+    cudaCheck(cudaFree(f4.out));
+    cudaCheck(cudaFree(f4.lse));
     // gradients are stored as bf16 pairs: a dq, dk or dv that is not 4-byte aligned must be refused
     // by the launcher (a GPU would fault with "misaligned address"; the emulator would not)
     for (int which = 0; which < 3; which++) {
@@ -577,6 +587,86 @@ TEST(attention_head_ranges) {
 #endif
     for (void* p : {(void*)out, (void*)dq, (void*)dk, (void*)dv, (void*)lse, (void*)dq_f, (void*)dk_f, (void*)dv_f}) cudaCheck(cudaFree(p));
     gpt_free(&gm);
+}
+
+// Attention forward version 6 (wgmma, Hopper, D = 64) against the trainer's version 4 at every
+// layer of every config with D = 64, each with its layer's value-path inputs (ResFormer's mix as V
+// is loaded, SVFormer's v^0, SLA's second source, Depth's v~): bit for bit under the CUDA emulator
+// (it sums each k16 step in order for mma and wgmma alike); on a GPU within the bound derived
+// below. Not run where version 6 cannot (head dim, not an H100/H200).
+TEST(attention_forward_version6) {
+#ifdef ENABLE_BF16
+    int checked = 0;
+    for (const TestConfig& tc : test_configs()) {
+        ModelConfig c = config_from_flags(tc);
+        if (c.head_dim != 64) continue;
+        std::vector<int> inp, tgt;
+        random_batch(c, 23, &inp, &tgt);
+        GpuModel gm;
+        gpt_build(&gm, c);
+        gpt_init_params(&gm, 5);
+        forward_loss(&gm, inp.data(), tgt.data(), TB, TT);  // every layer's attention inputs in place
+        int BT = TB * TT, HD = c.n_head * c.head_dim;
+        gpu::floatX *o4, *o6;
+        float *l4, *l6;
+        cudaCheck(cudaMalloc(&o4, (size_t)BT * HD * sizeof(gpu::floatX)));
+        cudaCheck(cudaMalloc(&o6, (size_t)BT * HD * sizeof(gpu::floatX)));
+        cudaCheck(cudaMalloc(&l4, (size_t)BT * c.n_head * sizeof(float)));
+        cudaCheck(cudaMalloc(&l6, (size_t)BT * c.n_head * sizeof(float)));
+        for (int l = 0; l < c.n_layer; l++) {
+            gpu::AttentionArgs a = gpu::attention_forward_args(&gm, l);
+            if (!gpu::attention_forward6_supported(a)) {
+                printf("  attention forward version 6: not run here (not a compute capability 9.0 GPU)\n");
+                break;
+            }
+            gpu::AttentionArgs a6 = a;
+            a.out = o4, a.lse = l4, a6.out = o6, a6.lse = l6;
+            gpu::attention_forward4(a, gm.stream);
+            gpu::attention_forward6(a6, gm.stream);
+            cudaCheck(cudaStreamSynchronize(gm.stream));
+            std::vector<gpu::floatX> h4((size_t)BT * HD), h6((size_t)BT * HD);
+            std::vector<float> lse4((size_t)BT * c.n_head), lse6((size_t)BT * c.n_head);
+            cudaCheck(cudaMemcpy(h4.data(), o4, h4.size() * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(h6.data(), o6, h6.size() * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(lse4.data(), l4, lse4.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(lse6.data(), l6, lse6.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            bool same = memcmp(h4.data(), h6.data(), h4.size() * sizeof(gpu::floatX)) == 0 && same_bits(lse4, lse6);
+#ifdef VP_CUDA_EMU
+            CHECK(same, "%s layer %d: attention forward versions 6 and 4 differ under the emulator", tc.name, l);
+#else
+            // Versions 4 and 6 feed the tensor cores the same bf16 products in the same k order;
+            // only the tensor core's own sums inside a k16 step may round differently, so scores
+            // can differ in their last fp32 bits. Per output: a probability rounded to bf16 the
+            // other way moves o by at most u |v| over the row's weights (<= u max|V|), and the
+            // output's own rounding by u |o| on either side: |o6 - o4| <= u (max|V| + 2 |o4|),
+            // u = 2^-8. lse: the row max is one score, the sum of <= T probabilities each off by a
+            // few fp32 ulps: |lse6 - lse4| <= 1e-4. max|V| over every source V is read from
+            // (ResFormer's mix is a convex combination of v and v_mix).
+            float vmax = 0.0f;
+            int kvd = c.n_kv_head * c.head_dim;
+            for (auto src : {std::make_pair(a.v, a.v_rs), std::make_pair(a.v_mix, a.v_mix_rs), std::make_pair(a.v_alt, a.v_alt_rs)}) {
+                if (!src.first) continue;
+                std::vector<gpu::floatX> hv((size_t)BT * kvd);
+                cudaCheck(cudaMemcpy2D(hv.data(), kvd * sizeof(gpu::floatX), src.first, src.second * sizeof(gpu::floatX), kvd * sizeof(gpu::floatX), BT,
+                                       cudaMemcpyDeviceToHost));
+                for (gpu::floatX x : hv) vmax = std::max(vmax, fabsf((float)x));
+            }
+            double worst_o = 0.0, worst_l = 0.0;
+            for (size_t i = 0; i < h4.size(); i++)
+                worst_o = std::max(worst_o, (double)fabsf((float)h6[i] - (float)h4[i]) / (0x1p-8 * (vmax + 2.0f * fabsf((float)h4[i]))));
+            for (size_t i = 0; i < lse4.size(); i++) worst_l = std::max(worst_l, (double)fabsf(lse6[i] - lse4[i]) / 1e-4);
+            printf("  %s layer %d: attention forward version 6 against 4: out %.3f, lse %.3f of their bounds, bit-identical: %s\n", tc.name, l, worst_o,
+                   worst_l, same ? "yes" : "no");
+            CHECK(worst_o <= 1.0 && worst_l <= 1.0, "%s layer %d: attention forward version 6 is off version 4 by %.3f (out) and %.3f (lse) of the bounds",
+                  tc.name, l, worst_o, worst_l);
+#endif
+            checked++;
+        }
+        for (void* p : {(void*)o4, (void*)o6, (void*)l4, (void*)l6}) cudaCheck(cudaFree(p));
+        gpt_free(&gm);
+    }
+    printf("  attention forward version 6 compared with version 4 at %d layers\n", checked);
+#endif
 }
 
 // Multiple-choice scoring (host/mc_eval.h) forwards each batch at its own length: B and T below
@@ -844,6 +934,19 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("test_gpt: %s build, value path %s, on %s\n", PRECISION_NAME, value_path_name(VALUE_PATH_ID), prop.name);
+    // VP_TEST_ATTENTION_FORWARD=6 runs every test with the trainer's attention forward at version 6
+    // (wgmma; where attention_forward6_supported, version 4 elsewhere): dev/device_check.sh runs
+    // each path's suite once more that way while version 6 is not the default
+    const char* fwd = getenv("VP_TEST_ATTENTION_FORWARD");
+    if (fwd && *fwd) {
+        int v = atoi(fwd);
+        if (v != 4 && v != 6) {
+            fprintf(stderr, "VP_TEST_ATTENTION_FORWARD=%s: use 4 or 6\n", fwd);
+            return 2;
+        }
+        gpu::attention_forward_version = v;
+    }
+    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d\n", PRECISION_NAME, value_path_name(VALUE_PATH_ID), prop.name,
+           gpu::attention_forward_version);
     return run_registered_tests(argc, argv);
 }

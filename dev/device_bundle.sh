@@ -40,7 +40,10 @@ for p in $PATHS; do
 done
 for lab in $(make -s print-dev-cuda-labs 2>/dev/null); do TARGETS+=("build/dev/cuda/bf16/$lab"); done
 # the build variants that device_check.sh times against their path's plain benchmark (dev/bench_variants.list)
-for v in $(make -s print-bench-variants 2>/dev/null); do TARGETS+=("build/variants/$v/bench_gpt"); done
+# (a variant with bench_gpt flags runs the plain build with them: nothing of its own to build)
+for v in $(make -s print-bench-variants 2>/dev/null); do
+    [ -z "$(make -s print-bench-variant-run-flags VARIANT="$v" 2>/dev/null)" ] && TARGETS+=("build/variants/$v/bench_gpt")
+done
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -14,6 +14,7 @@
 #      cross-layer settings, determinism, resume, recompute, checkpoints across builds: test_gpt.cu);
 #      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
+#      2b. each path's bf16 suite again with the attention forward's version 6 (wgmma) throughout
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
 #      then each build variant of dev/bench_variants.list against its path's plain build, alternating
@@ -239,7 +240,12 @@ for path in $TEST_PATHS; do BUILD_TARGETS+=("$GB/tests/test_gpt_gpu_${path}_bf16
 bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
 VARIANTS=$(make -s print-bench-variants 2>/dev/null)
 variant_path() { make -s print-bench-variant-path VARIANT="$1" 2>/dev/null || echo vanilla; }
-bench_part variants && for v in $VARIANTS; do BUILD_TARGETS+=("$GB/variants/$v/bench_gpt" "$GB/dev/cuda/bf16/bench_gpt_$(variant_path "$v")"); done
+# a variant with bench_gpt flags runs the plain build with them (no build of its own)
+variant_run_flags() { make -s print-bench-variant-run-flags VARIANT="$1" 2>/dev/null; }
+bench_part variants && for v in $VARIANTS; do
+    BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$(variant_path "$v")")
+    [ -z "$(variant_run_flags "$v")" ] && BUILD_TARGETS+=("$GB/variants/$v/bench_gpt")
+done
 bench_part attention && BUILD_TARGETS+=($GB/dev/cuda/bf16/attention_forward $GB/dev/cuda/bf16/attention_backward $GB/dev/cuda/bf16/bench_gpt_vanilla)
 bench_part memory && for lab in $MEMORY_LABS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/$lab"); done
 bench_part profile && for path in $PROFILE_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
@@ -324,6 +330,29 @@ for path in $TEST_PATHS; do
         unit_end "test_gpt $path $prec"
     done
 done
+# 2b. the bf16 suites once more with the attention forward's version 6 (wgmma, Hopper only; the
+# build variant att_fwd6 times it) in every test: VP_TEST_ATTENTION_FORWARD=6 (test_gpt.cu's main)
+for path in $TEST_PATHS; do
+    bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_bf16
+    tlog="$OUT_DIR/test_gpt.log"
+    unit_begin "test_gpt $path bf16 fwd6" || continue
+    if [ -x "$bin" ]; then
+        run_step "test_gpt $path bf16 fwd6" 150 "$tlog" env VP_TEST_ATTENTION_FORWARD=6 "$bin"
+        rc=$?
+        section=$(grep -A100000 "== test_gpt $path bf16 fwd6 (limit" "$tlog")
+        c=$(echo "$section" | counts /dev/stdin)
+        if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path bf16, attention forward 6" "skipped: no CUDA device"
+        else
+            # the worst layer's margins (test_gpt's attention_forward_version6), if it printed them
+            worst=$(echo "$section" | grep -o 'version 6 against 4: out [0-9.]*, lse [0-9.]*' | awk '{ o = $6 + 0; l = $8 + 0; if (o > mo) mo = o; if (l > ml) ml = l; n++ }
+                END { if (n) printf "; version 6 against 4 at %d layers: out within %.3f, lse %.3f of the bounds", n, mo, ml }')
+            row "test_gpt $path bf16, attention forward 6" "$(verdict $rc) ($c$worst)"
+        fi
+    else
+        row "test_gpt $path bf16, attention forward 6" "not built"
+    fi
+    unit_end "test_gpt $path bf16 fwd6"
+done
 
 # 3. kernel labs ---------------------------------------------------------------------------
 if [ "${SKIP_LABS:-0}" != 1 ]; then
@@ -380,15 +409,18 @@ if bench_part variants; then
         vpath=$(variant_path "$v")
         PLAIN=$GB/dev/cuda/bf16/bench_gpt_$vpath
         VBIN=$GB/variants/$v/bench_gpt
+        read -r -a VFLAGS <<<"$(variant_run_flags "$v")"
+        [ ${#VFLAGS[@]} -gt 0 ] && VBIN=$PLAIN
         unit_begin "variant_$v" || continue
         if [ -x "$VBIN" ] && [ -x "$PLAIN" ]; then
             ms_v=() ms_p=() vrc=0
             for i in 1 2; do
                 for which in variant plain; do
-                    bin=$PLAIN; [ $which = variant ] && bin=$VBIN
+                    bin=$PLAIN extra=()
+                    [ $which = variant ] && bin=$VBIN extra=("${VFLAGS[@]}")
                     vlog=build/device_check_variant.log
                     : >"$vlog"
-                    run_step "variant $v: $which, run $i" 60 "$vlog" "$bin" --batch-size 64 --seq-len 1024
+                    run_step "variant $v: $which, run $i" 60 "$vlog" "$bin" --batch-size 64 --seq-len 1024 "${extra[@]}"
                     rc=$?
                     cat "$vlog" >>"$OUT_DIR/bench.txt"
                     [ $rc != 0 ] && vrc=$rc

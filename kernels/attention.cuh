@@ -36,6 +36,12 @@
 //     took 0.130 ms against version 4's 0.120, and a whole step built with it ran 0.995x and 1.003x
 //     the default's in two calls (dev/results/2026-11-27-h200*.md): the two m-tiles' registers
 //     (229 at D = 64) leave 2 blocks of 4 warps per SM against version 4's 4. Kept for the lab.
+//   version 6 (forward only, D = 64, Hopper: sm_90a): version 4's tiles and softmax on the
+//     warpgroup MMA (wgmma, kernels/wgmma.cuh): two warpgroups of 64 query rows per block, Q and
+//     K read by the tensor core from 128-byte-swizzled shared tiles, P from registers, V read
+//     MN-major. Checked on the CPU by the CUDA emulator (bit-identical to version 4 there), not
+//     yet run on a GPU: -DVP_ATT_FWD_VERSION=6 or bench_gpt --attention-forward 6 (the variant
+//     att_fwd6), version 4 wherever it cannot run (attention_forward6_supported).
 // Backward, both versions: three kernels, in this order: delta = rowsum(dO * O); dQ with one
 // block per (b, query head, query tile) looping over key tiles; dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
@@ -47,14 +53,15 @@
 // backward FLOPs) so that results are bit-reproducible.
 //
 // defines: AttentionArgs, KVGradRoute, KeptSumArgs, attention_head_dim_supported, attention_forward,
-//          attention_backward, attention_sum_kept (and attention_forward1/2/4/5, attention_backward1/2/3/4
-//          for the dev labs)
+//          attention_backward, attention_sum_kept, attention_forward6_supported (and
+//          attention_forward1/2/4/5/6, attention_backward1/2/3/4 for the dev labs)
 #pragma once
 
 #include <algorithm>
 #include <vector>
 
 #include "kernels/common.cuh"
+#include "kernels/wgmma.cuh"
 
 namespace gpu {
 
@@ -736,6 +743,83 @@ __device__ __forceinline__ void att2_paired_products(float (&c1)[2 * NP][4], flo
     }
 }
 
+// The forward's online softmax over one key tile, for the two query rows a thread holds (row and
+// row + 8 of its warp's 16) in the mma.m16n8 C fragment layout, which wgmma's D fragment repeats:
+// s[j][e] is key key0 + 8j + 2tq + (e & 1) of row + 8 (e >= 2). In: the raw scores. Out: P =
+// exp2(s sl2 - m_new), with the causal mask applied where diag (keys past the row, and past T);
+// the running max mrow (log2 units) and this thread's part of the row sums lrow updated, and the
+// output accumulators o (ND blocks of 8 columns) rescaled by exp2(m_old - m_new). Versions 2, 4,
+// 5 and 6 run this same code, so a row's softmax has the same bits in each.
+template <int NT, int ND>
+__device__ __forceinline__ void att_softmax_tile(float (&s)[NT][4], float (&o)[ND][4], float (&mrow)[2], float (&lrow)[2], int row, int key0,
+                                                 bool diag, int T, int tq, float sl2) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = row + (e >= 2 ? 8 : 0), col = key0 + j * 8 + 2 * tq + (e & 1);
+            float x = s[j][e] * sl2;
+            if (diag && (col > r || col >= T)) x = -INFINITY;
+            s[j][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        float m_new = fmaxf(mrow[r], mx[r]);  // finite: every row has a key <= itself in its first tile
+        float corr = exp2f(mrow[r] - m_new);  // 0 on the first tile (mrow = -inf)
+        mrow[r] = m_new;
+        lrow[r] *= corr;
+#pragma unroll
+        for (int j = 0; j < ND; j++) {
+            o[j][2 * r] *= corr;
+            o[j][2 * r + 1] *= corr;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = exp2f(s[j][e] - mrow[e >> 1]);
+            s[j][e] = p;
+            lrow[e >> 1] += p;  // this thread's part of the row sum; the quad is summed at the end
+        }
+}
+
+// P of 16 keys (blocks 2kk and 2kk + 1 of att_softmax_tile's s) as the bf16 A fragment of O += P V:
+// the C layout of two 8-key blocks is the A layout of one k16 step.
+template <int NT>
+__device__ __forceinline__ void att_p_fragment(uint32_t (&pa)[4], const float (&s)[NT][4], int kk) {
+    pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+    pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+    pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+// The forward's end for a thread's two rows (row, row + 8): the quad's row sums, O / l to out as
+// bf16 pairs, the lse (natural log) from lane tq == 0; rows past T are not written.
+template <int D>
+__device__ __forceinline__ void att_forward_store_rows(const float (&o)[D / 8][4], const float (&mrow)[2], float (&lrow)[2], int row, int tq,
+                                                       const AttentionArgs& a, int b, int h) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
+        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int rr = row + 8 * r;
+        if (rr >= a.T) continue;
+        float inv = 1.0f / lrow[r];
+        __nv_bfloat16* ob = a.out + ((size_t)b * a.T + rr) * a.H * D + (size_t)h * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) *reinterpret_cast<uint32_t*>(ob + j * 8 + 2 * tq) = pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+        if (tq == 0) a.lse[((size_t)b * a.H + h) * a.T + rr] = mrow[r] * LN2 + logf(lrow[r]);
+    }
+}
+
 // Version 2 (ASYNC = false): the K/V tile is loaded, then used, with the block waiting on the
 // loads. Version 4 (ASYNC = true): two K/V buffers; while tile kt is used, tile kt + 1 is already
 // on its way into the other buffer as cp.async copies. The math is the same code: same bits.
@@ -821,55 +905,14 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
                     }
             }
 #pragma unroll
-        for (int m = 0; m < MT; m++) {
-            if (!live[m]) continue;
-            int rm = row + m * ATT2_TILE;
-            // causal mask (only key tiles overlapping the block's rows have masked entries) and the running max
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int r = rm + (e >= 2 ? 8 : 0), col = kt * ATT2_TILE + j * 8 + 2 * tq + (e & 1);
-                    float x = s[m][j][e] * sl2;
-                    if (diag && (col > r || col >= a.T)) x = -INFINITY;
-                    s[m][j][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                }
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                float m_new = fmaxf(mrow[m][r], mx[r]);  // finite: every row has a key <= itself in its first tile
-                float corr = exp2f(mrow[m][r] - m_new);   // 0 on the first tile (mrow = -inf)
-                mrow[m][r] = m_new;
-                lrow[m][r] *= corr;
-#pragma unroll
-                for (int j = 0; j < D / 8; j++) {
-                    o[m][j][2 * r] *= corr;
-                    o[m][j][2 * r + 1] *= corr;
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float p = exp2f(s[m][j][e] - mrow[m][e >> 1]);
-                    s[m][j][e] = p;
-                    lrow[m][e >> 1] += p;  // this thread's part of the row sum; the quad is summed at the end
-                }
-        }
+        for (int m = 0; m < MT; m++)  // causal mask (only key tiles overlapping the block's rows), running max and sum
+            if (live[m]) att_softmax_tile<NT, D / 8>(s[m], o[m], mrow[m], lrow[m], row + m * ATT2_TILE, kt * ATT2_TILE, diag, a.T, tq, sl2);
         // O += P V: P from registers (C layout of two n-tiles = A layout of one k-step)
 #pragma unroll
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t pa[MT][4];
 #pragma unroll
-            for (int m = 0; m < MT; m++) {
-                pa[m][0] = pack_bf16x2(s[m][2 * kk][0], s[m][2 * kk][1]);
-                pa[m][1] = pack_bf16x2(s[m][2 * kk][2], s[m][2 * kk][3]);
-                pa[m][2] = pack_bf16x2(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
-                pa[m][3] = pack_bf16x2(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
-            }
+            for (int m = 0; m < MT; m++) att_p_fragment<NT>(pa[m], s[m], kk);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t vf[4];
@@ -884,24 +927,127 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
         }
     }
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            lrow[m][r] += __shfl_xor_sync(0xffffffffu, lrow[m][r], 1);
-            lrow[m][r] += __shfl_xor_sync(0xffffffffu, lrow[m][r], 2);
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int rr = row + m * ATT2_TILE + 8 * r;
-            if (rr >= a.T) continue;
-            float inv = 1.0f / lrow[m][r];
-            __nv_bfloat16* ob = a.out + ((size_t)b * a.T + rr) * a.H * D + (size_t)h * D;
-#pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<uint32_t*>(ob + j * 8 + 2 * tq) = pack_bf16x2(o[m][j][2 * r] * inv, o[m][j][2 * r + 1] * inv);
-            if (tq == 0) a.lse[((size_t)b * a.H + h) * a.T + rr] = mrow[m][r] * LN2 + logf(lrow[m][r]);
-        }
+    for (int m = 0; m < MT; m++) att_forward_store_rows<D>(o[m], mrow[m], lrow[m], row + m * ATT2_TILE, tq, a, b, h);
+}
+
+// Version 6 (forward, D = 64, sm_90a): version 4's tiling and math on Hopper's warpgroup MMA
+// (kernels/wgmma.cuh) instead of mma.sync. A block is two warpgroups of 64 query rows (128 rows);
+// each key tile of 64 is S = Q K^T as 4 wgmma.m64n64k16 with Q and K read by the tensor core from
+// shared memory (no ldmatrix, no Q fragments held in registers), the online softmax in registers as
+// in version 4, then O += P V as 4 more with P from registers (the accumulators of S packed to
+// bf16 are the A fragments, as before) and V read MN-major from the same tile layout. K/V tiles are
+// double buffered by cp.async as in version 4, into 128-byte-swizzled rows (sw128_offset) that
+// the descriptors describe. A warpgroup whose rows all precede a key tile skips it (the block's
+// last tile, for its first 64 rows). Each row meets the same keys in the same order with the same
+// fp32 softmax code as version 4; only the tensor core's own summation inside a k16 step may
+// differ (the emulator sums k in order for both, so there versions 4 and 6 give the same bits).
+// Shared memory: Q (128 rows), then two buffers of K and V (64 rows each), rows of 128 bytes, on a
+// 1024-byte boundary of the shared window (the launcher adds 1 KiB to align the start).
+// The FLOP rate this aims at: the mma.sync version ran about 140 TFLOP/s on an H100 (docs/gpu.md).
+constexpr int ATT6_WARPGROUPS = 2;
+constexpr int ATT6_THREADS = 128 * ATT6_WARPGROUPS;
+constexpr int ATT6_QROWS = 64 * ATT6_WARPGROUPS;  // query rows per block
+constexpr int ATT6_KTILE = 64;                    // keys per tile
+constexpr int ATT6_ROW_BYTES = 128;               // a row of 64 bf16
+inline size_t att6_smem_forward() { return (size_t)(ATT6_QROWS + 4 * ATT6_KTILE) * ATT6_ROW_BYTES + 1024; }
+
+// rows [row0, row0 + ROWS) of a strided bf16 source (64 columns) -> a swizzled tile, by cp.async;
+// zeros past T. Not unrolled, for the reason att2_load_tile_async gives.
+template <int ROWS>
+__device__ __forceinline__ void att6_load_tile_async(unsigned char* dst, const __nv_bfloat16* src, long rs, int row0, int T) {
+#pragma unroll 1
+    for (int c = threadIdx.x; c < ROWS * 8; c += ATT6_THREADS) {
+        int r = c / 8, cc = c % 8, row = row0 + r;
+        bool inside = row < T;
+        cp_async16(dst + sw128_offset(r, cc), inside ? src + (size_t)row * rs + cc * 8 : src, inside ? 16 : 0);
     }
+}
+// ResFormer's mixed V rows (att2_mix8) -> a swizzled tile, by plain stores
+__device__ __forceinline__ void att6_load_v_tile_mixed(unsigned char* dst, const KVSource& s, int row0, int T) {
+    for (int c = threadIdx.x; c < ATT6_KTILE * 8; c += ATT6_THREADS) {
+        int r = c / 8, cc = c % 8, row = row0 + r;
+        uint4 out = make_uint4(0, 0, 0, 0);
+        if (row < T)
+            out = att2_mix8(*reinterpret_cast<const uint4*>(s.v + (size_t)row * s.v_rs + cc * 8),
+                            *reinterpret_cast<const uint4*>(s.vmix + (size_t)row * s.vmix_rs + cc * 8), s.lambda);
+        *reinterpret_cast<uint4*>(dst + sw128_offset(r, cc)) = out;
+    }
+}
+// Starts key tile kt's K and V into buffer kt % 2 (K, then V 64 rows after it).
+__device__ __forceinline__ void att6_kv_tile_start(unsigned char* KVs, const KVSource& src, int kt, int T) {
+    unsigned char* K = KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES;
+    att6_load_tile_async<ATT6_KTILE>(K, src.k, src.k_rs, kt * ATT6_KTILE, T);
+    if (src.vmix) att6_load_v_tile_mixed(K + ATT6_KTILE * ATT6_ROW_BYTES, src, kt * ATT6_KTILE, T);
+    else att6_load_tile_async<ATT6_KTILE>(K + ATT6_KTILE * ATT6_ROW_BYTES, src.v, src.v_rs, kt * ATT6_KTILE, T);
+}
+
+template <int D>
+static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kernel6(AttentionArgs a) {
+    static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
+    constexpr int NT = ATT6_KTILE / 8;  // 8-key blocks of a tile
+    extern __shared__ __align__(16) unsigned char smem6[];
+    unsigned char* Qs = smem6 + ((1024u - (smem_window_address(smem6) & 1023u)) & 1023u);  // on a swizzle atom
+    unsigned char* KVs = Qs + ATT6_QROWS * ATT6_ROW_BYTES;
+    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
+    int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
+    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
+    const float sl2 = LOG2E / sqrtf((float)D);
+    KVSource src = attn_kv_source(a, b, g);
+    const __nv_bfloat16* qsrc = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
+    int q0 = qt * ATT6_QROWS;
+    int last = min((q0 + ATT6_QROWS - 1) / ATT6_KTILE, (a.T - 1) / ATT6_KTILE);  // the block's key tiles 0..last
+    int wg_last = min((q0 + 64 * wg + 63) / ATT6_KTILE, last);                    // this warpgroup's
+    // group 0: Q and key tile 0, waited for at the top of the loop
+    att6_load_tile_async<ATT6_QROWS>(Qs, qsrc, a.q_rs, q0, a.T);
+    att6_kv_tile_start(KVs, src, 0, a.T);
+    cp_async_commit();
+    const uint32_t q_addr = smem_window_address(Qs + wg * 64 * ATT6_ROW_BYTES);  // this warpgroup's 64 rows
+
+    float o[D / 8][4], s[NT][4];  // D fragments (kernels/wgmma.cuh): [j][2r + c] = row + 8r, column 8j + 2tq + c
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[j][e] = s[j][e] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};  // rows gr and gr + 8 of the warp's 16
+    int row = q0 + 64 * wg + 16 * warp + gr;
+
+    for (int kt = 0; kt <= last; kt++) {
+        cp_async_wait<0>();          // this thread's copies of tile kt (and Q)
+        fence_proxy_async_shared();  // ... and its stores, visible to the tensor core's reads
+        __syncthreads();             // everyone's; and both warpgroups are done with tile kt - 1's buffer
+        if (kt < last) {
+            att6_kv_tile_start(KVs, src, kt + 1, a.T);
+            cp_async_commit();
+        }
+        if (kt > wg_last) continue;  // the same for the whole warpgroup
+        const unsigned char* Ks = KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES;
+        const uint32_t k_addr = smem_window_address(Ks), v_addr = k_addr + ATT6_KTILE * ATT6_ROW_BYTES;
+        // S = Q K^T: 4 k-steps of 16 head dims (32 bytes along each 128-byte row)
+        wgmma_fence_operand(s);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+            wgmma_m64n64k16_ss(s, wgmma_desc_sw128(q_addr + 32 * ks, 16, 1024), wgmma_desc_sw128(k_addr + 32 * ks, 16, 1024), ks > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        // a tile reaching past the warpgroup's first row has masked entries
+        bool diag = kt * ATT6_KTILE + ATT6_KTILE - 1 > q0 + 64 * wg;
+        att_softmax_tile<NT, D / 8>(s, o, mrow, lrow, row, kt * ATT6_KTILE, diag, a.T, tq, sl2);
+        uint32_t pa[ATT6_KTILE / 16][4];  // P as A fragments, one per k-step of 16 keys
+#pragma unroll
+        for (int kk = 0; kk < ATT6_KTILE / 16; kk++) att_p_fragment<NT>(pa[kk], s, kk);
+        // O += P V: V rows k = 16 keys per step (2048 bytes), MN-major
+        wgmma_fence_operand(o);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < ATT6_KTILE / 16; kk++) wgmma_m64n64k16_rs_mn(o, pa[kk], wgmma_desc_sw128(v_addr + 2048 * kk, 16, 1024), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(o);
+    }
+    att_forward_store_rows<D>(o, mrow, lrow, row, tq, a, b, h);
 }
 
 // dK, dV: block = (b, KV head g, 64-key tile), 4 warps x 16 keys; loops over the G query heads of
@@ -1398,6 +1544,36 @@ void attention_forward_tc(AttentionArgs a, cudaStream_t stream) {
         case 128: attention_forward2_d<128, ASYNC, 1>(a, stream); break;
     }
 }
+// Version 6 needs a Hopper GPU (compute capability 9.0) and a build for sm_90a, and runs D = 64
+// only: attention_wgmma_available says whether this process can run it (always, under the
+// emulator); the trainer's entry point falls back to version 4 otherwise.
+inline bool attention_wgmma_available() {
+#ifdef VP_CUDA_EMU
+    return true;
+#else
+    static int cc = -1;
+    if (cc < 0) {
+        int dev = 0, major = 0, minor = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        cc = 10 * major + minor;
+    }
+    return cc == 90;
+#endif
+}
+inline bool attention_forward6_supported(const AttentionArgs& a) { return a.D == 64 && attention_wgmma_available(); }
+inline void attention_forward6(AttentionArgs a, cudaStream_t stream) {
+    a = attention_full_range(a);
+    attention_check_args(a, false, 2);
+    if (!attention_forward6_supported(a))
+        runtime_error("use attention version 4", "attention forward version 6 (wgmma) runs head dim 64 on a compute capability 9.0 GPU (H100/H200) "
+                      "built for sm_90a; here head dim %d", a.D);
+    size_t smem = att6_smem_forward();
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_kernel6<64><<<dim3(CEIL_DIV(a.T, ATT6_QROWS), a.B * (a.h1 - a.h0)), ATT6_THREADS, smem, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
 inline void attention_forward2(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<false, 1>(a, stream); }
 inline void attention_forward4(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<true, 1>(a, stream); }
 inline void attention_forward5(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<true, 2>(a, stream); }
@@ -1429,13 +1605,24 @@ inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { a
 // this changes only speed; dev/cuda/bench_gpt.cu's --attention-version sets it, so that one GPU
 // call times whole training steps both ways.
 inline int attention_tc_version = 4;
+// The forward's version when attention_tc_version is 4: 4, or 6 (wgmma, where
+// attention_forward6_supported; version 4 elsewhere). VP_ATT_FWD_VERSION=6 at build time (the build
+// variant att_fwd6) until a GPU has timed it.
+#ifndef VP_ATT_FWD_VERSION
+#define VP_ATT_FWD_VERSION 4
+#endif
+inline int attention_forward_version = VP_ATT_FWD_VERSION;
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
 // Forward: reads q, k, v; writes out and lse. Backward: reads q, k, v, out, lse, dout; writes
 // delta (scratch), dq, and dk/dv (or adds into them with accumulate_dkv).
 inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    if (attention_tc_version == 4) attention_forward4(a, stream);
-    else attention_forward2(a, stream);
+    if (attention_tc_version == 4) {
+        if (attention_forward_version == 6 && attention_forward6_supported(a)) attention_forward6(a, stream);
+        else attention_forward4(a, stream);
+    } else {
+        attention_forward2(a, stream);
+    }
 #else
     attention_forward1(a, stream);
 #endif

@@ -36,7 +36,16 @@ version 5: version 4 with 32 query rows per warp (two m-tiles of 16; 128 rows pe
   would spill). Bit-identical to version 2 (checked below). Not faster on an H200 (2026-11-27):
   0.130 against version 4's 0.120 ms at B=8 here, and 0.995x, 1.003x a whole step; its 229
   registers at D = 64 leave 2 blocks per SM (version 4: 127, 4 blocks).
-  Not yet done: one block per GQA group sharing K/V loads, Hopper wgmma + TMA.
+version 6: Hopper's warpgroup MMA (wgmma, sm_90a; kernels/wgmma.cuh), D = 64 only: blocks of two
+  warpgroups (128 query rows), S = QK^T with Q and K read by the tensor core from 128-byte-
+  swizzled shared tiles (no ldmatrix), O += PV with P from registers and V read MN-major; cp.async
+  double buffering and the softmax code of version 4. Checked here against the CPU like the others;
+  under the CUDA emulator also bit-identical to version 2 (the emulator sums each k16 step in order
+  for mma and wgmma alike); on a GPU the tensor core's own k16 sums may round differently, so
+  there the comparison is printed, not required. Runs where attention_forward6_supported (an
+  H100/H200 and a build for sm_90a); untimed until a GPU session (-DVP_ATT_FWD_VERSION=6 puts it
+  in the trainer: the build variant att_fwd6).
+  Not yet done: one block per GQA group sharing K/V loads, TMA, warp specialisation.
 */
 #include "dev/cuda/common.h"
 #include "kernels/attention.cuh"
@@ -87,6 +96,7 @@ static void attention_forward_version(int version, const gpu::AttentionArgs& a) 
         case 2: gpu::attention_forward2(a, 0); break;
         case 4: gpu::attention_forward4(a, 0); break;
         case 5: gpu::attention_forward5(a, 0); break;
+        case 6: gpu::attention_forward6(a, 0); break;
 #endif
         default: runtime_error(nullptr, "no version %d in this build", version);
     }
@@ -121,9 +131,11 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     versions.push_back(2);
     versions.push_back(4);
     versions.push_back(5);
+    if (gpu::attention_forward6_supported(a)) versions.push_back(6);
+    else printf(" version 6: not run (head dim %d, or not a compute capability 9.0 GPU)\n", D);
 #endif
     bool ok = true;
-    std::vector<std::vector<float>> results[6];  // per version: out, lse as computed
+    std::vector<std::vector<float>> results[7];  // per version: out, lse as computed
     for (int v : versions) {
         printf(" version %d\n", v);
         poison(d_out, out_ref.size());
@@ -147,6 +159,15 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
             printf(" versions 2 and %d bit-identical (out, lse): %s\n", v, same ? "ok" : "FAILED");
             ok &= same;
         }
+    if (!results[6].empty()) {
+        bool same = results[2] == results[6];
+#ifdef VP_CUDA_EMU
+        printf(" versions 2 and 6 bit-identical (out, lse) under the emulator: %s\n", same ? "ok" : "FAILED");
+        ok &= same;
+#else
+        printf(" versions 2 and 6 bit-identical (out, lse): %s (not required on a GPU: the tensor core's own k16 sums)\n", same ? "yes" : "no");
+#endif
+    }
     if (ok && !check_only) {
         // causal attention FLOPs: 2 GEMMs of 2*T*T*D per (b, h), halved by the mask
         double flops = 2.0 * 2.0 * B * H * (double)T * T * D / 2;

@@ -91,6 +91,20 @@ struct AsyncCopy {
     unsigned char bytes[16];  // the source as read at the issue, zero-filled past src_bytes
     const void* pc;           // the issuing instruction, for the race detector's report
 };
+struct WgmmaOp {
+    float* d;              // the thread's accumulators (n/2 floats), read and written at the wait
+    int n;                 // N of m64nNk16
+    bool scale_d;
+    bool a_in_regs;
+    float a_rows[2][16];   // A(row, k) of the thread's rows g and g+8, gathered from the warp at the issue
+    const uint32_t* a_regs;
+    uint32_t a_issue[4];   // the A registers as issued: they must not change until the wait
+    uint64_t desc_a, desc_b;
+    int tnsp_b;
+    std::vector<float> d_issue;  // the accumulators as issued: the same rule
+    bool chained;                // another wgmma on the same accumulators was in flight at the issue
+    const void* pc;
+};
 struct EmuThread {
     void* sp = nullptr;
     ThreadState state = RUNNABLE;
@@ -103,6 +117,12 @@ struct EmuThread {
     // (vectors, not a deque: a thread is reset for every block, and an empty vector allocates nothing)
     std::vector<AsyncCopy> cp_open;
     std::vector<std::vector<AsyncCopy>> cp_groups;
+    // wgmma (see "wgmma" below): issued but not committed, the committed groups oldest first, and
+    // the two fences' state
+    std::vector<WgmmaOp> wg_open;
+    std::vector<std::vector<WgmmaOp>> wg_groups;
+    bool wg_fenced = false;           // a wgmma.fence since this thread's last wgmma.wait_group
+    bool cp_landed_unfenced = false;  // cp.async bytes landed since its last fence.proxy.async
 };
 struct WarpSlots {
     alignas(16) unsigned char bank[2][32][SLOT_BYTES];
@@ -126,6 +146,7 @@ struct Emulator {
     unsigned char* smem = nullptr;
     size_t smem_bytes = 0;
     int current = -1;
+    int cp_unfenced_threads = 0;  // threads of the block with cp.async bytes landed and no fence.proxy.async since
     void* sched_sp = nullptr;
     bool reverse_order = false;
     unsigned char* stacks = nullptr;
@@ -258,6 +279,8 @@ static void fiber_main() {
     for (const std::vector<AsyncCopy>& g : t.cp_groups) in_flight += g.size();
     if (in_flight)  // the block's shared memory goes away with it: such a copy was never used
         kernel_fault("the thread returned with %zu cp.async copies it never waited for (cp.async.wait_group 0 before returning)", in_flight);
+    if (!t.wg_open.empty() || !t.wg_groups.empty())
+        kernel_fault("the thread returned with wgmma.mma_async operations it never waited for (wgmma.wait_group 0 before returning)");
     e.threads[e.current].state = DONE;
     yield_to_scheduler(true);
     abort();  // a finished fiber is never resumed
@@ -639,6 +662,7 @@ static void run_block(int nthreads) {
         fiber_init(i);
     }
     if (e.smem_bytes) memset(e.smem, 0xff, e.smem_bytes);  // NaN: what no thread wrote reads as NaN
+    e.cp_unfenced_threads = 0;
 #ifdef VP_EMU_RACE
     e.block_epoch++;
     e.barriers = 0;
@@ -944,6 +968,10 @@ void cp_async_wait(int pending) {
             race_access(c.dst, (size_t)c.size, true, pc);
 #endif
             memcpy(c.dst, c.bytes, (size_t)c.size);
+            if (!t.cp_landed_unfenced) {
+                t.cp_landed_unfenced = true;
+                emu().cp_unfenced_threads++;
+            }
         }
         t.cp_groups.erase(t.cp_groups.begin());  // at most a few groups are in flight
     }
@@ -969,6 +997,177 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
         float acc = c[i];
         for (int k = 0; k < 16; k++) acc += A(row, k) * B(k, col);
         c[i] = acc;
+    }
+}
+
+
+// ----------------------------------------------------------------------------
+// wgmma: Hopper's warpgroup MMA (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate")
+//
+// A warpgroup is 4 consecutive warps (the block's size a multiple of 128); warp w of it owns rows
+// 16w..16w+15 of the 64-row A and D, so each warp's share is computed from its own lanes' A
+// registers and shared memory: the emulator computes per warp. The D fragment: accumulator i of
+// lane L (g = L/4, t = L%4) is row 16w + g + 8 (i%4 >= 2), column 8 (i/4) + 2t + i%2; register A
+// is the m16n8k16 A fragment of the warp's rows. Shared-memory operands through a 64-bit matrix
+// descriptor: start address >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte
+// offset >> 4 (32-45), base offset (49-51), swizzle (62-63; 1 = 128 bytes). With the 128-byte
+// swizzle, in CuTe notation over 16-byte units T (8 bf16):
+//   K-major  ((8,m),(T,2k)):((8T,SBO),(1,T))       rows of 128 bytes, 8-row groups SBO apart
+//   MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))  K rows of 128 bytes, 8-row groups SBO apart,
+//                                                  64-element MN blocks LBO apart
+// then bits 4-6 of the shared address XOR bits 7-9. Only that swizzle is emulated (others are a
+// fault), and only with a start whose bits 7-9 are clear (base offset 0).
+//
+// Timing, the latest the PTX rules allow: the operation reads its shared memory and its
+// accumulators, and writes them, at the wgmma.wait_group that retires its group, so a kernel that
+// reads D before the wait, or refills the shared tile before it, sees wrong values here. Checked as
+// faults: accumulators (checked by the first of a chain of wgmma on them, the k steps of one
+// product) or A registers changed between the issue and that wait; a wgmma with no
+// wgmma.fence since the thread's last wait (the kernels fence before each batch); a wgmma while a
+// thread of the block has cp.async bytes landed without a fence.proxy.async after them (the
+// tensor core reads shared memory through the async proxy); a thread returning with wgmma in
+// flight. Not shown: plain st.shared stores before a wgmma without the proxy fence (stores are not
+// seen), the speed, and the hardware's own accumulation order and rounding inside the tensor core
+// (the emulator sums k in order in fp32, as for mma.sync, so wgmma and mma kernels that feed the
+// same products in the same k order give the same bits here, not necessarily on a GPU).
+
+uint32_t shared_window_address(const void* p) {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("cvta.to.shared outside a kernel");
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)e.smem;
+    if (!e.smem || a < b || a >= b + e.smem_bytes)
+        kernel_fault("shared window address of %p: not inside the block's dynamic shared memory (the emulator maps only that into the window)", p);
+    return SHARED_WINDOW_DYNAMIC_BASE + (uint32_t)(a - b);
+}
+
+static EmuThread& wgmma_thread(const char* what) {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("%s outside a kernel", what);
+    if ((e.block.x * e.block.y * e.block.z) % 128) kernel_fault("%s in a block of %u threads: warpgroups need a multiple of 128", what, e.block.x * e.block.y * e.block.z);
+    return e.threads[e.current];
+}
+
+// One bf16 element of a descriptor's operand: row mn (M or N), column k (0..15).
+static float wgmma_operand(uint64_t desc, bool mn_major, int mn, int k, const void* pc) {
+    Emulator& e = emu();
+    uint32_t start = (uint32_t)(desc & 0x3fff) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4, sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
+    unsigned base_offset = (unsigned)(desc >> 49) & 7u, swizzle = (unsigned)(desc >> 62);
+    if (swizzle != 1) kernel_fault("wgmma descriptor 0x%016llx: swizzle mode %u; only the 128-byte swizzle (1) is emulated", (unsigned long long)desc, swizzle);
+    if (base_offset || (start >> 7) & 7u)
+        kernel_fault("wgmma descriptor 0x%016llx: start 0x%x is not on a 1024-byte swizzle atom row 0 (bits 7-9 set) or base offset %u: not emulated",
+                     (unsigned long long)desc, start, base_offset);
+    uint32_t addr = mn_major ? start + (uint32_t)(mn / 64) * lbo + (uint32_t)(mn % 64 / 8) * 16 + (uint32_t)(mn % 8) * 2 + (uint32_t)(k / 8) * sbo + (uint32_t)(k % 8) * 128
+                             : start + (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 + (uint32_t)(k / 8) * 16 + (uint32_t)(k % 8) * 2;
+    addr ^= ((addr >> 7) & 7u) << 4;
+    if (addr < SHARED_WINDOW_DYNAMIC_BASE || addr + 2 > SHARED_WINDOW_DYNAMIC_BASE + e.smem_bytes)
+        kernel_fault("wgmma operand element (%d, %d) of descriptor 0x%016llx at shared address 0x%x: outside the block's %zu bytes of dynamic shared memory",
+                     mn, k, (unsigned long long)desc, addr, e.smem_bytes);
+    const unsigned char* host = e.smem + (addr - SHARED_WINDOW_DYNAMIC_BASE);
+#ifdef VP_EMU_RACE
+    race_access(host, 2, false, pc);
+#else
+    (void)pc;
+#endif
+    uint16_t h;
+    memcpy(&h, host, 2);
+    return bit_cast<float>((uint32_t)h << 16);
+}
+
+void wgmma_bf16(float* d, int n, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, int tnsp_b, bool scale_d) {
+    EmuThread& t = wgmma_thread("wgmma.mma_async");
+    if (n < 8 || n > 256 || n % 8) kernel_fault("wgmma m64n%dk16: N must be a multiple of 8 in 8..256", n);
+    if (!t.wg_fenced) kernel_fault("wgmma.mma_async without a wgmma.fence since this thread's last wgmma.wait_group (its registers may still be in use)");
+    if (emu().cp_unfenced_threads)
+        kernel_fault("wgmma.mma_async while %d threads of the block have cp.async bytes landed in shared memory without a fence.proxy.async after them",
+                     emu().cp_unfenced_threads);
+    WgmmaOp op;
+    op.d = d;
+    op.n = n;
+    op.scale_d = scale_d;
+    op.a_in_regs = a_regs != nullptr;
+    op.a_regs = a_regs;
+    op.desc_a = desc_a;
+    op.desc_b = desc_b;
+    op.tnsp_b = tnsp_b;
+    op.pc = __builtin_return_address(0);
+    uint32_t mine[4] = {0, 0, 0, 0};
+    if (a_regs) memcpy(mine, a_regs, sizeof(mine));
+    memcpy(op.a_issue, mine, sizeof(mine));
+    // every lane of the warp issues it (.sync.aligned); register A is gathered from the warp now
+    const unsigned char* slots = warp_collective(0xffffffffu, OP_WGMMA, mine, sizeof(mine));
+    if (a_regs) {
+        auto reg = [&](int lane, int i) {
+            uint32_t v;
+            memcpy(&v, slots + lane * SLOT_BYTES + 4 * i, 4);
+            return v;
+        };
+        int g = lane_id() / 4;
+        for (int r = 0; r < 2; r++)
+            for (int k = 0; k < 16; k++) {
+                int row = g + 8 * r;
+                op.a_rows[r][k] = bf16_half(reg((row % 8) * 4 + (k % 8) / 2, (row >= 8) + 2 * (k >= 8)), k % 2);
+            }
+    }
+    op.d_issue.assign(d, d + n / 2);
+    // a chain of wgmma on one accumulator (the k steps of a product) is ordered by the hardware:
+    // only the chain's first operation checks the registers against their value at its issue
+    op.chained = false;
+    for (const WgmmaOp& o : t.wg_open) op.chained |= o.d == d;
+    for (const std::vector<WgmmaOp>& grp : t.wg_groups)
+        for (const WgmmaOp& o : grp) op.chained |= o.d == d;
+    t.wg_open.push_back(std::move(op));
+}
+
+void wgmma_fence() { wgmma_thread("wgmma.fence").wg_fenced = true; }
+
+void wgmma_commit() {
+    EmuThread& t = wgmma_thread("wgmma.commit_group");
+    t.wg_groups.push_back(std::move(t.wg_open));
+    t.wg_open.clear();
+}
+
+static void wgmma_retire(const WgmmaOp& op) {
+    Emulator& e = emu();
+    if (!op.chained && memcmp(op.d_issue.data(), op.d, op.d_issue.size() * sizeof(float)))
+        kernel_fault("wgmma accumulators changed between the wgmma.mma_async and the wgmma.wait_group that retires it");
+    if (op.a_in_regs && memcmp(op.a_issue, op.a_regs, sizeof(op.a_issue)))
+        kernel_fault("wgmma A registers changed between the wgmma.mma_async and the wgmma.wait_group that retires it");
+    int lane = lane_id(), g = lane / 4, tq = lane % 4, wq = (e.current / 32) % 4;
+    float a[2][16];
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 16; k++) a[r][k] = op.a_in_regs ? op.a_rows[r][k] : wgmma_operand(op.desc_a, false, 16 * wq + g + 8 * r, k, op.pc);
+    for (int j = 0; j < op.n / 8; j++)
+        for (int c = 0; c < 2; c++) {
+            int col = 8 * j + 2 * tq + c;
+            float b[16];
+            for (int k = 0; k < 16; k++) b[k] = wgmma_operand(op.desc_b, op.tnsp_b != 0, col, k, op.pc);
+            for (int r = 0; r < 2; r++) {
+                float& out = op.d[4 * j + 2 * r + c];
+                float acc = op.scale_d ? out : 0.0f;
+                for (int k = 0; k < 16; k++) acc += a[r][k] * b[k];
+                out = acc;
+            }
+        }
+}
+
+void wgmma_wait(int pending) {
+    EmuThread& t = wgmma_thread("wgmma.wait_group");
+    if (pending < 0) kernel_fault("wgmma.wait_group %d", pending);
+    warp_collective(0xffffffffu, OP_WGMMA_WAIT, nullptr, 0);  // .sync.aligned: the whole warp waits together
+    while (t.wg_groups.size() > (size_t)pending) {
+        for (const WgmmaOp& op : t.wg_groups.front()) wgmma_retire(op);
+        t.wg_groups.erase(t.wg_groups.begin());
+    }
+    t.wg_fenced = false;
+}
+
+void fence_proxy_async_shared() {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("fence.proxy.async outside a kernel");
+    EmuThread& t = e.threads[e.current];
+    if (t.cp_landed_unfenced) {
+        t.cp_landed_unfenced = false;
+        e.cp_unfenced_threads--;
     }
 }
 

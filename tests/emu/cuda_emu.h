@@ -320,7 +320,7 @@ inline void shared_static(const void*, size_t) {}
 #endif
 int lane_id();         // the running thread's lane (linear thread index % 32)
 
-enum CollectiveKind { OP_SYNCWARP = 1, OP_SHFL_XOR, OP_LDMATRIX, OP_LDMATRIX_TRANS, OP_MMA };
+enum CollectiveKind { OP_SYNCWARP = 1, OP_SHFL_XOR, OP_LDMATRIX, OP_LDMATRIX_TRANS, OP_MMA, OP_WGMMA, OP_WGMMA_WAIT };
 constexpr int SLOT_BYTES = 64;
 // Deposits `bytes` (<= SLOT_BYTES) from src in this lane's slot, waits until every lane in `mask`
 // has reached a collective of the same kind, and returns the warp's 32 slots (lane i's at
@@ -349,6 +349,24 @@ void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes);
 void cp_async(void* smem_dst, const void* gmem_src, int cp_size, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int pending);
+
+// Hopper's warpgroup MMA (sm_90a), as kernels/wgmma.cuh uses it; cuda_emu.cpp, "wgmma", has the
+// rules it checks and what it cannot show.
+// shared_window_address: cvta.to.shared of a pointer into the block's dynamic shared memory, whose
+// first byte the emulator puts at window address SHARED_WINDOW_DYNAMIC_BASE: 16-byte aligned but
+// not 1024-byte aligned, so a kernel that assumes its buffer starts on a swizzle atom fails here.
+constexpr uint32_t SHARED_WINDOW_DYNAMIC_BASE = 1040;
+uint32_t shared_window_address(const void* p);
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16: d (64 x n fp32, this thread's n/2
+// accumulators in the PTX D-fragment layout) = (scale_d ? d : 0) + A (64 x 16) B (16 x n), with A
+// from registers (a_regs: the m16n8k16 A fragment of the warp's 16 rows, 16w..16w+15 of the
+// warpgroup's 64) or, when a_regs is NULL, from shared memory through desc_a (K-major); B through
+// desc_b, K-major (tnsp_b = 0) or MN-major (1). Computed at the wgmma.wait_group that retires it.
+void wgmma_bf16(float* d, int n, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, int tnsp_b, bool scale_d);
+void wgmma_fence();              // wgmma.fence.sync.aligned
+void wgmma_commit();             // wgmma.commit_group.sync.aligned
+void wgmma_wait(int pending);    // wgmma.wait_group.sync.aligned pending
+void fence_proxy_async_shared(); // fence.proxy.async.shared::cta
 
 }  // namespace vp_emu
 

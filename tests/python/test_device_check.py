@@ -70,7 +70,9 @@ def test_a_failing_binary_is_rerun_with_launch_blocking(tmp_path):
     # the last row: each step's seconds, what the next device session plans its call by
     (times_key, times), = [(k, v) for k, v in rows.items() if k.startswith("seconds per step")]
     assert re.fullmatch(r"seconds per step, \d+ s in all", times_key)
-    assert re.fullmatch(r"test_gpt vanilla bf16 \d+s; rerun .*; test_gpt vanilla fp32 \d+s", times)
+    # (then step 2b: the bf16 suite again with the attention forward's version 6)
+    assert re.fullmatch(r"test_gpt vanilla bf16 \d+s; rerun .*; test_gpt vanilla fp32 \d+s; test_gpt vanilla bf16 fwd6 \d+s", times)
+    assert rows["test_gpt vanilla bf16, attention forward 6"] == "FAILED (exit 1) (0 passed, 1 failed)"
 
 
 def tree_copy(dst):
@@ -196,28 +198,33 @@ def test_continue_runs_only_what_the_first_call_left(tmp_path):
 
     rows = call("out1")
     assert rows["test_gpt vanilla bf16"] == "ok (1 passed, 0 failed)"
+    assert rows["test_gpt vanilla bf16, attention forward 6"] == "ok (1 passed, 0 failed)"  # step 2b: the same binary
     assert rows["test_gpt vanilla fp32"].startswith("TIMED OUT")
+    assert runs.read_text().count("run") == 2
     stub(bins, "test_gpt_gpu_vanilla_fp32", ["1 passed, 0 failed"], 0)
     rows = call("out2", CONTINUE="1")
-    assert rows["CONTINUE=1"].endswith("its 1 finished units are not run again")
+    assert rows["CONTINUE=1"].endswith("its 2 finished units are not run again")
     assert rows["test_gpt vanilla bf16"] == "ok (1 passed, 0 failed) (earlier call)"
     assert rows["test_gpt vanilla fp32"] == "ok (1 passed, 0 failed)"
-    assert runs.read_text().count("run") == 1
+    assert runs.read_text().count("run") == 2
     # the record is of other sources (the tree changed between the calls): everything runs again
     (state / "sources").write_text("0" * 64 + "\n")
     rows = call("out3", CONTINUE="1")
     assert rows["CONTINUE=1"].startswith("no earlier call of these sources")
     assert rows["test_gpt vanilla bf16"] == "ok (1 passed, 0 failed)"
-    assert runs.read_text().count("run") == 2
+    assert runs.read_text().count("run") == 4
 
 
 def test_build_variants_are_timed_against_the_plain_build(tmp_path):
     """Step 4b: every variant of dev/bench_variants.list runs alternately with its path's plain
     benchmark (the fourth column, vanilla if left out), twice each, and its row gives both pairs of
-    figures and the ratio of their means. Stand-in binaries print the BENCH line of
-    dev/cuda/bench_gpt.cu; they record their order."""
+    figures and the ratio of their means. A variant with bench_gpt flags (the fifth column) runs the
+    plain binary with them instead of a build of its own. Stand-in binaries print the BENCH line of
+    dev/cuda/bench_gpt.cu; they record their order, and the plain one the flags it was given past
+    --batch-size and --seq-len."""
     lines = [ln.split("|") for ln in (REPO / "dev" / "bench_variants.list").read_text().splitlines() if re.match(r"[a-z]", ln)]
     paths = {f[0].strip(): (f[3].strip() if len(f) > 3 and f[3].strip() else "vanilla") for f in lines}
+    run_flags = {f[0].strip(): (f[4].strip() if len(f) > 4 else "") for f in lines}
     names = list(paths)
     assert names, "dev/bench_variants.list names no variant"
     gb = tmp_path / "gpu_build"
@@ -225,14 +232,18 @@ def test_build_variants_are_timed_against_the_plain_build(tmp_path):
 
     def bench_stub(path, label, ms):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'#!/bin/sh\necho {label} >> "{order}"\n'
-                        f'echo "BENCH impl=valuepath path=vanilla precision=bf16 B=64 T=1024 ms_per_step={ms} tok_per_s=1"\n')
+        path.write_text(f'#!/bin/sh\nms={ms}\nlabel={label}\nshift 4\n'
+                        f'if [ $# -gt 0 ]; then label="flags:$(echo "$*" | tr " " _)"; ms=133.0; fi\n'
+                        f'echo "$label" >> "{order}"\n'
+                        f'echo "BENCH impl=valuepath path=vanilla precision=bf16 B=64 T=1024 ms_per_step=$ms tok_per_s=1"\n')
         path.chmod(0o755)
 
     for p in set(paths.values()):
         bench_stub(gb / "dev" / "cuda" / "bf16" / f"bench_gpt_{p}", "plain", "140.0")
     for v in names:
-        bench_stub(gb / "variants" / v / "bench_gpt", v, "133.0")
+        if not run_flags[v]:
+            bench_stub(gb / "variants" / v / "bench_gpt", v, "133.0")
+    label = {v: ("flags:" + run_flags[v].replace(" ", "_")) if run_flags[v] else v for v in names}
     env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "GPU_BUILD": str(gb), "BENCH_PARTS": "variants", "TIME_LIMIT": "200"}
     del env["SKIP_BENCH"]
     out = tmp_path / "out"
@@ -241,7 +252,7 @@ def test_build_variants_are_timed_against_the_plain_build(tmp_path):
     for v in names:
         assert rows[f"variant {v} ({paths[v]}, B=64 T=1024)"] == \
             "133.0 and 133.0 ms/step against the plain build's 140.0 and 140.0 (mean ratio 0.950)"
-    assert order.read_text().split() == [x for v in names for x in (v, "plain", v, "plain")]
+    assert order.read_text().split() == [x for v in names for x in (label[v], "plain", label[v], "plain")]
     assert "ms_per_step=133.0" in (out / "bench.txt").read_text()
 
 
