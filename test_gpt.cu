@@ -16,8 +16,9 @@
 //   * multiple-choice rows forwarded at their own (shorter) length score as the CPU's at full T;
 //   * the value-path hook: attention split over two head ranges equals one call, bit for bit;
 //     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3;
-//   * in bf16, the attention forward's version 6 (wgmma, Hopper) against version 4 at every layer
-//     of every config with head dim 64, with the layer's value-path inputs;
+//   * in bf16, attention version 6 (wgmma, Hopper: the forward and the backward's dQ kernel)
+//     against version 4 at every layer of every config with head dim 64, with the layer's
+//     value-path inputs;
 //   * matmul_forward_lerp (ResFormer's mixing value projection) with a nonzero bias, against its formula;
 //     in bf16 the DGELU epilogue of the MLP backward against the tanh GELU's derivative, and the
 //     GELU_AUX_BIAS epilogue (the BF16 trainer's forward at --recompute 0, VP_GELU_FORWARD_FUSION) against the GELU.
@@ -589,12 +590,14 @@ TEST(attention_head_ranges) {
     gpt_free(&gm);
 }
 
-// Attention forward version 6 (wgmma, Hopper, D = 64) against the trainer's version 4 at every
-// layer of every config with D = 64, each with its layer's value-path inputs (ResFormer's mix as V
-// is loaded, SVFormer's v^0, SLA's second source, Depth's v~): bit for bit under the CUDA emulator
-// (it sums each k16 step in order for mma and wgmma alike); on a GPU within the bound derived
-// below. Not run where version 6 cannot (head dim, not an H100/H200).
-TEST(attention_forward_version6) {
+// Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's version 6 and the
+// backward's version 6 (its dQ kernel) against the trainer's version 4 at every layer of every
+// config with D = 64, each with its layer's value-path inputs (ResFormer's mix as V is loaded,
+// SVFormer's v^0, SLA's second source, Depth's v~; the backward on a random dO, gradients into
+// fresh buffers): bit for bit under the CUDA emulator (it sums each k16 step in order for mma and
+// wgmma alike); on a GPU within the bounds derived below (dk and dv come from the same kernel in
+// both: equal). Not run where version 6 cannot (head dim, not an H100/H200).
+TEST(attention_wgmma_versions) {
 #ifdef ENABLE_BF16
     int checked = 0;
     for (const TestConfig& tc : test_configs()) {
@@ -606,66 +609,109 @@ TEST(attention_forward_version6) {
         gpt_build(&gm, c);
         gpt_init_params(&gm, 5);
         forward_loss(&gm, inp.data(), tgt.data(), TB, TT);  // every layer's attention inputs in place
-        int BT = TB * TT, HD = c.n_head * c.head_dim;
-        gpu::floatX *o4, *o6;
-        float *l4, *l6;
-        cudaCheck(cudaMalloc(&o4, (size_t)BT * HD * sizeof(gpu::floatX)));
-        cudaCheck(cudaMalloc(&o6, (size_t)BT * HD * sizeof(gpu::floatX)));
-        cudaCheck(cudaMalloc(&l4, (size_t)BT * c.n_head * sizeof(float)));
-        cudaCheck(cudaMalloc(&l6, (size_t)BT * c.n_head * sizeof(float)));
+        int BT = TB * TT, HD = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
+        size_t n_out = (size_t)BT * HD, n_lse = (size_t)BT * c.n_head, n_kv = (size_t)BT * kvd;
+        std::vector<gpu::floatX> dout_h(n_out);
+        Rng rng = rng_stream(29, 0);
+        for (gpu::floatX& x : dout_h) x = __float2bfloat16_rn((float)(2.0 * rng_uniform(&rng) - 1.0));
+        std::vector<void*> bufs;
+        auto dev = [&](size_t bytes) {
+            void* p;
+            cudaCheck(cudaMalloc(&p, bytes));
+            bufs.push_back(p);
+            return p;
+        };
+        gpu::floatX* o4 = (gpu::floatX*)dev(n_out * 2);
+        gpu::floatX* o6 = (gpu::floatX*)dev(n_out * 2);
+        float* l4 = (float*)dev(n_lse * 4);
+        float* l6 = (float*)dev(n_lse * 4);
+        gpu::floatX* dout = (gpu::floatX*)dev(n_out * 2);
+        float* delta = (float*)dev(n_lse * 4);
+        gpu::floatX* dq[2] = {(gpu::floatX*)dev(n_out * 2), (gpu::floatX*)dev(n_out * 2)};
+        gpu::floatX* dk[2] = {(gpu::floatX*)dev(n_kv * 2), (gpu::floatX*)dev(n_kv * 2)};
+        gpu::floatX* dv[2] = {(gpu::floatX*)dev(n_kv * 2), (gpu::floatX*)dev(n_kv * 2)};
+        cudaCheck(cudaMemcpy(dout, dout_h.data(), n_out * 2, cudaMemcpyHostToDevice));
+        auto get = [](const void* p, size_t n) {
+            std::vector<gpu::floatX> h(n);
+            cudaCheck(cudaMemcpy(h.data(), p, n * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
+            return h;
+        };
+        auto same = [](const std::vector<gpu::floatX>& x, const std::vector<gpu::floatX>& y) { return memcmp(x.data(), y.data(), x.size() * 2) == 0; };
         for (int l = 0; l < c.n_layer; l++) {
             gpu::AttentionArgs a = gpu::attention_forward_args(&gm, l);
             if (!gpu::attention_forward6_supported(a)) {
-                printf("  attention forward version 6: not run here (not a compute capability 9.0 GPU)\n");
+                printf("  attention on wgmma (version 6): not run here (not a compute capability 9.0 GPU)\n");
                 break;
             }
+            // the forward
             gpu::AttentionArgs a6 = a;
             a.out = o4, a.lse = l4, a6.out = o6, a6.lse = l6;
             gpu::attention_forward4(a, gm.stream);
             gpu::attention_forward6(a6, gm.stream);
+            // the backward of the layer's own forward (the trainer's out and lse) on the random dO
+            gpu::AttentionArgs bw = gpu::attention_forward_args(&gm, l);
+            bw.dout = dout, bw.delta = delta;
+            bw.dq_rs = HD, bw.dk_rs = bw.dv_rs = kvd;
+            for (int v = 0; v < 2; v++) {
+                bw.dq = dq[v], bw.dk = dk[v], bw.dv = dv[v];
+                if (v == 0) gpu::attention_backward4(bw, gm.stream);
+                else gpu::attention_backward6(bw, gm.stream);
+            }
             cudaCheck(cudaStreamSynchronize(gm.stream));
-            std::vector<gpu::floatX> h4((size_t)BT * HD), h6((size_t)BT * HD);
-            std::vector<float> lse4((size_t)BT * c.n_head), lse6((size_t)BT * c.n_head);
-            cudaCheck(cudaMemcpy(h4.data(), o4, h4.size() * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
-            cudaCheck(cudaMemcpy(h6.data(), o6, h6.size() * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
-            cudaCheck(cudaMemcpy(lse4.data(), l4, lse4.size() * sizeof(float), cudaMemcpyDeviceToHost));
-            cudaCheck(cudaMemcpy(lse6.data(), l6, lse6.size() * sizeof(float), cudaMemcpyDeviceToHost));
-            bool same = memcmp(h4.data(), h6.data(), h4.size() * sizeof(gpu::floatX)) == 0 && same_bits(lse4, lse6);
+            std::vector<gpu::floatX> h4 = get(o4, n_out), h6 = get(o6, n_out), q4 = get(dq[0], n_out), q6 = get(dq[1], n_out);
+            std::vector<float> lse4(n_lse), lse6(n_lse);
+            cudaCheck(cudaMemcpy(lse4.data(), l4, n_lse * 4, cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(lse6.data(), l6, n_lse * 4, cudaMemcpyDeviceToHost));
+            CHECK(same(get(dk[0], n_kv), get(dk[1], n_kv)) && same(get(dv[0], n_kv), get(dv[1], n_kv)),
+                  "%s layer %d: dk/dv of attention backward versions 6 and 4 differ (the same kernel)", tc.name, l);
+            bool fwd_same = same(h4, h6) && same_bits(lse4, lse6), dq_same = same(q4, q6);
 #ifdef VP_CUDA_EMU
-            CHECK(same, "%s layer %d: attention forward versions 6 and 4 differ under the emulator", tc.name, l);
+            CHECK(fwd_same, "%s layer %d: attention forward versions 6 and 4 differ under the emulator", tc.name, l);
+            CHECK(dq_same, "%s layer %d: dq of attention backward versions 6 and 4 differs under the emulator", tc.name, l);
 #else
             // Versions 4 and 6 feed the tensor cores the same bf16 products in the same k order;
-            // only the tensor core's own sums inside a k16 step may round differently, so scores
-            // can differ in their last fp32 bits. Per output: a probability rounded to bf16 the
-            // other way moves o by at most u |v| over the row's weights (<= u max|V|), and the
-            // output's own rounding by u |o| on either side: |o6 - o4| <= u (max|V| + 2 |o4|),
-            // u = 2^-8. lse: the row max is one score, the sum of <= T probabilities each off by a
-            // few fp32 ulps: |lse6 - lse4| <= 1e-4. max|V| over every source V is read from
-            // (ResFormer's mix is a convex combination of v and v_mix).
+            // only the tensor core's own sums inside a k16 step may round differently, so S and
+            // dP can differ in their last fp32 bits, and a value rounded to bf16 after them can
+            // land on the neighbouring bf16 number: one ulp, at most 2^-7 of it.
+            //   out: a probability one ulp off moves o by at most 2^-7 p |v|, over the row's
+            //   weights (sum p / l = 1) at most 2^-7 max|V|; the output's own rounding one ulp,
+            //   2^-7 |o|: |o6 - o4| <= 2^-7 (max|V| + |o4|) per element.
+            //   lse: the row max is one score, the row sum a sum of <= T probabilities each off
+            //   by a few fp32 ulps: |lse6 - lse4| <= 1e-4.
+            //   dq: each dS entry rounded to bf16 one ulp the other way at worst (2^-7 of it)
+            //   moves dq by 2^-7 of that entry's term, and dq's own rounding one ulp: in the
+            //   Frobenius norm |dq6 - dq4| <= 2 x 2^-7 |dq4| (every rounding flipped at once).
+            // max|V| over every source V is read from (ResFormer's mix is a convex combination).
             float vmax = 0.0f;
-            int kvd = c.n_kv_head * c.head_dim;
             for (auto src : {std::make_pair(a.v, a.v_rs), std::make_pair(a.v_mix, a.v_mix_rs), std::make_pair(a.v_alt, a.v_alt_rs)}) {
                 if (!src.first) continue;
-                std::vector<gpu::floatX> hv((size_t)BT * kvd);
+                std::vector<gpu::floatX> hv(n_kv);
                 cudaCheck(cudaMemcpy2D(hv.data(), kvd * sizeof(gpu::floatX), src.first, src.second * sizeof(gpu::floatX), kvd * sizeof(gpu::floatX), BT,
                                        cudaMemcpyDeviceToHost));
                 for (gpu::floatX x : hv) vmax = std::max(vmax, fabsf((float)x));
             }
-            double worst_o = 0.0, worst_l = 0.0;
+            double worst_o = 0.0, worst_l = 0.0, dq_diff = 0.0, dq_norm = 0.0;
             for (size_t i = 0; i < h4.size(); i++)
-                worst_o = std::max(worst_o, (double)fabsf((float)h6[i] - (float)h4[i]) / (0x1p-8 * (vmax + 2.0f * fabsf((float)h4[i]))));
+                worst_o = std::max(worst_o, (double)fabsf((float)h6[i] - (float)h4[i]) / (0x1p-7 * (vmax + fabsf((float)h4[i]))));
             for (size_t i = 0; i < lse4.size(); i++) worst_l = std::max(worst_l, (double)fabsf(lse6[i] - lse4[i]) / 1e-4);
-            printf("  %s layer %d: attention forward version 6 against 4: out %.3f, lse %.3f of their bounds, bit-identical: %s\n", tc.name, l, worst_o,
-                   worst_l, same ? "yes" : "no");
-            CHECK(worst_o <= 1.0 && worst_l <= 1.0, "%s layer %d: attention forward version 6 is off version 4 by %.3f (out) and %.3f (lse) of the bounds",
-                  tc.name, l, worst_o, worst_l);
+            for (size_t i = 0; i < q4.size(); i++) {
+                double d = (double)(float)q6[i] - (double)(float)q4[i];
+                dq_diff += d * d;
+                dq_norm += (double)(float)q4[i] * (double)(float)q4[i];
+            }
+            double worst_q = sqrt(dq_diff) / (2 * 0x1p-7 * sqrt(dq_norm) + 1e-30);
+            printf("  %s layer %d: attention version 6 against 4: out %.3f, lse %.3f, dq %.3f of their bounds; bit-identical: forward %s, dq %s\n",
+                   tc.name, l, worst_o, worst_l, worst_q, fwd_same ? "yes" : "no", dq_same ? "yes" : "no");
+            CHECK(worst_o <= 1.0 && worst_l <= 1.0 && worst_q <= 1.0,
+                  "%s layer %d: attention version 6 is off version 4 by %.3f (out), %.3f (lse), %.3f (dq) of the bounds", tc.name, l, worst_o, worst_l,
+                  worst_q);
 #endif
             checked++;
         }
-        for (void* p : {(void*)o4, (void*)o6, (void*)l4, (void*)l6}) cudaCheck(cudaFree(p));
+        for (void* p : bufs) cudaCheck(cudaFree(p));
         gpt_free(&gm);
     }
-    printf("  attention forward version 6 compared with version 4 at %d layers\n", checked);
+    printf("  attention version 6 (forward, dq) compared with version 4 at %d layers\n", checked);
 #endif
 }
 
@@ -934,19 +980,18 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    // VP_TEST_ATTENTION_FORWARD=6 runs every test with the trainer's attention forward at version 6
-    // (wgmma; where attention_forward6_supported, version 4 elsewhere): dev/device_check.sh runs
-    // each path's suite once more that way while version 6 is not the default
-    const char* fwd = getenv("VP_TEST_ATTENTION_FORWARD");
-    if (fwd && *fwd) {
-        int v = atoi(fwd);
-        if (v != 4 && v != 6) {
-            fprintf(stderr, "VP_TEST_ATTENTION_FORWARD=%s: use 4 or 6\n", fwd);
+    // VP_TEST_ATTENTION_WGMMA=1 runs every test with the trainer's attention forward and dQ
+    // kernel at version 6 (wgmma; where they can run, version 4 elsewhere): dev/device_check.sh
+    // runs each path's suite once more that way while version 6 is not the default
+    const char* wg = getenv("VP_TEST_ATTENTION_WGMMA");
+    if (wg && *wg) {
+        if (strcmp(wg, "0") && strcmp(wg, "1")) {
+            fprintf(stderr, "VP_TEST_ATTENTION_WGMMA=%s: use 1 (version 6) or 0\n", wg);
             return 2;
         }
-        gpu::attention_forward_version = v;
+        gpu::attention_forward_version = gpu::attention_dq_version = wg[0] == '1' ? 6 : 4;
     }
-    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d\n", PRECISION_NAME, value_path_name(VALUE_PATH_ID), prop.name,
-           gpu::attention_forward_version);
+    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d, dQ version %d\n", PRECISION_NAME, value_path_name(VALUE_PATH_ID),
+           prop.name, gpu::attention_forward_version, gpu::attention_dq_version);
     return run_registered_tests(argc, argv);
 }

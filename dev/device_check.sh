@@ -14,7 +14,7 @@
 #      cross-layer settings, determinism, resume, recompute, checkpoints across builds: test_gpt.cu);
 #      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
-#      2b. each path's bf16 suite again with the attention forward's version 6 (wgmma) throughout
+#      2b. each path's bf16 suite again with attention version 6 (wgmma: forward, dQ) throughout
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
 #      then each build variant of dev/bench_variants.list against its path's plain build, alternating
@@ -330,26 +330,28 @@ for path in $TEST_PATHS; do
         unit_end "test_gpt $path $prec"
     done
 done
-# 2b. the bf16 suites once more with the attention forward's version 6 (wgmma, Hopper only; the
-# build variant att_fwd6 times it) in every test: VP_TEST_ATTENTION_FORWARD=6 (test_gpt.cu's main)
+# 2b. the bf16 suites once more with attention version 6 (wgmma, Hopper only: the forward and the
+# dQ kernel; the variants att_fwd6 and att_dq6 time them) in every test: VP_TEST_ATTENTION_WGMMA=1
+# (test_gpt.cu's main)
 for path in $TEST_PATHS; do
     bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_bf16
     tlog="$OUT_DIR/test_gpt.log"
     unit_begin "test_gpt $path bf16 fwd6" || continue
     if [ -x "$bin" ]; then
-        run_step "test_gpt $path bf16 fwd6" 150 "$tlog" env VP_TEST_ATTENTION_FORWARD=6 "$bin"
+        run_step "test_gpt $path bf16 fwd6" 150 "$tlog" env VP_TEST_ATTENTION_WGMMA=1 "$bin"
         rc=$?
         section=$(grep -A100000 "== test_gpt $path bf16 fwd6 (limit" "$tlog")
         c=$(echo "$section" | counts /dev/stdin)
-        if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path bf16, attention forward 6" "skipped: no CUDA device"
+        if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path bf16, attention on wgmma" "skipped: no CUDA device"
         else
-            # the worst layer's margins (test_gpt's attention_forward_version6), if it printed them
-            worst=$(echo "$section" | grep -o 'version 6 against 4: out [0-9.]*, lse [0-9.]*' | awk '{ o = $6 + 0; l = $8 + 0; if (o > mo) mo = o; if (l > ml) ml = l; n++ }
-                END { if (n) printf "; version 6 against 4 at %d layers: out within %.3f, lse %.3f of the bounds", n, mo, ml }')
-            row "test_gpt $path bf16, attention forward 6" "$(verdict $rc) ($c$worst)"
+            # the worst layer's margins (test_gpt's attention_wgmma_versions), if it printed them
+            worst=$(echo "$section" | grep -o 'version 6 against 4: out [0-9.]*, lse [0-9.]*, dq [0-9.]*' | awk '{ o = $6 + 0; l = $8 + 0; q = $10 + 0;
+                if (o > mo) mo = o; if (l > ml) ml = l; if (q > mq) mq = q; n++ }
+                END { if (n) printf "; version 6 against 4 at %d layers: out within %.3f, lse %.3f, dq %.3f of the bounds", n, mo, ml, mq }')
+            row "test_gpt $path bf16, attention on wgmma" "$(verdict $rc) ($c$worst)"
         fi
     else
-        row "test_gpt $path bf16, attention forward 6" "not built"
+        row "test_gpt $path bf16, attention on wgmma" "not built"
     fi
     unit_end "test_gpt $path bf16 fwd6"
 done

@@ -42,12 +42,26 @@ for l in lines:
     if m := re.search(r"(\d+) bytes smem", l):
         cur["smem"] = int(m.group(1))
 names = subprocess.run(["c++filt"], input="\n".join(r["name"] for r in rows), capture_output=True, text=True).stdout.splitlines()
-# block sizes of the __launch_bounds__ kernels (kernels/attention.cuh: ATT2_THREADS)
-att2 = re.search(r"constexpr int ATT2_THREADS = (\d+);", open("kernels/attention.cuh").read())
+# block sizes of the __launch_bounds__ kernels (kernels/attention.cuh: ATT2_THREADS for versions
+# 2-5, ATT6_THREADS for the forward's version 6, ATT6_DQ_THREADS for its dQ kernel)
+src = open("kernels/attention.cuh").read()
+att2 = re.search(r"constexpr int ATT2_THREADS = (\d+);", src)
+att6_wg = re.search(r"constexpr int ATT6_WARPGROUPS = (\d+);", src)
+att6_dq = re.search(r"constexpr int ATT6_DQ_THREADS = (\d+);", src)
+def block_threads(name):
+    if "attention" not in name:
+        return None
+    if "dq_kernel6" in name:
+        return int(att6_dq.group(1)) if att6_dq else None
+    if "kernel6" in name:
+        return 128 * int(att6_wg.group(1)) if att6_wg else None
+    if "kernel2" in name:
+        return int(att2.group(1)) if att2 else None
+    return None
 print(f"ptxas, {sys.argv[2]}, VALUE_PATH={sys.argv[3]}, {sys.argv[4]}, {sys.argv[5]}")
 print(f"{'regs':>5} {'spill st/ld':>12} {'smem':>6} {'blocks/SM':>9}  kernel")
 for r, name in sorted(zip(rows, names), key=lambda x: x[1]):
-    threads = int(att2.group(1)) if att2 and "kernel2" in name and "attention" in name else None
+    threads = block_threads(name)
     blocks = ""
     if threads and r["regs"]:
         per_warp = (r["regs"] * 32 + 255) // 256 * 256

@@ -42,6 +42,9 @@
 //     MN-major. Checked on the CPU by the CUDA emulator (bit-identical to version 4 there), not
 //     yet run on a GPU: -DVP_ATT_FWD_VERSION=6 or bench_gpt --attention-forward 6 (the variant
 //     att_fwd6), version 4 wherever it cannot run (attention_forward6_supported).
+//   version 6 of the backward: version 4's with the dQ kernel on wgmma (the same tiles, S and dP
+//     from shared memory, dQ += dS K with dS from registers), D = 64, Hopper; checked the same
+//     way, not yet run on a GPU: -DVP_ATT_DQ_VERSION=6 or bench_gpt --attention-dq 6 (att_dq6).
 // Backward, both versions: three kernels, in this order: delta = rowsum(dO * O); dQ with one
 // block per (b, query head, query tile) looping over key tiles; dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
@@ -53,8 +56,8 @@
 // backward FLOPs) so that results are bit-reproducible.
 //
 // defines: AttentionArgs, KVGradRoute, KeptSumArgs, attention_head_dim_supported, attention_forward,
-//          attention_backward, attention_sum_kept, attention_forward6_supported (and
-//          attention_forward1/2/4/5/6, attention_backward1/2/3/4 for the dev labs)
+//          attention_backward, attention_sum_kept, attention_forward6_supported, attention_dq6_supported
+//          (and attention_forward1/2/4/5/6, attention_backward1/2/3/4/6 for the dev labs)
 #pragma once
 
 #include <algorithm>
@@ -953,18 +956,19 @@ inline size_t att6_smem_forward() { return (size_t)(ATT6_QROWS + 4 * ATT6_KTILE)
 
 // rows [row0, row0 + ROWS) of a strided bf16 source (64 columns) -> a swizzled tile, by cp.async;
 // zeros past T. Not unrolled, for the reason att2_load_tile_async gives.
-template <int ROWS>
+template <int ROWS, int THREADS>
 __device__ __forceinline__ void att6_load_tile_async(unsigned char* dst, const __nv_bfloat16* src, long rs, int row0, int T) {
 #pragma unroll 1
-    for (int c = threadIdx.x; c < ROWS * 8; c += ATT6_THREADS) {
+    for (int c = threadIdx.x; c < ROWS * 8; c += THREADS) {
         int r = c / 8, cc = c % 8, row = row0 + r;
         bool inside = row < T;
         cp_async16(dst + sw128_offset(r, cc), inside ? src + (size_t)row * rs + cc * 8 : src, inside ? 16 : 0);
     }
 }
 // ResFormer's mixed V rows (att2_mix8) -> a swizzled tile, by plain stores
+template <int THREADS>
 __device__ __forceinline__ void att6_load_v_tile_mixed(unsigned char* dst, const KVSource& s, int row0, int T) {
-    for (int c = threadIdx.x; c < ATT6_KTILE * 8; c += ATT6_THREADS) {
+    for (int c = threadIdx.x; c < ATT6_KTILE * 8; c += THREADS) {
         int r = c / 8, cc = c % 8, row = row0 + r;
         uint4 out = make_uint4(0, 0, 0, 0);
         if (row < T)
@@ -973,12 +977,51 @@ __device__ __forceinline__ void att6_load_v_tile_mixed(unsigned char* dst, const
         *reinterpret_cast<uint4*>(dst + sw128_offset(r, cc)) = out;
     }
 }
-// Starts key tile kt's K and V into buffer kt % 2 (K, then V 64 rows after it).
+// Starts key tile kt's K and V into buffer kt % 2 (K, then V 64 rows after it), with THREADS threads.
+template <int THREADS>
 __device__ __forceinline__ void att6_kv_tile_start(unsigned char* KVs, const KVSource& src, int kt, int T) {
     unsigned char* K = KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES;
-    att6_load_tile_async<ATT6_KTILE>(K, src.k, src.k_rs, kt * ATT6_KTILE, T);
-    if (src.vmix) att6_load_v_tile_mixed(K + ATT6_KTILE * ATT6_ROW_BYTES, src, kt * ATT6_KTILE, T);
-    else att6_load_tile_async<ATT6_KTILE>(K + ATT6_KTILE * ATT6_ROW_BYTES, src.v, src.v_rs, kt * ATT6_KTILE, T);
+    att6_load_tile_async<ATT6_KTILE, THREADS>(K, src.k, src.k_rs, kt * ATT6_KTILE, T);
+    if (src.vmix) att6_load_v_tile_mixed<THREADS>(K + ATT6_KTILE * ATT6_ROW_BYTES, src, kt * ATT6_KTILE, T);
+    else att6_load_tile_async<ATT6_KTILE, THREADS>(K + ATT6_KTILE * ATT6_ROW_BYTES, src.v, src.v_rs, kt * ATT6_KTILE, T);
+}
+
+// The top of key tile kt's step: this thread's copies of tile kt (and of the tiles that came with
+// tile 0) landed, its writes fenced for the tensor core's reads (the async proxy), the block
+// synchronised (so every warpgroup is also done with tile kt - 1's buffer), and tile kt + 1
+// started into that buffer.
+template <int THREADS>
+__device__ __forceinline__ void att6_tile_step(unsigned char* KVs, const KVSource& src, int kt, int last, int T) {
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    __syncthreads();
+    if (kt < last) {
+        att6_kv_tile_start<THREADS>(KVs, src, kt + 1, T);
+        cp_async_commit();
+    }
+}
+// Issues acc (64 x 64) = A B^T over D = 64 (4 k16 steps) with A (the warpgroup's 64 rows) and B
+// (64 rows) both K-major in swizzled tiles at window addresses a_addr and b_addr; the caller
+// fences before and commits and waits after.
+__device__ __forceinline__ void att6_issue_rows_dot_rows(float (&acc)[8][4], uint32_t a_addr, uint32_t b_addr) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) wgmma_m64n64k16_ss(acc, wgmma_desc_sw128(a_addr + 32 * ks, 16, 1024), wgmma_desc_sw128(b_addr + 32 * ks, 16, 1024), ks > 0);
+}
+// acc (64 x 64) += P B: P the warpgroup's 64 rows x 64 keys in the score fragments (rounded to
+// bf16 as A fragments), B a 64-key tile read MN-major at window address b_addr (16 keys, 2048
+// bytes, a k step). Waited for.
+template <int NT>
+__device__ __forceinline__ void att6_rows_times_tile(float (&acc)[8][4], const float (&p)[NT][4], uint32_t b_addr) {
+    uint32_t pa[NT / 2][4];
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) att_p_fragment<NT>(pa[kk], p, kk);
+    wgmma_fence_operand(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) wgmma_m64n64k16_rs_mn(acc, pa[kk], wgmma_desc_sw128(b_addr + 2048 * kk, 16, 1024), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(acc);
 }
 
 template <int D>
@@ -999,8 +1042,8 @@ static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kern
     int last = min((q0 + ATT6_QROWS - 1) / ATT6_KTILE, (a.T - 1) / ATT6_KTILE);  // the block's key tiles 0..last
     int wg_last = min((q0 + 64 * wg + 63) / ATT6_KTILE, last);                    // this warpgroup's
     // group 0: Q and key tile 0, waited for at the top of the loop
-    att6_load_tile_async<ATT6_QROWS>(Qs, qsrc, a.q_rs, q0, a.T);
-    att6_kv_tile_start(KVs, src, 0, a.T);
+    att6_load_tile_async<ATT6_QROWS, ATT6_THREADS>(Qs, qsrc, a.q_rs, q0, a.T);
+    att6_kv_tile_start<ATT6_THREADS>(KVs, src, 0, a.T);
     cp_async_commit();
     const uint32_t q_addr = smem_window_address(Qs + wg * 64 * ATT6_ROW_BYTES);  // this warpgroup's 64 rows
 
@@ -1013,39 +1056,20 @@ static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kern
     int row = q0 + 64 * wg + 16 * warp + gr;
 
     for (int kt = 0; kt <= last; kt++) {
-        cp_async_wait<0>();          // this thread's copies of tile kt (and Q)
-        fence_proxy_async_shared();  // ... and its stores, visible to the tensor core's reads
-        __syncthreads();             // everyone's; and both warpgroups are done with tile kt - 1's buffer
-        if (kt < last) {
-            att6_kv_tile_start(KVs, src, kt + 1, a.T);
-            cp_async_commit();
-        }
+        att6_tile_step<ATT6_THREADS>(KVs, src, kt, last, a.T);
         if (kt > wg_last) continue;  // the same for the whole warpgroup
-        const unsigned char* Ks = KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES;
-        const uint32_t k_addr = smem_window_address(Ks), v_addr = k_addr + ATT6_KTILE * ATT6_ROW_BYTES;
-        // S = Q K^T: 4 k-steps of 16 head dims (32 bytes along each 128-byte row)
+        const uint32_t k_addr = smem_window_address(KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES), v_addr = k_addr + ATT6_KTILE * ATT6_ROW_BYTES;
+        // S = Q K^T
         wgmma_fence_operand(s);
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks++)
-            wgmma_m64n64k16_ss(s, wgmma_desc_sw128(q_addr + 32 * ks, 16, 1024), wgmma_desc_sw128(k_addr + 32 * ks, 16, 1024), ks > 0);
+        att6_issue_rows_dot_rows(s, q_addr, k_addr);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(s);
         // a tile reaching past the warpgroup's first row has masked entries
         bool diag = kt * ATT6_KTILE + ATT6_KTILE - 1 > q0 + 64 * wg;
         att_softmax_tile<NT, D / 8>(s, o, mrow, lrow, row, kt * ATT6_KTILE, diag, a.T, tq, sl2);
-        uint32_t pa[ATT6_KTILE / 16][4];  // P as A fragments, one per k-step of 16 keys
-#pragma unroll
-        for (int kk = 0; kk < ATT6_KTILE / 16; kk++) att_p_fragment<NT>(pa[kk], s, kk);
-        // O += P V: V rows k = 16 keys per step (2048 bytes), MN-major
-        wgmma_fence_operand(o);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < ATT6_KTILE / 16; kk++) wgmma_m64n64k16_rs_mn(o, pa[kk], wgmma_desc_sw128(v_addr + 2048 * kk, 16, 1024), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(o);
+        att6_rows_times_tile<NT>(o, s, v_addr);  // O += P V
     }
     att_forward_store_rows<D>(o, mrow, lrow, row, tq, a, b, h);
 }
@@ -1271,6 +1295,42 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
     }
 }
 
+// The dQ kernel's pieces for a thread's two query rows (row, row + 8) in the C/D fragment layout
+// (see att_softmax_tile), shared by versions 2, 4 and 6: the rows' lse (log2 units) and delta;
+// dS = P (dP - delta) with P = exp2(S sl2 - lse2) and the causal mask (s: the scores in, dS out);
+// and dQ (times the softmax scale) stored as bf16 pairs.
+__device__ __forceinline__ void att_dq_row_stats(float (&lse2)[2], float (&delta)[2], int row, const AttentionArgs& a, int b, int h) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int rr = row + 8 * r;
+        lse2[r] = rr < a.T ? a.lse[((size_t)b * a.H + h) * a.T + rr] * LOG2E : INFINITY;
+        delta[r] = rr < a.T ? a.delta[((size_t)b * a.H + h) * a.T + rr] : 0.0f;
+    }
+}
+template <int NT>
+__device__ __forceinline__ void att_dq_ds_tile(float (&s)[NT][4], const float (&dp)[NT][4], int row, int key0, const float (&lse2)[2],
+                                               const float (&delta)[2], int T, int tq, float sl2) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = e >> 1, col = key0 + j * 8 + 2 * tq + (e & 1);
+            float p = (col <= row + 8 * r && col < T) ? exp2f(s[j][e] * sl2 - lse2[r]) : 0.0f;
+            s[j][e] = p * (dp[j][e] - delta[r]);
+        }
+}
+template <int D>
+__device__ __forceinline__ void att_dq_store_rows(const float (&dq)[D / 8][4], int row, int tq, float scale, const AttentionArgs& a, int b, int h) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int rr = row + 8 * r;
+        if (rr >= a.T) continue;
+        __nv_bfloat16* dqb = a.dq + ((size_t)b * a.T + rr) * a.dq_rs + (size_t)h * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) *reinterpret_cast<uint32_t*>(dqb + j * 8 + 2 * tq) = pack_bf16x2(dq[j][2 * r] * scale, dq[j][2 * r + 1] * scale);
+    }
+}
+
 // dQ: block = (b, query head h, 64-query tile), 4 warps x 16 queries; loops over the key tiles.
 // ASYNC (version 4): K/V double buffered with cp.async, as in the forward. Shared memory: Q, dO,
 // then K and V once or twice (ATT2_TILE x LDS bf16 each).
@@ -1301,12 +1361,7 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dq_kernel2(Atte
     }
     int row = qt * ATT2_TILE + warp * 16 + gr;
     float lse2[2], delta[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int rr = row + 8 * r;
-        lse2[r] = rr < a.T ? a.lse[((size_t)b * a.H + h) * a.T + rr] * LOG2E : INFINITY;
-        delta[r] = rr < a.T ? a.delta[((size_t)b * a.H + h) * a.T + rr] : 0.0f;
-    }
+    att_dq_row_stats(lse2, delta, row, a, b, h);
     float dq[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
@@ -1317,20 +1372,12 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dq_kernel2(Atte
         // S = Q K^T, dP = dO V^T (16 queries x 64 keys per warp)
         float s[NT][4], dp[NT][4];
         att2_paired_products<D, NT / 2>(s, dp, Qs, dOs, warp * 16, Ks, Vs, 0, lane);
-        // dS = P (dP - delta), P = exp(S - lse) with the causal mask
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = e >> 1, col = kt * ATT2_TILE + j * 8 + 2 * tq + (e & 1);
-                float p = (col <= row + 8 * r && col < a.T) ? exp2f(s[j][e] * sl2 - lse2[r]) : 0.0f;
-                s[j][e] = p * (dp[j][e] - delta[r]);
-            }
+        att_dq_ds_tile<NT>(s, dp, row, kt * ATT2_TILE, lse2, delta, a.T, tq, sl2);  // s := dS
         // dQ += dS K  (k = the 64 keys)
 #pragma unroll
         for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t sa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t sa[4];
+            att_p_fragment<NT>(sa, s, kk);
 #pragma unroll
             for (int dd = 0; dd < D / 16; dd++) {
                 uint32_t kf[4];
@@ -1340,14 +1387,70 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dq_kernel2(Atte
             }
         }
     }
+    att_dq_store_rows<D>(dq, row, tq, scale, a, b, h);
+}
+
+
+// dQ, version 6 (D = 64, sm_90a): version 4's dQ kernel on the warpgroup MMA. A block is one
+// warpgroup of 64 query rows (the backward's tiles: 64 x 64); per key tile, S = Q K^T and dP =
+// dO V^T as 4 + 4 wgmma.m64n64k16 with Q, dO, K and V read from 128-byte-swizzled shared tiles,
+// dS = P (dP - delta) in registers (version 4's code), then dQ += dS K as 4 more with dS from
+// registers and K read MN-major. K/V double buffered by cp.async, with ResFormer's mix and SLA's
+// second source loaded as in the forward's version 6. The same products in the same k order as
+// version 4: under the emulator the same bits. Three blocks per SM (168 registers at most: S, dP
+// and dQ are 96 fp32 accumulators a thread). Shared memory: Q, dO (64 rows each), then two
+// buffers of K and V (64 rows each), rows of 128 bytes, + 1 KiB to align the start.
+constexpr int ATT6_DQ_THREADS = 128;
+inline size_t att6_smem_dq() { return (size_t)(2 * 64 + 4 * ATT6_KTILE) * ATT6_ROW_BYTES + 1024; }
+
+template <int D>
+static __global__ void __launch_bounds__(ATT6_DQ_THREADS, 3) attention_backward_dq_kernel6(AttentionArgs a) {
+    static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
+    constexpr int NT = ATT6_KTILE / 8;
+    extern __shared__ __align__(16) unsigned char smem6[];
+    unsigned char* Qs = smem6 + ((1024u - (smem_window_address(smem6) & 1023u)) & 1023u);  // on a swizzle atom
+    unsigned char* dOs = Qs + 64 * ATT6_ROW_BYTES;
+    unsigned char* KVs = dOs + 64 * ATT6_ROW_BYTES;
+    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
+    int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
+    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
+    const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
+    KVSource src = attn_kv_source(a, b, g);
+    const __nv_bfloat16* qsrc = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
+    const __nv_bfloat16* dosrc = a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D;
+    // group 0: Q, dO and key tile 0, waited for at the top of the loop
+    att6_load_tile_async<64, ATT6_DQ_THREADS>(Qs, qsrc, a.q_rs, qt * 64, a.T);
+    att6_load_tile_async<64, ATT6_DQ_THREADS>(dOs, dosrc, (long)a.H * D, qt * 64, a.T);
+    att6_kv_tile_start<ATT6_DQ_THREADS>(KVs, src, 0, a.T);
+    cp_async_commit();
+    int row = qt * 64 + warp * 16 + gr;
+    float lse2[2], delta[2];
+    att_dq_row_stats(lse2, delta, row, a, b, h);
+    const uint32_t q_addr = smem_window_address(Qs), do_addr = smem_window_address(dOs);
+    float s[NT][4], dp[NT][4], dq[D / 8][4];  // D fragments (kernels/wgmma.cuh)
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int rr = row + 8 * r;
-        if (rr >= a.T) continue;
-        __nv_bfloat16* dqb = a.dq + ((size_t)b * a.T + rr) * a.dq_rs + (size_t)h * D;
+    for (int j = 0; j < NT; j++)
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) *reinterpret_cast<uint32_t*>(dqb + j * 8 + 2 * tq) = pack_bf16x2(dq[j][2 * r] * scale, dq[j][2 * r + 1] * scale);
+        for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = dq[j][e] = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        att6_tile_step<ATT6_DQ_THREADS>(KVs, src, kt, qt, a.T);
+        const uint32_t k_addr = smem_window_address(KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES), v_addr = k_addr + ATT6_KTILE * ATT6_ROW_BYTES;
+        // S = Q K^T and dP = dO V^T, one batch
+        wgmma_fence_operand(s);
+        wgmma_fence_operand(dp);
+        wgmma_fence();
+        att6_issue_rows_dot_rows(s, q_addr, k_addr);
+        att6_issue_rows_dot_rows(dp, do_addr, v_addr);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        wgmma_fence_operand(dp);
+        att_dq_ds_tile<NT>(s, dp, row, kt * ATT6_KTILE, lse2, delta, a.T, tq, sl2);  // s := dS
+        att6_rows_times_tile<NT>(dq, s, k_addr);  // dQ += dS K
     }
+    att_dq_store_rows<D>(dq, row, tq, scale, a, b, h);
 }
 
 #endif  // ENABLE_BF16
@@ -1516,13 +1619,19 @@ void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 template <int D, int QSTEP, bool ASYNC>
+void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream);
+template <int D, int QSTEP, bool ASYNC>
 void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
-    int G = a.H / a.Hkv;
     // dQ first, as in version 1 (AttentionArgs::dv may be the V this call reads)
     size_t smem_q = att2_smem_dq(D, ASYNC);
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
     attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
     cudaCheck(cudaGetLastError());
+    attention_backward_dkdv2_d<D, QSTEP, ASYNC>(a, stream);
+}
+template <int D, int QSTEP, bool ASYNC>
+void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream) {
+    int G = a.H / a.Hkv;
     size_t smem_kv = att2_smem_dkdv(D, ASYNC);
     auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP, ASYNC>;
     cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
@@ -1596,6 +1705,22 @@ void attention_backward_tc(AttentionArgs a, cudaStream_t stream) {
 inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE, false>(a, stream); }
 inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, false>(a, stream); }
 inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, true>(a, stream); }
+// Version 6's dQ kernel (wgmma; head dim 64 on an H100/H200, as the forward's version 6) with
+// version 4's delta pass and dK/dV kernel, in the same order (dQ first).
+inline bool attention_dq6_supported(const AttentionArgs& a) { return a.D == 64 && attention_wgmma_available(); }
+inline void attention_backward6(AttentionArgs a, cudaStream_t stream) {
+    a = attention_full_range(a);
+    attention_check_args(a, true, 2);
+    if (!attention_dq6_supported(a))
+        runtime_error("use attention version 4", "attention backward version 6 (wgmma dQ) runs head dim 64 on a compute capability 9.0 GPU "
+                      "(H100/H200) built for sm_90a; here head dim %d", a.D);
+    attention_backward_preprocess(a, stream);
+    size_t smem = att6_smem_dq();
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_backward_dq_kernel6<64><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0)), ATT6_DQ_THREADS, smem, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+    attention_backward_dkdv2_d<64, 16, true>(a, stream);
+}
 #endif  // ENABLE_BF16
 
 // The tensor-core kernels the trainer's entry points run (BF16 build): 4, with cp.async double
@@ -1612,6 +1737,13 @@ inline int attention_tc_version = 4;
 #define VP_ATT_FWD_VERSION 4
 #endif
 inline int attention_forward_version = VP_ATT_FWD_VERSION;
+// The backward's dQ kernel when attention_tc_version is 4: 4, or 6 (wgmma, where
+// attention_dq6_supported; version 4 elsewhere). VP_ATT_DQ_VERSION=6 at build time, or bench_gpt
+// --attention-dq 6 (the variant att_dq6), until a GPU has timed it.
+#ifndef VP_ATT_DQ_VERSION
+#define VP_ATT_DQ_VERSION 4
+#endif
+inline int attention_dq_version = VP_ATT_DQ_VERSION;
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
 // Forward: reads q, k, v; writes out and lse. Backward: reads q, k, v, out, lse, dout; writes
 // delta (scratch), dq, and dk/dv (or adds into them with accumulate_dkv).
@@ -1630,8 +1762,12 @@ inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 
 inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    if (attention_tc_version == 4) attention_backward4(a, stream);
-    else attention_backward3(a, stream);
+    if (attention_tc_version == 4) {
+        if (attention_dq_version == 6 && attention_dq6_supported(a)) attention_backward6(a, stream);
+        else attention_backward4(a, stream);
+    } else {
+        attention_backward3(a, stream);
+    }
 #else
     attention_backward1(a, stream);
 #endif

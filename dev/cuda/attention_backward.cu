@@ -39,6 +39,13 @@ version 4: version 3 with double-buffered tiles loaded by cp.async (sm_80+): the
   stored after it. One __syncthreads per tile instead of two. 167 and 160 registers at D=64 (3
   blocks per SM; version 3's dK/dV kernel takes 128, 4 blocks). Shared memory: 55 KiB (dK/dV) and
   54 KiB (dQ) at D=64, 103 and 102 KiB at D=128. Bit-identical to versions 2 and 3. The trainer's.
+version 6: version 4 with the dQ kernel on Hopper's warpgroup MMA (wgmma, sm_90a; D = 64 only;
+  kernels/attention.cuh attention_backward_dq_kernel6): one warpgroup of 64 query rows per block,
+  S = QK^T and dP = dO V^T with all four operands read by the tensor core from 128-byte-swizzled
+  shared tiles, dQ += dS K with dS from registers and K read MN-major. The dK/dV kernel is version
+  4's, so dk and dv are version 4's bits; dq is bit-identical under the CUDA emulator and, on a
+  GPU, where the tensor core's own k16 sums may round differently, checked against the CPU like
+  the others (the comparison with version 2 is printed). Runs on an H100/H200 built for sm_90a.
 
 TFLOP/s below use FlashAttention-2's convention (5 GEMMs of 2*T*T*D/2 per (b, h), i.e. 2.5x the
 forward), so they compare with published FA2 numbers; we do 7/5 of that work.
@@ -106,6 +113,7 @@ static void attention_backward_version(int version, const gpu::AttentionArgs& a)
         case 2: gpu::attention_backward2(a, 0); break;
         case 3: gpu::attention_backward3(a, 0); break;
         case 4: gpu::attention_backward4(a, 0); break;
+        case 6: gpu::attention_backward6(a, 0); break;
 #endif
         default: runtime_error(nullptr, "no version %d in this build", version);
     }
@@ -149,9 +157,11 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     versions.push_back(2);
     versions.push_back(3);
     versions.push_back(4);
+    if (gpu::attention_dq6_supported(a)) versions.push_back(6);
+    else printf(" version 6: not run (head dim %d, or not a compute capability 9.0 GPU)\n", D);
 #endif
     bool ok = true;
-    std::vector<std::vector<float>> results[5];  // per version: dq, dk, dv as computed
+    std::vector<std::vector<float>> results[7];  // per version: dq, dk, dv as computed
     for (int ver : versions) {
         printf(" version %d\n", ver);
         poison(d_dq, nq);
@@ -188,6 +198,17 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
             printf(" versions 2 and %d bit-identical (dq, dk, dv): %s\n", ver, same ? "ok" : "FAILED");
             ok &= same;
         }
+    if (!results[6].empty()) {
+        bool same_kv = results[2][1] == results[6][1] && results[2][2] == results[6][2], same_q = results[2][0] == results[6][0];
+        printf(" versions 2 and 6 bit-identical: dk, dv (the same kernel): %s\n", same_kv ? "ok" : "FAILED");
+        ok &= same_kv;
+#ifdef VP_CUDA_EMU
+        printf(" versions 2 and 6 bit-identical: dq, under the emulator: %s\n", same_q ? "ok" : "FAILED");
+        ok &= same_q;
+#else
+        printf(" versions 2 and 6 bit-identical: dq: %s (not required on a GPU: the tensor core's own k16 sums)\n", same_q ? "yes" : "no");
+#endif
+    }
     if (ok && !check_only) {
         double flops = 2.5 * 2.0 * 2.0 * B * H * (double)T * T * D / 2;
         for (int ver : versions) {

@@ -5,7 +5,7 @@ dev/bench_pytorch.py (the same model in plain PyTorch) in the same call, on the 
 
   ./build/dev/cuda/bench_gpt [--batch-size 64] [--seq-len 1024] [--steps 20] [--warmup 5]
                              [--arch gpt2|llama] [--recompute 0|1|2] [--peak-tflops X]
-                             [--attention-version 4|2] [--attention-forward 4|6]
+                             [--attention-version 4|2] [--attention-forward 4|6] [--attention-dq 4|6]
 
 A step is exactly what host/train_loop.h does per optimizer step: zero_grad, forward (with the
 loss copied to the host), backward, global gradient norm, AdamW. Random tokens. Each step is
@@ -26,7 +26,8 @@ dev/bench_pytorch.py uses the same formula and the same N.
 so the difference in ms/step is what the asynchronous loads buy (dev/device_check.sh runs both).
 --attention-forward 6 runs the attention forward's version 6 (Hopper's wgmma, head dim 64; version
 4 where it cannot run) with version 4's backward: the build variant att_fwd6 of
-dev/bench_variants.list, timed against the default (4) by dev/device_check.sh.
+dev/bench_variants.list, timed against the default (4) by dev/device_check.sh. --attention-dq 6
+the same for the backward's dQ kernel (variant att_dq6).
 
 Peak memory: the device memory the model allocated (parameters, gradients, AdamW state,
 activations and scratch, the cuBLASLt workspace), and the device's used memory (total - free)
@@ -50,7 +51,8 @@ static float forward_loss(M* m, const int* inputs, const int* targets, int B, in
 
 
 int main(int argc, char** argv) {
-    int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0, attention_version = 4, attention_forward = gpu::attention_forward_version;
+    int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0, attention_version = 4, attention_forward = gpu::attention_forward_version,
+        attention_dq = gpu::attention_dq_version;
     double peak = -1;
     std::string arch = "gpt2";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -64,7 +66,8 @@ int main(int argc, char** argv) {
         else if (f == "--peak-tflops") peak = atof(argv[i + 1]);
         else if (f == "--attention-version") attention_version = atoi(argv[i + 1]);
         else if (f == "--attention-forward") attention_forward = atoi(argv[i + 1]);
-        else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops --attention-version --attention-forward",
+        else if (f == "--attention-dq") attention_dq = atoi(argv[i + 1]);
+        else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops --attention-version --attention-forward --attention-dq",
                          "unknown flag %s", argv[i]);
     }
     if (attention_version != 4 && attention_version != 2)
@@ -73,6 +76,9 @@ int main(int argc, char** argv) {
     if (attention_forward != 4 && attention_forward != 6)
         usage_error("--attention-forward 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)", "--attention-forward %d", attention_forward);
     gpu::attention_forward_version = attention_forward;
+    if (attention_dq != 4 && attention_dq != 6)
+        usage_error("--attention-dq 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)", "--attention-dq %d", attention_dq);
+    gpu::attention_dq_version = attention_dq;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("skipped: no CUDA device (bench_gpt)\n");
@@ -137,9 +143,9 @@ int main(int argc, char** argv) {
            value_path_name(c.vp.path), vp_gib, used_gib);
     // one machine-readable line for make bench / dev/device_check.sh
     printf("BENCH impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f "
-           "vp_mem_gib=%.3f attention_version=%d attention_forward=%d\n",
+           "vp_mem_gib=%.3f attention_version=%d attention_forward=%d attention_dq=%d\n",
            value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib,
-           attention_version, attention_forward);
+           attention_version, attention_forward, attention_dq);
     gpt_free(&m);
     return 0;
 }
