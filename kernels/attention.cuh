@@ -41,7 +41,7 @@
 //     K read by the tensor core from 128-byte-swizzled shared tiles, P from registers, V read
 //     MN-major. Checked on the CPU by the CUDA emulator (bit-identical to version 4 there), not
 //     yet run on a GPU: -DVP_ATT_FWD_VERSION=6 or bench_gpt --attention-forward 6 (the variant
-//     att_fwd6), version 4 wherever it cannot run (attention_forward6_supported).
+//     att_fwd6), version 4 wherever it cannot run (attention_wgmma_supported).
 //   version 6 of the backward: version 4's with the dQ kernel on wgmma (the same tiles, S and dP
 //     from shared memory, dQ += dS K with dS from registers), D = 64, Hopper; checked the same
 //     way, not yet run on a GPU: -DVP_ATT_DQ_VERSION=6 or bench_gpt --attention-dq 6 (att_dq6).
@@ -56,7 +56,7 @@
 // backward FLOPs) so that results are bit-reproducible.
 //
 // defines: AttentionArgs, KVGradRoute, KeptSumArgs, attention_head_dim_supported, attention_forward,
-//          attention_backward, attention_sum_kept, attention_forward6_supported, attention_dq6_supported
+//          attention_backward, attention_sum_kept, attention_wgmma_supported
 //          (and attention_forward1/2/4/5/6, attention_backward1/2/3/4/6 for the dev labs)
 #pragma once
 
@@ -1671,13 +1671,20 @@ inline bool attention_wgmma_available() {
     return cc == 90;
 #endif
 }
-inline bool attention_forward6_supported(const AttentionArgs& a) { return a.D == 64 && attention_wgmma_available(); }
-inline void attention_forward6(AttentionArgs a, cudaStream_t stream) {
+// Whether version 6 (the forward, and the backward's dQ kernel) runs these arguments here.
+inline bool attention_wgmma_supported(const AttentionArgs& a) { return a.D == 64 && attention_wgmma_available(); }
+// The version-6 launchers' first steps: the full head range, the arguments checked, and a clear
+// error where version 6 cannot run.
+inline AttentionArgs attention6_checked(AttentionArgs a, bool backward) {
     a = attention_full_range(a);
-    attention_check_args(a, false, 2);
-    if (!attention_forward6_supported(a))
-        runtime_error("use attention version 4", "attention forward version 6 (wgmma) runs head dim 64 on a compute capability 9.0 GPU (H100/H200) "
-                      "built for sm_90a; here head dim %d", a.D);
+    attention_check_args(a, backward, 2);
+    if (!attention_wgmma_supported(a))
+        runtime_error("use attention version 4", "attention version 6 (wgmma) runs head dim 64 on a compute capability 9.0 GPU (H100/H200) built "
+                      "for sm_90a; here head dim %d", a.D);
+    return a;
+}
+inline void attention_forward6(AttentionArgs a, cudaStream_t stream) {
+    a = attention6_checked(a, false);
     size_t smem = att6_smem_forward();
     cudaCheck(cudaFuncSetAttribute(attention_forward_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attention_forward_kernel6<64><<<dim3(CEIL_DIV(a.T, ATT6_QROWS), a.B * (a.h1 - a.h0)), ATT6_THREADS, smem, stream>>>(a);
@@ -1707,13 +1714,8 @@ inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { a
 inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, true>(a, stream); }
 // Version 6's dQ kernel (wgmma; head dim 64 on an H100/H200, as the forward's version 6) with
 // version 4's delta pass and dK/dV kernel, in the same order (dQ first).
-inline bool attention_dq6_supported(const AttentionArgs& a) { return a.D == 64 && attention_wgmma_available(); }
 inline void attention_backward6(AttentionArgs a, cudaStream_t stream) {
-    a = attention_full_range(a);
-    attention_check_args(a, true, 2);
-    if (!attention_dq6_supported(a))
-        runtime_error("use attention version 4", "attention backward version 6 (wgmma dQ) runs head dim 64 on a compute capability 9.0 GPU "
-                      "(H100/H200) built for sm_90a; here head dim %d", a.D);
+    a = attention6_checked(a, true);
     attention_backward_preprocess(a, stream);
     size_t smem = att6_smem_dq();
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -1731,14 +1733,14 @@ inline void attention_backward6(AttentionArgs a, cudaStream_t stream) {
 // call times whole training steps both ways.
 inline int attention_tc_version = 4;
 // The forward's version when attention_tc_version is 4: 4, or 6 (wgmma, where
-// attention_forward6_supported; version 4 elsewhere). VP_ATT_FWD_VERSION=6 at build time (the build
+// attention_wgmma_supported; version 4 elsewhere). VP_ATT_FWD_VERSION=6 at build time (the build
 // variant att_fwd6) until a GPU has timed it.
 #ifndef VP_ATT_FWD_VERSION
 #define VP_ATT_FWD_VERSION 4
 #endif
 inline int attention_forward_version = VP_ATT_FWD_VERSION;
 // The backward's dQ kernel when attention_tc_version is 4: 4, or 6 (wgmma, where
-// attention_dq6_supported; version 4 elsewhere). VP_ATT_DQ_VERSION=6 at build time, or bench_gpt
+// attention_wgmma_supported; version 4 elsewhere). VP_ATT_DQ_VERSION=6 at build time, or bench_gpt
 // --attention-dq 6 (the variant att_dq6), until a GPU has timed it.
 #ifndef VP_ATT_DQ_VERSION
 #define VP_ATT_DQ_VERSION 4
@@ -1750,7 +1752,7 @@ inline int attention_dq_version = VP_ATT_DQ_VERSION;
 inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
     if (attention_tc_version == 4) {
-        if (attention_forward_version == 6 && attention_forward6_supported(a)) attention_forward6(a, stream);
+        if (attention_forward_version == 6 && attention_wgmma_supported(a)) attention_forward6(a, stream);
         else attention_forward4(a, stream);
     } else {
         attention_forward2(a, stream);
@@ -1763,7 +1765,7 @@ inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
     if (attention_tc_version == 4) {
-        if (attention_dq_version == 6 && attention_dq6_supported(a)) attention_backward6(a, stream);
+        if (attention_dq_version == 6 && attention_wgmma_supported(a)) attention_backward6(a, stream);
         else attention_backward4(a, stream);
     } else {
         attention_backward3(a, stream);

@@ -157,7 +157,7 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     versions.push_back(2);
     versions.push_back(3);
     versions.push_back(4);
-    if (gpu::attention_dq6_supported(a)) versions.push_back(6);
+    if (gpu::attention_wgmma_supported(a)) versions.push_back(6);
     else printf(" version 6: not run (head dim %d, or not a compute capability 9.0 GPU)\n", D);
 #endif
     bool ok = true;

@@ -42,7 +42,7 @@ version 6: Hopper's warpgroup MMA (wgmma, sm_90a; kernels/wgmma.cuh), D = 64 onl
   double buffering and the softmax code of version 4. Checked here against the CPU like the others;
   under the CUDA emulator also bit-identical to version 2 (the emulator sums each k16 step in order
   for mma and wgmma alike); on a GPU the tensor core's own k16 sums may round differently, so
-  there the comparison is printed, not required. Runs where attention_forward6_supported (an
+  there the comparison is printed, not required. Runs where attention_wgmma_supported (an
   H100/H200 and a build for sm_90a); untimed until a GPU session (-DVP_ATT_FWD_VERSION=6 puts it
   in the trainer: the build variant att_fwd6).
   Not yet done: one block per GQA group sharing K/V loads, TMA, warp specialisation.
@@ -131,7 +131,7 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     versions.push_back(2);
     versions.push_back(4);
     versions.push_back(5);
-    if (gpu::attention_forward6_supported(a)) versions.push_back(6);
+    if (gpu::attention_wgmma_supported(a)) versions.push_back(6);
     else printf(" version 6: not run (head dim %d, or not a compute capability 9.0 GPU)\n", D);
 #endif
     bool ok = true;
