@@ -952,7 +952,7 @@ constexpr int ATT6_THREADS = 128 * ATT6_WARPGROUPS;
 constexpr int ATT6_QROWS = 64 * ATT6_WARPGROUPS;  // query rows per block
 constexpr int ATT6_KTILE = 64;                    // keys per tile
 constexpr int ATT6_ROW_BYTES = 128;               // a row of 64 bf16
-inline size_t att6_smem_forward() { return (size_t)(ATT6_QROWS + 4 * ATT6_KTILE) * ATT6_ROW_BYTES + 1024; }
+inline size_t att6_smem_forward() { return (size_t)(ATT6_QROWS + 4 * ATT6_KTILE) * ATT6_ROW_BYTES + SW128_ALIGN_SLACK; }
 
 // rows [row0, row0 + ROWS) of a strided bf16 source (64 columns) -> a swizzled tile, by cp.async;
 // zeros past T. Not unrolled, for the reason att2_load_tile_async gives.
@@ -1029,7 +1029,7 @@ static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kern
     static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
     constexpr int NT = ATT6_KTILE / 8;  // 8-key blocks of a tile
     extern __shared__ __align__(16) unsigned char smem6[];
-    unsigned char* Qs = smem6 + ((1024u - (smem_window_address(smem6) & 1023u)) & 1023u);  // on a swizzle atom
+    unsigned char* Qs = sw128_align(smem6);
     unsigned char* KVs = Qs + ATT6_QROWS * ATT6_ROW_BYTES;
     int nh = a.h1 - a.h0, G = a.H / a.Hkv;
     int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
@@ -1401,14 +1401,14 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dq_kernel2(Atte
 // and dQ are 96 fp32 accumulators a thread). Shared memory: Q, dO (64 rows each), then two
 // buffers of K and V (64 rows each), rows of 128 bytes, + 1 KiB to align the start.
 constexpr int ATT6_DQ_THREADS = 128;
-inline size_t att6_smem_dq() { return (size_t)(2 * 64 + 4 * ATT6_KTILE) * ATT6_ROW_BYTES + 1024; }
+inline size_t att6_smem_dq() { return (size_t)(2 * 64 + 4 * ATT6_KTILE) * ATT6_ROW_BYTES + SW128_ALIGN_SLACK; }
 
 template <int D>
 static __global__ void __launch_bounds__(ATT6_DQ_THREADS, 3) attention_backward_dq_kernel6(AttentionArgs a) {
     static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
     constexpr int NT = ATT6_KTILE / 8;
     extern __shared__ __align__(16) unsigned char smem6[];
-    unsigned char* Qs = smem6 + ((1024u - (smem_window_address(smem6) & 1023u)) & 1023u);  // on a swizzle atom
+    unsigned char* Qs = sw128_align(smem6);
     unsigned char* dOs = Qs + 64 * ATT6_ROW_BYTES;
     unsigned char* KVs = dOs + 64 * ATT6_ROW_BYTES;
     int nh = a.h1 - a.h0, G = a.H / a.Hkv;

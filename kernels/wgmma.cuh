@@ -29,7 +29,7 @@
 // trap, and the launchers (attention_forward6) are not called (attention_wgmma_available). Under
 // the CUDA emulator (VP_CUDA_EMU) they run as tests/emu/cuda_emu.cpp's "wgmma".
 //
-// defines: sw128_offset, smem_window_address, wgmma_desc_sw128, wgmma_fence, wgmma_commit,
+// defines: sw128_offset, smem_window_address, sw128_align, SW128_ALIGN_SLACK, wgmma_desc_sw128, wgmma_fence, wgmma_commit,
 //          wgmma_wait, wgmma_fence_operand, fence_proxy_async_shared, wgmma_m64n64k16_ss,
 //          wgmma_m64n64k16_rs_mn
 #pragma once
@@ -53,6 +53,13 @@ __device__ __forceinline__ uint32_t smem_window_address(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 #endif
 }
+
+// Swizzled tiles start on a 1024-byte boundary of the shared window (a swizzle atom: 8 rows of 128
+// bytes). sw128_align gives the first such boundary at or after p (dynamic shared memory, whose
+// start the CUDA runtime does not promise to align so; the emulator places it off the boundary on
+// purpose), and a kernel's launcher asks for SW128_ALIGN_SLACK bytes more than its tiles.
+constexpr size_t SW128_ALIGN_SLACK = 1024;
+__device__ __forceinline__ unsigned char* sw128_align(unsigned char* p) { return p + ((1024u - (smem_window_address(p) & 1023u)) & 1023u); }
 
 // Matrix descriptor of a 128-byte-swizzled operand at window address addr (bits 7-9 clear: the
 // start of a swizzle atom's row 0, plus 32-byte k steps): start, leading and stride byte offsets

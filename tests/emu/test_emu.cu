@@ -344,7 +344,7 @@ TEST(bad_launches_and_copies_are_refused) {
 // the cp.async copies, 3 reads the accumulators before the wait.
 static __global__ void wgmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, int mode, int broken, float* out) {
     extern __shared__ __align__(16) unsigned char wg_smem[];
-    unsigned char* As = wg_smem + ((1024u - (gpu::smem_window_address(wg_smem) & 1023u)) & 1023u);
+    unsigned char* As = gpu::sw128_align(wg_smem);
     unsigned char* Bs = As + 64 * 128;
     int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     // B in the layout of its mode: rows n of k (B^T, K-major) or rows k of n (MN-major)
@@ -396,7 +396,7 @@ static bool run_wgmma(int mode, int broken, std::vector<float>* out) {
     __nv_bfloat16 *da = upload(a), *db = upload(b);
     float* dd;
     cudaCheck(cudaMalloc(&dd, 4096 * sizeof(float)));
-    size_t smem = 2 * 64 * 128 + 1024;
+    size_t smem = 2 * 64 * 128 + gpu::SW128_ALIGN_SLACK;
     cudaCheck(cudaFuncSetAttribute(wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     wgmma_kernel<<<1, 128, smem>>>(da, db, mode, broken, dd);
     cudaCheck(cudaGetLastError());
