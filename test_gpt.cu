@@ -542,8 +542,8 @@ TEST(attention_head_ranges) {
     // buffered by cp.async) must equal versions 2 (one pass over each query tile, loads waited
     // for) and 3 bit for bit: the same sums in the same order; and its forward version 2's
     CHECK(gpu::attention_tc_version == 4, "the trainer's attention is version %d, this test expects 4", gpu::attention_tc_version);
-    // against version 4 itself: the trainer's dQ kernel may be version 6 (VP_TEST_ATTENTION_WGMMA)
-    if (gpu::attention_dq_version != 4) {
+    // against version 4 itself: the trainer's dQ and dK/dV kernels may be version 6 (VP_TEST_ATTENTION_WGMMA)
+    if (gpu::attention_dq_version != 4 || gpu::attention_dkdv_version != 4) {
         gpu::attention_backward4(one, gm.stream);
         cudaCheck(cudaStreamSynchronize(gm.stream));
     }
@@ -596,12 +596,12 @@ TEST(attention_head_ranges) {
 }
 
 // Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's version 6 and the
-// backward's version 6 (its dQ kernel) against the trainer's version 4 at every layer of every
+// backward's version 6 (its dQ and dK/dV kernels) against the trainer's version 4 at every layer of every
 // config with D = 64, each with its layer's value-path inputs (ResFormer's mix as V is loaded,
 // SVFormer's v^0, SLA's second source, Depth's v~; the backward on a random dO, gradients into
 // fresh buffers): bit for bit under the CUDA emulator (it sums each k16 step in order for mma and
-// wgmma alike); on a GPU within the bounds derived below (dk and dv come from the same kernel in
-// both: equal). Not run where version 6 cannot (head dim, not an H100/H200).
+// wgmma alike); on a GPU within the bounds derived below. Not run where version 6 cannot (head
+// dim, not an H100/H200).
 TEST(attention_wgmma_versions) {
 #ifdef ENABLE_BF16
     int checked = 0;
@@ -664,15 +664,15 @@ TEST(attention_wgmma_versions) {
             }
             cudaCheck(cudaStreamSynchronize(gm.stream));
             std::vector<gpu::floatX> h4 = get(o4, n_out), h6 = get(o6, n_out), q4 = get(dq[0], n_out), q6 = get(dq[1], n_out);
+            std::vector<gpu::floatX> k4 = get(dk[0], n_kv), k6 = get(dk[1], n_kv), v4 = get(dv[0], n_kv), v6 = get(dv[1], n_kv);
             std::vector<float> lse4(n_lse), lse6(n_lse);
             cudaCheck(cudaMemcpy(lse4.data(), l4, n_lse * 4, cudaMemcpyDeviceToHost));
             cudaCheck(cudaMemcpy(lse6.data(), l6, n_lse * 4, cudaMemcpyDeviceToHost));
-            CHECK(same(get(dk[0], n_kv), get(dk[1], n_kv)) && same(get(dv[0], n_kv), get(dv[1], n_kv)),
-                  "%s layer %d: dk/dv of attention backward versions 6 and 4 differ (the same kernel)", tc.name, l);
-            bool fwd_same = same(h4, h6) && same_bits(lse4, lse6), dq_same = same(q4, q6);
+            bool fwd_same = same(h4, h6) && same_bits(lse4, lse6), dq_same = same(q4, q6), dkv_same = same(k4, k6) && same(v4, v6);
 #ifdef VP_CUDA_EMU
             CHECK(fwd_same, "%s layer %d: attention forward versions 6 and 4 differ under the emulator", tc.name, l);
             CHECK(dq_same, "%s layer %d: dq of attention backward versions 6 and 4 differs under the emulator", tc.name, l);
+            CHECK(dkv_same, "%s layer %d: dk/dv of attention backward versions 6 and 4 differ under the emulator", tc.name, l);
 #else
             // Versions 4 and 6 feed the tensor cores the same bf16 products in the same k order;
             // only the tensor core's own sums inside a k16 step may round differently, so S and
@@ -686,6 +686,8 @@ TEST(attention_wgmma_versions) {
             //   dq: each dS entry rounded to bf16 one ulp the other way at worst (2^-7 of it)
             //   moves dq by 2^-7 of that entry's term, and dq's own rounding one ulp: in the
             //   Frobenius norm |dq6 - dq4| <= 2 x 2^-7 |dq4| (every rounding flipped at once).
+            //   dk, dv: the same argument with dS^T and P^T (their entries are dS's and P's):
+            //   |dk6 - dk4| <= 2 x 2^-7 |dk4|, |dv6 - dv4| <= 2 x 2^-7 |dv4| (Frobenius).
             // max|V| over every source V is read from (ResFormer's mix is a convex combination).
             float vmax = 0.0f;
             for (auto src : {std::make_pair(a.v, a.v_rs), std::make_pair(a.v_mix, a.v_mix_rs), std::make_pair(a.v_alt, a.v_alt_rs)}) {
@@ -695,28 +697,34 @@ TEST(attention_wgmma_versions) {
                                        cudaMemcpyDeviceToHost));
                 for (gpu::floatX x : hv) vmax = std::max(vmax, fabsf((float)x));
             }
-            double worst_o = 0.0, worst_l = 0.0, dq_diff = 0.0, dq_norm = 0.0;
+            double worst_o = 0.0, worst_l = 0.0;
             for (size_t i = 0; i < h4.size(); i++)
                 worst_o = std::max(worst_o, (double)fabsf((float)h6[i] - (float)h4[i]) / (0x1p-7 * (vmax + fabsf((float)h4[i]))));
             for (size_t i = 0; i < lse4.size(); i++) worst_l = std::max(worst_l, (double)fabsf(lse6[i] - lse4[i]) / 1e-4);
-            for (size_t i = 0; i < q4.size(); i++) {
-                double d = (double)(float)q6[i] - (double)(float)q4[i];
-                dq_diff += d * d;
-                dq_norm += (double)(float)q4[i] * (double)(float)q4[i];
-            }
-            double worst_q = sqrt(dq_diff) / (2 * 0x1p-7 * sqrt(dq_norm) + 1e-30);
-            printf("  %s layer %d: attention version 6 against 4: out %.3f, lse %.3f, dq %.3f of their bounds; bit-identical: forward %s, dq %s\n",
-                   tc.name, l, worst_o, worst_l, worst_q, fwd_same ? "yes" : "no", dq_same ? "yes" : "no");
-            CHECK(worst_o <= 1.0 && worst_l <= 1.0 && worst_q <= 1.0,
-                  "%s layer %d: attention version 6 is off version 4 by %.3f (out), %.3f (lse), %.3f (dq) of the bounds", tc.name, l, worst_o, worst_l,
-                  worst_q);
+            // |x6 - x4| / (2 x 2^-7 |x4|) in the Frobenius norm
+            auto frobenius_margin = [](const std::vector<gpu::floatX>& x4, const std::vector<gpu::floatX>& x6) {
+                double diff = 0.0, norm = 0.0;
+                for (size_t i = 0; i < x4.size(); i++) {
+                    double d = (double)(float)x6[i] - (double)(float)x4[i];
+                    diff += d * d;
+                    norm += (double)(float)x4[i] * (double)(float)x4[i];
+                }
+                return sqrt(diff) / (2 * 0x1p-7 * sqrt(norm) + 1e-30);
+            };
+            double worst_q = frobenius_margin(q4, q6), worst_k = frobenius_margin(k4, k6), worst_v = frobenius_margin(v4, v6);
+            printf("  %s layer %d: attention version 6 against 4: out %.3f, lse %.3f, dq %.3f, dk %.3f, dv %.3f of their bounds; bit-identical: "
+                   "forward %s, dq %s, dk/dv %s\n",
+                   tc.name, l, worst_o, worst_l, worst_q, worst_k, worst_v, fwd_same ? "yes" : "no", dq_same ? "yes" : "no", dkv_same ? "yes" : "no");
+            CHECK(worst_o <= 1.0 && worst_l <= 1.0 && worst_q <= 1.0 && worst_k <= 1.0 && worst_v <= 1.0,
+                  "%s layer %d: attention version 6 is off version 4 by %.3f (out), %.3f (lse), %.3f (dq), %.3f (dk), %.3f (dv) of the bounds", tc.name,
+                  l, worst_o, worst_l, worst_q, worst_k, worst_v);
 #endif
             checked++;
         }
         for (void* p : bufs) cudaCheck(cudaFree(p));
         gpt_free(&gm);
     }
-    printf("  attention version 6 (forward, dq) compared with version 4 at %d layers\n", checked);
+    printf("  attention version 6 (forward, dq, dk, dv) compared with version 4 at %d layers\n", checked);
 #endif
 }
 
@@ -985,8 +993,8 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    // VP_TEST_ATTENTION_WGMMA=1 runs every test with the trainer's attention forward and dQ
-    // kernel at version 6 (wgmma; where they can run, version 4 elsewhere): dev/device_check.sh
+    // VP_TEST_ATTENTION_WGMMA=1 runs every test with the trainer's attention forward, dQ and dK/dV
+    // kernels at version 6 (wgmma; where they can run, version 4 elsewhere): dev/device_check.sh
     // runs each path's suite once more that way while version 6 is not the default
     const char* wg = getenv("VP_TEST_ATTENTION_WGMMA");
     if (wg && *wg) {
@@ -994,9 +1002,9 @@ int main(int argc, char** argv) {
             fprintf(stderr, "VP_TEST_ATTENTION_WGMMA=%s: use 1 (version 6) or 0\n", wg);
             return 2;
         }
-        gpu::attention_forward_version = gpu::attention_dq_version = wg[0] == '1' ? 6 : 4;
+        gpu::attention_forward_version = gpu::attention_dq_version = gpu::attention_dkdv_version = wg[0] == '1' ? 6 : 4;
     }
-    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d, dQ version %d\n", PRECISION_NAME, value_path_name(VALUE_PATH_ID),
-           prop.name, gpu::attention_forward_version, gpu::attention_dq_version);
+    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d, dQ version %d, dK/dV version %d\n", PRECISION_NAME,
+           value_path_name(VALUE_PATH_ID), prop.name, gpu::attention_forward_version, gpu::attention_dq_version, gpu::attention_dkdv_version);
     return run_registered_tests(argc, argv);
 }

@@ -330,8 +330,9 @@ for path in $TEST_PATHS; do
         unit_end "test_gpt $path $prec"
     done
 done
-# 2b. the bf16 suites once more with attention version 6 (wgmma, Hopper only: the forward and the
-# dQ kernel; the variants att_fwd6 and att_dq6 time them) in every test: VP_TEST_ATTENTION_WGMMA=1
+# 2b. the bf16 suites once more with attention version 6 (wgmma, Hopper only: the forward, the dQ
+# and the dK/dV kernels; the variants att_fwd6, att_dq6, att_dkdv6 and att_wgmma time them) in
+# every test: VP_TEST_ATTENTION_WGMMA=1
 # (test_gpt.cu's main)
 for path in $TEST_PATHS; do
     bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_bf16
@@ -345,9 +346,9 @@ for path in $TEST_PATHS; do
         if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path bf16, attention on wgmma" "skipped: no CUDA device"
         else
             # the worst layer's margins (test_gpt's attention_wgmma_versions), if it printed them
-            worst=$(echo "$section" | grep -o 'version 6 against 4: out [0-9.]*, lse [0-9.]*, dq [0-9.]*' | awk '{ o = $6 + 0; l = $8 + 0; q = $10 + 0;
-                if (o > mo) mo = o; if (l > ml) ml = l; if (q > mq) mq = q; n++ }
-                END { if (n) printf "; version 6 against 4 at %d layers: out within %.3f, lse %.3f, dq %.3f of the bounds", n, mo, ml, mq }')
+            worst=$(echo "$section" | grep -o 'version 6 against 4: out [0-9.]*, lse [0-9.]*, dq [0-9.]*, dk [0-9.]*, dv [0-9.]*' | awk '{
+                for (i = 6; i <= 14; i += 2) { x = $i + 0; if (x > m[i]) m[i] = x } n++ }
+                END { if (n) printf "; version 6 against 4 at %d layers: out within %.3f, lse %.3f, dq %.3f, dk %.3f, dv %.3f of the bounds", n, m[6], m[8], m[10], m[12], m[14] }')
             row "test_gpt $path bf16, attention on wgmma" "$(verdict $rc) ($c$worst)"
         fi
     else

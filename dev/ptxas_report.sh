@@ -43,16 +43,20 @@ for l in lines:
         cur["smem"] = int(m.group(1))
 names = subprocess.run(["c++filt"], input="\n".join(r["name"] for r in rows), capture_output=True, text=True).stdout.splitlines()
 # block sizes of the __launch_bounds__ kernels (kernels/attention.cuh: ATT2_THREADS for versions
-# 2-5, ATT6_THREADS for the forward's version 6, ATT6_DQ_THREADS for its dQ kernel)
+# 2-5, ATT6_THREADS for the forward's version 6, ATT6_DQ_THREADS and ATT6_DKDV_THREADS for its
+# backward kernels)
 src = open("kernels/attention.cuh").read()
 att2 = re.search(r"constexpr int ATT2_THREADS = (\d+);", src)
 att6_wg = re.search(r"constexpr int ATT6_WARPGROUPS = (\d+);", src)
 att6_dq = re.search(r"constexpr int ATT6_DQ_THREADS = (\d+);", src)
+att6_dkdv = re.search(r"constexpr int ATT6_DKDV_THREADS = (\d+);", src)
 def block_threads(name):
     if "attention" not in name:
         return None
     if "dq_kernel6" in name:
         return int(att6_dq.group(1)) if att6_dq else None
+    if "dkdv_kernel6" in name:
+        return int(att6_dkdv.group(1)) if att6_dkdv else None
     if "kernel6" in name:
         return 128 * int(att6_wg.group(1)) if att6_wg else None
     if "kernel2" in name:

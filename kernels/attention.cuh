@@ -43,8 +43,11 @@
 //     yet run on a GPU: -DVP_ATT_FWD_VERSION=6 or bench_gpt --attention-forward 6 (the variant
 //     att_fwd6), version 4 wherever it cannot run (attention_wgmma_supported).
 //   version 6 of the backward: version 4's with the dQ kernel on wgmma (the same tiles, S and dP
-//     from shared memory, dQ += dS K with dS from registers), D = 64, Hopper; checked the same
-//     way, not yet run on a GPU: -DVP_ATT_DQ_VERSION=6 or bench_gpt --attention-dq 6 (att_dq6).
+//     from shared memory, dQ += dS K with dS from registers) and the dK/dV kernel on wgmma
+//     (version 4's block, 32 queries a step: S^T and dP^T from shared memory, dV += P^T dO and
+//     dK += dS^T Q with P^T and dS^T from registers), D = 64, Hopper; checked the same way, not
+//     yet run on a GPU: -DVP_ATT_DQ_VERSION=6 / -DVP_ATT_DKDV_VERSION=6, or bench_gpt
+//     --attention-dq 6 / --attention-dkdv 6 (the variants att_dq6, att_dkdv6; att_wgmma: all three).
 // Backward, both versions: three kernels, in this order: delta = rowsum(dO * O); dQ with one
 // block per (b, query head, query tile) looping over key tiles; dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
@@ -977,13 +980,17 @@ __device__ __forceinline__ void att6_load_v_tile_mixed(unsigned char* dst, const
         *reinterpret_cast<uint4*>(dst + sw128_offset(r, cc)) = out;
     }
 }
-// Starts key tile kt's K and V into buffer kt % 2 (K, then V 64 rows after it), with THREADS threads.
+// Starts key tile kt's K and V into K and the 64 rows after it, with THREADS threads.
 template <int THREADS>
-__device__ __forceinline__ void att6_kv_tile_start(unsigned char* KVs, const KVSource& src, int kt, int T) {
-    unsigned char* K = KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES;
+__device__ __forceinline__ void att6_load_kv_tiles(unsigned char* K, const KVSource& src, int kt, int T) {
     att6_load_tile_async<ATT6_KTILE, THREADS>(K, src.k, src.k_rs, kt * ATT6_KTILE, T);
     if (src.vmix) att6_load_v_tile_mixed<THREADS>(K + ATT6_KTILE * ATT6_ROW_BYTES, src, kt * ATT6_KTILE, T);
     else att6_load_tile_async<ATT6_KTILE, THREADS>(K + ATT6_KTILE * ATT6_ROW_BYTES, src.v, src.v_rs, kt * ATT6_KTILE, T);
+}
+// The same into buffer kt % 2 of KVs (the loops over key tiles).
+template <int THREADS>
+__device__ __forceinline__ void att6_kv_tile_start(unsigned char* KVs, const KVSource& src, int kt, int T) {
+    att6_load_kv_tiles<THREADS>(KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES, src, kt, T);
 }
 
 // The top of key tile kt's step: this thread's copies of tile kt (and of the tiles that came with
@@ -1074,173 +1081,85 @@ static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kern
     att_forward_store_rows<D>(o, mrow, lrow, row, tq, a, b, h);
 }
 
-// dK, dV: block = (b, KV head g, 64-key tile), 4 warps x 16 keys; loops over the G query heads of
-// the group and the query tiles at or after the key tile. Computes transposed scores S^T (keys x
-// queries) so that P^T and dS^T come out in the C layout that is the A operand of dV += P^T dO and
-// dK += dS^T Q. Each query tile is taken QSTEP queries at a time (64: version 2, one pass; 16:
-// version 3), see below. ASYNC (version 4 = version 3 + this): the Q/dO tiles are double
-// buffered, the next one arriving by cp.async while the current one is used, as in the forward.
-// Shared memory: K, V (ATT2_TILE x LDS bf16 each), then per buffer Q and dO tiles, then per
-// buffer the tile's lse (log2 units) and delta (ATT2_TILE floats each).
-template <int D, int QSTEP, bool ASYNC>
-static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(AttentionArgs a) {
-    static_assert(QSTEP % 16 == 0 && ATT2_TILE % QSTEP == 0, "QSTEP: whole mma k-steps that tile the query tile");
-    static_assert(ATT2_THREADS >= ATT2_TILE, "one thread per query row loads lse and delta");
-    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8, NBUF = ASYNC ? 2 : 1;
-    extern __shared__ __align__(16) unsigned char smem2[];
-    __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem2);
-    __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
-    __nv_bfloat16* QdOs = Vs + ATT2_TILE * LDS;  // buffer i: Q at QdOs + 2i TILE LDS, dO after it
-    float* lse_all = reinterpret_cast<float*>(QdOs + 2 * NBUF * ATT2_TILE * LDS);  // buffer i at + i TILE
-    float* delta_all = lse_all + NBUF * ATT2_TILE;
-    int G = a.H / a.Hkv, ng = (a.h1 - a.h0) / G;
-    int kt = blockIdx.x, b = blockIdx.y / ng, g = a.h0 / G + blockIdx.y % ng;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
-    int nqt = CEIL_DIV(a.T, ATT2_TILE);
-    const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
-    // the (query head h, query tile qt) pairs in order: heads of the group outer, tiles kt.. inner;
-    // the pair after (h, qt) is (h, qt + 1), or (h + 1, kt) after the last tile (next_pair)
-    int n_iter = G * (nqt - kt);
-    // Batch b's rows of q, dO, lse and delta: the 64-bit addresses that every pair's loads start
-    // from, kept in shared memory and read through a volatile reference at each use so that they
-    // do not occupy registers across the loop. In registers, ptxas (at 128, for 4 blocks per SM)
-    // spilled them to local memory, and their reloads, from L2 (shared memory leaves L1 little
-    // room), stalled each tile's prefetch: ncu on an H100 (dev/results/2026-11-27-h100-3.md).
-    __shared__ uintptr_t batch_rows[4];
+// Pieces of the dK/dV kernels (versions 2-4 and 6), which share their block shape: 4 warps of 16
+// keys (one warpgroup), one block per (b, KV head g, 64-key tile), a loop over the (query head h,
+// query tile qt) pairs of the group, and each pair's lse and delta rows in shared memory.
+//
+// Batch b's rows of q, dO, lse and delta: the 64-bit addresses that every pair's loads start from,
+// kept in shared memory (batch_rows[4], filled by att_dkdv_batch_rows_init before a
+// __syncthreads) and read through a volatile reference at each use so that they do not occupy
+// registers across the loop. In registers, ptxas (at 128, for 4 blocks per SM) spilled them to
+// local memory, and their reloads, from L2 (shared memory leaves L1 little room), stalled each
+// tile's prefetch: ncu on an H100 (dev/results/2026-11-27-h100-3.md).
+__device__ __forceinline__ void att_dkdv_batch_rows_init(uintptr_t* batch_rows, const AttentionArgs& a, int b, int D) {
     if (threadIdx.x == 0) {
         batch_rows[0] = reinterpret_cast<uintptr_t>(a.q + (size_t)b * a.T * a.q_rs);
         batch_rows[1] = reinterpret_cast<uintptr_t>(a.dout + (size_t)b * a.T * a.H * D);
         batch_rows[2] = reinterpret_cast<uintptr_t>(a.lse + (size_t)b * a.H * a.T);
         batch_rows[3] = reinterpret_cast<uintptr_t>(a.delta + (size_t)b * a.H * a.T);
     }
-    __syncthreads();
-    auto batch_row = [&](int i) { return reinterpret_cast<const void*>(*reinterpret_cast<const volatile uintptr_t*>(&batch_rows[i])); };
-    auto q_of = [&](int h) { return reinterpret_cast<const __nv_bfloat16*>(batch_row(0)) + (size_t)h * D; };
-    auto dout_of = [&](int h) { return reinterpret_cast<const __nv_bfloat16*>(batch_row(1)) + (size_t)h * D; };
-    auto next_pair = [&](int& h, int& qt) {
-        if (++qt == nqt) qt = kt, h++;
-    };
-    int h = g * G, qt = kt;  // the pair of iteration it (h_next, qt_next: of it + 1)
-    // Pair (h, qt)'s lse and delta rows into buffer buf: threads 0..63 copy lse (row threadIdx.x),
-    // 64..127 delta. ASYNC: as 4-byte cp.async copies in the caller's group; otherwise plain loads.
-    // Rows past T: nothing is read and the word is zero (delta = 0; lse_landed makes lse inf).
-    auto lse_delta_start = [&](int h, int qt, int buf) {
-        static_assert(ATT2_THREADS == 2 * ATT2_TILE, "a thread per row of lse, one per row of delta");
-        int r = threadIdx.x % ATT2_TILE, qrow = qt * ATT2_TILE + r;
-        bool is_lse = threadIdx.x < ATT2_TILE, inside = qrow < a.T;
-        const float* row = reinterpret_cast<const float*>(batch_row(is_lse ? 2 : 3)) + (size_t)h * a.T;
-        float* dst = (is_lse ? lse_all : delta_all) + buf * ATT2_TILE + r;
-        if constexpr (ASYNC) cp_async4(dst, inside ? row + qrow : row, inside ? 4 : 0);
-        else *dst = inside ? row[qrow] : 0.0f;
-    };
-    // After the copies of pair (h, qt) landed (ASYNC: this thread's wait) and before the
-    // __syncthreads that shows them: each lse thread turns its own word into log2 units, P = 0
-    // past T.
-    auto lse_landed = [&](int qt, int buf) {
-        if (threadIdx.x < ATT2_TILE) {
-            float* w = lse_all + buf * ATT2_TILE + threadIdx.x;
-            *w = qt * ATT2_TILE + (int)threadIdx.x < a.T ? *w * LOG2E : INFINITY;
-        }
-    };
-
-    KVSource src = attn_kv_source(a, b, g);
-    if constexpr (ASYNC) {  // K, V and the first Q/dO tile with its lse and delta: group 0
-        att2_load_tile_async<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
-        att2_load_v_tile_async<D>(Vs, src, kt * ATT2_TILE, a.T);
-        att2_load_tile_async<D>(QdOs, q_of(h), a.q_rs, qt * ATT2_TILE, a.T);
-        att2_load_tile_async<D>(QdOs + ATT2_TILE * LDS, dout_of(h), (long)a.H * D, qt * ATT2_TILE, a.T);
-        lse_delta_start(h, qt, 0);
-        cp_async_commit();
-    } else {
-        att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
-        att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
+}
+__device__ __forceinline__ const void* att_dkdv_batch_row(const uintptr_t* batch_rows, int i) {
+    return reinterpret_cast<const void*>(*reinterpret_cast<const volatile uintptr_t*>(&batch_rows[i]));
+}
+// Query head h's column of batch b's q (i = 0) or dO (i = 1) rows.
+__device__ __forceinline__ const __nv_bfloat16* att_dkdv_head_rows(const uintptr_t* batch_rows, int i, int h, int D) {
+    return reinterpret_cast<const __nv_bfloat16*>(att_dkdv_batch_row(batch_rows, i)) + (size_t)h * D;
+}
+// Pair (h, qt)'s lse and delta rows into buffer buf of lse_all / delta_all (64 floats per
+// buffer): threads 0..63 copy lse (row threadIdx.x), 64..127 delta. ASYNC: as 4-byte cp.async
+// copies in the caller's group; otherwise plain loads. Rows past T: nothing is read and the word
+// is zero (delta = 0; att_dkdv_lse_landed makes lse inf).
+template <bool ASYNC>
+__device__ __forceinline__ void att_dkdv_lse_delta_start(float* lse_all, float* delta_all, const uintptr_t* batch_rows, int h, int qt, int buf, int T) {
+    static_assert(ATT2_THREADS == 2 * ATT2_TILE, "a thread per row of lse, one per row of delta");
+    int r = threadIdx.x % ATT2_TILE, qrow = qt * ATT2_TILE + r;
+    bool is_lse = threadIdx.x < ATT2_TILE, inside = qrow < T;
+    const float* row = reinterpret_cast<const float*>(att_dkdv_batch_row(batch_rows, is_lse ? 2 : 3)) + (size_t)h * T;
+    float* dst = (is_lse ? lse_all : delta_all) + buf * ATT2_TILE + r;
+    if constexpr (ASYNC) cp_async4(dst, inside ? row + qrow : row, inside ? 4 : 0);
+    else *dst = inside ? row[qrow] : 0.0f;
+}
+// After the copies of pair (h, qt) landed (ASYNC: this thread's wait) and before the
+// __syncthreads that shows them: each lse thread turns its own word into log2 units, P = 0 past T.
+__device__ __forceinline__ void att_dkdv_lse_landed(float* lse_all, int qt, int buf, int T) {
+    if (threadIdx.x < ATT2_TILE) {
+        float* w = lse_all + buf * ATT2_TILE + threadIdx.x;
+        *w = qt * ATT2_TILE + (int)threadIdx.x < T ? *w * LOG2E : INFINITY;
     }
-    float dk[D / 8][4], dv[D / 8][4];
+}
+// The transposed probabilities and score gradients of a thread's two keys (key, key + 8) against
+// NJ blocks of 8 queries from block qb0 of the pair's tile, in the C/D fragment layout (see
+// att_softmax_tile, rows = keys): query column ql = 8 (qb0 + j) + 2tq + (e & 1) of the tile (row
+// qrow0 + ql). In: pt = S^T (raw scores), dpt = dP^T. Out: pt = P^T = exp2(S^T sl2 - lse2) with
+// the causal mask (query >= key), dpt = dS^T = P^T (dP^T - delta); lse_s, delta_s: the tile's rows
+// (log2 units, inf past T). The column is written (qb0 + j) * 8, as version 4 had it inline: as
+// ql0 + 8j (the same value), ptxas spilled 16 bytes instead of 8 in version 4's kernel.
+template <int NJ>
+__device__ __forceinline__ void att_dkdv_p_ds_tile(float (&pt)[NJ][4], float (&dpt)[NJ][4], int key, int qb0, int qrow0, const float* lse_s,
+                                                   const float* delta_s, int tq, float sl2) {
 #pragma unroll
-    for (int j = 0; j < D / 8; j++)
+    for (int j = 0; j < NJ; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.0f;
-    int key = kt * ATT2_TILE + warp * 16 + gr;  // this thread's keys: key, key + 8
+        for (int e = 0; e < 4; e++) {
+            int kr = key + (e >= 2 ? 8 : 0), ql = (qb0 + j) * 8 + 2 * tq + (e & 1), qrow = qrow0 + ql;
+            float p = qrow >= kr ? exp2f(pt[j][e] * sl2 - lse_s[ql]) : 0.0f;  // qrow >= T: lse = inf -> 0
+            pt[j][e] = p;
+            dpt[j][e] = p * (dpt[j][e] - delta_s[ql]);
+        }
+}
 
-    for (int it = 0; it < n_iter; it++) {
-        int buf = ASYNC ? it & 1 : 0, h_next = h, qt_next = qt;
-        next_pair(h_next, qt_next);
-        __nv_bfloat16* Qs = QdOs + 2 * buf * ATT2_TILE * LDS;
-        __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
-        float* lse_s = lse_all + buf * ATT2_TILE;
-        float* delta_s = delta_all + buf * ATT2_TILE;
-        bool prefetch = ASYNC && it + 1 < n_iter;
-        if constexpr (ASYNC) {
-            cp_async_wait<0>();  // this thread's copies of pair it (the only group in flight)
-            lse_landed(qt, buf);
-            __syncthreads();     // everyone's; and everyone is done with pair it - 1's buffer, refilled next
-            if (prefetch) {
-                __nv_bfloat16* Qn = QdOs + 2 * (buf ^ 1) * ATT2_TILE * LDS;
-                att2_load_tile_async<D>(Qn, q_of(h_next), a.q_rs, qt_next * ATT2_TILE, a.T);
-                att2_load_tile_async<D>(Qn + ATT2_TILE * LDS, dout_of(h_next), (long)a.H * D, qt_next * ATT2_TILE, a.T);
-                lse_delta_start(h_next, qt_next, buf ^ 1);
-                cp_async_commit();
-            }
-        } else {
-            __syncthreads();
-            att2_load_tile<D>(Qs, q_of(h), a.q_rs, qt * ATT2_TILE, a.T);
-            att2_load_tile<D>(dOs, dout_of(h), (long)a.H * D, qt * ATT2_TILE, a.T);
-            lse_delta_start(h, qt, buf);
-            lse_landed(qt, buf);
-            __syncthreads();
-        }
-        // Per group of QSTEP queries (NPG steps of 16), all in registers:
-        //   S^T = K Q^T, P^T = exp(S^T - lse) with the causal mask (query >= key),
-        //   dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
-        // Why groups: the dK and dV accumulators of 16 keys x D take D fp32 registers per
-        // thread; P^T and dP^T of all 64 queries add 32 more, and with them D = 128 spills and
-        // D = 64 needs 168 registers (3 blocks per SM). With QSTEP = 16 they add 8: D = 64 takes
-        // 128 (4 blocks per SM) and D = 128 246, without spills (nvcc 13.0, sm_90a; ptxas_report.sh).
-        // The price: the K and V fragments are read from shared memory once per group, 4 times
-        // instead of once, which is 33% more ldmatrix for the same mma count at D = 64. Every sum
-        // runs in the same order as in one pass, so both versions give the same bits.
-        // Unrolling 2 of the 4 groups, not all: fully unrolled, ptxas schedules the groups'
-        // loads together and the registers come back (D = 128 spills again).
-        constexpr int NPG = QSTEP / 16;
-#pragma unroll 2
-        for (int q0 = 0; q0 < NT / 2; q0 += NPG) {
-            float pt[2 * NPG][4], dpt[2 * NPG][4];
-            att2_paired_products<D, NPG>(pt, dpt, Ks, Vs, warp * 16, Qs, dOs, q0 * 16, lane);
-#pragma unroll
-            for (int j = 0; j < 2 * NPG; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int kr = key + (e >= 2 ? 8 : 0), ql = (2 * q0 + j) * 8 + 2 * tq + (e & 1), qrow = qt * ATT2_TILE + ql;
-                    float p = qrow >= kr ? exp2f(pt[j][e] * sl2 - lse_s[ql]) : 0.0f;  // qrow >= T: lse = inf -> 0
-                    pt[j][e] = p;
-                    dpt[j][e] = p * (dpt[j][e] - delta_s[ql]);
-                }
-#pragma unroll
-            for (int np = 0; np < NPG; np++) {
-                uint32_t pa[4] = {pack_bf16x2(pt[2 * np][0], pt[2 * np][1]), pack_bf16x2(pt[2 * np][2], pt[2 * np][3]),
-                                  pack_bf16x2(pt[2 * np + 1][0], pt[2 * np + 1][1]), pack_bf16x2(pt[2 * np + 1][2], pt[2 * np + 1][3])};
-                uint32_t sa[4] = {pack_bf16x2(dpt[2 * np][0], dpt[2 * np][1]), pack_bf16x2(dpt[2 * np][2], dpt[2 * np][3]),
-                                  pack_bf16x2(dpt[2 * np + 1][0], dpt[2 * np + 1][1]), pack_bf16x2(dpt[2 * np + 1][2], dpt[2 * np + 1][3])};
-#pragma unroll
-                for (int dp = 0; dp < D / 16; dp++) {
-                    uint32_t df[4], qf[4];
-                    ldsm_x4_trans(df, frag_b_trans_addr(dOs, LDS, (q0 + np) * 16, dp * 16, lane));
-                    ldsm_x4_trans(qf, frag_b_trans_addr(Qs, LDS, (q0 + np) * 16, dp * 16, lane));
-                    mma_bf16_16816(dv[2 * dp], pa, df[0], df[1]);
-                    mma_bf16_16816(dv[2 * dp + 1], pa, df[2], df[3]);
-                    mma_bf16_16816(dk[2 * dp], sa, qf[0], qf[1]);
-                    mma_bf16_16816(dk[2 * dp + 1], sa, qf[2], qf[3]);
-                }
-            }
-        }
-        h = h_next, qt = qt_next;
-    }
-    // write out: own slots, value-path routes, and (ResFormer learn) this block's share of dlambda.
-    // Element by element: each route load waits for the store before it. Tried on an H100
-    // (2026-11-27, dev/results/2026-11-27-h100-3.md) and reverted: loading a row's route inputs as
-    // float pairs, 4 column pairs at a time, before the first store. ResFormer's step took 1.05x
-    // as long (this kernel 2.9 ms a launch against 1.7, ncu), not in the epilogue: the extra
-    // registers moved spills into the loop over query tiles. One pair at a time: 1.006x.
+// The dK/dV kernels' write-out for a thread's two keys (key, key + 8), dk (unscaled) and dv in the
+// C/D fragment layout: own slots, value-path routes, and (ResFormer learn) the block's share of
+// dlambda, which takes the whole block (block_sum).
+// Element by element: each route load waits for the store before it. Tried on an H100
+// (2026-11-27, dev/results/2026-11-27-h100-3.md) and reverted: loading a row's route inputs as
+// float pairs, 4 column pairs at a time, before the first store. ResFormer's step took 1.05x
+// as long (this kernel 2.9 ms a launch against 1.7, ncu), not in the epilogue: the extra
+// registers moved spills into the loop over query tiles. One pair at a time: 1.006x.
+template <int D>
+__device__ __forceinline__ void att_dkdv_store_rows(const float (&dk)[D / 8][4], const float (&dv)[D / 8][4], int key, int tq, float scale,
+                                                    const AttentionArgs& a, const KVSource& src, int b, int g) {
     float v_own, v_src;
     attn_dv_scales(a, src, &v_own, &v_src);
     float dlam = 0.0f;
@@ -1293,6 +1212,129 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
         float t = block_sum(dlam);  // fixed tree: deterministic
         if (threadIdx.x == 0) a.dlambda_partial[blockIdx.y * gridDim.x + blockIdx.x] = t;
     }
+}
+
+// dK, dV: block = (b, KV head g, 64-key tile), 4 warps x 16 keys; loops over the G query heads of
+// the group and the query tiles at or after the key tile. Computes transposed scores S^T (keys x
+// queries) so that P^T and dS^T come out in the C layout that is the A operand of dV += P^T dO and
+// dK += dS^T Q. Each query tile is taken QSTEP queries at a time (64: version 2, one pass; 16:
+// version 3), see below. ASYNC (version 4 = version 3 + this): the Q/dO tiles are double
+// buffered, the next one arriving by cp.async while the current one is used, as in the forward.
+// Shared memory: K, V (ATT2_TILE x LDS bf16 each), then per buffer Q and dO tiles, then per
+// buffer the tile's lse (log2 units) and delta (ATT2_TILE floats each).
+template <int D, int QSTEP, bool ASYNC>
+static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(AttentionArgs a) {
+    static_assert(QSTEP % 16 == 0 && ATT2_TILE % QSTEP == 0, "QSTEP: whole mma k-steps that tile the query tile");
+    static_assert(ATT2_THREADS >= ATT2_TILE, "one thread per query row loads lse and delta");
+    constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8, NBUF = ASYNC ? 2 : 1;
+    extern __shared__ __align__(16) unsigned char smem2[];
+    __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem2);
+    __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
+    __nv_bfloat16* QdOs = Vs + ATT2_TILE * LDS;  // buffer i: Q at QdOs + 2i TILE LDS, dO after it
+    float* lse_all = reinterpret_cast<float*>(QdOs + 2 * NBUF * ATT2_TILE * LDS);  // buffer i at + i TILE
+    float* delta_all = lse_all + NBUF * ATT2_TILE;
+    int G = a.H / a.Hkv, ng = (a.h1 - a.h0) / G;
+    int kt = blockIdx.x, b = blockIdx.y / ng, g = a.h0 / G + blockIdx.y % ng;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
+    int nqt = CEIL_DIV(a.T, ATT2_TILE);
+    const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
+    // the (query head h, query tile qt) pairs in order: heads of the group outer, tiles kt.. inner;
+    // the pair after (h, qt) is (h, qt + 1), or (h + 1, kt) after the last tile (next_pair)
+    int n_iter = G * (nqt - kt);
+    __shared__ uintptr_t batch_rows[4];  // see att_dkdv_batch_rows_init
+    att_dkdv_batch_rows_init(batch_rows, a, b, D);
+    __syncthreads();
+    auto q_of = [&](int h) { return att_dkdv_head_rows(batch_rows, 0, h, D); };
+    auto dout_of = [&](int h) { return att_dkdv_head_rows(batch_rows, 1, h, D); };
+    auto next_pair = [&](int& h, int& qt) {
+        if (++qt == nqt) qt = kt, h++;
+    };
+    int h = g * G, qt = kt;  // the pair of iteration it (h_next, qt_next: of it + 1)
+
+    KVSource src = attn_kv_source(a, b, g);
+    if constexpr (ASYNC) {  // K, V and the first Q/dO tile with its lse and delta: group 0
+        att2_load_tile_async<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+        att2_load_v_tile_async<D>(Vs, src, kt * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(QdOs, q_of(h), a.q_rs, qt * ATT2_TILE, a.T);
+        att2_load_tile_async<D>(QdOs + ATT2_TILE * LDS, dout_of(h), (long)a.H * D, qt * ATT2_TILE, a.T);
+        att_dkdv_lse_delta_start<ASYNC>(lse_all, delta_all, batch_rows, h, qt, 0, a.T);
+        cp_async_commit();
+    } else {
+        att2_load_tile<D>(Ks, src.k, src.k_rs, kt * ATT2_TILE, a.T);
+        att2_load_v_tile<D>(Vs, src, kt * ATT2_TILE, a.T);
+    }
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.0f;
+    int key = kt * ATT2_TILE + warp * 16 + gr;  // this thread's keys: key, key + 8
+
+    for (int it = 0; it < n_iter; it++) {
+        int buf = ASYNC ? it & 1 : 0, h_next = h, qt_next = qt;
+        next_pair(h_next, qt_next);
+        __nv_bfloat16* Qs = QdOs + 2 * buf * ATT2_TILE * LDS;
+        __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
+        float* lse_s = lse_all + buf * ATT2_TILE;
+        float* delta_s = delta_all + buf * ATT2_TILE;
+        bool prefetch = ASYNC && it + 1 < n_iter;
+        if constexpr (ASYNC) {
+            cp_async_wait<0>();  // this thread's copies of pair it (the only group in flight)
+            att_dkdv_lse_landed(lse_all, qt, buf, a.T);
+            __syncthreads();     // everyone's; and everyone is done with pair it - 1's buffer, refilled next
+            if (prefetch) {
+                __nv_bfloat16* Qn = QdOs + 2 * (buf ^ 1) * ATT2_TILE * LDS;
+                att2_load_tile_async<D>(Qn, q_of(h_next), a.q_rs, qt_next * ATT2_TILE, a.T);
+                att2_load_tile_async<D>(Qn + ATT2_TILE * LDS, dout_of(h_next), (long)a.H * D, qt_next * ATT2_TILE, a.T);
+                att_dkdv_lse_delta_start<ASYNC>(lse_all, delta_all, batch_rows, h_next, qt_next, buf ^ 1, a.T);
+                cp_async_commit();
+            }
+        } else {
+            __syncthreads();
+            att2_load_tile<D>(Qs, q_of(h), a.q_rs, qt * ATT2_TILE, a.T);
+            att2_load_tile<D>(dOs, dout_of(h), (long)a.H * D, qt * ATT2_TILE, a.T);
+            att_dkdv_lse_delta_start<ASYNC>(lse_all, delta_all, batch_rows, h, qt, buf, a.T);
+            att_dkdv_lse_landed(lse_all, qt, buf, a.T);
+            __syncthreads();
+        }
+        // Per group of QSTEP queries (NPG steps of 16), all in registers:
+        //   S^T = K Q^T, P^T = exp(S^T - lse) with the causal mask (query >= key),
+        //   dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+        // Why groups: the dK and dV accumulators of 16 keys x D take D fp32 registers per
+        // thread; P^T and dP^T of all 64 queries add 32 more, and with them D = 128 spills and
+        // D = 64 needs 168 registers (3 blocks per SM). With QSTEP = 16 they add 8: D = 64 takes
+        // 128 (4 blocks per SM) and D = 128 246, without spills (nvcc 13.0, sm_90a; ptxas_report.sh).
+        // The price: the K and V fragments are read from shared memory once per group, 4 times
+        // instead of once, which is 33% more ldmatrix for the same mma count at D = 64. Every sum
+        // runs in the same order as in one pass, so both versions give the same bits.
+        // Unrolling 2 of the 4 groups, not all: fully unrolled, ptxas schedules the groups'
+        // loads together and the registers come back (D = 128 spills again).
+        constexpr int NPG = QSTEP / 16;
+#pragma unroll 2
+        for (int q0 = 0; q0 < NT / 2; q0 += NPG) {
+            float pt[2 * NPG][4], dpt[2 * NPG][4];
+            att2_paired_products<D, NPG>(pt, dpt, Ks, Vs, warp * 16, Qs, dOs, q0 * 16, lane);
+            att_dkdv_p_ds_tile<2 * NPG>(pt, dpt, key, 2 * q0, qt * ATT2_TILE, lse_s, delta_s, tq, sl2);
+#pragma unroll
+            for (int np = 0; np < NPG; np++) {
+                uint32_t pa[4], sa[4];
+                att_p_fragment<2 * NPG>(pa, pt, np);
+                att_p_fragment<2 * NPG>(sa, dpt, np);
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t df[4], qf[4];
+                    ldsm_x4_trans(df, frag_b_trans_addr(dOs, LDS, (q0 + np) * 16, dp * 16, lane));
+                    ldsm_x4_trans(qf, frag_b_trans_addr(Qs, LDS, (q0 + np) * 16, dp * 16, lane));
+                    mma_bf16_16816(dv[2 * dp], pa, df[0], df[1]);
+                    mma_bf16_16816(dv[2 * dp + 1], pa, df[2], df[3]);
+                    mma_bf16_16816(dk[2 * dp], sa, qf[0], qf[1]);
+                    mma_bf16_16816(dk[2 * dp + 1], sa, qf[2], qf[3]);
+                }
+            }
+        }
+        h = h_next, qt = qt_next;
+    }
+    att_dkdv_store_rows<D>(dk, dv, key, tq, scale, a, src, b, g);
 }
 
 // The dQ kernel's pieces for a thread's two query rows (row, row + 8) in the C/D fragment layout
@@ -1451,6 +1493,126 @@ static __global__ void __launch_bounds__(ATT6_DQ_THREADS, 3) attention_backward_
         att6_rows_times_tile<NT>(dq, s, k_addr);  // dQ += dS K
     }
     att_dq_store_rows<D>(dq, row, tq, scale, a, b, h);
+}
+
+// dK, dV, version 6 (D = 64, sm_90a): version 4's dK/dV kernel on the warpgroup MMA. The block is
+// version 4's, one warpgroup (4 warps of 16 keys) per (b, KV head g, 64-key tile), walking the
+// same (query head, query tile) pairs in the same order with the Q/dO tiles, lse and delta double
+// buffered by cp.async; its tiles are 128-byte swizzled. Each query tile is taken 32 queries at a
+// time:
+//   S^T = K Q^T and dP^T = V dO^T: 4 + 4 wgmma.m64n32k16, K, V, Q and dO read from shared memory;
+//   P^T and dS^T in registers (version 4's code, att_dkdv_p_ds_tile);
+//   dV += P^T dO and dK += dS^T Q: 2 + 2 wgmma.m64n64k16, P^T and dS^T from registers as A
+//   fragments, dO and Q read MN-major (their rows are the k of these products).
+// Why 32 queries: dK and dV are 64 fp32 accumulators a thread; the scores of 32 queries add 32
+// more (of all 64, 64 more, past the 168 registers that 3 blocks per SM allow). Version 4 takes 16
+// queries a step with mma.sync; each of this version's k16 steps is one of those, in the same
+// order, so the sums are the same and the emulator gives the same bits. The write-out is version
+// 4's (att_dkdv_store_rows): a warp's D fragment is the mma C fragment of its 16 keys.
+// Shared memory: K, V (64 rows each), then per buffer Q and dO (64 rows each), rows of 128 bytes
+// from a 1024-byte boundary (+ 1 KiB to align), then per buffer lse and delta (64 floats each).
+constexpr int ATT6_DKDV_THREADS = 128;
+constexpr int ATT6_DKDV_QSTEP = 32;  // queries per step
+inline size_t att6_smem_dkdv() { return (size_t)6 * 64 * ATT6_ROW_BYTES + 4 * 64 * sizeof(float) + SW128_ALIGN_SLACK; }
+
+template <int D>
+static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backward_dkdv_kernel6(AttentionArgs a) {
+    static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
+    static_assert(ATT6_DKDV_THREADS == ATT2_THREADS && ATT2_TILE == 64, "version 4's lse and delta loaders: a thread per row");
+    constexpr int NJ = ATT6_DKDV_QSTEP / 8, TILE_BYTES = 64 * ATT6_ROW_BYTES;
+    extern __shared__ __align__(16) unsigned char smem6[];
+    unsigned char* Ks = sw128_align(smem6);
+    unsigned char* QdOs = Ks + 2 * TILE_BYTES;  // buffer i: Q at QdOs + 2i TILE_BYTES, dO after it
+    float* lse_all = reinterpret_cast<float*>(QdOs + 4 * TILE_BYTES);  // buffer i at + 64 i
+    float* delta_all = lse_all + 2 * 64;
+    int G = a.H / a.Hkv, ng = (a.h1 - a.h0) / G;
+    int kt = blockIdx.x, b = blockIdx.y / ng, g = a.h0 / G + blockIdx.y % ng;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
+    int nqt = CEIL_DIV(a.T, 64);
+    const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
+    int n_iter = G * (nqt - kt);  // pairs: heads of the group outer, query tiles kt.. inner
+    __shared__ uintptr_t batch_rows[4];
+    att_dkdv_batch_rows_init(batch_rows, a, b, D);
+    __syncthreads();
+    KVSource src = attn_kv_source(a, b, g);
+    int h = g * G, qt = kt;  // the pair of iteration it
+    // group 0: K, V and the first pair's Q, dO, lse and delta
+    att6_load_kv_tiles<ATT6_DKDV_THREADS>(Ks, src, kt, a.T);
+    att6_load_tile_async<64, ATT6_DKDV_THREADS>(QdOs, att_dkdv_head_rows(batch_rows, 0, h, D), a.q_rs, qt * 64, a.T);
+    att6_load_tile_async<64, ATT6_DKDV_THREADS>(QdOs + TILE_BYTES, att_dkdv_head_rows(batch_rows, 1, h, D), (long)a.H * D, qt * 64, a.T);
+    att_dkdv_lse_delta_start<true>(lse_all, delta_all, batch_rows, h, qt, 0, a.T);
+    cp_async_commit();
+    const uint32_t k_addr = smem_window_address(Ks), v_addr = k_addr + TILE_BYTES;
+    float dk[D / 8][4], dv[D / 8][4], pt[NJ][4], dpt[NJ][4];  // D fragments (kernels/wgmma.cuh), rows = keys
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) pt[j][e] = dpt[j][e] = 0.0f;
+    int key = kt * 64 + warp * 16 + gr;  // this thread's keys: key, key + 8
+
+    for (int it = 0; it < n_iter; it++) {
+        int buf = it & 1, h_next = h, qt_next = qt + 1;
+        if (qt_next == nqt) qt_next = kt, h_next++;
+        cp_async_wait<0>();  // this thread's copies of pair it (the only group in flight)
+        att_dkdv_lse_landed(lse_all, qt, buf, a.T);
+        fence_proxy_async_shared();
+        __syncthreads();  // everyone's; and everyone is done with pair it - 1's buffer, refilled next
+        if (it + 1 < n_iter) {
+            unsigned char* Qn = QdOs + 2 * (buf ^ 1) * TILE_BYTES;
+            att6_load_tile_async<64, ATT6_DKDV_THREADS>(Qn, att_dkdv_head_rows(batch_rows, 0, h_next, D), a.q_rs, qt_next * 64, a.T);
+            att6_load_tile_async<64, ATT6_DKDV_THREADS>(Qn + TILE_BYTES, att_dkdv_head_rows(batch_rows, 1, h_next, D), (long)a.H * D, qt_next * 64, a.T);
+            att_dkdv_lse_delta_start<true>(lse_all, delta_all, batch_rows, h_next, qt_next, buf ^ 1, a.T);
+            cp_async_commit();
+        }
+        const float* lse_s = lse_all + buf * 64;
+        const float* delta_s = delta_all + buf * 64;
+        const uint32_t q_addr = smem_window_address(QdOs + 2 * buf * TILE_BYTES), do_addr = q_addr + TILE_BYTES;
+#pragma unroll 1
+        for (int qc = 0; qc < 64; qc += ATT6_DKDV_QSTEP) {
+            // S^T = K Q^T and dP^T = V dO^T for queries qc.. (32), one batch
+            wgmma_fence_operand(pt);
+            wgmma_fence_operand(dpt);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+                wgmma_m64n32k16_ss(pt, wgmma_desc_sw128(k_addr + 32 * ks, 16, 1024), wgmma_desc_sw128(q_addr + qc * ATT6_ROW_BYTES + 32 * ks, 16, 1024), ks > 0);
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+                wgmma_m64n32k16_ss(dpt, wgmma_desc_sw128(v_addr + 32 * ks, 16, 1024), wgmma_desc_sw128(do_addr + qc * ATT6_ROW_BYTES + 32 * ks, 16, 1024),
+                                   ks > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operand(pt);
+            wgmma_fence_operand(dpt);
+            att_dkdv_p_ds_tile<NJ>(pt, dpt, key, qc / 8, qt * 64, lse_s, delta_s, tq, sl2);  // pt := P^T, dpt := dS^T
+            // dV += P^T dO, dK += dS^T Q (k = the 32 queries, two steps of 16), one batch
+            uint32_t pa[NJ / 2][4], sa[NJ / 2][4];
+#pragma unroll
+            for (int kk = 0; kk < NJ / 2; kk++) {
+                att_p_fragment<NJ>(pa[kk], pt, kk);
+                att_p_fragment<NJ>(sa[kk], dpt, kk);
+            }
+            wgmma_fence_operand(dv);
+            wgmma_fence_operand(dk);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < NJ / 2; kk++) {
+                uint32_t row_bytes = (qc + 16 * kk) * ATT6_ROW_BYTES;
+                wgmma_m64n64k16_rs_mn(dv, pa[kk], wgmma_desc_sw128(do_addr + row_bytes, 16, 1024), 1);
+                wgmma_m64n64k16_rs_mn(dk, sa[kk], wgmma_desc_sw128(q_addr + row_bytes, 16, 1024), 1);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operand(dv);
+            wgmma_fence_operand(dk);
+        }
+        h = h_next, qt = qt_next;
+    }
+    att_dkdv_store_rows<D>(dk, dv, key, tq, scale, a, src, b, g);
 }
 
 #endif  // ENABLE_BF16
@@ -1618,15 +1780,19 @@ void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
     cudaCheck(cudaGetLastError());
 }
 
+template <int D, bool ASYNC>
+void attention_backward_dq2_d(const AttentionArgs& a, cudaStream_t stream) {
+    size_t smem_q = att2_smem_dq(D, ASYNC);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+    attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
 template <int D, int QSTEP, bool ASYNC>
 void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream);
 template <int D, int QSTEP, bool ASYNC>
 void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
     // dQ first, as in version 1 (AttentionArgs::dv may be the V this call reads)
-    size_t smem_q = att2_smem_dq(D, ASYNC);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
-    attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
-    cudaCheck(cudaGetLastError());
+    attention_backward_dq2_d<D, ASYNC>(a, stream);
     attention_backward_dkdv2_d<D, QSTEP, ASYNC>(a, stream);
 }
 template <int D, int QSTEP, bool ASYNC>
@@ -1712,16 +1878,30 @@ void attention_backward_tc(AttentionArgs a, cudaStream_t stream) {
 inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE, false>(a, stream); }
 inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, false>(a, stream); }
 inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, true>(a, stream); }
-// Version 6's dQ kernel (wgmma; head dim 64 on an H100/H200, as the forward's version 6) with
-// version 4's delta pass and dK/dV kernel, in the same order (dQ first).
-inline void attention_backward6(AttentionArgs a, cudaStream_t stream) {
+// Version 6: the dQ and the dK/dV kernels on wgmma (head dim 64 on an H100/H200, as the forward's
+// version 6) with version 4's delta pass, in the same order (dQ first). dq_wgmma or dkdv_wgmma
+// false runs that kernel at version 4 (the trainer's attention_dq_version and
+// attention_dkdv_version choose each).
+inline void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wgmma = true, bool dkdv_wgmma = true) {
     a = attention6_checked(a, true);
     attention_backward_preprocess(a, stream);
-    size_t smem = att6_smem_dq();
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attention_backward_dq_kernel6<64><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0)), ATT6_DQ_THREADS, smem, stream>>>(a);
-    cudaCheck(cudaGetLastError());
-    attention_backward_dkdv2_d<64, 16, true>(a, stream);
+    if (dq_wgmma) {
+        size_t smem = att6_smem_dq();
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attention_backward_dq_kernel6<64><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0)), ATT6_DQ_THREADS, smem, stream>>>(a);
+        cudaCheck(cudaGetLastError());
+    } else {
+        attention_backward_dq2_d<64, true>(a, stream);
+    }
+    if (dkdv_wgmma) {
+        size_t smem = att6_smem_dkdv();
+        int G = a.H / a.Hkv;
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attention_backward_dkdv_kernel6<64><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0) / G), ATT6_DKDV_THREADS, smem, stream>>>(a);
+        cudaCheck(cudaGetLastError());
+    } else {
+        attention_backward_dkdv2_d<64, 16, true>(a, stream);
+    }
 }
 #endif  // ENABLE_BF16
 
@@ -1746,6 +1926,12 @@ inline int attention_forward_version = VP_ATT_FWD_VERSION;
 #define VP_ATT_DQ_VERSION 4
 #endif
 inline int attention_dq_version = VP_ATT_DQ_VERSION;
+// The backward's dK/dV kernel likewise: 4, or 6 (VP_ATT_DKDV_VERSION=6, bench_gpt
+// --attention-dkdv 6, the variant att_dkdv6).
+#ifndef VP_ATT_DKDV_VERSION
+#define VP_ATT_DKDV_VERSION 4
+#endif
+inline int attention_dkdv_version = VP_ATT_DKDV_VERSION;
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
 // Forward: reads q, k, v; writes out and lse. Backward: reads q, k, v, out, lse, dout; writes
 // delta (scratch), dq, and dk/dv (or adds into them with accumulate_dkv).
@@ -1765,7 +1951,8 @@ inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
     if (attention_tc_version == 4) {
-        if (attention_dq_version == 6 && attention_wgmma_supported(a)) attention_backward6(a, stream);
+        bool dq6 = attention_dq_version == 6, dkdv6 = attention_dkdv_version == 6;
+        if ((dq6 || dkdv6) && attention_wgmma_supported(a)) attention_backward6(a, stream, dq6, dkdv6);
         else attention_backward4(a, stream);
     } else {
         attention_backward3(a, stream);

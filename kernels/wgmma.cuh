@@ -31,7 +31,7 @@
 //
 // defines: sw128_offset, smem_window_address, sw128_align, SW128_ALIGN_SLACK, wgmma_desc_sw128, wgmma_fence, wgmma_commit,
 //          wgmma_wait, wgmma_fence_operand, fence_proxy_async_shared, wgmma_m64n64k16_ss,
-//          wgmma_m64n64k16_rs_mn
+//          wgmma_m64n32k16_ss, wgmma_m64n64k16_rs_mn
 #pragma once
 
 #include "kernels/common.cuh"
@@ -130,6 +130,21 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[8][4], uint64_t de
                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
                    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    __trap();
+#endif
+}
+// d (64 x 32 fp32: 4 blocks of 8 columns) = (scale_d ? d : 0) + A B, A (64 x 16) and B (16 x 32,
+// K-major) from shared memory: the dK/dV kernel's score products, 32 queries at a time.
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[4][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#ifdef VP_CUDA_EMU
+    vp_emu::wgmma_bf16(&d[0][0], 32, nullptr, desc_a, desc_b, 0, scale_d != 0);
+#elif defined(VP_WGMMA_PTX)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #else
     __trap();

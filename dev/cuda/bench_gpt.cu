@@ -6,6 +6,7 @@ dev/bench_pytorch.py (the same model in plain PyTorch) in the same call, on the 
   ./build/dev/cuda/bench_gpt [--batch-size 64] [--seq-len 1024] [--steps 20] [--warmup 5]
                              [--arch gpt2|llama] [--recompute 0|1|2] [--peak-tflops X]
                              [--attention-version 4|2] [--attention-forward 4|6] [--attention-dq 4|6]
+                             [--attention-dkdv 4|6]
 
 A step is exactly what host/train_loop.h does per optimizer step: zero_grad, forward (with the
 loss copied to the host), backward, global gradient norm, AdamW. Random tokens. Each step is
@@ -27,7 +28,8 @@ so the difference in ms/step is what the asynchronous loads buy (dev/device_chec
 --attention-forward 6 runs the attention forward's version 6 (Hopper's wgmma, head dim 64; version
 4 where it cannot run) with version 4's backward: the build variant att_fwd6 of
 dev/bench_variants.list, timed against the default (4) by dev/device_check.sh. --attention-dq 6
-the same for the backward's dQ kernel (variant att_dq6).
+and --attention-dkdv 6 the same for the backward's dQ and dK/dV kernels (variants att_dq6 and
+att_dkdv6; att_wgmma runs all three at version 6).
 
 Peak memory: the device memory the model allocated (parameters, gradients, AdamW state,
 activations and scratch, the cuBLASLt workspace), and the device's used memory (total - free)
@@ -52,7 +54,7 @@ static float forward_loss(M* m, const int* inputs, const int* targets, int B, in
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0, attention_version = 4, attention_forward = gpu::attention_forward_version,
-        attention_dq = gpu::attention_dq_version;
+        attention_dq = gpu::attention_dq_version, attention_dkdv = gpu::attention_dkdv_version;
     double peak = -1;
     std::string arch = "gpt2";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -67,18 +69,22 @@ int main(int argc, char** argv) {
         else if (f == "--attention-version") attention_version = atoi(argv[i + 1]);
         else if (f == "--attention-forward") attention_forward = atoi(argv[i + 1]);
         else if (f == "--attention-dq") attention_dq = atoi(argv[i + 1]);
-        else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops --attention-version --attention-forward --attention-dq",
+        else if (f == "--attention-dkdv") attention_dkdv = atoi(argv[i + 1]);
+        else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops --attention-version --attention-forward --attention-dq "
+                         "--attention-dkdv",
                          "unknown flag %s", argv[i]);
     }
     if (attention_version != 4 && attention_version != 2)
         usage_error("--attention-version 4 (cp.async double buffering, the trainer's) or 2 (without)", "--attention-version %d", attention_version);
     gpu::attention_tc_version = attention_version;
-    if (attention_forward != 4 && attention_forward != 6)
-        usage_error("--attention-forward 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)", "--attention-forward %d", attention_forward);
-    gpu::attention_forward_version = attention_forward;
-    if (attention_dq != 4 && attention_dq != 6)
-        usage_error("--attention-dq 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)", "--attention-dq %d", attention_dq);
-    gpu::attention_dq_version = attention_dq;
+    // the attention kernels' versions: 4 (mma.sync, the default) or 6 (wgmma)
+    auto kernel_version = [](const char* flag, int version, int* dst) {
+        if (version != 4 && version != 6) usage_error("use 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)", "%s %d", flag, version);
+        *dst = version;
+    };
+    kernel_version("--attention-forward", attention_forward, &gpu::attention_forward_version);
+    kernel_version("--attention-dq", attention_dq, &gpu::attention_dq_version);
+    kernel_version("--attention-dkdv", attention_dkdv, &gpu::attention_dkdv_version);
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("skipped: no CUDA device (bench_gpt)\n");
@@ -143,9 +149,9 @@ int main(int argc, char** argv) {
            value_path_name(c.vp.path), vp_gib, used_gib);
     // one machine-readable line for make bench / dev/device_check.sh
     printf("BENCH impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f "
-           "vp_mem_gib=%.3f attention_version=%d attention_forward=%d attention_dq=%d\n",
+           "vp_mem_gib=%.3f attention_version=%d attention_forward=%d attention_dq=%d attention_dkdv=%d\n",
            value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib,
-           attention_version, attention_forward, attention_dq);
+           attention_version, attention_forward, attention_dq, attention_dkdv);
     gpt_free(&m);
     return 0;
 }
