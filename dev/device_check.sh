@@ -14,7 +14,7 @@
 #      cross-layer settings, determinism, resume, recompute, checkpoints across builds: test_gpt.cu);
 #      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
-#      2b. each path's bf16 suite again with attention version 6 (wgmma: forward, dQ) throughout
+#      2b. each path's bf16 suite again with attention version 6 (wgmma: forward, dQ, dK/dV) throughout
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
 #      then each build variant of dev/bench_variants.list against its path's plain build, alternating
@@ -56,7 +56,8 @@
 # build/check, where make test compiled them unoptimized). BENCH_PARTS ("bench variants attention
 # memory profile", the default: steps 4, 4b, 7, 8 and 9) picks among the bench steps, e.g.
 # BENCH_PARTS=profile for a call that only profiles; MEMORY_LABS (step 8's labs, "classifier
-# layernorm rmsnorm gelu depth_attention") to time fewer of them.
+# layernorm rmsnorm gelu depth_attention") to time fewer of them; ONLY_VARIANTS ("att_wgmma
+# att_dkdv6") to time only those variants of dev/bench_variants.list, in that order.
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
@@ -239,6 +240,12 @@ for path in $TEST_PATHS; do BUILD_TARGETS+=("$GB/tests/test_gpt_gpu_${path}_bf16
 { [ "${SKIP_CLI:-0}" != 1 ] || [ "${SKIP_DIST:-0}" != 1 ]; } && BUILD_TARGETS+=($GB/vanilla/train_bf16)
 bench_part bench && for path in $GPU_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
 VARIANTS=$(make -s print-bench-variants 2>/dev/null)
+if [ -n "${ONLY_VARIANTS:-}" ]; then
+    for v in $ONLY_VARIANTS; do
+        echo " $VARIANTS " | grep -q " $v " || { echo "error: ONLY_VARIANTS names $v, which dev/bench_variants.list does not list (it has: $VARIANTS)"; exit 2; }
+    done
+    VARIANTS=$ONLY_VARIANTS
+fi
 variant_path() { make -s print-bench-variant-path VARIANT="$1" 2>/dev/null || echo vanilla; }
 # a variant with bench_gpt flags runs the plain build with them (no build of its own)
 variant_run_flags() { make -s print-bench-variant-run-flags VARIANT="$1" 2>/dev/null; }

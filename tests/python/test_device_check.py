@@ -215,18 +215,16 @@ def test_continue_runs_only_what_the_first_call_left(tmp_path):
     assert runs.read_text().count("run") == 4
 
 
-def test_build_variants_are_timed_against_the_plain_build(tmp_path):
-    """Step 4b: every variant of dev/bench_variants.list runs alternately with its path's plain
-    benchmark (the fourth column, vanilla if left out), twice each, and its row gives both pairs of
-    figures and the ratio of their means. A variant with bench_gpt flags (the fifth column) runs the
-    plain binary with them instead of a build of its own. Stand-in binaries print the BENCH line of
-    dev/cuda/bench_gpt.cu; they record their order, and the plain one the flags it was given past
-    --batch-size and --seq-len."""
+def variant_stubs(tmp_path):
+    """Stand-in benchmarks for step 4b: the plain bench_gpt of each path the variants of
+    dev/bench_variants.list use, and a build of each variant without bench_gpt flags. Each prints
+    the BENCH line of dev/cuda/bench_gpt.cu (the plain one 140.0 ms, a variant 133.0) and records
+    its label in order (the plain one run with flags past --batch-size and --seq-len records them).
+    Returns the build folder, the order file, the variants' paths and labels."""
     lines = [ln.split("|") for ln in (REPO / "dev" / "bench_variants.list").read_text().splitlines() if re.match(r"[a-z]", ln)]
     paths = {f[0].strip(): (f[3].strip() if len(f) > 3 and f[3].strip() else "vanilla") for f in lines}
     run_flags = {f[0].strip(): (f[4].strip() if len(f) > 4 else "") for f in lines}
-    names = list(paths)
-    assert names, "dev/bench_variants.list names no variant"
+    assert paths, "dev/bench_variants.list names no variant"
     gb = tmp_path / "gpu_build"
     order = tmp_path / "order"
 
@@ -240,12 +238,22 @@ def test_build_variants_are_timed_against_the_plain_build(tmp_path):
 
     for p in set(paths.values()):
         bench_stub(gb / "dev" / "cuda" / "bf16" / f"bench_gpt_{p}", "plain", "140.0")
-    for v in names:
+    for v in paths:
         if not run_flags[v]:
             bench_stub(gb / "variants" / v / "bench_gpt", v, "133.0")
-    label = {v: ("flags:" + run_flags[v].replace(" ", "_")) if run_flags[v] else v for v in names}
+    label = {v: ("flags:" + run_flags[v].replace(" ", "_")) if run_flags[v] else v for v in paths}
     env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "GPU_BUILD": str(gb), "BENCH_PARTS": "variants", "TIME_LIMIT": "200"}
     del env["SKIP_BENCH"]
+    return env, order, paths, label
+
+
+def test_build_variants_are_timed_against_the_plain_build(tmp_path):
+    """Step 4b: every variant of dev/bench_variants.list runs alternately with its path's plain
+    benchmark (the fourth column, vanilla if left out), twice each, and its row gives both pairs of
+    figures and the ratio of their means. A variant with bench_gpt flags (the fifth column) runs the
+    plain binary with them instead of a build of its own."""
+    env, order, paths, label = variant_stubs(tmp_path)
+    names = list(paths)
     out = tmp_path / "out"
     out.mkdir()
     _, rows = device_check(out, env)
@@ -254,6 +262,25 @@ def test_build_variants_are_timed_against_the_plain_build(tmp_path):
             "133.0 and 133.0 ms/step against the plain build's 140.0 and 140.0 (mean ratio 0.950)"
     assert order.read_text().split() == [x for v in names for x in (label[v], "plain", label[v], "plain")]
     assert "ms_per_step=133.0" in (out / "bench.txt").read_text()
+
+
+def test_only_variants_picks_and_orders_the_variants(tmp_path):
+    """ONLY_VARIANTS times just the variants it names, in its order (a short device call spends
+    its minutes on the ones that matter); a name the list does not have stops the script with an
+    error that names the list's variants, before anything runs."""
+    env, order, paths, label = variant_stubs(tmp_path)
+    names = list(paths)
+    assert len(names) >= 2
+    pick = [names[-1], names[0]]  # the last and the first: not the list's order
+    out = tmp_path / "out"
+    out.mkdir()
+    _, rows = device_check(out, {**env, "ONLY_VARIANTS": " ".join(pick)})
+    assert sorted(k for k in rows if k.startswith("variant ")) == sorted(f"variant {v} ({paths[v]}, B=64 T=1024)" for v in pick)
+    assert order.read_text().split() == [x for v in pick for x in (label[v], "plain", label[v], "plain")]
+    bad = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env, "OUT": str(tmp_path / "out2"), "COMMIT": "test", "ONLY_VARIANTS": "no_such_variant"})
+    assert bad.returncode == 2
+    assert "ONLY_VARIANTS names no_such_variant" in bad.stdout and names[0] in bad.stdout
 
 
 def test_timed_labs_give_a_row_per_shape_and_one_for_a_failure(tmp_path):
