@@ -57,7 +57,7 @@ prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 
 KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
-DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention
+DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention wgmma
 # build variants of a path's benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
 # decides | value path, vanilla if left out | extra bench_gpt flags), timed against that path's
 # plain build by dev/device_check.sh: build/variants/<name>/bench_gpt, or, for a variant with no

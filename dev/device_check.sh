@@ -15,7 +15,8 @@
 #      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
 #      2b. each path's bf16 suite again with attention version 6 (wgmma: forward, dQ, dK/dV) throughout
-#   3. the kernel labs' CPU checks (--check: every version of every lab, no timings)
+#   3. the kernel labs' CPU checks (--check: every version of every lab, no timings), and the wgmma
+#      probe (each shape and operand layout of attention version 6 against a CPU matmul)
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
 #      then each build variant of dev/bench_variants.list against its path's plain build, alternating
 #   5. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
@@ -372,6 +373,9 @@ if [ "${SKIP_LABS:-0}" != 1 ]; then
             run_step "lab $lab --check" 90 "$OUT_DIR/labs.log" $GB/dev/cuda/bf16/$lab --check
             rc=$?
             if tail -3 "$OUT_DIR/labs.log" | grep -q "skipped: no CUDA device"; then row "lab $lab --check (bf16)" "skipped: no CUDA device"
+            # a lab that cannot run on this GPU (the wgmma probe off Hopper) says so in a line of its own
+            elif [ $rc -eq 0 ] && tail -3 "$OUT_DIR/labs.log" | grep -q "^$lab: not run"; then
+                row "lab $lab --check (bf16)" "$(tail -3 "$OUT_DIR/labs.log" | grep "^$lab: not run" | tail -1)"
             else row "lab $lab --check (bf16)" "$([ $rc -eq 0 ] && echo 'ok: all versions match the CPU' || verdict $rc)"; fi
         else
             row "lab $lab" "not built"

@@ -7,8 +7,9 @@
 //     kernels' own address helpers, then mma m16n8k16 -- against a plain matmul, where the
 //     fragments are laid out by the PTX ISA's formulas as written out again here, and on small
 //     integers, so the products and sums are exact and the comparison is equality;
-//   * Hopper's wgmma through kernels/wgmma.cuh (both operand sources and both majors, from
-//     128-byte-swizzled tiles) against a plain matmul on small integers, and its faults: a missing
+//   * Hopper's wgmma through kernels/wgmma.cuh and kernels/wgmma_probe.cuh (both operand sources,
+//     both majors, N = 64 and 32, from 128-byte-swizzled tiles) against a plain matmul on small
+//     integers, and its faults: a missing
 //     wgmma.fence or fence.proxy.async, and an accumulator read before the wait seeing old values;
 //   * cuBLASLt through kernels/matmul.cuh (forward with bias and residual, backward dinp and the
 //     fp32 dweight accumulation) against the PyTorch definitions, again on small integers;
@@ -30,6 +31,7 @@
 //     another thread reads it -- with both threads and source lines, and passes their twins.
 #define TESTING
 #include "train_gpt.cu"
+#include "kernels/wgmma_probe.cuh"
 #include "tests/testing.h"
 
 #include <sys/wait.h>
@@ -334,55 +336,9 @@ TEST(bad_launches_and_copies_are_refused) {
 }
 
 // ----------------------------------------------------------------------------
-// Hopper's wgmma (kernels/wgmma.cuh) as the attention forward's version 6 uses it
-
-// One warpgroup: D (64 x 64) = A (64 x 64) B (64 x 64) in 4 k16 steps, with A and B given
-// row-major in global memory and copied into 128-byte-swizzled tiles (sw128_offset) on a 1024-byte
-// window boundary. mode 0: A and B^T both K-major from shared memory (S = Q K^T); mode 1: A from
-// registers, built here from the PTX A-fragment formula, B MN-major (O = P V). Writes D row-major
-// from the D-fragment formula. broken: 1 leaves out the wgmma.fence, 2 the fence.proxy.async after
-// the cp.async copies, 3 reads the accumulators before the wait.
-static __global__ void wgmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, int mode, int broken, float* out) {
-    extern __shared__ __align__(16) unsigned char wg_smem[];
-    unsigned char* As = gpu::sw128_align(wg_smem);
-    unsigned char* Bs = As + 64 * 128;
-    int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    // B in the layout of its mode: rows n of k (B^T, K-major) or rows k of n (MN-major)
-    for (int c = tid; c < 64 * 8; c += 128) {
-        int r = c / 8, cc = c % 8;
-        gpu::cp_async16(As + gpu::sw128_offset(r, cc), a + r * 64 + cc * 8, 16);
-        if (mode == 0) {  // B^T row n = column n of B: gathered by plain stores
-            __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(Bs + gpu::sw128_offset(r, cc));
-            for (int e = 0; e < 8; e++) dst[e] = b[(cc * 8 + e) * 64 + r];
-        } else {
-            gpu::cp_async16(Bs + gpu::sw128_offset(r, cc), b + r * 64 + cc * 8, 16);
-        }
-    }
-    gpu::cp_async_commit();
-    gpu::cp_async_wait<0>();
-    if (broken != 2) gpu::fence_proxy_async_shared();
-    __syncthreads();
-    uint32_t a_addr = gpu::smem_window_address(As), b_addr = gpu::smem_window_address(Bs);
-    float d[8][4];
-    for (int i = 0; i < 32; i++) d[i / 4][i % 4] = 0.0f;
-    uint32_t af[4][4];  // mode 1: A fragments of warp rows 16 warp + (g, g + 8), per k step
-    for (int ks = 0; ks < 4; ks++)
-        for (int i = 0; i < 4; i++) {
-            int row = 16 * warp + g + 8 * (i % 2), col = 16 * ks + 2 * t + 8 * (i / 2);
-            af[ks][i] = (uint32_t)a[row * 64 + col].__x | ((uint32_t)a[row * 64 + col + 1].__x << 16);
-        }
-    if (broken != 1) gpu::wgmma_fence();
-    for (int ks = 0; ks < 4; ks++) {
-        if (mode == 0) gpu::wgmma_m64n64k16_ss(d, gpu::wgmma_desc_sw128(a_addr + 32 * ks, 16, 1024), gpu::wgmma_desc_sw128(b_addr + 32 * ks, 16, 1024), ks > 0);
-        else gpu::wgmma_m64n64k16_rs_mn(d, af[ks], gpu::wgmma_desc_sw128(b_addr + 2048 * ks, 16, 1024), ks > 0);
-    }
-    gpu::wgmma_commit();
-    float early = d[0][0];
-    gpu::wgmma_wait<0>();
-    if (broken == 3) d[0][0] = early;
-    for (int i = 0; i < 32; i++) out[(16 * warp + g + 8 * ((i % 4) / 2)) * 64 + 8 * (i / 4) + 2 * t + i % 2] = d[i / 4][i % 4];
-}
-
+// Hopper's wgmma (kernels/wgmma.cuh) as the version-6 attention kernels use it, through
+// kernels/wgmma_probe.cuh (the same probe dev/cuda/wgmma.cu runs on a GPU): D = A B for 64 x 64
+// small integers, exact, in each mode; broken injects a fault (the probe's header says which).
 static bool run_wgmma(int mode, int broken, std::vector<float>* out) {
     uint64_t seed = 11 + mode;
     std::vector<__nv_bfloat16> a(4096), b(4096);
@@ -396,16 +352,13 @@ static bool run_wgmma(int mode, int broken, std::vector<float>* out) {
     __nv_bfloat16 *da = upload(a), *db = upload(b);
     float* dd;
     cudaCheck(cudaMalloc(&dd, 4096 * sizeof(float)));
-    size_t smem = 2 * 64 * 128 + gpu::SW128_ALIGN_SLACK;
-    cudaCheck(cudaFuncSetAttribute(wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    wgmma_kernel<<<1, 128, smem>>>(da, db, mode, broken, dd);
-    cudaCheck(cudaGetLastError());
+    gpu::wgmma_probe(mode, broken, da, db, dd, 0);
     *out = download(dd, 4096);
-    int bad = 0;
+    int bad = 0, ncols = mode == gpu::WGMMA_PROBE_SS_N32 ? 32 : 64;
     for (int m = 0; m < 64; m++)
         for (int n = 0; n < 64; n++) {
             float want = 0;
-            for (int k = 0; k < 64; k++) want += af[m * 64 + k] * bf[k * 64 + n];
+            for (int k = 0; k < 64 && n < ncols; k++) want += af[m * 64 + k] * bf[k * 64 + n];
             bad += (*out)[m * 64 + n] != want;
         }
     cudaCheck(cudaFree(da));
@@ -418,6 +371,7 @@ TEST(wgmma_against_matmul) {
     std::vector<float> out;
     CHECK(run_wgmma(0, 0, &out), "wgmma m64n64k16, A and B^T K-major from swizzled shared tiles: D differs from A @ B");
     CHECK(run_wgmma(1, 0, &out), "wgmma m64n64k16, A from registers, B MN-major: D differs from A @ B");
+    CHECK(run_wgmma(2, 0, &out), "wgmma m64n32k16, A and B^T K-major from swizzled shared tiles: D differs from A @ B[:, :32]");
     // reading the accumulators before the wait sees what was there before (zeros), so D is wrong
     CHECK(!run_wgmma(0, 3, &out) && out[0] == 0.0f, "an accumulator read before wgmma.wait_group saw the product");
     std::string err;

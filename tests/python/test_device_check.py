@@ -283,6 +283,32 @@ def test_only_variants_picks_and_orders_the_variants(tmp_path):
     assert "ONLY_VARIANTS names no_such_variant" in bad.stdout and names[0] in bad.stdout
 
 
+def test_lab_checks_say_ok_failed_or_not_run(tmp_path):
+    """Step 3: each lab of gpu.mk's DEV_CUDA_LABS runs with --check; its row says ok when it exits
+    0, the failure otherwise, and what the lab printed when it could not run on this GPU (the
+    wgmma probe off Hopper), not "ok", which would claim a check that did not happen."""
+    labs_list = subprocess.run(["make", "-s", "print-dev-cuda-labs"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    assert "wgmma" in labs_list and "gelu" in labs_list
+    gb = tmp_path / "gpu_build"
+    labs = gb / "dev" / "cuda" / "bf16"
+    labs.mkdir(parents=True)
+    for lab in labs_list:
+        if lab == "wgmma":
+            stub(labs, lab, ["wgmma: not run (needs a compute capability 9.0 GPU, an H100/H200, and a build for sm_90a)"], 0)
+        elif lab == "gelu":
+            stub(labs, lab, ["gelu: N=8232 OC=3072 (bf16)", "MISMATCH"], 1)
+        else:
+            stub(labs, lab, [f"{lab}: ...", "All results match."], 0)
+    env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "GPU_BUILD": str(gb), "TIME_LIMIT": "200"}
+    del env["SKIP_LABS"]
+    out = tmp_path / "out"
+    out.mkdir()
+    _, rows = device_check(out, env)
+    assert rows["lab wgmma --check (bf16)"] == "wgmma: not run (needs a compute capability 9.0 GPU, an H100/H200, and a build for sm_90a)"
+    assert rows["lab gelu --check (bf16)"] == "FAILED (exit 1)"
+    assert rows["lab layernorm --check (bf16)"] == "ok: all versions match the CPU"
+
+
 def test_timed_labs_give_a_row_per_shape_and_one_for_a_failure(tmp_path):
     """Step 8: the memory-bound labs' timings become one row per shape; the depth lab's deferred
     backward and its gathers join their shape's row, its GPT-2 step estimate gets its own; a lab
