@@ -17,11 +17,13 @@
 // BF16 build only (the cp.async helpers and attention_wgmma_available are the tensor-core
 // attention's, kernels/attention.cuh).
 //
-// defines: WgmmaProbeMode, wgmma_probe
+// defines: WgmmaProbeMode, wgmma_probe, WgmmaProbeResult, wgmma_probe_check
 #pragma once
 
 #include "kernels/attention.cuh"
 #include "kernels/wgmma.cuh"
+
+#include <vector>
 
 #ifdef ENABLE_BF16
 namespace gpu {
@@ -90,6 +92,48 @@ inline void wgmma_probe(int mode, int broken, const __nv_bfloat16* a, const __nv
     cudaCheck(cudaFuncSetAttribute(wgmma_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     wgmma_probe_kernel<<<1, 128, smem, stream>>>(a, b, mode, broken, out);
     cudaCheck(cudaGetLastError());
+}
+
+// The probe against a CPU matmul: A and B 64 x 64 integers in [-4, 4] from seed, exact in bf16 and
+// their products' fp32 sums, so the comparison is equality. bad: the elements of D that differ
+// (first_bad the first, row-major, or -1); out: D as the probe computed it.
+struct WgmmaProbeResult {
+    int bad = 0, first_bad = -1;
+    std::vector<float> out;
+};
+inline WgmmaProbeResult wgmma_probe_check(int mode, int broken, uint64_t seed) {
+    std::vector<__nv_bfloat16> a(4096), b(4096);
+    std::vector<float> af(4096), bf(4096);
+    auto small_int = [&] {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        return (float)((int)(seed >> 60) % 9 - 4);
+    };
+    for (int i = 0; i < 4096; i++) {
+        af[i] = small_int();
+        bf[i] = small_int();
+        a[i] = __float2bfloat16_rn(af[i]);
+        b[i] = __float2bfloat16_rn(bf[i]);
+    }
+    __nv_bfloat16 *da, *db;
+    float* dd;
+    cudaCheck(cudaMalloc(&da, 4096 * sizeof(__nv_bfloat16)));
+    cudaCheck(cudaMalloc(&db, 4096 * sizeof(__nv_bfloat16)));
+    cudaCheck(cudaMalloc(&dd, 4096 * sizeof(float)));
+    cudaCheck(cudaMemcpy(da, a.data(), 4096 * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(db, b.data(), 4096 * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+    wgmma_probe(mode, broken, da, db, dd, 0);
+    WgmmaProbeResult r;
+    r.out.resize(4096);
+    cudaCheck(cudaMemcpy(r.out.data(), dd, 4096 * sizeof(float), cudaMemcpyDeviceToHost));
+    int ncols = mode == WGMMA_PROBE_SS_N32 ? 32 : 64;
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < 64; n++) {
+            float want = 0;
+            for (int k = 0; k < 64 && n < ncols; k++) want += af[m * 64 + k] * bf[k * 64 + n];
+            if (r.out[m * 64 + n] != want && r.bad++ == 0) r.first_bad = m * 64 + n;
+        }
+    for (void* p : {(void*)da, (void*)db, (void*)dd}) cudaCheck(cudaFree(p));
+    return r;
 }
 
 }  // namespace gpu

@@ -36,37 +36,12 @@ int main(int argc, char** argv) {
                             "SS_N32     m64n32k16, A and B^T K-major (dK/dV's S^T = K Q^T)"};
     bool ok = true;
     for (int mode = 0; mode < 3; mode++) {
-        // small integers in [-4, 4]: every product and sum exact in bf16 inputs and fp32 sums
-        std::vector<__nv_bfloat16> a(4096), b(4096);
-        std::vector<float> af(4096), bf(4096);
-        uint64_t state = 0x9E3779B97F4A7C15ull * (mode + 1);
-        for (int i = 0; i < 4096; i++) {
-            state = state * 6364136223846793005ull + 1442695040888963407ull;
-            af[i] = (float)((int)(state >> 60) % 9 - 4);
-            state = state * 6364136223846793005ull + 1442695040888963407ull;
-            bf[i] = (float)((int)(state >> 60) % 9 - 4);
-            a[i] = __float2bfloat16_rn(af[i]);
-            b[i] = __float2bfloat16_rn(bf[i]);
-        }
-        __nv_bfloat16* da = dev_upload(a);
-        __nv_bfloat16* db = dev_upload(b);
-        float* dd = dev_alloc<float>(4096);
-        gpu::wgmma_probe(mode, 0, da, db, dd, 0);
-        cudaCheck(cudaDeviceSynchronize());
-        std::vector<float> got = dev_download(dd, 4096);
-        int ncols = mode == gpu::WGMMA_PROBE_SS_N32 ? 32 : 64, bad = 0, first = -1;
-        for (int m = 0; m < 64; m++)
-            for (int n = 0; n < 64; n++) {
-                float want = 0;
-                for (int k = 0; k < 64 && n < ncols; k++) want += af[m * 64 + k] * bf[k * 64 + n];
-                if (got[m * 64 + n] != want && bad++ == 0) first = m * 64 + n;
-            }
-        if (bad)
-            printf(" %s: FAILED, %d of 4096 elements differ (first: row %d, column %d)\n", names[mode], bad, first / 64, first % 64);
+        gpu::WgmmaProbeResult r = gpu::wgmma_probe_check(mode, 0, 0x9E3779B97F4A7C15ull * (mode + 1));
+        if (r.bad)
+            printf(" %s: FAILED, %d of 4096 elements differ (first: row %d, column %d)\n", names[mode], r.bad, r.first_bad / 64, r.first_bad % 64);
         else
             printf(" %s: ok (exact)\n", names[mode]);
-        ok &= bad == 0;
-        for (void* p : {(void*)da, (void*)db, (void*)dd}) cudaCheck(cudaFree(p));
+        ok &= r.bad == 0;
     }
     printf(ok ? "All results match.\n" : "MISMATCH\n");
     return ok ? 0 : 1;

@@ -338,33 +338,12 @@ TEST(bad_launches_and_copies_are_refused) {
 // ----------------------------------------------------------------------------
 // Hopper's wgmma (kernels/wgmma.cuh) as the version-6 attention kernels use it, through
 // kernels/wgmma_probe.cuh (the same probe dev/cuda/wgmma.cu runs on a GPU): D = A B for 64 x 64
-// small integers, exact, in each mode; broken injects a fault (the probe's header says which).
+// small integers, exact, in each mode (gpu::wgmma_probe_check); broken injects a fault (the
+// probe's header says which). *out: D as the probe computed it.
 static bool run_wgmma(int mode, int broken, std::vector<float>* out) {
-    uint64_t seed = 11 + mode;
-    std::vector<__nv_bfloat16> a(4096), b(4096);
-    std::vector<float> af(4096), bf(4096);
-    for (int i = 0; i < 4096; i++) {
-        af[i] = (float)small_int(&seed);
-        bf[i] = (float)small_int(&seed);
-        a[i] = __float2bfloat16_rn(af[i]);
-        b[i] = __float2bfloat16_rn(bf[i]);
-    }
-    __nv_bfloat16 *da = upload(a), *db = upload(b);
-    float* dd;
-    cudaCheck(cudaMalloc(&dd, 4096 * sizeof(float)));
-    gpu::wgmma_probe(mode, broken, da, db, dd, 0);
-    *out = download(dd, 4096);
-    int bad = 0, ncols = mode == gpu::WGMMA_PROBE_SS_N32 ? 32 : 64;
-    for (int m = 0; m < 64; m++)
-        for (int n = 0; n < 64; n++) {
-            float want = 0;
-            for (int k = 0; k < 64 && n < ncols; k++) want += af[m * 64 + k] * bf[k * 64 + n];
-            bad += (*out)[m * 64 + n] != want;
-        }
-    cudaCheck(cudaFree(da));
-    cudaCheck(cudaFree(db));
-    cudaCheck(cudaFree(dd));
-    return bad == 0;
+    gpu::WgmmaProbeResult r = gpu::wgmma_probe_check(mode, broken, 11 + mode);
+    *out = r.out;
+    return r.bad == 0;
 }
 
 TEST(wgmma_against_matmul) {
