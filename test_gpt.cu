@@ -16,8 +16,8 @@
 //   * multiple-choice rows forwarded at their own (shorter) length score as the CPU's at full T;
 //   * the value-path hook: attention split over two head ranges equals one call, bit for bit;
 //     in bf16 also the attention backward of the lab's version 2 against the trainer's version 3;
-//   * in bf16, attention version 6 (wgmma, Hopper: the forward and the backward's dQ kernel)
-//     against version 4 at every layer of every config with head dim 64, with the layer's
+//   * in bf16, attention version 6 (wgmma, Hopper: the forward and the backward's dQ and dK/dV
+//     kernels) against version 4 at every layer of every config with head dim 64, with the layer's
 //     value-path inputs;
 //   * matmul_forward_lerp (ResFormer's mixing value projection) with a nonzero bias, against its formula;
 //     in bf16 the DGELU epilogue of the MLP backward against the tanh GELU's derivative, and the

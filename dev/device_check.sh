@@ -340,8 +340,7 @@ for path in $TEST_PATHS; do
 done
 # 2b. the bf16 suites once more with attention version 6 (wgmma, Hopper only: the forward, the dQ
 # and the dK/dV kernels; the variants att_fwd6, att_dq6, att_dkdv6 and att_wgmma time them) in
-# every test: VP_TEST_ATTENTION_WGMMA=1
-# (test_gpt.cu's main)
+# every test: VP_TEST_ATTENTION_WGMMA=1 (test_gpt.cu's main)
 for path in $TEST_PATHS; do
     bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_bf16
     tlog="$OUT_DIR/test_gpt.log"
