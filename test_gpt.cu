@@ -968,6 +968,105 @@ TEST(matmul_forward_gelu_epilogue) {
 }
 #endif
 
+// matmul_backward's bias gradient both ways (gpu::matmul_bias_grad_epilogue 0: bias_backward's
+// column sums; 1: the weight-gradient GEMM's BGRADB epilogue, or bias_backward where cuBLASLt has
+// none), each against sums in double, on old gradients that must be added to, with dout's rows
+// strided as in the qkv buffer and N = 300 rows (two partial blocks of bias_backward, one ragged).
+// The bound is the worst case of fp32 summation in any order of the n = N + 1 terms (the old value
+// and N values exact in fp32: bf16 inputs and their products, or fp32 inputs whose products round
+// once more, hence N + 2 in the FP32 build): |error| <= 1.01 n 2^-24 (|old| + sum |term|). The
+// model tests start from GPT-2's zero biases and see a wrong sum only through the norms; a term
+// missed or counted twice here exceeds it by far (dout ~ N(0, 1): a term is ~1, the bound ~1e-4).
+TEST(bias_grad_epilogue) {
+    const int N = 300, C = 40, OC = 72, RS = OC + 8;  // OC and RS multiples of 8: bias_backward's 16-byte kernel
+    Rng rng = rng_stream(94, 6);
+    std::vector<float> dout = floatx_normal(&rng, (size_t)N * RS, 1.0f), inp = floatx_normal(&rng, (size_t)N * C, 1.0f);
+    std::vector<float> old_db(OC), old_dw((size_t)OC * C);
+    for (float& x : old_db) x = (float)rng_normal(&rng);
+    for (float& x : old_dw) x = (float)rng_normal(&rng);
+    const double terms = gpu::FLOATX_IS_FLOAT ? N + 2 : N + 1, gamma = 1.01 * terms * std::ldexp(1.0, -24);
+    std::vector<double> ref_db(OC), tol_db(OC), ref_dw((size_t)OC * C), tol_dw((size_t)OC * C);
+    for (int o = 0; o < OC; o++) {
+        double sum = old_db[o], mag = std::fabs(old_db[o]);
+        for (int i = 0; i < N; i++) sum += dout[(size_t)i * RS + o], mag += std::fabs(dout[(size_t)i * RS + o]);
+        ref_db[o] = sum, tol_db[o] = gamma * mag;
+        for (int c = 0; c < C; c++) {
+            size_t at = (size_t)o * C + c;
+            double w = old_dw[at], wmag = std::fabs(old_dw[at]);
+            for (int i = 0; i < N; i++) {
+                double t = (double)dout[(size_t)i * RS + o] * inp[(size_t)i * C + c];
+                w += t, wmag += std::fabs(t);
+            }
+            ref_dw[at] = w, tol_dw[at] = gamma * wmag;
+        }
+    }
+    gpu::floatX *d_dout = floatx_upload(dout), *d_inp = floatx_upload(inp);
+    float *d_db = nullptr, *d_dw = nullptr, *d_partial = nullptr;
+    cudaCheck(cudaMalloc(&d_db, OC * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_dw, old_dw.size() * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_partial, (size_t)gpu::num_partials(N) * OC * sizeof(float)));
+    // one matmul_backward from the old gradients; returns dbias then dweight
+    auto run = [&](int epilogue) {
+        cudaCheck(cudaMemcpy(d_db, old_db.data(), OC * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_dw, old_dw.data(), old_dw.size() * sizeof(float), cudaMemcpyHostToDevice));
+        int saved = gpu::matmul_bias_grad_epilogue;
+        gpu::matmul_bias_grad_epilogue = epilogue;
+        gpu::matmul_backward(nullptr, d_dw, d_db, d_dout, d_inp, nullptr, d_partial, N, C, OC, RS, false, 1.0f, 0);
+        gpu::matmul_bias_grad_epilogue = saved;
+        std::vector<float> out = gpu_download(d_db, OC), dw = gpu_download(d_dw, old_dw.size());
+        out.insert(out.end(), dw.begin(), dw.end());
+        return out;
+    };
+    auto check = [&](const char* what, const std::vector<float>& got) {
+        double worst_b = 0, worst_w = 0;
+        size_t bad = 0;
+        for (int o = 0; o < OC; o++) {
+            double e = std::fabs(got[o] - ref_db[o]);
+            worst_b = std::max(worst_b, e / tol_db[o]);
+            bad += !(e <= tol_db[o]);
+        }
+        for (size_t i = 0; i < ref_dw.size(); i++) {
+            double e = std::fabs(got[OC + i] - ref_dw[i]);
+            worst_w = std::max(worst_w, e / tol_dw[i]);
+            bad += !(e <= tol_dw[i]);
+        }
+        printf("    %s: worst error of dbias %.3f, of dweight %.3f of their bounds\n", what, worst_b, worst_w);
+        CHECK(bad == 0, "%s: %zu of %zu gradient values outside the fp32 summation bound", what, bad, OC + ref_dw.size());
+    };
+    gpu::matmul_init();
+    std::vector<float> separate = run(0);
+    check("bias_backward", separate);
+    size_t refused = gpu::matmul_state().refused.size();
+    std::vector<float> fused = run(1);
+    bool used = gpu::matmul_state().refused.size() == refused;
+    check(used ? "BGRADB epilogue" : "BGRADB refused, bias_backward", fused);
+    printf("    cuBLASLt %s a BGRADB algorithm for this weight-gradient GEMM\n", used ? "has" : "has NOT");
+#ifdef VP_CUDA_EMU
+    CHECK(used, "the emulated cuBLASLt refused BGRADB");
+    // a library without the kernel: the bias gradient must come from bias_backward, the same bits
+    // as the separate way (fresh cuBLASLt state, so the refusal is asked for, not remembered)
+    setenv("VP_EMU_LT_NO_BGRADB", "1", 1);
+    gpu::matmul_free();
+    gpu::matmul_init();
+    std::vector<float> fallback = run(1);
+    CHECK(gpu::matmul_state().refused.size() == 1, "a refused BGRADB was not remembered (%zu refusals)", gpu::matmul_state().refused.size());
+    CHECK(!memcmp(fallback.data(), separate.data(), fallback.size() * sizeof(float)), "the fallback's gradients differ from bias_backward's");
+    std::vector<float> again = run(1);  // the remembered refusal: no second heuristic query, same bits
+    CHECK(!memcmp(again.data(), separate.data(), again.size() * sizeof(float)), "the remembered fallback's gradients differ from bias_backward's");
+    unsetenv("VP_EMU_LT_NO_BGRADB");
+    gpu::matmul_free();
+    gpu::matmul_init();
+#endif
+    for (gpu::floatX* d : {d_dout, d_inp}) cudaCheck(cudaFree(d));
+    for (float* d : {d_db, d_dw, d_partial}) cudaCheck(cudaFree(d));
+    // and in the model: the path's first config (GPT-2: the qkv and fc biases, and the v split of
+    // the paths that have one, with dout's rows strided) against the CPU, as forward_backward checks
+    int saved = gpu::matmul_bias_grad_epilogue;
+    gpu::matmul_bias_grad_epilogue = 1;
+    check_forward_backward(test_configs()[0]);
+    gpu::matmul_bias_grad_epilogue = saved;
+}
+
 // Too little device memory must be a clear error that names the bytes needed.
 TEST(out_of_memory_message) {
     ModelConfig c = config_from_flags(test_configs()[0]);
@@ -1004,7 +1103,18 @@ int main(int argc, char** argv) {
         }
         gpu::attention_forward_version = gpu::attention_dq_version = gpu::attention_dkdv_version = wg[0] == '1' ? 6 : 4;
     }
-    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d, dQ version %d, dK/dV version %d\n", PRECISION_NAME,
-           value_path_name(VALUE_PATH_ID), prop.name, gpu::attention_forward_version, gpu::attention_dq_version, gpu::attention_dkdv_version);
+    // VP_TEST_BIAS_GRAD_EPILOGUE=1 likewise runs every test with the bias gradients from the
+    // weight-gradient GEMMs' BGRADB epilogue (kernels/matmul.cuh), for the same reason
+    const char* bg = getenv("VP_TEST_BIAS_GRAD_EPILOGUE");
+    if (bg && *bg) {
+        if (strcmp(bg, "0") && strcmp(bg, "1")) {
+            fprintf(stderr, "VP_TEST_BIAS_GRAD_EPILOGUE=%s: use 1 (the BGRADB epilogue) or 0\n", bg);
+            return 2;
+        }
+        gpu::matmul_bias_grad_epilogue = bg[0] - '0';
+    }
+    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d, dQ version %d, dK/dV version %d, bias gradient epilogue %d\n",
+           PRECISION_NAME, value_path_name(VALUE_PATH_ID), prop.name, gpu::attention_forward_version, gpu::attention_dq_version, gpu::attention_dkdv_version,
+           gpu::matmul_bias_grad_epilogue);
     return run_registered_tests(argc, argv);
 }

@@ -14,7 +14,8 @@
 #      cross-layer settings, determinism, resume, recompute, checkpoints across builds: test_gpt.cu);
 #      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
-#      2b. each path's bf16 suite again with attention version 6 (wgmma: forward, dQ, dK/dV) throughout
+#      2b. each path's bf16 suite again with the candidate kernels throughout: attention version 6
+#      (wgmma: forward, dQ, dK/dV) and the bias gradients from the GEMMs' BGRADB epilogue
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings), and the wgmma
 #      probe (each shape and operand layout of attention version 6 against a CPU matmul)
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
@@ -338,30 +339,35 @@ for path in $TEST_PATHS; do
         unit_end "test_gpt $path $prec"
     done
 done
-# 2b. the bf16 suites once more with attention version 6 (wgmma, Hopper only: the forward, the dQ
-# and the dK/dV kernels; the variants att_fwd6, att_dq6, att_dkdv6 and att_wgmma time them) in
-# every test: VP_TEST_ATTENTION_WGMMA=1 (test_gpt.cu's main)
+# 2b. the bf16 suites once more with the kernels that are candidates for the default, in every
+# test (test_gpt.cu's main): attention version 6 (wgmma, Hopper only: the forward, the dQ and the
+# dK/dV kernels; the variants att_fwd6, att_dq6, att_dkdv6 and att_wgmma time them),
+# VP_TEST_ATTENTION_WGMMA=1, and the bias gradients from the weight-gradient GEMMs' BGRADB
+# epilogue (variant bias_bgradb), VP_TEST_BIAS_GRAD_EPILOGUE=1. Each has its own test in step 2's
+# suites as well (attention_wgmma_versions, bias_grad_epilogue), which says which one a failure is.
 for path in $TEST_PATHS; do
     bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_bf16
     tlog="$OUT_DIR/test_gpt.log"
-    unit_begin "test_gpt $path bf16 fwd6" || continue
+    unit_begin "test_gpt $path bf16 candidates" || continue
     if [ -x "$bin" ]; then
-        run_step "test_gpt $path bf16 fwd6" 150 "$tlog" env VP_TEST_ATTENTION_WGMMA=1 "$bin"
+        run_step "test_gpt $path bf16 candidates" 150 "$tlog" env VP_TEST_ATTENTION_WGMMA=1 VP_TEST_BIAS_GRAD_EPILOGUE=1 "$bin"
         rc=$?
-        section=$(grep -A100000 "== test_gpt $path bf16 fwd6 (limit" "$tlog")
+        section=$(grep -A100000 "== test_gpt $path bf16 candidates (limit" "$tlog")
         c=$(echo "$section" | counts /dev/stdin)
-        if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path bf16, attention on wgmma" "skipped: no CUDA device"
+        if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path bf16, candidate kernels" "skipped: no CUDA device"
         else
             # the worst layer's margins (test_gpt's attention_wgmma_versions), if it printed them
             worst=$(echo "$section" | grep -o 'version 6 against 4: out [0-9.]*, lse [0-9.]*, dq [0-9.]*, dk [0-9.]*, dv [0-9.]*' | awk '{
                 for (i = 6; i <= 14; i += 2) { x = $i + 0; if (x > m[i]) m[i] = x } n++ }
                 END { if (n) printf "; version 6 against 4 at %d layers: out within %.3f, lse %.3f, dq %.3f, dk %.3f, dv %.3f of the bounds", n, m[6], m[8], m[10], m[12], m[14] }')
-            row "test_gpt $path bf16, attention on wgmma" "$(verdict $rc) ($c$worst)"
+            # whether cuBLASLt had a BGRADB algorithm (test_gpt's bias_grad_epilogue), if it said
+            bgrad=$(echo "$section" | grep -o 'cuBLASLt has\( NOT\)\? a BGRADB algorithm' | head -1)
+            row "test_gpt $path bf16, candidate kernels" "$(verdict $rc) ($c$worst${bgrad:+; $bgrad})"
         fi
     else
-        row "test_gpt $path bf16, attention on wgmma" "not built"
+        row "test_gpt $path bf16, candidate kernels" "not built"
     fi
-    unit_end "test_gpt $path bf16 fwd6"
+    unit_end "test_gpt $path bf16 candidates"
 done
 
 # 3. kernel labs ---------------------------------------------------------------------------

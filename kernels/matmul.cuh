@@ -12,19 +12,24 @@
 //
 // Epilogues used: BIAS (bias added in fp32 before the single rounding of the output), the C
 // operand with beta = 1 for the residual add (res_att = x + attproj(...) in one GEMM: the residual
-// adds are fused here, so there is no separate residual kernel), and DGELU in the BF16 build's MLP
-// backward (the GELU's backward applied to the fcproj input gradient before it is rounded).
+// adds are fused here, so there is no separate residual kernel), DGELU in the BF16 build's MLP
+// backward (the GELU's backward applied to the fcproj input gradient before it is rounded), and,
+// behind matmul_bias_grad_epilogue (off by default until a GPU has timed it), BGRADB: the bias
+// gradient's column sums of dout taken by the weight-gradient GEMM, which reads dout anyway.
 //
 // Determinism: cuBLAS(Lt) documents bit-wise reproducible results run to run on the same GPU
 // model and toolkit version (split-K reductions, when chosen, are ordered: see
 // cublasLtReductionScheme_t). The algorithm is picked once per shape by the heuristic and cached,
-// so every step (and a resumed process) runs the same kernels. The bias gradient is ours: a
-// two-stage fixed-order reduction (kernels/reduce.cuh), never atomics.
+// so every step (and a resumed process) runs the same kernels. The bias gradient is ours by
+// default: a two-stage fixed-order reduction (kernels/reduce.cuh), never atomics; with the BGRADB
+// epilogue it is cuBLASLt's, inside the cached algorithm, so just as reproducible.
 //
-// defines: matmul_init, matmul_free, matmul_forward, matmul_forward_gelu, matmul_forward_lerp, matmul_backward, bias_backward
+// defines: matmul_init, matmul_free, matmul_forward, matmul_forward_gelu, matmul_forward_lerp, matmul_backward, bias_backward,
+//          matmul_bias_grad_epilogue
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "kernels/common.cuh"
@@ -41,6 +46,7 @@ struct MatmulState {
     void* workspace = nullptr;
     size_t workspace_bytes = 32u << 20;
     std::map<std::string, cublasLtMatmulAlgo_t> algos;
+    std::set<std::string> refused;  // shapes whose optional epilogue (BGRADB) the heuristic had no algorithm for
 };
 inline MatmulState& matmul_state() {
     static MatmulState s;
@@ -78,10 +84,15 @@ inline uint32_t operand_alignment(const void* p, long ld, size_t elem) {
 //   GELU_EPI_FORWARD   (GELU_AUX_BIAS, or GELU_AUX without a bias) aux = alpha op(A) @ op(B) + bias,
 //                      D = gelu(that), both rounded once from fp32;
 //   GELU_EPI_BACKWARD  (DGELU) D = gelu'(aux) * (alpha op(A) @ op(B)), aux being the GELU's input.
+// bias_grad (n floats, or NULL): epilogue BGRADB, bias_grad[j] = sum over the k rows of op(B)'s
+// column j, written (not added) in fp32; D must be fp32, alpha 1, no bias and no GELU.
+// Returns false, having run nothing, only when bias_grad is given and cuBLASLt has no algorithm
+// with BGRADB for this call (the caller then sums the bias gradient itself; the refusal is
+// remembered per shape); any other refusal is an error that names the call.
 enum GeluEpilogue { GELU_EPI_NONE, GELU_EPI_FORWARD, GELU_EPI_BACKWARD };
-inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
+inline bool matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
                             bool trans_a, bool trans_b, long lda, long ldb, long ldc, long ldd, float alpha, float beta, cudaStream_t stream,
-                            GeluEpilogue gelu = GELU_EPI_NONE, const floatX* aux = nullptr, long ld_aux = 0) {
+                            GeluEpilogue gelu = GELU_EPI_NONE, const floatX* aux = nullptr, long ld_aux = 0, float* bias_grad = nullptr) {
     MatmulState& s = matmul_state();
     KERNEL_ASSERT(s.handle != nullptr);  // matmul_init() first
     KERNEL_ASSERT(m > 0 && n > 0 && k > 0);
@@ -90,6 +101,7 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
                   (aux != nullptr && beta == 0.0f && cd_type == CUDA_FLOATX && ld_aux >= m && ld_aux % 8 == 0 && (gelu == GELU_EPI_FORWARD || bias == nullptr)));
     KERNEL_ASSERT(lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
     KERNEL_ASSERT(beta == 0.0f || (c != nullptr && ldc >= m));
+    KERNEL_ASSERT(bias_grad == nullptr || (bias == nullptr && gelu == GELU_EPI_NONE && cd_type == CUDA_R_32F && alpha == 1.0f));
     if (beta == 0.0f) {
         c = d;
         ldc = ldd;
@@ -104,6 +116,7 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
     cublasLtEpilogue_t epilogue = gelu == GELU_EPI_BACKWARD ? CUBLASLT_EPILOGUE_DGELU
                                   : gelu == GELU_EPI_FORWARD  ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                   : bias                      ? CUBLASLT_EPILOGUE_BIAS
+                                  : bias_grad                 ? CUBLASLT_EPILOGUE_BGRADB
                                                               : CUBLASLT_EPILOGUE_DEFAULT;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (gelu != GELU_EPI_NONE) {
@@ -116,6 +129,11 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
+    if (bias_grad) {  // the bias gradient in fp32, D's type (also the attribute's documented default)
+        cudaDataType_t bias_type = CUDA_R_32F;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
+    }
     cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, trans_a ? k : m, trans_a ? m : k, lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, trans_b ? n : k, trans_b ? k : n, ldb));
@@ -125,20 +143,31 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
     uint32_t al_a = operand_alignment(a, lda, sizeof(floatX)), al_b = operand_alignment(b, ldb, sizeof(floatX));
     uint32_t al_c = operand_alignment(c, ldc, cd_size), al_d = operand_alignment(d, ldd, cd_size);
     // the heuristic also reads the bias pointer's alignment, so it is part of the cached choice
-    uint32_t al_bias = bias ? operand_alignment(bias, 0, sizeof(floatX)) : 0;
+    uint32_t al_bias = bias ? operand_alignment(bias, 0, sizeof(floatX)) : bias_grad ? operand_alignment(bias_grad, 0, sizeof(float)) : 0;
     uint32_t al_aux = gelu != GELU_EPI_NONE ? operand_alignment(aux, ld_aux, sizeof(floatX)) : 0;
     char key[256];
-    snprintf(key, sizeof(key), "%d %d %d %d%d %ld %ld %ld %ld %d %d %u %u %u %u %u %d %ld %u", m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd,
-             (int)cd_type, bias != nullptr, al_a, al_b, al_c, al_d, al_bias, (int)gelu, ld_aux, al_aux);
+    snprintf(key, sizeof(key), "%d %d %d %d%d %ld %ld %ld %ld %d %d%d %u %u %u %u %u %d %ld %u", m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd,
+             (int)cd_type, bias != nullptr, bias_grad != nullptr, al_a, al_b, al_c, al_d, al_bias, (int)gelu, ld_aux, al_aux);
     // a refused call names everything cuBLASLt was asked for: the shape, types and alignments
     auto fail = [&](const char* what, cublasStatus_t st) {
         runtime_error(nullptr,
                       "internal: cuBLASLt %s (%s) for m=%d n=%d k=%d trans_a=%d trans_b=%d lda=%ld ldb=%ld ldc=%ld ldd=%ld, A/B %s, C/D %s, "
-                      "bias %s, GELU epilogue %s (aux ld %ld), alignment in bytes A %u B %u C %u D %u bias %u aux %u",
+                      "bias %s, bias gradient %s, GELU epilogue %s (aux ld %ld), alignment in bytes A %u B %u C %u D %u bias %u aux %u",
                       what, cublasGetStatusString(st), m, n, k, (int)trans_a, (int)trans_b, lda, ldb, ldc, ldd, FLOATX_IS_FLOAT ? "fp32" : "bf16",
-                      cd_type == CUDA_R_32F ? "fp32" : "bf16", bias ? "yes" : "no", gelu == GELU_EPI_FORWARD ? "GELU_AUX" : gelu == GELU_EPI_BACKWARD ? "DGELU" : "none", ld_aux, al_a, al_b, al_c, al_d, al_bias,
-                      al_aux);
+                      cd_type == CUDA_R_32F ? "fp32" : "bf16", bias ? "yes" : "no", bias_grad ? "yes (BGRADB)" : "no",
+                      gelu == GELU_EPI_FORWARD ? "GELU_AUX" : gelu == GELU_EPI_BACKWARD ? "DGELU" : "none", ld_aux, al_a, al_b, al_c, al_d, al_bias, al_aux);
     };
+    auto destroy = [&]() {
+        cublasCheck(cublasLtMatrixLayoutDestroy(la));
+        cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+        cublasCheck(cublasLtMatrixLayoutDestroy(lc));
+        cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+        cublasCheck(cublasLtMatmulDescDestroy(desc));
+    };
+    if (s.refused.count(key)) {
+        destroy();
+        return false;
+    }
     auto it = s.algos.find(key);
     if (it == s.algos.end()) {
         cublasLtMatmulPreference_t pref;
@@ -153,17 +182,23 @@ inline void matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
         // NOT_SUPPORTED here means no kernel exists for this combination at all
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, lc, ld, pref, 1, &result, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        if (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS)
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+            if (bias_grad) {  // an optional epilogue: say so once per shape, and let the caller do without it
+                fflush(stdout);  // after what the program printed before, in a log of both
+                fprintf(stderr, "note: cuBLASLt has no BGRADB (bias gradient) algorithm for m=%d n=%d k=%d (%s); the bias gradient uses its own kernel there\n",
+                        m, n, k, cublasGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : result.state));
+                s.refused.insert(key);
+                destroy();
+                return false;
+            }
             fail("has no algorithm", st != CUBLAS_STATUS_SUCCESS ? st : result.state);
+        }
         it = s.algos.emplace(key, result.algo).first;
     }
     cublasStatus_t st = cublasLtMatmul(s.handle, desc, &alpha, a, la, b, lb, &beta, c, lc, d, ld, &it->second, s.workspace, s.workspace_bytes, stream);
     if (st != CUBLAS_STATUS_SUCCESS) fail("refused the matmul", st);
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    destroy();
+    return true;
 }
 
 // ----------------------------------------------------------------------------
@@ -265,6 +300,18 @@ inline void matmul_forward_lerp(floatX* out, const floatX* inp, const floatX* we
                     lambda, stream);
 }
 
+// Where matmul_backward's bias gradient comes from: 0 (the default) bias_backward's column sums of
+// dout after the weight-gradient GEMM (16-byte loads, kernel2 above); 1 that GEMM's BGRADB
+// epilogue, which reads dout anyway, saving the separate pass over it (GPT-2's fc and qkv bias
+// gradients; ncu put the bias passes at 3.4 ms of a 124M step, B=64, T=1024, on an H100 before
+// kernel2), with bias_backward kept wherever cuBLASLt has no BGRADB algorithm. Not yet timed on a GPU: -DVP_BIAS_GRAD_EPILOGUE=1,
+// bench_gpt --bias-grad-epilogue 1 (build variant bias_bgradb, dev/bench_variants.list), test_gpt's
+// bias_grad_epilogue test, and VP_TEST_BIAS_GRAD_EPILOGUE=1 for a whole suite.
+#ifndef VP_BIAS_GRAD_EPILOGUE
+#define VP_BIAS_GRAD_EPILOGUE 0
+#endif
+inline int matmul_bias_grad_epilogue = VP_BIAS_GRAD_EPILOGUE;
+
 // The backward of matmul_forward, scaled by alpha (the classifier folds 1/(B*T) in here):
 //   dinp (N x C)   = or += alpha * dout (N rows of dout_rs, OC used) @ weight (OC x C)   [dinp may be NULL]
 //   dweight (OC x C, fp32) += alpha * dout^T @ inp (N x C, dense)
@@ -284,8 +331,18 @@ inline void matmul_backward(floatX* dinp, float* dweight, float* dbias, const fl
         matmul_cublaslt(dinp, dinp, CUDA_FLOATX, weight, dout, nullptr, C, N, OC, false, false, C, dout_rs, C, C, alpha, accumulate_dinp ? 1.0f : 0.0f,
                         stream, gelu_inp ? GELU_EPI_BACKWARD : GELU_EPI_NONE, gelu_inp, C);
     }
-    // column-major: dweight^T (C x OC) += inp^T (C x N) @ dout (N x OC: the stored OC x N transposed)
-    matmul_cublaslt(dweight, dweight, CUDA_R_32F, inp, dout, nullptr, C, OC, N, false, true, C, dout_rs, C, C, alpha, 1.0f, stream);
+    // column-major: dweight^T (C x OC) += inp^T (C x N) @ dout (N x OC: the stored OC x N transposed);
+    // with the BGRADB epilogue the same GEMM also writes sum_rows dout (its B's sums over k) into
+    // partial's first row, which is then added to dbias
+    auto weight_grad = [&](float* bias_grad) {
+        return matmul_cublaslt(dweight, dweight, CUDA_R_32F, inp, dout, nullptr, C, OC, N, false, true, C, dout_rs, C, C, alpha, 1.0f, stream,
+                               GELU_EPI_NONE, nullptr, 0, bias_grad);
+    };
+    if (dbias && matmul_bias_grad_epilogue && weight_grad(partial)) {
+        reduce_partials(dbias, partial, 1, OC, OC, stream);
+        return;
+    }
+    weight_grad(nullptr);
     if (dbias) bias_backward(dbias, dout, partial, N, OC, dout_rs, stream);
 }
 

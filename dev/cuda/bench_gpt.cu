@@ -6,7 +6,7 @@ dev/bench_pytorch.py (the same model in plain PyTorch) in the same call, on the 
   ./build/dev/cuda/bench_gpt [--batch-size 64] [--seq-len 1024] [--steps 20] [--warmup 5]
                              [--arch gpt2|llama] [--recompute 0|1|2] [--peak-tflops X]
                              [--attention-version 4|2] [--attention-forward 4|6] [--attention-dq 4|6]
-                             [--attention-dkdv 4|6]
+                             [--attention-dkdv 4|6] [--bias-grad-epilogue 0|1]
 
 A step is exactly what host/train_loop.h does per optimizer step: zero_grad, forward (with the
 loss copied to the host), backward, global gradient norm, AdamW. Random tokens. Each step is
@@ -29,7 +29,10 @@ so the difference in ms/step is what the asynchronous loads buy (dev/device_chec
 4 where it cannot run) with version 4's backward: the build variant att_fwd6 of
 dev/bench_variants.list, timed against the default (4) by dev/device_check.sh. --attention-dq 6
 and --attention-dkdv 6 the same for the backward's dQ and dK/dV kernels (variants att_dq6 and
-att_dkdv6; att_wgmma runs all three at version 6).
+att_dkdv6; att_wgmma runs all three at version 6). --bias-grad-epilogue 1 takes the bias
+gradients from the weight-gradient GEMMs' BGRADB epilogue instead of bias_backward's own pass over
+dout (variant bias_bgradb; kernels/matmul.cuh); the BENCH line counts the GEMM shapes for which
+cuBLASLt had no such algorithm (bias_grad_refused), where the own pass stayed.
 
 Peak memory: the device memory the model allocated (parameters, gradients, AdamW state,
 activations and scratch, the cuBLASLt workspace), and the device's used memory (total - free)
@@ -54,7 +57,7 @@ static float forward_loss(M* m, const int* inputs, const int* targets, int B, in
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0, attention_version = 4, attention_forward = gpu::attention_forward_version,
-        attention_dq = gpu::attention_dq_version, attention_dkdv = gpu::attention_dkdv_version;
+        attention_dq = gpu::attention_dq_version, attention_dkdv = gpu::attention_dkdv_version, bias_grad_epilogue = gpu::matmul_bias_grad_epilogue;
     double peak = -1;
     std::string arch = "gpt2";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -70,8 +73,9 @@ int main(int argc, char** argv) {
         else if (f == "--attention-forward") attention_forward = atoi(argv[i + 1]);
         else if (f == "--attention-dq") attention_dq = atoi(argv[i + 1]);
         else if (f == "--attention-dkdv") attention_dkdv = atoi(argv[i + 1]);
+        else if (f == "--bias-grad-epilogue") bias_grad_epilogue = atoi(argv[i + 1]);
         else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops --attention-version --attention-forward --attention-dq "
-                         "--attention-dkdv",
+                         "--attention-dkdv --bias-grad-epilogue",
                          "unknown flag %s", argv[i]);
     }
     if (attention_version != 4 && attention_version != 2)
@@ -85,6 +89,10 @@ int main(int argc, char** argv) {
     kernel_version("--attention-forward", attention_forward, &gpu::attention_forward_version);
     kernel_version("--attention-dq", attention_dq, &gpu::attention_dq_version);
     kernel_version("--attention-dkdv", attention_dkdv, &gpu::attention_dkdv_version);
+    // the bias gradients: 0 (bias_backward's own pass, the default) or 1 (the weight-gradient GEMM's BGRADB epilogue)
+    if (bias_grad_epilogue != 0 && bias_grad_epilogue != 1)
+        usage_error("--bias-grad-epilogue 0 (bias_backward, the default) or 1 (cuBLASLt's BGRADB epilogue)", "--bias-grad-epilogue %d", bias_grad_epilogue);
+    gpu::matmul_bias_grad_epilogue = bias_grad_epilogue;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("skipped: no CUDA device (bench_gpt)\n");
@@ -149,9 +157,9 @@ int main(int argc, char** argv) {
            value_path_name(c.vp.path), vp_gib, used_gib);
     // one machine-readable line for make bench / dev/device_check.sh
     printf("BENCH impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f "
-           "vp_mem_gib=%.3f attention_version=%d attention_forward=%d attention_dq=%d attention_dkdv=%d\n",
+           "vp_mem_gib=%.3f attention_version=%d attention_forward=%d attention_dq=%d attention_dkdv=%d bias_grad_epilogue=%d bias_grad_refused=%zu\n",
            value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib,
-           attention_version, attention_forward, attention_dq, attention_dkdv);
+           attention_version, attention_forward, attention_dq, attention_dkdv, bias_grad_epilogue, gpu::matmul_state().refused.size());
     gpt_free(&m);
     return 0;
 }

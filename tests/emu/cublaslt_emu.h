@@ -4,7 +4,10 @@
 // on column-major operands, accumulating in fp32 over k in order and rounding D once -- what
 // CUBLAS_COMPUTE_32F promises, in some order. Epilogue DGELU multiplies the fp32 product by the
 // derivative of the tanh-approximation GELU at the aux matrix (the GELU's input) before rounding;
-// GELU_AUX(_BIAS) writes the fp32 result (with the bias) rounded into aux and its tanh GELU into D. It checks what a real call would reject: layouts
+// GELU_AUX(_BIAS) writes the fp32 result (with the bias) rounded into aux and its tanh GELU into D.
+// BGRADB also writes the sums over k of op(B)'s columns (fp32, in order) to the bias pointer, with
+// D's type (the only case emulated: alpha 1, fp32 D); VP_EMU_LT_NO_BGRADB=1 makes the heuristic
+// answer NOT_SUPPORTED for it, as a library without such a kernel would. It checks what a real call would reject: layouts
 // whose shapes do not chain, leading dimensions below the row count, mixed A/B types, pointers
 // less aligned than the preference promised, bias without a bias pointer.
 #pragma once
@@ -26,7 +29,8 @@ enum cublasLtEpilogue_t {
     CUBLASLT_EPILOGUE_BIAS = 4,
     CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
     CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
-    CUBLASLT_EPILOGUE_DGELU = 64 | 128
+    CUBLASLT_EPILOGUE_DGELU = 64 | 128,
+    CUBLASLT_EPILOGUE_BGRADB = 512
 };
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,

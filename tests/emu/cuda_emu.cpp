@@ -1530,7 +1530,8 @@ static cublasStatus_t lt_types_supported(cublasLtMatmulDesc_t d, cublasLtMatrixL
         lt_fail("A/B types %d/%d with C/D types %d/%d is not a combination cuBLASLt supports", (int)la->type, (int)lb->type, (int)lc->type, (int)ld->type);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if ((d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) && d->bias_type != ld->type) {
+    bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    if (with_bias && d->bias_type != ld->type) {
         lt_fail("bias type %d differs from D's type %d", (int)d->bias_type, (int)ld->type);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -1543,6 +1544,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (!h || !d || !p || requested < 1) return lt_fail("heuristic query without handle, descriptor or preference");
     *found = 0;
     if (cublasStatus_t st = lt_types_supported(d, la, lb, lc, ld)) return st;
+    // a library without a BGRADB kernel for the call, on request (tests the trainer's fallback)
+    const char* no_bgradb = getenv("VP_EMU_LT_NO_BGRADB");
+    if (d->epilogue == CUBLASLT_EPILOGUE_BGRADB && no_bgradb && !strcmp(no_bgradb, "1")) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(&results[0], 0, sizeof(results[0]));
     for (int i = 0; i < 4; i++) results[0].algo.data[i] = p->min_align[i];
     results[0].state = CUBLAS_STATUS_SUCCESS;
@@ -1564,10 +1568,11 @@ static float lt_gelu_grad(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * s * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-// D = alpha op(A) op(B) + beta C (+ bias per row), times gelu'(aux) with DGELU, in fp32, on copies of the layouts
+// D = alpha op(A) op(B) + beta C (+ bias per row), times gelu'(aux) with DGELU, in fp32, on copies
+// of the layouts; bias_grad (BGRADB, fp32 D only): the sum over k of each column of op(B)
 static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, VpEmuLtLayout B, bool tb, const void* c, VpEmuLtLayout Cl, void* dd,
                        VpEmuLtLayout Dl, uint64_t m, uint64_t n, uint64_t k, float alpha, float beta, const void* bias, cudaDataType_t bias_type,
-                       const void* aux, int64_t aux_ld, bool gelu_forward) {
+                       const void* aux, int64_t aux_ld, bool gelu_forward, float* bias_grad) {
     // dense fp32 copies, A as m rows of k and B^T as n rows of k, so that each output is one
     // contiguous dot product (the emulator spends most of its time here)
     std::vector<float> am(m * k), bt(n * k);
@@ -1579,6 +1584,11 @@ static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, V
     for (uint64_t j = 0; j < n; j++) {
         std::vector<float> out(m);
         const float* bj = &bt[j * k];
+        if (bias_grad) {
+            float col = 0.0f;
+            for (uint64_t l = 0; l < k; l++) col += bj[l];
+            bias_grad[j] = col;
+        }
         for (uint64_t i = 0; i < m; i++) {
             const float* ai = &am[i * k];
             float acc = 0.0f;
@@ -1631,9 +1641,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     bool dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU;
     bool gelu_fwd = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    if (bias && !d->bias) return lt_fail("epilogue %d (with a bias) without a bias pointer", (int)d->epilogue);
-    if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !dgelu && !gelu_fwd)
+    bool bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    if ((bias || bgrad) && !d->bias) return lt_fail("epilogue %d (with a bias) without a bias pointer", (int)d->epilogue);
+    if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !dgelu && !gelu_fwd && !bgrad)
         return lt_fail("epilogue %d is not emulated", (int)d->epilogue);
+    if (bgrad) {
+        // the bias gradient: n fp32 values inside device memory, apart from D; alpha's effect on
+        // it is not emulated (the trainer asks with alpha = 1 only)
+        if (ld->type != CUDA_R_32F || *static_cast<const float*>(alpha_p) != 1.0f) return lt_fail("BGRADB is emulated only with fp32 D and alpha = 1");
+        if (!is_device(d->bias, n * sizeof(float))) return lt_fail("BGRADB's bias gradient (%p) is not inside one cudaMalloc allocation", d->bias);
+        uintptr_t g0 = (uintptr_t)d->bias, g1 = g0 + n * sizeof(float);
+        if (g0 < d1 && d0 < g1) return lt_fail("D overlaps BGRADB's bias gradient");
+    }
     if (dgelu || gelu_fwd) {
         // the documented constraints on the GELU input matrix: leading dimension >= rows and a multiple of 8
         if (!d->aux || d->aux_ld < (int64_t)m || d->aux_ld % 8)
@@ -1649,11 +1668,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     float alpha = *static_cast<const float*>(alpha_p), beta = *static_cast<const float*>(beta_p);
     VpEmuLtLayout A = *la, B = *lb, Cl = *lc, Dl = *ld;
     const void* bias_ptr = d->bias;
+    float* bias_grad = bgrad ? static_cast<float*>(const_cast<void*>(d->bias)) : nullptr;
     cudaDataType_t bias_type = d->bias_type;
     const void* aux = dgelu || gelu_fwd ? d->aux : nullptr;
     int64_t aux_ld = d->aux_ld;
-    vp_emu::enqueue(stream,
-                    [=]() { lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type, aux, aux_ld, gelu_fwd); });
+    vp_emu::enqueue(stream, [=]() {
+        lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type, aux, aux_ld, gelu_fwd, bias_grad);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
