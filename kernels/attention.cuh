@@ -181,6 +181,19 @@ __host__ __device__ __forceinline__ KVSource attn_kv_source(const AttentionArgs&
     return s;
 }
 
+// What a query-side block (the forwards, the dQ kernels) works on: query tile qt of query head h
+// (KV head g) in batch b. Grid (query tiles, B x the heads h0..h1-1), the heaviest (last) query
+// tiles first, so that the short ones fill the tail of the launch.
+struct AttQueryBlock {
+    int qt, b, h, g;
+};
+__device__ __forceinline__ AttQueryBlock att_query_block(const AttentionArgs& a) {
+    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
+    int qt = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;  // blockIdx's unsigned division, as it always was
+    return {qt, b, h, g};
+}
+
 // V as the core sees it at (row, d) of a KVSource: (1 - lambda) v + lambda v_mix for ResFormer
 // (the same expression as the CPU reference's mix), v otherwise.
 __host__ __device__ __forceinline__ float attn_mix_value(float v, float vmix, float lambda) { return (1.0f - lambda) * v + lambda * vmix; }
@@ -250,9 +263,7 @@ static __global__ void attention_forward_kernel1(AttentionArgs a) {
     extern __shared__ float smem1[];
     float* ks = smem1;            // (TILE, D)
     float* vs = smem1 + TILE * D;  // (TILE, D)
-    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
-    int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
-    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    const auto [qt, b, h, g] = att_query_block(a);
     int i = qt * TILE + threadIdx.x;
     const floatX* qb = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
     KVSource src = attn_kv_source(a, b, g);
@@ -445,9 +456,7 @@ static __global__ void attention_backward_dq_kernel1(AttentionArgs a) {
     float* vs = ks + TILE * D;         // (TILE, D)
     float* qown = vs + TILE * D;       // (TILE, LDO)
     float* doown = qown + TILE * LDO;  // (TILE, LDO)
-    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
-    int qt = gridDim.x - 1 - blockIdx.x;
-    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    const auto [qt, b, h, g] = att_query_block(a);
     int i = qt * TILE + threadIdx.x;
     float scale = 1.0f / sqrtf((float)D);
     KVSource src = attn_kv_source(a, b, g);
@@ -844,9 +853,7 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
     __nv_bfloat16* KVs = Qs + QTILE * LDS;  // buffer i: K at KVs + 2i TILE LDS, V after it
-    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
-    int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
-    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    const auto [qt, b, h, g] = att_query_block(a);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     const float sl2 = LOG2E / sqrtf((float)D);  // scores in log2 units: exp(x) = exp2(x * log2 e)
     KVSource src = attn_kv_source(a, b, g);
@@ -1038,9 +1045,7 @@ static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kern
     extern __shared__ __align__(16) unsigned char smem6[];
     unsigned char* Qs = sw128_align(smem6);
     unsigned char* KVs = Qs + ATT6_QROWS * ATT6_ROW_BYTES;
-    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
-    int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
-    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    const auto [qt, b, h, g] = att_query_block(a);
     int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     const float sl2 = LOG2E / sqrtf((float)D);
     KVSource src = attn_kv_source(a, b, g);
@@ -1383,9 +1388,7 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dq_kernel2(Atte
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
     __nv_bfloat16* dOs = Qs + ATT2_TILE * LDS;
     __nv_bfloat16* KVs = dOs + ATT2_TILE * LDS;  // buffer i: K at KVs + 2i TILE LDS, V after it
-    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
-    int qt = gridDim.x - 1 - blockIdx.x;
-    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    const auto [qt, b, h, g] = att_query_block(a);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
     KVSource src = attn_kv_source(a, b, g);
@@ -1453,9 +1456,7 @@ static __global__ void __launch_bounds__(ATT6_DQ_THREADS, 3) attention_backward_
     unsigned char* Qs = sw128_align(smem6);
     unsigned char* dOs = Qs + 64 * ATT6_ROW_BYTES;
     unsigned char* KVs = dOs + 64 * ATT6_ROW_BYTES;
-    int nh = a.h1 - a.h0, G = a.H / a.Hkv;
-    int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (last) query tiles first
-    int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;
+    const auto [qt, b, h, g] = att_query_block(a);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     const float scale = 1.0f / sqrtf((float)D), sl2 = LOG2E * scale;
     KVSource src = attn_kv_source(a, b, g);
@@ -1729,36 +1730,21 @@ void attention_backward_preprocess_d(const AttentionArgs& a, cudaStream_t stream
     cudaCheck(cudaGetLastError());
 }
 inline void attention_backward_preprocess(const AttentionArgs& a, cudaStream_t stream) {
-    switch (a.D) {
-        case 16: attention_backward_preprocess_d<16>(a, stream); break;
-        case 32: attention_backward_preprocess_d<32>(a, stream); break;
-        case 64: attention_backward_preprocess_d<64>(a, stream); break;
-        case 128: attention_backward_preprocess_d<128>(a, stream); break;
-    }
+    with_head_dim(a.D, [&](auto d) { attention_backward_preprocess_d<decltype(d)::value>(a, stream); });
 }
 
 // version 1 (SIMT), any floatX
 inline void attention_forward1(AttentionArgs a, cudaStream_t stream) {
     a = attention_full_range(a);
     attention_check_args(a, false, 1);
-    switch (a.D) {
-        case 16: attention_forward1_d<16>(a, stream); break;
-        case 32: attention_forward1_d<32>(a, stream); break;
-        case 64: attention_forward1_d<64>(a, stream); break;
-        case 128: attention_forward1_d<128>(a, stream); break;
-    }
+    with_head_dim(a.D, [&](auto d) { attention_forward1_d<decltype(d)::value>(a, stream); });
 }
 
 inline void attention_backward1(AttentionArgs a, cudaStream_t stream) {
     a = attention_full_range(a);
     attention_check_args(a, true, 1);
     attention_backward_preprocess(a, stream);
-    switch (a.D) {
-        case 16: attention_backward1_d<16>(a, stream); break;
-        case 32: attention_backward1_d<32>(a, stream); break;
-        case 64: attention_backward1_d<64>(a, stream); break;
-        case 128: attention_backward1_d<128>(a, stream); break;
-    }
+    with_head_dim(a.D, [&](auto d) { attention_backward1_d<decltype(d)::value>(a, stream); });
 }
 
 #ifdef ENABLE_BF16
@@ -1812,12 +1798,10 @@ template <bool ASYNC, int MT>
 void attention_forward_tc(AttentionArgs a, cudaStream_t stream) {
     a = attention_full_range(a);
     attention_check_args(a, false, 2);
-    switch (a.D) {
-        case 16: attention_forward2_d<16, ASYNC, MT>(a, stream); break;
-        case 32: attention_forward2_d<32, ASYNC, MT>(a, stream); break;
-        case 64: attention_forward2_d<64, ASYNC, MT>(a, stream); break;
-        case 128: attention_forward2_d<128, ASYNC, 1>(a, stream); break;
-    }
+    with_head_dim(a.D, [&](auto d) {
+        constexpr int D = decltype(d)::value;
+        attention_forward2_d<D, ASYNC, D == 128 ? 1 : MT>(a, stream);
+    });
 }
 // Version 6 needs a Hopper GPU (compute capability 9.0) and a build for sm_90a, and runs D = 64
 // only: attention_wgmma_available says whether this process can run it (always, under the
@@ -1868,12 +1852,7 @@ void attention_backward_tc(AttentionArgs a, cudaStream_t stream) {
     a = attention_full_range(a);
     attention_check_args(a, true, 2);
     attention_backward_preprocess(a, stream);
-    switch (a.D) {
-        case 16: attention_backward2_d<16, QSTEP, ASYNC>(a, stream); break;
-        case 32: attention_backward2_d<32, QSTEP, ASYNC>(a, stream); break;
-        case 64: attention_backward2_d<64, QSTEP, ASYNC>(a, stream); break;
-        case 128: attention_backward2_d<128, QSTEP, ASYNC>(a, stream); break;
-    }
+    with_head_dim(a.D, [&](auto d) { attention_backward2_d<decltype(d)::value, QSTEP, ASYNC>(a, stream); });
 }
 inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE, false>(a, stream); }
 inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, false>(a, stream); }

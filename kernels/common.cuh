@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "host/utils.h"  // runtime_error, CEIL_DIV
 
@@ -68,6 +69,21 @@ inline void cublas_check_(cublasStatus_t st, const char* expr, const char* file,
     do {                                                                                                      \
         if (!(cond)) runtime_error(nullptr, "internal: kernel launcher check failed at %s:%d: %s", __FILE__, __LINE__, #cond); \
     } while (0)
+
+// The per-head kernels (attention, Depth's) are compiled for head dims 16, 32, 64 and 128; a
+// launcher hands its run-time D to f as a compile-time one: f(std::integral_constant<int, D>()),
+// so that in f, decltype(d)::value is D. One switch for every launcher; the launchers' argument
+// checks have already refused any other D, so another one here is a bug.
+template <typename F>
+inline void with_head_dim(int D, F&& f) {
+    switch (D) {
+        case 16: f(std::integral_constant<int, 16>()); break;
+        case 32: f(std::integral_constant<int, 32>()); break;
+        case 64: f(std::integral_constant<int, 64>()); break;
+        case 128: f(std::integral_constant<int, 128>()); break;
+        default: KERNEL_ASSERT(D == 16 || D == 32 || D == 64 || D == 128);
+    }
+}
 
 // cudaMalloc with a message that names what was being allocated and the bytes needed/free.
 inline void* cuda_malloc_check(size_t bytes, const char* what) {

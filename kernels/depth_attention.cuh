@@ -539,12 +539,7 @@ void depth_launch(const DepthArgs& a, bool backward, cudaStream_t stream) {
 
 inline void depth_dispatch(const DepthArgs& a, bool backward, cudaStream_t stream) {
     depth_check_args(a, backward);
-    switch (a.D) {
-        case 16: depth_launch<16>(a, backward, stream); break;
-        case 32: depth_launch<32>(a, backward, stream); break;
-        case 64: depth_launch<64>(a, backward, stream); break;
-        case 128: depth_launch<128>(a, backward, stream); break;
-    }
+    with_head_dim(a.D, [&](auto d) { depth_launch<decltype(d)::value>(a, backward, stream); });
 }
 
 // forward: writes vmix (what the core reads) and alpha
