@@ -304,9 +304,10 @@ inline void matmul_forward_lerp(floatX* out, const floatX* inp, const floatX* we
 // dout after the weight-gradient GEMM (16-byte loads, kernel2 above); 1 that GEMM's BGRADB
 // epilogue, which reads dout anyway, saving the separate pass over it (GPT-2's fc and qkv bias
 // gradients; ncu put the bias passes at 3.4 ms of a 124M step, B=64, T=1024, on an H100 before
-// kernel2), with bias_backward kept wherever cuBLASLt has no BGRADB algorithm. Not yet timed on a GPU: -DVP_BIAS_GRAD_EPILOGUE=1,
-// bench_gpt --bias-grad-epilogue 1 (build variant bias_bgradb, dev/bench_variants.list), test_gpt's
-// bias_grad_epilogue test, and VP_TEST_BIAS_GRAD_EPILOGUE=1 for a whole suite.
+// kernel2), with bias_backward kept wherever cuBLASLt has no BGRADB algorithm. Not yet timed on
+// a GPU: -DVP_BIAS_GRAD_EPILOGUE=1, bench_gpt --bias-grad-epilogue 1 (build variant bias_bgradb,
+// dev/bench_variants.list), test_gpt's bias_grad_epilogue test, and VP_TEST_BIAS_GRAD_EPILOGUE=1
+// for a whole suite.
 #ifndef VP_BIAS_GRAD_EPILOGUE
 #define VP_BIAS_GRAD_EPILOGUE 0
 #endif

@@ -264,6 +264,23 @@ def test_build_variants_are_timed_against_the_plain_build(tmp_path):
     assert "ms_per_step=133.0" in (out / "bench.txt").read_text()
 
 
+def test_variant_row_says_where_cublaslt_refused_bgradb(tmp_path):
+    """A bench_gpt run with --bias-grad-epilogue 1 counts in its BENCH line the GEMM shapes for
+    which cuBLASLt had no BGRADB algorithm (bias_grad_refused); there the bias gradient kept its
+    own pass, so the variant bias_bgradb's row must say so next to its figures."""
+    env, order, paths, label = variant_stubs(tmp_path)
+    assert paths.get("bias_bgradb") == "vanilla"
+    plain = tmp_path / "gpu_build" / "dev" / "cuda" / "bf16" / "bench_gpt_vanilla"
+    plain.write_text('#!/bin/sh\nms=140.0 extra=""\n'
+                     'case "$*" in *--bias-grad-epilogue*) ms=133.0 extra=" bias_grad_refused=3";; esac\n'
+                     'echo "BENCH impl=valuepath path=vanilla precision=bf16 B=64 T=1024 ms_per_step=$ms tok_per_s=1$extra"\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    _, rows = device_check(out, {**env, "ONLY_VARIANTS": "bias_bgradb"})
+    assert rows["variant bias_bgradb (vanilla, B=64 T=1024)"] == \
+        "133.0 and 133.0 ms/step against the plain build's 140.0 and 140.0 (mean ratio 0.950); cuBLASLt had no BGRADB for 3 GEMM shapes"
+
+
 def test_only_variants_picks_and_orders_the_variants(tmp_path):
     """ONLY_VARIANTS times just the variants it names, in its order (a short device call spends
     its minutes on the ones that matter); a name the list does not have stops the script with an
