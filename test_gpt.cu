@@ -21,7 +21,9 @@
 //     value-path inputs;
 //   * matmul_forward_lerp (ResFormer's mixing value projection) with a nonzero bias, against its formula;
 //     in bf16 the DGELU epilogue of the MLP backward against the tanh GELU's derivative, and the
-//     GELU_AUX_BIAS epilogue (the BF16 trainer's forward at --recompute 0, VP_GELU_FORWARD_FUSION) against the GELU.
+//     GELU_AUX_BIAS epilogue (the BF16 trainer's forward at --recompute 0, VP_GELU_FORWARD_FUSION) against the GELU;
+//   * matmul_backward's bias gradient both ways (bias_backward; the BGRADB epilogue, and its
+//     fallback where cuBLASLt has none) against sums in double, then a config's gradients with BGRADB.
 //
 // Tolerances (stated where they are set, below): the FP32 build computes the same function as the
 // reference in the same precision, so only summation order and libm differ: tight bounds. The BF16
