@@ -24,6 +24,8 @@
 //     GELU_AUX_BIAS epilogue (the BF16 trainer's forward at --recompute 0, VP_GELU_FORWARD_FUSION) against the GELU;
 //   * matmul_backward's bias gradient both ways (bias_backward; the BGRADB epilogue, and its
 //     fallback where cuBLASLt has none) against sums in double, then a config's gradients with BGRADB.
+//   * Depth in bf16: the depth backward fused into the dK/dV kernel against the standalone kernel,
+//     every gradient bit for bit, then a config's gradients against the CPU with it.
 //
 // Tolerances (stated where they are set, below): the FP32 build computes the same function as the
 // reference in the same precision, so only summation order and libm differ: tight bounds. The BF16
@@ -1070,6 +1072,47 @@ TEST(bias_grad_epilogue) {
     gpu::matmul_bias_grad_epilogue = saved;
 }
 
+#if defined(ENABLE_BF16) && VALUE_PATH_ID == VP_DEPTH
+// Depth-Attention's depth backward fused into the attention backward's dK/dV kernel
+// (gpu::depth_fused_backward, kernels/depth_attention.cuh) against the standalone kernel after it:
+// every config's parameter gradients bit for bit (the fused way runs the same per-item function on
+// the same inputs, so any difference is a wrong row, head, order or a read before a write), then
+// the first config's gradients against the CPU with the fused way on, as forward_backward checks.
+TEST(depth_fused_backward) {
+    int saved = gpu::depth_fused_backward;
+    for (const TestConfig& tc : test_configs()) {
+        ModelConfig c = config_from_flags(tc);
+        std::vector<int> inp, tgt;
+        random_batch(c, 5, &inp, &tgt);
+        std::vector<float> grads[2];
+        bool ran = false, wgmma_dkdv = false;
+        for (int fused = 0; fused <= 1; fused++) {
+            gpu::depth_fused_backward = fused;
+            GpuModel gm;
+            gpt_build(&gm, c);
+            gpt_init_params(&gm, 1337);
+            gpt_zero_grad(&gm);
+            forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+            gpt_backward(&gm, 1.0f);
+            grads[fused] = gpu_download(gm.grads_memory, gm.num_params);
+            gpu::AttentionArgs aa = attention_backward_args(&gm, 1);
+            if (fused) ran = depth_backward_fused(&gm, 1, aa);
+            wgmma_dkdv = gpu::attention_dkdv_version == 6 && gpu::attention_wgmma_supported(aa);
+            gpt_free(&gm);
+        }
+        size_t differ = 0;
+        for (size_t i = 0; i < grads[0].size(); i++) differ += memcmp(&grads[0][i], &grads[1][i], sizeof(float)) != 0;
+        printf("    %-18s fused depth backward %s: %zu of %zu gradient values differ from the standalone kernel's\n", tc.name,
+               ran ? "ran" : "did not run (dK/dV kernel version 6)", differ, grads[0].size());
+        CHECK(ran || wgmma_dkdv, "%s: the fused depth backward did not run with the trainer's dK/dV kernel at version 4", tc.name);
+        CHECK(differ == 0, "%s: %zu gradient values differ between the fused and the standalone depth backward", tc.name, differ);
+    }
+    gpu::depth_fused_backward = 1;
+    check_forward_backward(test_configs()[0]);
+    gpu::depth_fused_backward = saved;
+}
+#endif
+
 // Too little device memory must be a clear error that names the bytes needed.
 TEST(out_of_memory_message) {
     ModelConfig c = config_from_flags(test_configs()[0]);
@@ -1116,8 +1159,18 @@ int main(int argc, char** argv) {
         }
         gpu::matmul_bias_grad_epilogue = bg[0] - '0';
     }
-    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d, dQ version %d, dK/dV version %d, bias gradient epilogue %d\n",
+    // VP_TEST_DEPTH_FUSED_BACKWARD=1 likewise: Depth's depth backward inside the dK/dV kernel
+    const char* df = getenv("VP_TEST_DEPTH_FUSED_BACKWARD");
+    if (df && *df) {
+        if (strcmp(df, "0") && strcmp(df, "1")) {
+            fprintf(stderr, "VP_TEST_DEPTH_FUSED_BACKWARD=%s: use 1 (fused into the dK/dV kernel) or 0\n", df);
+            return 2;
+        }
+        gpu::depth_fused_backward = df[0] - '0';
+    }
+    printf("test_gpt: %s build, value path %s, on %s, attention forward version %d, dQ version %d, dK/dV version %d, bias gradient epilogue %d, "
+           "fused depth backward %d\n",
            PRECISION_NAME, value_path_name(VALUE_PATH_ID), prop.name, gpu::attention_forward_version, gpu::attention_dq_version, gpu::attention_dkdv_version,
-           gpu::matmul_bias_grad_epilogue);
+           gpu::matmul_bias_grad_epilogue, gpu::depth_fused_backward);
     return run_registered_tests(argc, argv);
 }

@@ -940,9 +940,16 @@ inline DepthArgs depth_backward_args(GpuModel* m, int l) {
     return d;
 }
 
-// After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq; de and u kept),
-// ResFormer's dlambda_l; and the bookkeeping of the accumulators.
-inline void value_path_after_attention_backward(GpuModel* m, int l) {
+// Depth, layer l >= 1: whether its depth backward runs inside the attention backward's dK/dV
+// kernel (attention_backward_depth_fused; VP_DEPTH_FUSED_BACKWARD, off by default) rather than
+// after it: the same bits either way.
+inline bool depth_backward_fused(GpuModel* m, int l, const AttentionArgs& aa) {
+    return m->config.vp.path == VP_DEPTH && l > 0 && depth_fused_backward_active(aa);
+}
+
+// After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq; de and u kept)
+// unless depth_fused ran it already, ResFormer's dlambda_l; and the bookkeeping of the accumulators.
+inline void value_path_after_attention_backward(GpuModel* m, int l, bool depth_fused) {
     const ModelConfig& c = m->config;
     value_path_record_writes(m, l);
     switch (c.vp.path) {
@@ -955,7 +962,7 @@ inline void value_path_after_attention_backward(GpuModel* m, int l) {
             }
             break;
         case VP_DEPTH:
-            if (l > 0) depth_attention_backward(depth_backward_args(m, l), m->stream);
+            if (l > 0 && !depth_fused) depth_attention_backward(depth_backward_args(m, l), m->stream);
             break;
     }
 }
@@ -1134,8 +1141,11 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
         // attention block backward
         matmul_backward(s.datty, lg.attproj_w, nullptr, s.dresidual, la.atty, lp.attproj_w, s.partial, BT, H * D, C, C, false, 1.0f, st);
         value_path_before_attention_backward(m, l);
-        attention_backward(attention_backward_args(m, l), st);
-        value_path_after_attention_backward(m, l);
+        AttentionArgs att_args = attention_backward_args(m, l);
+        bool depth_fused = depth_backward_fused(m, l, att_args);
+        if (depth_fused) attention_backward_depth_fused(att_args, depth_backward_args(m, l), st);
+        else attention_backward(att_args, st);
+        value_path_after_attention_backward(m, l, depth_fused);
         if (!gpt2) {
             // back through RoPE (in place on dqk_rot), then QK-norm (or a copy) into dqkv's q|k columns
             if (c.qk_norm) {

@@ -194,6 +194,13 @@ __device__ __forceinline__ AttQueryBlock att_query_block(const AttentionArgs& a)
     return {qt, b, h, g};
 }
 
+// The dK/dV kernels' epilogue parameter for plain attention: none (attention_backward_dkdv_kernel2)
+struct AttNoEpilogue {
+    static constexpr bool active = false;
+    template <int D>
+    __device__ __forceinline__ void run(const AttentionArgs&, int, int, int, unsigned char*) const {}
+};
+
 // V as the core sees it at (row, d) of a KVSource: (1 - lambda) v + lambda v_mix for ResFormer
 // (the same expression as the CPU reference's mix), v otherwise.
 __host__ __device__ __forceinline__ float attn_mix_value(float v, float vmix, float lambda) { return (1.0f - lambda) * v + lambda * vmix; }
@@ -1227,8 +1234,13 @@ __device__ __forceinline__ void att_dkdv_store_rows(const float (&dk)[D / 8][4],
 // buffered, the next one arriving by cp.async while the current one is used, as in the forward.
 // Shared memory: K, V (ATT2_TILE x LDS bf16 each), then per buffer Q and dO tiles, then per
 // buffer the tile's lse (log2 units) and delta (ATT2_TILE floats each).
-template <int D, int QSTEP, bool ASYNC>
-static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(AttentionArgs a) {
+// Epi: what the block does after its rows are stored. AttNoEpilogue (every path's attention
+// backward): nothing, the same code as without the parameter. A value path with per-row work on
+// the gradients this block alone owns passes its own (Depth-Attention's fused depth backward,
+// kernels/depth_attention.cuh): after a __syncthreads (the block's stores visible to all its
+// threads, the shared tiles free), epi.run<D>(a, b, g, first key row, the dynamic shared memory).
+template <int D, int QSTEP, bool ASYNC, class Epi>
+static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(AttentionArgs a, Epi epi) {
     static_assert(QSTEP % 16 == 0 && ATT2_TILE % QSTEP == 0, "QSTEP: whole mma k-steps that tile the query tile");
     static_assert(ATT2_THREADS >= ATT2_TILE, "one thread per query row loads lse and delta");
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8, NBUF = ASYNC ? 2 : 1;
@@ -1340,6 +1352,10 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
         h = h_next, qt = qt_next;
     }
     att_dkdv_store_rows<D>(dk, dv, key, tq, scale, a, src, b, g);
+    if constexpr (Epi::active) {
+        __syncthreads();
+        epi.template run<D>(a, b, g, kt * ATT2_TILE, smem2);
+    }
 }
 
 // The dQ kernel's pieces for a thread's two query rows (row, row + 8) in the C/D fragment layout
@@ -1773,22 +1789,20 @@ void attention_backward_dq2_d(const AttentionArgs& a, cudaStream_t stream) {
     attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
-template <int D, int QSTEP, bool ASYNC>
-void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream);
+template <int D, int QSTEP, bool ASYNC, class Epi = AttNoEpilogue>
+void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream, const Epi& epi = Epi()) {
+    int G = a.H / a.Hkv;
+    size_t smem_kv = att2_smem_dkdv(D, ASYNC);
+    auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP, ASYNC, Epi>;
+    cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    attention_backward_dkdv_kernel2<D, QSTEP, ASYNC, Epi><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a, epi);
+    cudaCheck(cudaGetLastError());
+}
 template <int D, int QSTEP, bool ASYNC>
 void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
     // dQ first, as in version 1 (AttentionArgs::dv may be the V this call reads)
     attention_backward_dq2_d<D, ASYNC>(a, stream);
     attention_backward_dkdv2_d<D, QSTEP, ASYNC>(a, stream);
-}
-template <int D, int QSTEP, bool ASYNC>
-void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream) {
-    int G = a.H / a.Hkv;
-    size_t smem_kv = att2_smem_dkdv(D, ASYNC);
-    auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP, ASYNC>;
-    cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    attention_backward_dkdv_kernel2<D, QSTEP, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a);
-    cudaCheck(cudaGetLastError());
 }
 
 // tensor cores, bf16 only: version 2 (ASYNC = false), version 4 (K/V tiles by cp.async, double
@@ -1857,6 +1871,13 @@ void attention_backward_tc(AttentionArgs a, cudaStream_t stream) {
 inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE, false>(a, stream); }
 inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, false>(a, stream); }
 inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, true>(a, stream); }
+// version 6's dQ kernel alone (a checked by attention6_checked)
+inline void attention_backward_dq6_launch(const AttentionArgs& a, cudaStream_t stream) {
+    size_t smem = att6_smem_dq();
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_backward_dq_kernel6<64><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0)), ATT6_DQ_THREADS, smem, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
 // Version 6: the dQ and the dK/dV kernels on wgmma (head dim 64 on an H100/H200, as the forward's
 // version 6) with version 4's delta pass, in the same order (dQ first). dq_wgmma or dkdv_wgmma
 // false runs that kernel at version 4 (the trainer's attention_dq_version and
@@ -1864,14 +1885,8 @@ inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { a
 inline void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wgmma = true, bool dkdv_wgmma = true) {
     a = attention6_checked(a, true);
     attention_backward_preprocess(a, stream);
-    if (dq_wgmma) {
-        size_t smem = att6_smem_dq();
-        cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        attention_backward_dq_kernel6<64><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0)), ATT6_DQ_THREADS, smem, stream>>>(a);
-        cudaCheck(cudaGetLastError());
-    } else {
-        attention_backward_dq2_d<64, true>(a, stream);
-    }
+    if (dq_wgmma) attention_backward_dq6_launch(a, stream);
+    else attention_backward_dq2_d<64, true>(a, stream);
     if (dkdv_wgmma) {
         size_t smem = att6_smem_dkdv();
         int G = a.H / a.Hkv;
@@ -1940,5 +1955,36 @@ inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
     attention_backward1(a, stream);
 #endif
 }
+
+// Whether attention_backward runs version 4's dK/dV kernel for these arguments (BF16 build): the
+// kernel whose epilogue a value path can extend (attention_backward_with_epilogue).
+inline bool attention_backward_dkdv4_active(const AttentionArgs& a) {
+#ifdef ENABLE_BF16
+    return attention_tc_version == 4 && !(attention_dkdv_version == 6 && attention_wgmma_supported(a));
+#else
+    (void)a;
+    return false;
+#endif
+}
+
+#ifdef ENABLE_BF16
+// attention_backward's kernels, the same versions (the dQ kernel 4 or 6 as attention_backward
+// would choose), with Epi run by each block of version 4's dK/dV kernel after its stores
+// (attention_backward_dkdv_kernel2). Only where attention_backward_dkdv4_active.
+template <class Epi>
+void attention_backward_with_epilogue(AttentionArgs a, const Epi& epi, cudaStream_t stream) {
+    KERNEL_ASSERT(attention_backward_dkdv4_active(a));
+    a = attention_full_range(a);
+    attention_check_args(a, true, 2);
+    attention_backward_preprocess(a, stream);
+    bool dq6 = attention_dq_version == 6 && attention_wgmma_supported(a);
+    with_head_dim(a.D, [&](auto d) {
+        constexpr int D = decltype(d)::value;
+        if (dq6) attention_backward_dq6_launch(a, stream);  // dQ first, as attention_backward (AttentionArgs::dv)
+        else attention_backward_dq2_d<D, true>(a, stream);
+        attention_backward_dkdv2_d<D, 16, true>(a, stream, epi);
+    });
+}
+#endif
 
 }  // namespace gpu

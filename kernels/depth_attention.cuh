@@ -41,6 +41,7 @@
 
 #include <vector>
 
+#include "kernels/attention.cuh"
 #include "kernels/common.cuh"
 
 namespace gpu {
@@ -295,17 +296,23 @@ __device__ __forceinline__ const floatX* depth2_value(const DepthArgs& a, int n,
     return n < a.n_src ? a.src_v[n] + (size_t)row * a.src_v_rs[n] + (size_t)g * a.D + d0 : a.v + (size_t)row * a.v_rs + (size_t)g * a.D + d0;
 }
 
-// Items past BT * Hkv (the last block's tail) compute on item 0 and store nothing: all 32 lanes
-// of a warp must take part in the shuffles.
+// The per-item bodies of version 2 (depth2_forward_item, depth2_backward_item) are device
+// functions: the standalone kernels below run one item per LPI lanes of their grid, and the fused
+// variants run them on the rows of an attention block (depth_attention_fused_*, at the end of this
+// file), so both ways compute the same operations in the same order: the same bits.
+// Each call is one item = row * Hkv + g (position row of the B*T, KV head g) per LPI lanes of the
+// calling thread's slot = threadIdx.x / LPI; every lane of a warp must call it together
+// (shuffles). An invalid item (past the rows, or past BT * Hkv in a grid's tail) computes on a
+// valid one and stores nothing. scratch: the slot's
+// DEPTH_MAX_SOURCES + 1 floats of shared memory (logits, or c_n), which the slot's lanes alone use.
+constexpr int DEPTH_SCRATCH = DEPTH_MAX_SOURCES + 1;
+
 template <int D>
-static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forward_kernel2(DepthArgs a) {
-    constexpr int VEC = x128::size, LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>(), CH = DEPTH2_CHUNK;
+__device__ __forceinline__ void depth2_forward_item(const DepthArgs& a, long item, bool valid, float* logits) {
+    constexpr int VEC = x128::size, LPI = depth2_lpi<D>(), CH = DEPTH2_CHUNK;
     static_assert(LPI >= 1 && LPI <= 32 && D % VEC == 0, "one 16-byte word per lane, at most a warp per item");
-    __shared__ float logits[IPB][DEPTH_MAX_SOURCES + 1];
-    int slot = threadIdx.x / LPI, d0 = (threadIdx.x % LPI) * VEC;
-    long item = (long)blockIdx.x * IPB + slot;
-    bool valid = item < (long)a.BT * a.Hkv, leader = valid && threadIdx.x % LPI == 0;
-    if (!valid) item = 0;
+    int d0 = (threadIdx.x % LPI) * VEC;
+    bool leader = valid && threadIdx.x % LPI == 0;
     int row = (int)(item / a.Hkv), g = (int)(item % a.Hkv), nS = a.n_src, nc = nS + 1;
     const float scale = 1.0f / sqrtf((float)D);
     float qb[VEC];
@@ -321,16 +328,16 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forwa
         for (int c = 0; c < CH; c++)
             if (n0 + c < nc) {
                 float e = depth2_item_sum<D>(depth2_dot(qb, kw[c])) * scale;
-                if (threadIdx.x % LPI == 0) logits[slot][n0 + c] = e;
+                if (threadIdx.x % LPI == 0) logits[n0 + c] = e;
                 mx = fmaxf(mx, e);
             }
     }
     __syncwarp();
     float sum = 0.0f;
-    for (int n = 0; n < nc; n++) sum += expf(logits[slot][n] - mx);
+    for (int n = 0; n < nc; n++) sum += expf(logits[n] - mx);
     float* alpha = a.alpha + ((size_t)row * a.Hkv + g) * a.alpha_stride;
     // v~ = alpha_own v + sum_n alpha_n nu^n (own term first, as the CPU reference sums)
-    float a_own = expf(logits[slot][nS] - mx) / sum, out[VEC];
+    float a_own = expf(logits[nS] - mx) / sum, out[VEC];
     x128 vo = load128(depth2_value(a, nS, row, g, d0));
 #pragma unroll
     for (int i = 0; i < VEC; i++) out[i] = a_own * to_float(vo[i]);
@@ -342,7 +349,7 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forwa
 #pragma unroll
         for (int c = 0; c < CH; c++)
             if (n0 + c < nS) {
-                float an = expf(logits[slot][n0 + c] - mx) / sum;
+                float an = expf(logits[n0 + c] - mx) / sum;
                 if (leader) alpha[n0 + c] = an;
 #pragma unroll
                 for (int i = 0; i < VEC; i++) out[i] += an * to_float(vw[c][i]);
@@ -357,16 +364,24 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forwa
     }
 }
 
-// DEFERRED: the anchors' terms are kept (de, u_keep) for depth_anchor_gather instead of added to
-// their accumulators here
-template <int D, bool DEFERRED>
-static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backward_kernel2(DepthArgs a) {
-    constexpr int VEC = x128::size, LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>(), CH = DEPTH2_CHUNK;
-    __shared__ float c_s[IPB][DEPTH_MAX_SOURCES + 1];
-    int slot = threadIdx.x / LPI, d0 = (threadIdx.x % LPI) * VEC;
+// Items past BT * Hkv (the last block's tail) compute on item 0 and store nothing.
+template <int D>
+static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forward_kernel2(DepthArgs a) {
+    constexpr int LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>();
+    __shared__ float logits[IPB][DEPTH_SCRATCH];
+    int slot = threadIdx.x / LPI;
     long item = (long)blockIdx.x * IPB + slot;
     bool valid = item < (long)a.BT * a.Hkv;
     if (!valid) item = 0;
+    depth2_forward_item<D>(a, item, valid, logits[slot]);
+}
+
+// DEFERRED: the anchors' terms are kept (de, u_keep) for depth_anchor_gather instead of added to
+// their accumulators here
+template <int D, bool DEFERRED>
+__device__ __forceinline__ void depth2_backward_item(const DepthArgs& a, long item, bool valid, float* c_s) {
+    constexpr int VEC = x128::size, LPI = depth2_lpi<D>(), CH = DEPTH2_CHUNK;
+    int d0 = (threadIdx.x % LPI) * VEC;
     int row = (int)(item / a.Hkv), g = (int)(item % a.Hkv), nS = a.n_src, nc = nS + 1, G = a.H / a.Hkv;
     const float scale = 1.0f / sqrtf((float)D);
     size_t kv_word = (size_t)row * a.Hkv * D + (size_t)g * D + d0, acc_layer = (size_t)a.BT * a.Hkv * D;
@@ -388,7 +403,7 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
         for (int c = 0; c < CH; c++)
             if (n0 + c < nc) {
                 float cn = depth2_item_sum<D>(depth2_dot(u, vw[c]));
-                if (threadIdx.x % LPI == 0) c_s[slot][n0 + c] = cn;
+                if (threadIdx.x % LPI == 0) c_s[n0 + c] = cn;
                 cbar += alpha[n0 + c] * cn;
             }
     }
@@ -407,7 +422,7 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
         for (int c = 0; c < CH; c++) {
             int n = n0 + c;
             if (n >= nc) continue;
-            float an = alpha[n], de = an * (c_s[slot][n] - cbar);
+            float an = alpha[n], de = an * (c_s[n] - cbar);
 #pragma unroll
             for (int i = 0; i < VEC; i++) dqbar[i] += de * scale * to_float(kw[c][i]);
             if (!valid) continue;
@@ -454,6 +469,18 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
         store128(dqp, dq);
     }
 }
+
+template <int D, bool DEFERRED>
+static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backward_kernel2(DepthArgs a) {
+    constexpr int LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>();
+    __shared__ float c_s[IPB][DEPTH_SCRATCH];
+    int slot = threadIdx.x / LPI;
+    long item = (long)blockIdx.x * IPB + slot;
+    bool valid = item < (long)a.BT * a.Hkv;
+    if (!valid) item = 0;
+    depth2_backward_item<D, DEFERRED>(a, item, valid, c_s[slot]);
+}
+
 
 // One thread per 16-byte word of an anchor's (BT, Hkv*D) accumulators: a pure stream over the
 // readers' kept u and queries (each read once per anchor, 16 bytes per load), with the sums in
@@ -564,6 +591,74 @@ inline void depth_anchor_gather(DepthGatherArgs a, const std::vector<DepthReader
         depth_anchor_gather_kernel<<<(unsigned)CEIL_DIV(threads, 256L), 256, 0, stream>>>(a);
         cudaCheck(cudaGetLastError());
     }
+}
+
+// ----------------------------------------------------------------------------
+// the depth backward fused into the attention backward's dK/dV kernel (BF16 build)
+//
+// Why: the standalone backward (version 2, deferred) is a memory-bound pass of its own after the
+// attention backward: on an H100 it took 7.0 ms of a 153 ms GPT-2 step (ncu, docs/gpu.md), where
+// the target leaves about 2 ms for all of Depth's kernels. Each block of version 4's dK/dV kernel
+// has just computed u = dL/dv~ (+ A_v at an anchor) and dk for its 64 key rows of KV head g, and it
+// alone owns those rows: u and dk, and the same positions' dq (for the G heads of g), which the dQ
+// kernel finished before this kernel started. So the block runs depth2_backward_item (deferred) on
+// exactly those rows after its stores: u and dk come back from L2, no launch of its own, and the
+// depth backward's loads overlap the other blocks' tensor-core work on the SM. The same function on
+// the same inputs as the standalone kernel: the same bits (test_gpt's depth_fused_backward).
+// Off by default until a GPU has timed it: -DVP_DEPTH_FUSED_BACKWARD=1, bench_gpt
+// --depth-fused-backward 1 (the variant depth_fused_bwd). It joins version 4's dK/dV kernel only:
+// where the trainer's dK/dV kernel is version 6, the standalone backward runs.
+#ifndef VP_DEPTH_FUSED_BACKWARD
+#define VP_DEPTH_FUSED_BACKWARD 0
+#endif
+inline int depth_fused_backward = VP_DEPTH_FUSED_BACKWARD;
+
+#ifdef ENABLE_BF16
+// attention_backward_dkdv_kernel2's epilogue: the block's ATT2_TILE key rows of KV head g, as
+// items of LPI lanes (16 at a time at D = 64), each slot's scratch in the freed shared tiles.
+struct DepthBackwardEpilogue {
+    static constexpr bool active = true;
+    DepthArgs d;
+    template <int D>
+    __device__ __forceinline__ void run(const AttentionArgs& a, int b, int g, int key0, unsigned char* smem) const {
+        constexpr int LPI = depth2_lpi<D>(), IPB = ATT2_THREADS / LPI;
+        static_assert(ATT2_THREADS % 32 == 0 && 32 % LPI == 0, "whole items in whole warps");
+        int slot = threadIdx.x / LPI;
+        float* scratch = reinterpret_cast<float*>(smem) + slot * DEPTH_SCRATCH;
+        for (int r0 = 0; r0 < ATT2_TILE; r0 += IPB) {
+            int t = key0 + r0 + slot;
+            bool valid = t < a.T;
+            depth2_backward_item<D, true>(d, ((long)b * a.T + (valid ? t : key0)) * a.Hkv + g, valid, scratch);
+            __syncwarp();  // the slot's scratch is written again by its next row
+        }
+    }
+};
+#endif
+
+// Whether the fused way runs this layer: the BF16 build, the switch on, and the trainer's dK/dV
+// kernel at version 4 for these arguments.
+inline bool depth_fused_backward_active(const AttentionArgs& aa) { return depth_fused_backward && attention_backward_dkdv4_active(aa); }
+
+// The attention backward of a Depth layer and its depth backward in one: aa as for
+// attention_backward, d as for depth_attention_backward with the deferred way (de set, no u_keep)
+// and u the attention's dv (the layer's v~ slot), dk and dq its dk and dq. Where
+// depth_fused_backward_active.
+inline void attention_backward_depth_fused(const AttentionArgs& aa, const DepthArgs& d, cudaStream_t stream) {
+#ifdef ENABLE_BF16
+    KERNEL_ASSERT(depth_fused_backward_active(aa));
+    depth_check_args(d, true);
+    KERNEL_ASSERT(depth2_aligned(d, true) && d.de && !d.u_keep && d.BT == aa.B * aa.T && d.H == aa.H && d.Hkv == aa.Hkv && d.D == aa.D);
+    KERNEL_ASSERT(d.u == aa.dv && aa.dv_rs == (long)aa.Hkv * aa.D && d.dk == aa.dk && d.dk_rs == aa.dk_rs && d.dq == aa.dq && d.dq_rs == aa.dq_rs);
+    KERNEL_ASSERT((aa.h1 == 0 || (aa.h0 == 0 && aa.h1 == aa.H)) && !aa.accumulate_dkv);
+    with_head_dim(d.D, [&](auto dd) {
+        constexpr int D = decltype(dd)::value;
+        KERNEL_ASSERT((size_t)(ATT2_THREADS / depth2_lpi<D>()) * DEPTH_SCRATCH * sizeof(float) <= att2_smem_dkdv(D, true));
+    });
+    attention_backward_with_epilogue(aa, DepthBackwardEpilogue{d}, stream);
+#else
+    (void)aa, (void)d, (void)stream;
+    runtime_error(nullptr, "internal: the fused depth backward runs in the BF16 build only");
+#endif
 }
 
 }  // namespace gpu
