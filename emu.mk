@@ -106,7 +106,7 @@ build/emu/test_emu_race: build/emu/src/tests/emu/test_emu.cu $(EMU_SOURCES) buil
 EMU_TEST_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/test_gpt_fp32 build/emu/$(p)/test_gpt_bf16)
 
 # run_all.sh entries are BINARY[@FILTER]
-EMU_CI_FILTER := forward_backward,attention_head_ranges,attention_wgmma_versions,attention_sum_kept,matmul_forward_lerp_bias,matmul_backward_dgelu,matmul_forward_gelu_epilogue,bias_grad_epilogue,depth_fused_backward
+EMU_CI_FILTER := forward_backward,attention_head_ranges,attention_wgmma_versions,attention_sum_kept,matmul_forward_lerp_bias,matmul_backward_dgelu,matmul_forward_gelu_epilogue,bias_grad_epilogue,depth_fused
 # under the race detector: its own tests, and forward_backward for the paths that route gradients
 # across layers, in the precisions whose kernels differ (between them, every kernel but AdamW's,
 # which make test-emu-race covers)

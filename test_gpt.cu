@@ -24,8 +24,9 @@
 //     GELU_AUX_BIAS epilogue (the BF16 trainer's forward at --recompute 0, VP_GELU_FORWARD_FUSION) against the GELU;
 //   * matmul_backward's bias gradient both ways (bias_backward; the BGRADB epilogue, and its
 //     fallback where cuBLASLt has none) against sums in double, then a config's gradients with BGRADB.
-//   * Depth in bf16: the depth backward fused into the dK/dV kernel against the standalone kernel,
-//     every gradient bit for bit, then a config's gradients against the CPU with it.
+//   * Depth in bf16: the depth softmax fused into the attention forward and its backward into the
+//     dK/dV kernel against the standalone kernels, the losses and every gradient bit for bit, then
+//     a config's gradients against the CPU with both.
 //
 // Tolerances (stated where they are set, below): the FP32 build computes the same function as the
 // reference in the same precision, so only summation order and libm differ: tight bounds. The BF16
@@ -1073,43 +1074,68 @@ TEST(bias_grad_epilogue) {
 }
 
 #if defined(ENABLE_BF16) && VALUE_PATH_ID == VP_DEPTH
-// Depth-Attention's depth backward fused into the attention backward's dK/dV kernel
-// (gpu::depth_fused_backward, kernels/depth_attention.cuh) against the standalone kernel after it:
-// every config's parameter gradients bit for bit (the fused way runs the same per-item function on
-// the same inputs, so any difference is a wrong row, head, order or a read before a write), then
-// the first config's gradients against the CPU with the fused way on, as forward_backward checks.
-TEST(depth_fused_backward) {
-    int saved = gpu::depth_fused_backward;
+// Depth-Attention's fused kernels (kernels/depth_attention.cuh): the depth softmax and mix inside
+// the attention forward (gpu::depth_fused_forward: blocks by ticket, v~ tiles made and released
+// before the attention reads them), and the depth backward inside the dK/dV kernel
+// (gpu::depth_fused_backward), each and both, against the standalone kernels: the loss and every
+// parameter gradient of every Depth config bit for bit (the fused ways run the standalone kernels'
+// per-item code on the same inputs, so any difference is a wrong row, head or tile, a read before
+// its write, or a lost update); both ways together for two steps in a row (the flags'
+// generations, the ticket counter's reset), each alone for one (the race detector's CI run pays for
+// every step); then the first config against the CPU with both on, as forward_backward checks.
+TEST(depth_fused) {
+    int saved_fwd = gpu::depth_fused_forward, saved_bwd = gpu::depth_fused_backward;
     for (const TestConfig& tc : test_configs()) {
         ModelConfig c = config_from_flags(tc);
         std::vector<int> inp, tgt;
         random_batch(c, 5, &inp, &tgt);
-        std::vector<float> grads[2];
-        bool ran = false, wgmma_dkdv = false;
-        for (int fused = 0; fused <= 1; fused++) {
-            gpu::depth_fused_backward = fused;
+        std::vector<float> ref_grads;
+        float ref_loss[2] = {0, 0};
+        for (int way = 0; way < 4; way++) {  // bit 0: fused forward, bit 1: fused backward
+            gpu::depth_fused_forward = way & 1;
+            gpu::depth_fused_backward = way >> 1 & 1;
             GpuModel gm;
             gpt_build(&gm, c);
             gpt_init_params(&gm, 1337);
-            gpt_zero_grad(&gm);
-            forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
-            gpt_backward(&gm, 1.0f);
-            grads[fused] = gpu_download(gm.grads_memory, gm.num_params);
-            gpu::AttentionArgs aa = attention_backward_args(&gm, 1);
-            if (fused) ran = depth_backward_fused(&gm, 1, aa);
-            wgmma_dkdv = gpu::attention_dkdv_version == 6 && gpu::attention_wgmma_supported(aa);
+            float loss[2] = {0, 0};
+            std::vector<float> grads;
+            int steps = way == 1 || way == 2 ? 1 : 2;
+            for (int step = 0; step < steps; step++) {
+                gpt_zero_grad(&gm);
+                loss[step] = forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+                gpt_backward(&gm, 1.0f);
+                std::vector<float> g = gpu_download(gm.grads_memory, gm.num_params);
+                grads.insert(grads.end(), g.begin(), g.end());
+            }
+            gpu::AttentionArgs fa = attention_forward_args(&gm, 1), ba = attention_backward_args(&gm, 1);
+            bool fwd_ran = depth_fused_forward_active(fa, depth_args(&gm, 1), depth_forward_sync(&gm));
+            bool bwd_ran = depth_backward_fused(&gm, 1, ba);
+            // version 6 kernels (VP_TEST_ATTENTION_WGMMA) leave no version 4 kernel to join at D=64
+            bool fwd6 = gpu::attention_forward_version == 6 && gpu::attention_wgmma_supported(fa);
+            bool bwd6 = gpu::attention_dkdv_version == 6 && gpu::attention_wgmma_supported(ba);
             gpt_free(&gm);
+            if (way == 0) {
+                ref_grads = grads;
+                ref_loss[0] = loss[0], ref_loss[1] = loss[1];
+                continue;
+            }
+            size_t differ = 0;
+            for (size_t i = 0; i < grads.size(); i++) differ += memcmp(&grads[i], &ref_grads[i], sizeof(float)) != 0;
+            bool same_loss = !memcmp(loss, ref_loss, steps * sizeof(float));
+            printf("    %-18s fused forward %s, fused backward %s, %d step%s: losses %s, %zu of %zu gradient values differ from the standalone kernels'\n",
+                   tc.name, way & 1 ? (fwd_ran ? "ran" : "did not run") : "off", way & 2 ? (bwd_ran ? "ran" : "did not run") : "off", steps,
+                   steps > 1 ? "s" : "", same_loss ? "the same" : "DIFFER", differ, grads.size());
+            CHECK(!(way & 1) || fwd_ran || fwd6, "%s: the fused depth forward did not run with the attention forward at version 4", tc.name);
+            CHECK(!(way & 2) || bwd_ran || bwd6, "%s: the fused depth backward did not run with the dK/dV kernel at version 4", tc.name);
+            CHECK(same_loss, "%s (way %d): the losses %.9g, %.9g differ from the standalone kernels' %.9g, %.9g", tc.name, way, loss[0], loss[1],
+                  ref_loss[0], ref_loss[1]);
+            CHECK(differ == 0, "%s (way %d): %zu gradient values differ between the fused and the standalone kernels", tc.name, way, differ);
         }
-        size_t differ = 0;
-        for (size_t i = 0; i < grads[0].size(); i++) differ += memcmp(&grads[0][i], &grads[1][i], sizeof(float)) != 0;
-        printf("    %-18s fused depth backward %s: %zu of %zu gradient values differ from the standalone kernel's\n", tc.name,
-               ran ? "ran" : "did not run (dK/dV kernel version 6)", differ, grads[0].size());
-        CHECK(ran || wgmma_dkdv, "%s: the fused depth backward did not run with the trainer's dK/dV kernel at version 4", tc.name);
-        CHECK(differ == 0, "%s: %zu gradient values differ between the fused and the standalone depth backward", tc.name, differ);
     }
-    gpu::depth_fused_backward = 1;
+    gpu::depth_fused_forward = gpu::depth_fused_backward = 1;
     check_forward_backward(test_configs()[0]);
-    gpu::depth_fused_backward = saved;
+    gpu::depth_fused_forward = saved_fwd;
+    gpu::depth_fused_backward = saved_bwd;
 }
 #endif
 
@@ -1159,18 +1185,19 @@ int main(int argc, char** argv) {
         }
         gpu::matmul_bias_grad_epilogue = bg[0] - '0';
     }
-    // VP_TEST_DEPTH_FUSED_BACKWARD=1 likewise: Depth's depth backward inside the dK/dV kernel
-    const char* df = getenv("VP_TEST_DEPTH_FUSED_BACKWARD");
+    // VP_TEST_DEPTH_FUSED=1 likewise: Depth's depth softmax inside the attention forward and its
+    // backward inside the dK/dV kernel
+    const char* df = getenv("VP_TEST_DEPTH_FUSED");
     if (df && *df) {
         if (strcmp(df, "0") && strcmp(df, "1")) {
-            fprintf(stderr, "VP_TEST_DEPTH_FUSED_BACKWARD=%s: use 1 (fused into the dK/dV kernel) or 0\n", df);
+            fprintf(stderr, "VP_TEST_DEPTH_FUSED=%s: use 1 (fused into the attention kernels) or 0\n", df);
             return 2;
         }
-        gpu::depth_fused_backward = df[0] - '0';
+        gpu::depth_fused_forward = gpu::depth_fused_backward = df[0] - '0';
     }
     printf("test_gpt: %s build, value path %s, on %s, attention forward version %d, dQ version %d, dK/dV version %d, bias gradient epilogue %d, "
-           "fused depth backward %d\n",
+           "fused depth forward %d, backward %d\n",
            PRECISION_NAME, value_path_name(VALUE_PATH_ID), prop.name, gpu::attention_forward_version, gpu::attention_dq_version, gpu::attention_dkdv_version,
-           gpu::matmul_bias_grad_epilogue, gpu::depth_fused_backward);
+           gpu::matmul_bias_grad_epilogue, gpu::depth_fused_forward, gpu::depth_fused_backward);
     return run_registered_tests(argc, argv);
 }

@@ -213,6 +213,7 @@ struct ValuePathBuffers {
     float* depth_de;
     float* dlambda_partial;
     floatX* v_bias_scaled;
+    int* depth_sync;  // Depth's fused forward: its ticket counter, then its ready flags (DepthForwardSync)
 };
 
 // One entry of an allocation plan: where the pointer goes, how many elements, of what size.
@@ -296,7 +297,8 @@ inline std::vector<TensorSpec> value_path_plan(ValuePathBuffers& v, const ModelC
             TENSOR(v.alpha, depth_weights),
             TENSOR(v.depth_de, depth_weights),
             TENSOR(v.dlambda_partial, learn ? attention_dkdv_blocks(B, T, c.n_kv_head, c.head_dim) : 0),
-            TENSOR(v.v_bias_scaled, path == VP_RESFORMER && !learn && c.arch == ARCH_GPT2 ? KV : 0)};
+            TENSOR(v.v_bias_scaled, path == VP_RESFORMER && !learn && c.arch == ARCH_GPT2 ? KV : 0),
+            TENSOR(v.depth_sync, depth ? depth_forward_sync_ints(B, T, c.n_kv_head) : 0)};
 }
 
 inline std::vector<TensorSpec> scratch_plan(BackwardScratch& s, const ModelConfig& c, int B, int T) {
@@ -344,6 +346,7 @@ struct GpuModel {
     BackwardScratch scratch;
     ValuePathBuffers vpb;
     std::vector<char> acc_written;  // backward: accumulator j has had its first contribution (then +=)
+    int depth_sync_gen = 0;          // Depth's fused forward: the last launch's generation (DepthForwardSync)
     // ResFormer's learnable lambdas (L) in fp32, as the attention kernels read them: a view into
     // the master weights, or under ZeRO-1 (where one rank holds them) a copy on every rank
     float* lambda_f32 = nullptr;
@@ -633,9 +636,10 @@ inline LayerActs layer_acts(GpuModel* m, int l) {
 // Value paths (value_paths.md; the CPU policies in cpu/vp_*.h are the reference). A path changes
 // only which K/V each layer's attention reads and where the gradients of those go; here that is
 // four hooks: attention_forward_args, attention_backward_args (pointers and routes handed to the
-// attention kernels), and value_path_after_forward_qkv / value_path_after_attention_backward
-// (Depth-Attention's fused depth softmax, ResFormer's dlambda). The backward visits layers
-// L-1..0, so a source layer's accumulator is complete before its own backward reads it.
+// attention kernels), and value_path_attention_forward / value_path_after_attention_backward
+// (Depth-Attention's depth softmax, by its own kernels or inside the attention kernels;
+// ResFormer's dlambda). The backward visits layers L-1..0, so a source layer's accumulator is
+// complete before its own backward reads it.
 
 // A layer's own projections as vanilla attention reads them (and their gradients' slots):
 // GPT-2: q, k, v raw in qkv (rows of W); Llama: q, k after QK-norm/RoPE in qk_rot (rows of QK),
@@ -719,7 +723,7 @@ inline AttentionArgs attention_forward_args(GpuModel* m, int l) {
                 aa.v_alt_rs = src.v_rs;
             }
             break;
-        case VP_DEPTH:  // V = v~^l, which value_path_after_forward_qkv wrote
+        case VP_DEPTH:  // V = v~^l, which value_path_attention_forward makes first
             aa.v = depth_vmix(m, l);
             aa.v_rs = c.n_kv_head * c.head_dim;
             break;
@@ -844,9 +848,31 @@ inline DepthArgs depth_args(GpuModel* m, int l) {
     return d;
 }
 
-// After layer l's q, k, v exist (after RoPE), before its attention: Depth's depth softmax and mix.
-inline void value_path_after_forward_qkv(GpuModel* m, int l) {
-    if (m->config.vp.path == VP_DEPTH && l > 0) depth_attention_forward(depth_args(m, l), m->stream);
+// Depth's fused forward: where its ticket counter and ready flags live (gen set per launch)
+inline DepthForwardSync depth_forward_sync(GpuModel* m) {
+    DepthForwardSync sync;
+    sync.counter = m->vpb.depth_sync;
+    sync.ready = m->vpb.depth_sync + 1;
+    sync.capacity = (long)depth_forward_sync_ints(m->alloc_B, m->alloc_T, m->config.n_kv_head) - 1;
+    return sync;
+}
+// Layer l's attention forward, after its q, k, v exist (after RoPE). Depth: the depth softmax and
+// mix first, by its own kernel, or inside the attention forward (attention_forward_depth_fused;
+// VP_DEPTH_FUSED_FORWARD, off by default): the same bits either way.
+inline void value_path_attention_forward(GpuModel* m, int l) {
+    AttentionArgs aa = attention_forward_args(m, l);
+    if (m->config.vp.path == VP_DEPTH && l > 0) {
+        DepthArgs d = depth_args(m, l);
+        DepthForwardSync sync = depth_forward_sync(m);
+        if (depth_fused_forward_active(aa, d, sync)) {
+            if (++m->depth_sync_gen <= 0) runtime_error(nullptr, "internal: the fused depth forward's generation counter wrapped");
+            sync.gen = m->depth_sync_gen;
+            attention_forward_depth_fused(aa, d, sync, m->stream);
+            return;
+        }
+        depth_attention_forward(d, m->stream);
+    }
+    attention_forward(aa, m->stream);
 }
 
 // Depth: the readers of anchor l (every layer above it), in descending order (the order of the
@@ -944,7 +970,7 @@ inline DepthArgs depth_backward_args(GpuModel* m, int l) {
 // kernel (attention_backward_depth_fused; VP_DEPTH_FUSED_BACKWARD, off by default) rather than
 // after it: the same bits either way.
 inline bool depth_backward_fused(GpuModel* m, int l, const AttentionArgs& aa) {
-    return m->config.vp.path == VP_DEPTH && l > 0 && depth_fused_backward_active(aa);
+    return m->config.vp.path == VP_DEPTH && l > 0 && depth_fused_backward_active(aa, depth_backward_args(m, l));
 }
 
 // After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq; de and u kept)
@@ -1037,8 +1063,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
                 rope_forward(la.qk_rot, la.qkv, m->rope_cos, m->rope_sin, B, T, H + Hkv, D, W, QK, st);
             }
         }
-        value_path_after_forward_qkv(m, l);
-        attention_forward(attention_forward_args(m, l), st);
+        value_path_attention_forward(m, l);
         matmul_forward(la.res_att, la.atty, lp.attproj_w, lp.attproj_b, la.x, BT, H * D, C, H * D, C, st);  // + x: residual fused
         // MLP block: res_att + fcproj(act(fc(norm2(res_att))))
         norm_forward(m, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_att, lp.ln2_w, lp.ln2_b, BT);

@@ -343,17 +343,18 @@ done
 # test (test_gpt.cu's main): attention version 6 (wgmma, Hopper only: the forward, the dQ and the
 # dK/dV kernels; the variants att_fwd6, att_dq6, att_dkdv6 and att_wgmma time them),
 # VP_TEST_ATTENTION_WGMMA=1, and the bias gradients from the weight-gradient GEMMs' BGRADB
-# epilogue (variant bias_bgradb), VP_TEST_BIAS_GRAD_EPILOGUE=1, and Depth's depth backward inside
-# the dK/dV kernel (variant depth_fused_bwd), VP_TEST_DEPTH_FUSED_BACKWARD=1 (it joins version 4's
-# dK/dV kernel only, so here it runs where version 6 cannot: head dims other than 64). Each has its
-# own test in step 2's suites as well (attention_wgmma_versions, bias_grad_epilogue,
-# depth_fused_backward), which says which one a failure is.
+# epilogue (variant bias_bgradb), VP_TEST_BIAS_GRAD_EPILOGUE=1, and Depth's depth softmax inside
+# the attention forward and its backward inside the dK/dV kernel (variants depth_fused_fwd,
+# depth_fused_bwd, depth_fused), VP_TEST_DEPTH_FUSED=1 (they join the version 4 kernels only, so
+# here they run where version 6 cannot: head dims other than 64). Each has its own test in step
+# 2's suites as well (attention_wgmma_versions, bias_grad_epilogue, depth_fused), which says which
+# one a failure is.
 for path in $TEST_PATHS; do
     bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_bf16
     tlog="$OUT_DIR/test_gpt.log"
     unit_begin "test_gpt $path bf16 candidates" || continue
     if [ -x "$bin" ]; then
-        run_step "test_gpt $path bf16 candidates" 150 "$tlog" env VP_TEST_ATTENTION_WGMMA=1 VP_TEST_BIAS_GRAD_EPILOGUE=1 VP_TEST_DEPTH_FUSED_BACKWARD=1 "$bin"
+        run_step "test_gpt $path bf16 candidates" 150 "$tlog" env VP_TEST_ATTENTION_WGMMA=1 VP_TEST_BIAS_GRAD_EPILOGUE=1 VP_TEST_DEPTH_FUSED=1 "$bin"
         rc=$?
         section=$(grep -A100000 "== test_gpt $path bf16 candidates (limit" "$tlog")
         c=$(echo "$section" | counts /dev/stdin)

@@ -60,7 +60,11 @@
 //
 // defines: AttentionArgs, KVGradRoute, KeptSumArgs, attention_head_dim_supported, attention_forward,
 //          attention_backward, attention_sum_kept, attention_wgmma_supported
-//          (and attention_forward1/2/4/5/6, attention_backward1/2/3/4/6 for the dev labs)
+//          (and attention_forward1/2/4/5/6, attention_backward1/2/3/4/6 for the dev labs);
+//          for a value path that extends the version 4 kernels (Depth's, depth_attention.cuh):
+//          attention_forward_with_prologue, attention_backward_with_epilogue (AttNoPrologue and
+//          AttNoEpilogue are the plain ones), attention_forward4_active,
+//          attention_backward_dkdv4_active
 #pragma once
 
 #include <algorithm>
@@ -193,6 +197,13 @@ __device__ __forceinline__ AttQueryBlock att_query_block(const AttentionArgs& a)
     int b = blockIdx.y / nh, h = a.h0 + blockIdx.y % nh, g = h / G;  // blockIdx's unsigned division, as it always was
     return {qt, b, h, g};
 }
+
+// The forward kernel's prologue parameter for plain attention: the block's tile from its index
+// (attention_forward_kernel2)
+struct AttNoPrologue {
+    template <int D>
+    __device__ __forceinline__ AttQueryBlock block(const AttentionArgs& a, unsigned char*) const { return att_query_block(a); }
+};
 
 // The dK/dV kernels' epilogue parameter for plain attention: none (attention_backward_dkdv_kernel2)
 struct AttNoEpilogue {
@@ -854,13 +865,18 @@ __device__ __forceinline__ void att_forward_store_rows(const float (&o)[D / 8][4
 // last key tile, for its first 64 rows): its scores would all be -inf and change nothing.
 // Shared memory: Q (64 MT rows), then K and V once (version 2) or twice (versions 4, 5), each
 // ATT2_TILE x LDS bf16.
-template <int D, bool ASYNC, int MT>
-static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2(AttentionArgs a) {
+// Pro: which query tile, batch and head the block takes, and what it does first. AttNoPrologue
+// (every path's forward): att_query_block, the same code as without the parameter. Depth's fused
+// forward (kernels/depth_attention.cuh) passes its own: it takes the block's work by ticket and
+// first makes the V rows that other blocks will read (pro.block<D>(a, the dynamic shared memory),
+// which returns with the block synchronised and the shared memory free).
+template <int D, bool ASYNC, int MT, class Pro>
+static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2(AttentionArgs a, Pro pro) {
     constexpr int LDS = att2_lds(D), NT = ATT2_TILE / 8, QTILE = MT * ATT2_TILE;  // NT: n-tiles of 8 keys per tile
     extern __shared__ __align__(16) unsigned char smem2[];
     __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem2);
     __nv_bfloat16* KVs = Qs + QTILE * LDS;  // buffer i: K at KVs + 2i TILE LDS, V after it
-    const auto [qt, b, h, g] = att_query_block(a);
+    const auto [qt, b, h, g] = pro.template block<D>(a, smem2);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
     const float sl2 = LOG2E / sqrtf((float)D);  // scores in log2 units: exp(x) = exp2(x * log2 e)
     KVSource src = attn_kv_source(a, b, g);
@@ -1774,11 +1790,11 @@ inline size_t att2_smem_dkdv(int D, bool async) {
 }
 inline size_t att2_smem_dq(int D, bool async) { return (2 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
 
-template <int D, bool ASYNC, int MT>
-void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream) {
+template <int D, bool ASYNC, int MT, class Pro = AttNoPrologue>
+void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream, const Pro& pro = Pro()) {
     size_t smem = att2_smem_forward(D, ASYNC, MT);
-    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D, ASYNC, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attention_forward_kernel2<D, ASYNC, MT><<<dim3(CEIL_DIV(a.T, MT * ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel2<D, ASYNC, MT, Pro>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_kernel2<D, ASYNC, MT, Pro><<<dim3(CEIL_DIV(a.T, MT * ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a, pro);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1956,18 +1972,33 @@ inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 #endif
 }
 
-// Whether attention_backward runs version 4's dK/dV kernel for these arguments (BF16 build): the
-// kernel whose epilogue a value path can extend (attention_backward_with_epilogue).
-inline bool attention_backward_dkdv4_active(const AttentionArgs& a) {
+// Whether the trainer's entry points run a kernel of version 4 for these arguments (BF16 build)
+// where `chosen` is that kernel's version setting (4, or 6 where attention_wgmma_supported). The
+// version 4 kernels are the ones a value path can extend: attention_forward4_active (the forward's
+// prologue, attention_forward_with_prologue), attention_backward_dkdv4_active (the dK/dV kernel's
+// epilogue, attention_backward_with_epilogue).
+inline bool attention_runs_version4(const AttentionArgs& a, int chosen) {
 #ifdef ENABLE_BF16
-    return attention_tc_version == 4 && !(attention_dkdv_version == 6 && attention_wgmma_supported(a));
+    return attention_tc_version == 4 && !(chosen == 6 && attention_wgmma_supported(a));
 #else
-    (void)a;
+    (void)a, (void)chosen;
     return false;
 #endif
 }
+inline bool attention_forward4_active(const AttentionArgs& a) { return attention_runs_version4(a, attention_forward_version); }
+inline bool attention_backward_dkdv4_active(const AttentionArgs& a) { return attention_runs_version4(a, attention_dkdv_version); }
 
 #ifdef ENABLE_BF16
+// attention_forward's version 4 kernel with Pro choosing each block's tile (and running first):
+// attention_forward_kernel2. Only where attention_forward4_active.
+template <class Pro>
+void attention_forward_with_prologue(AttentionArgs a, const Pro& pro, cudaStream_t stream) {
+    KERNEL_ASSERT(attention_forward4_active(a));
+    a = attention_full_range(a);
+    attention_check_args(a, false, 2);
+    with_head_dim(a.D, [&](auto d) { attention_forward2_d<decltype(d)::value, true, 1>(a, stream, pro); });
+}
+
 // attention_backward's kernels, the same versions (the dQ kernel 4 or 6 as attention_backward
 // would choose), with Epi run by each block of version 4's dK/dV kernel after its stores
 // (attention_backward_dkdv_kernel2). Only where attention_backward_dkdv4_active.

@@ -10,6 +10,7 @@
 //   KERNEL_ASSERT     launchers assert the shapes their kernels assume, with the condition text.
 //   cuda_malloc_check cudaMalloc that says how many bytes it needed and how many were free.
 //   warp/block reductions with a FIXED order (determinism), vectorised 16-byte loads.
+//   grid_ticket, flag_release, flag_wait_acquire: ordered signalling between a grid's blocks.
 //
 // Everything GPU-side lives in namespace gpu, so that test_gpt.cu can hold the GPU trainer and the
 // CPU reference (train_gpt_cpu.cpp, global namespace, same op names) in one translation unit.
@@ -176,6 +177,46 @@ __device__ T block_sum(T v) {
     __syncthreads();
     v = lane < nwarps ? partial[lane] : (T)0;
     return warp_sum(v);
+}
+
+// Cross-block signalling inside one grid (Depth-Attention's fused forward,
+// kernels/depth_attention.cuh). CUDA does not order a grid's blocks, nor promise that a block
+// that waits lets another one start, so a block may wait only for blocks that have started:
+//   grid_ticket   numbers the launch's blocks in the order they start (an atomicAdd on a counter in
+//                 device memory, zero before the launch; the last of the `total` tickets resets it
+//                 for the next launch). A block that waits only on smaller tickets waits on blocks
+//                 that are resident or done, whatever the hardware's block order.
+//   flag_release  one thread, after every thread of the block made its stores, __threadfence()
+//                 and __syncthreads(): stores `value` with release semantics at GPU scope.
+//   flag_wait_acquire  one thread spins until the flag holds `value` (acquire at GPU scope), then
+//                 __syncthreads() before any thread of the block reads what the releaser wrote.
+// The emulator has its own (tests/emu: a wait no earlier block satisfied is a fault there, and the
+// race detector orders the releaser's stores before the acquirer's reads).
+__device__ __forceinline__ int grid_ticket(int* counter, int total) {
+#ifdef VP_CUDA_EMU
+    return vp_emu::grid_ticket(counter, total);
+#else
+    int ticket = atomicAdd(counter, 1);
+    if (ticket == total - 1) atomicExch(counter, 0);
+    return ticket;
+#endif
+}
+__device__ __forceinline__ void flag_release(int* flag, int value) {
+#ifdef VP_CUDA_EMU
+    vp_emu::flag_release(flag, value);
+#else
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+#endif
+}
+__device__ __forceinline__ void flag_wait_acquire(const int* flag, int value) {
+#ifdef VP_CUDA_EMU
+    vp_emu::flag_wait_acquire(flag, value);
+#else
+    int seen;
+    do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(flag) : "memory");
+    } while (seen != value);
+#endif
 }
 
 inline int cuda_num_sms() {

@@ -36,7 +36,10 @@
 //
 // defines: DEPTH_MAX_SOURCES, DepthArgs, depth_attention_forward, depth_attention_backward,
 //          depth_attention_version (1 or 2: dev/cuda/depth_attention.cu times both),
-//          DepthReader, DepthGatherArgs, depth_anchor_gather
+//          DepthReader, DepthGatherArgs, depth_anchor_gather; the fused variants (off by default):
+//          depth_fused_forward, DepthForwardSync, depth_fused_forward_active,
+//          attention_forward_depth_fused; depth_fused_backward, depth_fused_backward_active,
+//          attention_backward_depth_fused
 #pragma once
 
 #include <vector>
@@ -298,13 +301,13 @@ __device__ __forceinline__ const floatX* depth2_value(const DepthArgs& a, int n,
 
 // The per-item bodies of version 2 (depth2_forward_item, depth2_backward_item) are device
 // functions: the standalone kernels below run one item per LPI lanes of their grid, and the fused
-// variants run them on the rows of an attention block (depth_attention_fused_*, at the end of this
-// file), so both ways compute the same operations in the same order: the same bits.
+// variants run them on the rows of an attention block (the end of this file), so both ways compute
+// the same operations in the same order: the same bits.
 // Each call is one item = row * Hkv + g (position row of the B*T, KV head g) per LPI lanes of the
 // calling thread's slot = threadIdx.x / LPI; every lane of a warp must call it together
 // (shuffles). An invalid item (past the rows, or past BT * Hkv in a grid's tail) computes on a
-// valid one and stores nothing. scratch: the slot's
-// DEPTH_MAX_SOURCES + 1 floats of shared memory (logits, or c_n), which the slot's lanes alone use.
+// valid one and stores nothing. scratch: n_src + 1 floats of shared memory for the slot (logits,
+// or c_n), which the slot's lanes alone use (the standalone kernels: DEPTH_SCRATCH, any n_src).
 constexpr int DEPTH_SCRATCH = DEPTH_MAX_SOURCES + 1;
 
 template <int D>
@@ -604,7 +607,7 @@ inline void depth_anchor_gather(DepthGatherArgs a, const std::vector<DepthReader
 // kernel finished before this kernel started. So the block runs depth2_backward_item (deferred) on
 // exactly those rows after its stores: u and dk come back from L2, no launch of its own, and the
 // depth backward's loads overlap the other blocks' tensor-core work on the SM. The same function on
-// the same inputs as the standalone kernel: the same bits (test_gpt's depth_fused_backward).
+// the same inputs as the standalone kernel: the same bits (test_gpt's depth_fused).
 // Off by default until a GPU has timed it: -DVP_DEPTH_FUSED_BACKWARD=1, bench_gpt
 // --depth-fused-backward 1 (the variant depth_fused_bwd). It joins version 4's dK/dV kernel only:
 // where the trainer's dK/dV kernel is version 6, the standalone backward runs.
@@ -624,7 +627,7 @@ struct DepthBackwardEpilogue {
         constexpr int LPI = depth2_lpi<D>(), IPB = ATT2_THREADS / LPI;
         static_assert(ATT2_THREADS % 32 == 0 && 32 % LPI == 0, "whole items in whole warps");
         int slot = threadIdx.x / LPI;
-        float* scratch = reinterpret_cast<float*>(smem) + slot * DEPTH_SCRATCH;
+        float* scratch = reinterpret_cast<float*>(smem) + slot * (d.n_src + 1);
         for (int r0 = 0; r0 < ATT2_TILE; r0 += IPB) {
             int t = key0 + r0 + slot;
             bool valid = t < a.T;
@@ -633,11 +636,25 @@ struct DepthBackwardEpilogue {
         }
     }
 };
+
+// Whether the scratch of an attention block's depth items (a slot of n_src + 1 floats per item of
+// LPI lanes, ATT2_THREADS / LPI items) fits in smem_bytes, the shared tiles it reuses.
+inline bool depth_block_scratch_fits(int D, int n_src, size_t smem_bytes) {
+    int lpi = D / (int)(16 / sizeof(floatX));
+    return lpi >= 1 && (size_t)(ATT2_THREADS / lpi) * (n_src + 1) * sizeof(float) <= smem_bytes;
+}
 #endif
 
-// Whether the fused way runs this layer: the BF16 build, the switch on, and the trainer's dK/dV
-// kernel at version 4 for these arguments.
-inline bool depth_fused_backward_active(const AttentionArgs& aa) { return depth_fused_backward && attention_backward_dkdv4_active(aa); }
+// Whether the fused way runs this layer: the BF16 build, the switch on, the trainer's dK/dV kernel
+// at version 4 for these arguments, the depth items' scratch within its shared tiles.
+inline bool depth_fused_backward_active(const AttentionArgs& aa, const DepthArgs& d) {
+#ifdef ENABLE_BF16
+    return depth_fused_backward && attention_backward_dkdv4_active(aa) && depth_block_scratch_fits(d.D, d.n_src, att2_smem_dkdv(d.D, true));
+#else
+    (void)aa, (void)d;
+    return false;
+#endif
+}
 
 // The attention backward of a Depth layer and its depth backward in one: aa as for
 // attention_backward, d as for depth_attention_backward with the deferred way (de set, no u_keep)
@@ -645,19 +662,124 @@ inline bool depth_fused_backward_active(const AttentionArgs& aa) { return depth_
 // depth_fused_backward_active.
 inline void attention_backward_depth_fused(const AttentionArgs& aa, const DepthArgs& d, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    KERNEL_ASSERT(depth_fused_backward_active(aa));
+    KERNEL_ASSERT(depth_fused_backward_active(aa, d));
     depth_check_args(d, true);
     KERNEL_ASSERT(depth2_aligned(d, true) && d.de && !d.u_keep && d.BT == aa.B * aa.T && d.H == aa.H && d.Hkv == aa.Hkv && d.D == aa.D);
     KERNEL_ASSERT(d.u == aa.dv && aa.dv_rs == (long)aa.Hkv * aa.D && d.dk == aa.dk && d.dk_rs == aa.dk_rs && d.dq == aa.dq && d.dq_rs == aa.dq_rs);
     KERNEL_ASSERT((aa.h1 == 0 || (aa.h0 == 0 && aa.h1 == aa.H)) && !aa.accumulate_dkv);
-    with_head_dim(d.D, [&](auto dd) {
-        constexpr int D = decltype(dd)::value;
-        KERNEL_ASSERT((size_t)(ATT2_THREADS / depth2_lpi<D>()) * DEPTH_SCRATCH * sizeof(float) <= att2_smem_dkdv(D, true));
-    });
     attention_backward_with_epilogue(aa, DepthBackwardEpilogue{d}, stream);
 #else
     (void)aa, (void)d, (void)stream;
     runtime_error(nullptr, "internal: the fused depth backward runs in the BF16 build only");
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// the depth softmax and mix fused into the attention forward (BF16 build)
+//
+// Why: the standalone forward is a memory-bound pass before the attention forward (3.6 ms of a
+// 153 ms GPT-2 step on an H100, ncu), and the attention forward, which runs right after it, is
+// bound by its math: the same loads inside it overlap that math instead of adding to it. The
+// catch: the block of query tile qt reads v~ of key tiles 0..qt, which other blocks make. So the
+// blocks take their work by ticket (grid_ticket: the order in which they start) and each first
+// makes some tiles of v~ (64 positions of one KV head: depth2_forward_item, the standalone
+// kernel's code, so the same bits), releases them (flag_release on that tile's ready flag), then
+// waits for the tiles its own attention reads (flag_wait_acquire) and runs version 4's forward.
+// Production runs one (b, KV head) ahead of consumption: ticket n makes tiles [f(n), f(n+1)) of
+// the B Hkv nq tiles in (b, g, tile) order, f(0) = 0, f(n) = (n - 1) / G + nq (ticket 0 the first
+// nq), and attends to (b, h, qt) = tile n of the (b, h)-major order, the heaviest tile of each
+// (b, h) first as in version 4. Ticket n reads tiles up to (b g + 1) nq - 1 with b g = n / (G nq)
+// (whole GQA groups), all made by tickets <= n: a block waits only on blocks that started before
+// it, so no deadlock whatever the block order. The flags hold a generation number, new at every
+// launch, so they are never cleared. Off by default until a GPU has timed it:
+// -DVP_DEPTH_FUSED_FORWARD=1, bench_gpt --depth-fused-forward 1 (the variant depth_fused_fwd).
+#ifndef VP_DEPTH_FUSED_FORWARD
+#define VP_DEPTH_FUSED_FORWARD 0
+#endif
+inline int depth_fused_forward = VP_DEPTH_FUSED_FORWARD;
+
+// The fused forward's state in device memory: a ticket counter (zero between launches) and a
+// ready flag per (b, KV head, query tile of DEPTH_FUSED_TILE rows), capacity flags; gen: the
+// launch's generation (never 0; the flags start at 0). depth_forward_sync_ints: what to allocate.
+constexpr int DEPTH_FUSED_TILE = 64;  // the attention kernels' ATT2_TILE
+inline size_t depth_forward_sync_ints(int B, int T, int Hkv) { return 1 + (size_t)B * Hkv * CEIL_DIV(T, DEPTH_FUSED_TILE); }
+struct DepthForwardSync {
+    int* counter = nullptr;
+    int* ready = nullptr;
+    long capacity = 0;
+    int gen = 0;
+};
+
+#ifdef ENABLE_BF16
+static_assert(DEPTH_FUSED_TILE == ATT2_TILE, "one ready flag per query tile of the forward kernel");
+// attention_forward_kernel2's prologue for Depth (the ticket scheme above)
+struct DepthForwardPrologue {
+    DepthArgs d;
+    DepthForwardSync sync;
+    template <int D>
+    __device__ __forceinline__ AttQueryBlock block(const AttentionArgs& a, unsigned char* smem) const {
+        constexpr int LPI = depth2_lpi<D>(), IPB = ATT2_THREADS / LPI;
+        static_assert(ATT2_THREADS % 32 == 0 && 32 % LPI == 0, "whole items in whole warps");
+        __shared__ int ticket_s[1];
+        int nq = gridDim.x, G = a.H / a.Hkv;
+        if (threadIdx.x == 0) ticket_s[0] = grid_ticket(sync.counter, (int)(gridDim.x * gridDim.y));
+        __syncthreads();
+        int n = ticket_s[0];
+        long tiles = (long)a.B * a.Hkv * nq;
+        long f0 = n == 0 ? 0 : (long)(n - 1) / G + nq, f1 = (long)n / G + nq;  // f(n), f(n + 1)
+        long p0 = f0 < tiles ? f0 : tiles, p1 = f1 < tiles ? f1 : tiles;
+        int slot = threadIdx.x / LPI;
+        float* scratch = reinterpret_cast<float*>(smem) + slot * (d.n_src + 1);
+        for (long p = p0; p < p1; p++) {
+            int bg = (int)(p / nq), t0 = (int)(p % nq) * ATT2_TILE;
+            for (int r0 = 0; r0 < ATT2_TILE; r0 += IPB) {
+                int t = t0 + r0 + slot;
+                bool valid = t < a.T;
+                depth2_forward_item<D>(d, ((long)(bg / a.Hkv) * a.T + (valid ? t : t0)) * a.Hkv + bg % a.Hkv, valid, scratch);
+                __syncwarp();  // the slot's scratch is written again by its next row
+            }
+        }
+        if (p1 > p0) {
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0)
+                for (long p = p0; p < p1; p++) flag_release(sync.ready + p, sync.gen);
+        }
+        int bh = n / nq, qt = nq - 1 - n % nq, b = bh / a.H, h = bh % a.H, g = h / G;
+        if (threadIdx.x == 0)
+            for (int j = 0; j <= qt; j++) flag_wait_acquire(sync.ready + ((long)b * a.Hkv + g) * nq + j, sync.gen);
+        __syncthreads();  // the tiles are ready for every thread, and the scratch is free again
+        return {qt, b, h, g};
+    }
+};
+#endif
+
+// Whether the fused forward runs this layer: the BF16 build, the switch on, the trainer's forward
+// at version 4 for these arguments over all heads, the flags enough, the scratch within the tiles.
+inline bool depth_fused_forward_active(const AttentionArgs& aa, const DepthArgs& d, const DepthForwardSync& sync) {
+#ifdef ENABLE_BF16
+    AttentionArgs full = attention_full_range(aa);
+    return depth_fused_forward && attention_forward4_active(aa) && full.h0 == 0 && full.h1 == full.H &&
+           (long)aa.B * aa.Hkv * CEIL_DIV(aa.T, ATT2_TILE) <= sync.capacity && depth_block_scratch_fits(d.D, d.n_src, att2_smem_forward(d.D, true, 1));
+#else
+    (void)aa, (void)d, (void)sync;
+    return false;
+#endif
+}
+
+// Depth's forward and the layer's attention forward in one kernel: aa as for attention_forward
+// (its v the layer's v~ slot), d as for depth_attention_forward (vmix that same slot). Where
+// depth_fused_forward_active; sync.gen new for every launch.
+inline void attention_forward_depth_fused(const AttentionArgs& aa, const DepthArgs& d, const DepthForwardSync& sync, cudaStream_t stream) {
+#ifdef ENABLE_BF16
+    KERNEL_ASSERT(depth_fused_forward_active(aa, d, sync) && sync.counter && sync.ready && sync.gen != 0);
+    depth_check_args(d, false);
+    KERNEL_ASSERT(depth2_aligned(d, false) && d.BT == aa.B * aa.T && d.H == aa.H && d.Hkv == aa.Hkv && d.D == aa.D);
+    KERNEL_ASSERT(aa.v == d.vmix && aa.v_rs == (long)aa.Hkv * aa.D && !aa.v_mix && !(aa.kv_alt_from < aa.Hkv));
+    attention_forward_with_prologue(aa, DepthForwardPrologue{d, sync}, stream);
+#else
+    (void)aa, (void)d, (void)sync, (void)stream;
+    runtime_error(nullptr, "internal: the fused depth forward runs in the BF16 build only");
 #endif
 }
 

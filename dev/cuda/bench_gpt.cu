@@ -6,7 +6,8 @@ dev/bench_pytorch.py (the same model in plain PyTorch) in the same call, on the 
   ./build/dev/cuda/bench_gpt [--batch-size 64] [--seq-len 1024] [--steps 20] [--warmup 5]
                              [--arch gpt2|llama] [--recompute 0|1|2] [--peak-tflops X]
                              [--attention-version 4|2] [--attention-forward 4|6] [--attention-dq 4|6]
-                             [--attention-dkdv 4|6] [--bias-grad-epilogue 0|1] [--depth-fused-backward 0|1]
+                             [--attention-dkdv 4|6] [--bias-grad-epilogue 0|1]
+                             [--depth-fused-forward 0|1] [--depth-fused-backward 0|1]
 
 A step is exactly what host/train_loop.h does per optimizer step: zero_grad, forward (with the
 loss copied to the host), backward, global gradient norm, AdamW. Random tokens. Each step is
@@ -33,8 +34,10 @@ att_dkdv6; att_wgmma runs all three at version 6). --bias-grad-epilogue 1 takes 
 gradients from the weight-gradient GEMMs' BGRADB epilogue instead of bias_backward's own pass over
 dout (variant bias_bgradb; kernels/matmul.cuh); the BENCH line counts the GEMM shapes for which
 cuBLASLt had no such algorithm (bias_grad_refused), where the own pass stayed.
---depth-fused-backward 1 (Depth's binary) runs the depth backward inside the attention backward's
-dK/dV kernel instead of as a kernel after it (variant depth_fused_bwd; kernels/depth_attention.cuh).
+--depth-fused-forward 1 (Depth's binary) makes the depth softmax and mix inside the attention
+forward instead of by a kernel before it, --depth-fused-backward 1 its backward inside the
+attention backward's dK/dV kernel instead of after it (variants depth_fused_fwd, depth_fused_bwd,
+and depth_fused for both; kernels/depth_attention.cuh).
 
 Peak memory: the device memory the model allocated (parameters, gradients, AdamW state,
 activations and scratch, the cuBLASLt workspace), and the device's used memory (total - free)
@@ -59,7 +62,8 @@ static float forward_loss(M* m, const int* inputs, const int* targets, int B, in
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0, attention_version = 4, attention_forward = gpu::attention_forward_version,
-        attention_dq = gpu::attention_dq_version, attention_dkdv = gpu::attention_dkdv_version, bias_grad_epilogue = gpu::matmul_bias_grad_epilogue, depth_fused_backward = gpu::depth_fused_backward;
+        attention_dq = gpu::attention_dq_version, attention_dkdv = gpu::attention_dkdv_version, bias_grad_epilogue = gpu::matmul_bias_grad_epilogue, depth_fused_forward = gpu::depth_fused_forward,
+        depth_fused_backward = gpu::depth_fused_backward;
     double peak = -1;
     std::string arch = "gpt2";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -76,9 +80,10 @@ int main(int argc, char** argv) {
         else if (f == "--attention-dq") attention_dq = atoi(argv[i + 1]);
         else if (f == "--attention-dkdv") attention_dkdv = atoi(argv[i + 1]);
         else if (f == "--bias-grad-epilogue") bias_grad_epilogue = atoi(argv[i + 1]);
+        else if (f == "--depth-fused-forward") depth_fused_forward = atoi(argv[i + 1]);
         else if (f == "--depth-fused-backward") depth_fused_backward = atoi(argv[i + 1]);
         else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops --attention-version --attention-forward --attention-dq "
-                         "--attention-dkdv --bias-grad-epilogue --depth-fused-backward",
+                         "--attention-dkdv --bias-grad-epilogue --depth-fused-forward --depth-fused-backward",
                          "unknown flag %s", argv[i]);
     }
     if (attention_version != 4 && attention_version != 2)
@@ -96,9 +101,13 @@ int main(int argc, char** argv) {
     if (bias_grad_epilogue != 0 && bias_grad_epilogue != 1)
         usage_error("--bias-grad-epilogue 0 (bias_backward, the default) or 1 (cuBLASLt's BGRADB epilogue)", "--bias-grad-epilogue %d", bias_grad_epilogue);
     gpu::matmul_bias_grad_epilogue = bias_grad_epilogue;
-    // Depth's depth backward: 0 (its own kernel after the attention backward, the default) or 1 (inside the dK/dV kernel)
+    // Depth's depth softmax and its backward: 0 (their own kernels, the default) or 1 (inside the
+    // attention kernels)
+    if (depth_fused_forward != 0 && depth_fused_forward != 1)
+        usage_error("--depth-fused-forward 0 (its own kernel, the default) or 1 (in the attention forward)", "--depth-fused-forward %d", depth_fused_forward);
     if (depth_fused_backward != 0 && depth_fused_backward != 1)
         usage_error("--depth-fused-backward 0 (its own kernel, the default) or 1 (in the dK/dV kernel)", "--depth-fused-backward %d", depth_fused_backward);
+    gpu::depth_fused_forward = depth_fused_forward;
     gpu::depth_fused_backward = depth_fused_backward;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -165,10 +174,10 @@ int main(int argc, char** argv) {
     // one machine-readable line for make bench / dev/device_check.sh
     printf("BENCH impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f "
            "vp_mem_gib=%.3f attention_version=%d attention_forward=%d attention_dq=%d attention_dkdv=%d bias_grad_epilogue=%d bias_grad_refused=%zu "
-           "depth_fused_backward=%d\n",
+           "depth_fused_forward=%d depth_fused_backward=%d\n",
            value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib,
            attention_version, attention_forward, attention_dq, attention_dkdv, bias_grad_epilogue, gpu::matmul_state().refused.size(),
-           depth_fused_backward);
+           depth_fused_forward, depth_fused_backward);
     gpt_free(&m);
     return 0;
 }

@@ -457,6 +457,15 @@ void race_forget(const void* p) {
     race_device.erase(it);
 }
 
+// Cross-block release/acquire (flag_release, flag_wait_acquire): block `to` acquired a flag that
+// block `from` released after passing from_barriers __syncthreads, and itself had passed
+// to_barriers when it acquired (race_released_to).
+struct RaceEdge {
+    uint32_t from, from_barriers, to_barriers;
+};
+static std::map<uintptr_t, std::pair<uint32_t, uint32_t>> race_releases;  // flag -> (block, its barriers), this grid
+static std::map<uint32_t, std::vector<RaceEdge>> race_acquired;          // block -> what it acquired, this grid
+
 static void race_grid_start() {
     Emulator& e = emu();
     if (race_grids++ == 0) atexit(race_summary);
@@ -472,7 +481,11 @@ static void race_grid_start() {
         race_dynamic_shared.what = "dynamic shared memory";
     }
 }
-static void race_grid_end() { race_unmap(race_dynamic_shared); }
+static void race_grid_end() {
+    race_unmap(race_dynamic_shared);
+    race_releases.clear();
+    race_acquired.clear();
+}
 
 // the region holding address a, or nullptr; *shared says whether it is shared memory
 static RaceRegion* race_region(uintptr_t a, bool* shared) {
@@ -499,12 +512,24 @@ static RaceRegion* race_region(uintptr_t a, bool* shared) {
     return nullptr;
 }
 
+// An access of block a before the barrier that preceded a release happens before every access of
+// block b after the barrier that followed its acquire of that flag (the protocol of
+// kernels/common.cuh: every thread stores, __syncthreads, one thread releases; one thread
+// acquires, __syncthreads, then all read).
+static bool race_released_to(uint32_t block_a, uint32_t barriers_a, uint32_t block_b, uint32_t barriers_b) {
+    auto it = race_acquired.find(block_b);
+    if (it == race_acquired.end()) return false;
+    for (const RaceEdge& edge : it->second)
+        if (edge.from == block_a && barriers_a < edge.from_barriers && barriers_b > edge.to_barriers) return true;
+    return false;
+}
+
 // whether `a`, which the emulator ran before `b`, happens before it in CUDA's memory model
 static bool race_ordered(const RaceAccess& a, const RaceAccess& b) {
     if (a.thread == b.thread) return true;  // program order
     Emulator& e = emu();
     uint32_t n = (uint32_t)e.threads.size(), ta = a.thread - 1, tb = b.thread - 1;
-    if (ta / n != tb / n) return false;        // two blocks: nothing orders them
+    if (ta / n != tb / n) return race_released_to(ta / n, a.barriers, tb / n, b.barriers);  // two blocks: only a release/acquire orders them
     if (a.barriers != b.barriers) return true;  // a __syncthreads between them
     if (ta % n / 32 != tb % n / 32) return false;
     unsigned both = (1u << (ta % n % 32)) | (1u << (tb % n % 32));
@@ -601,6 +626,40 @@ void race_access(const void* p, size_t bytes, bool write, const void* pc) {
 }  // namespace vp_emu
 namespace vp_emu {
 #endif
+
+// ----------------------------------------------------------------------------
+// cross-block signalling (kernels/common.cuh): in this translation unit, which the race detector
+// does not instrument, so the counter and the flags are synchronisation, not data
+
+int grid_ticket(int* counter, int total) {
+    if (emu().current < 0) kernel_fault("grid_ticket outside a kernel");
+    int ticket = (*counter)++;
+    if (ticket == total - 1) *counter = 0;  // the launch's last ticket: ready for the next launch
+    if (ticket < 0 || ticket >= total) kernel_fault("grid_ticket: ticket %d of a launch of %d blocks (was the counter zeroed?)", ticket, total);
+    return ticket;
+}
+
+void flag_release(int* flag, int value) {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("flag_release outside a kernel");
+#ifdef VP_EMU_RACE
+    race_releases[(uintptr_t)flag] = {e.block_linear, (uint32_t)e.barriers};
+#endif
+    *flag = value;
+}
+
+void flag_wait_acquire(const int* flag, int value) {
+    Emulator& e = emu();
+    if (e.current < 0) kernel_fault("flag_wait_acquire outside a kernel");
+    if (*flag != value)
+        kernel_fault("flag_wait_acquire: the flag at %p holds %d, not %d, and the blocks that ran before this one did not set it: it would "
+                     "wait forever here, and on a GPU it waits for a block that may not start until this one ends (a deadlock)",
+                     (const void*)flag, *flag, value);
+#ifdef VP_EMU_RACE
+    auto it = race_releases.find((uintptr_t)flag);
+    if (it != race_releases.end()) race_acquired[e.block_linear].push_back({it->second.first, it->second.second, (uint32_t)e.barriers});
+#endif
+}
 
 // ----------------------------------------------------------------------------
 // the block scheduler

@@ -370,6 +370,15 @@ void fence_proxy_async_shared(); // fence.proxy.async.shared::cta
 
 }  // namespace vp_emu
 
+namespace vp_emu {
+// kernels/common.cuh's cross-block signalling (cuda_emu.cpp): a ticket counter and release/acquire
+// flags. Blocks run one after another here, so a wait on a flag that is not yet set would never
+// end: it is a fault (on a GPU, a block waiting for one that started after it can deadlock).
+int grid_ticket(int* counter, int total);
+void flag_release(int* flag, int value);
+void flag_wait_acquire(const int* flag, int value);
+}  // namespace vp_emu
+inline void __threadfence() {}  // one block runs at a time: every store is visible to the next
 inline void __syncthreads() { vp_emu::block_barrier(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { vp_emu::warp_collective(mask, vp_emu::OP_SYNCWARP, nullptr, 0); }
 template <typename T>

@@ -28,7 +28,10 @@
 //     between blocks, a missing __syncthreads in dynamic and static shared memory and before
 //     ldmatrix, __syncwarp masks that leave a lane out, a shuffle taken for a barrier, a host
 //     pointer written by a kernel, a cp.async row read without __syncthreads or refilled while
-//     another thread reads it -- with both threads and source lines, and passes their twins.
+//     another thread reads it, a block reading rows another block released without acquiring
+//     them -- with both threads and source lines, and passes their twins;
+//   * grid tickets number the blocks in the order they start and reset for the next launch; a
+//     flag released by one block is acquired by the next; a wait no block satisfies is a fault.
 #define TESTING
 #include "train_gpt.cu"
 #include "kernels/wgmma_probe.cuh"
@@ -641,6 +644,61 @@ TEST(cp_async_lands_at_the_wait) {
     CHECK(right == n, "refill after __syncthreads: %d of %d threads right", right, n);
     cudaCheck(cudaFree(src));
     cudaCheck(cudaFree(out));
+}
+
+// ----------------------------------------------------------------------------
+// cross-block signalling (kernels/common.cuh: grid_ticket, flag_release, flag_wait_acquire, as
+// Depth's fused forward uses them): each block takes a ticket n, writes row n of rows and releases
+// flag n, then copies row n - 1 (another block's) into row gridDim.x + n after acquiring flag n - 1
+// (acquire = false: without, a race between blocks the race detector must name)
+static __global__ void handoff_kernel(float* rows, int* sync, int gen, bool acquire) {
+    __shared__ int ticket_s[1];
+    if (threadIdx.x == 0) ticket_s[0] = gpu::grid_ticket(sync, (int)gridDim.x);
+    __syncthreads();
+    int n = ticket_s[0], w = blockDim.x;
+    rows[n * w + threadIdx.x] = (float)(gen * 100 + n);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) gpu::flag_release(sync + 1 + n, gen);
+    if (n == 0) return;  // the whole block
+    if (threadIdx.x == 0 && acquire) gpu::flag_wait_acquire(sync + 1 + n - 1, gen);
+    __syncthreads();
+    rows[(gridDim.x + n) * w + threadIdx.x] = rows[(n - 1) * w + threadIdx.x];
+}
+// one block waits for a flag nothing sets: a fault here (a deadlock on a GPU)
+static __global__ void wait_forever_kernel(int* sync) {
+    if (threadIdx.x == 0) gpu::flag_wait_acquire(sync + 1, 1);
+}
+
+TEST(grid_ticket_and_flags) {
+    const int blocks = 5, w = 32;
+    float* rows;
+    int* sync;
+    cudaCheck(cudaMalloc(&rows, 2 * blocks * w * sizeof(float)));
+    cudaCheck(cudaMalloc(&sync, (1 + blocks) * sizeof(int)));
+    cudaCheck(cudaMemset(sync, 0, (1 + blocks) * sizeof(int)));
+    for (int gen = 1; gen <= 2; gen++) {  // two launches: the counter reset by the last ticket, the flags by generation
+        handoff_kernel<<<blocks, w>>>(rows, sync, gen, true);
+        cudaCheck(cudaGetLastError());
+        std::vector<float> h = download(rows, 2 * blocks * w);
+        int right = 0;
+        for (int n = 0; n < blocks; n++)
+            for (int t = 0; t < w; t++) right += h[n * w + t] == (float)(gen * 100 + n) && (n == 0 || h[(blocks + n) * w + t] == (float)(gen * 100 + n - 1));
+        CHECK(right == blocks * w, "launch %d: %d of %d rows right", gen, right, blocks * w);
+        int counter = -1;
+        cudaCheck(cudaMemcpy(&counter, sync, sizeof(int), cudaMemcpyDeviceToHost));
+        CHECK(counter == 0, "launch %d: the ticket counter is %d after the launch, not 0", gen, counter);
+    }
+    std::string err;
+    CHECK(dies_with([&] { wait_forever_kernel<<<1, 32>>>(sync); }, "it would wait forever here", &err), "a wait no block satisfies: %s", err.c_str());
+#ifdef VP_EMU_RACE
+    // the race detector: the rows another block released are ordered only by the acquire
+    CHECK(dies_with([&] { handoff_kernel<<<blocks, w>>>(rows, sync, 3, false); }, "Two blocks of one grid", &err) &&
+              err.find("a read by thread (0,0,0) of block (1,0,0)") != std::string::npos,
+          "reading another block's released rows without the acquire: %s", err.c_str());
+#endif
+    cudaCheck(cudaFree(rows));
+    cudaCheck(cudaFree(sync));
 }
 
 #ifdef VP_EMU_RACE
