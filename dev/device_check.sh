@@ -673,8 +673,9 @@ fi
 # the row kept in shared memory between its passes, the build variant classifier_v4), the norms' backward with the parameter sums fused into the row pass
 # (version 3) against the separate column pass (version 2), GELU's backward with the fc bias
 # gradient fused (version 2) against the separate bias pass (version 1), Depth-Attention's depth
-# softmax with 16-byte words (version 2) against a warp per item (version 1): ms and GB/s at the
-# trainer's shapes. These fusions became the trainer's from the bytes they save, unmeasured.
+# softmax with 16-byte words (version 2) against a warp per item (version 1), and fused into the
+# attention kernels against the two kernels one after another: ms and GB/s at the trainer's shapes.
+# These fusions (but the last, off by default) became the trainer's from the bytes they save, unmeasured.
 if bench_part memory && unit_begin memory; then
     LAB="$OUT_DIR/labs_timed.log"
     LAB_FAILED=()
@@ -696,6 +697,8 @@ if bench_part memory && unit_begin memory; then
         cls && /^  version [0-9]( deferred)?: .* ms/ { sub(/^  /, ""); sub(/ \(counting.*/, ""); add($0) }
         /^  depth_anchor_gather, [0-9]+ readers: .* ms/ { sub(/^  /, ""); add($0) }
         /^GPT-2 124M step .*the depth backward:/ { flush(); sub(/, the depth backward: /, "|"); print "lab depth_attention, " $0 }
+        /^depth fused into attention: B=/ { flush(); lab = "lab depth_attention fused into attention " $5 " " $6 " " $11; times = ""; cls = 0 }
+        /^  (forward|backward): +attention alone .* ms/ { sub(/^  /, ""); gsub(/  +/, " "); add($0) }
         END { flush() }' "$LAB")
     for t in "${LAB_FAILED[@]}"; do row "${t%%|*}" "${t#*|}"; done
     unit_end memory

@@ -37,6 +37,10 @@ Napkin math, per item and layer, in elements of floatX unless fp32 (nc = |S| + 1
 The GB/s printed are of those bytes. The timing ends with the estimate of a whole GPT-2 124M step's
 depth backward (layers 1-6 read one anchor, 7-11 two; the gathers: anchor 0 from 11 readers,
 anchor 6 from 5), the accumulate way against the deferred one.
+Fused into the attention kernels (BF16; gpu::depth_fused_forward and _backward, off by default in
+the trainer): checked (GPT-2's head dim with a ragged tile; GQA with three tiles) as the same bits
+as the standalone kernels around the attention kernels, every output; timed at GPT-2 124M's
+layer 7 (B=64, T=1024) against the attention kernels alone and the two kernels one after another.
 */
 #include "dev/cuda/common.h"
 #include "kernels/depth_attention.cuh"
@@ -361,6 +365,139 @@ static float run_gather(int BT, int H, int Hkv, int D, int readers, bool check, 
     return result;
 }
 
+// Depth's kernels fused into the attention kernels (kernels/depth_attention.cuh, off by default in
+// the trainer): the layer's forward as the standalone depth forward then attention_forward,
+// against attention_forward_depth_fused, and its backward as attention_backward then the deferred
+// depth backward, against attention_backward_depth_fused. check = true: both ways on the same
+// inputs, every output bit for bit (v~, alpha, out, lse; u, dq, dk, dv, de). Otherwise timed, with
+// the attention kernels alone for reference: what the fusion saves is separate - fused, what the
+// depth work still costs inside them is fused - attention alone.
+static bool run_fused(int B, int T, int H, int Hkv, int D, int stride, int layer, bool check, uint64_t seed) {
+#ifdef ENABLE_BF16
+    ModelConfig c{};
+    c.n_layer = layer + 1;
+    c.vp.path = VP_DEPTH;
+    c.vp.depth_stride = stride;
+    int BT = B * T, nS = depth_num_sources(c.vp, layer), nc = nS + 1, W = (H + 2 * Hkv) * D, KV = Hkv * D;
+    size_t kv = (size_t)BT * KV, qrows = (size_t)BT * H * D, arows = (size_t)BT * Hkv * nc;
+    printf("depth fused into attention: B=%d T=%d H=%d Hkv=%d D=%d stride=%d layer=%d |S|=%d\n", B, T, H, Hkv, D, stride, layer, nS);
+    // timed: every layer a device copy of the first one's values (GPT-2's shape is 150 M normals a
+    // layer, slow on the host; the kernels' speed does not depend on the values)
+    std::vector<floatX*> qkv(nS + 1), anchor_vmix(nS, nullptr);
+    for (int i = 0; i <= nS; i++) {
+        if (check || i == 0) qkv[i] = dev_upload_x(round_to_floatx(random_normal((size_t)BT * W, seed + i)));
+        else qkv[i] = dev_alloc<floatX>((size_t)BT * W), cudaCheck(cudaMemcpy(qkv[i], qkv[0], (size_t)BT * W * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    }
+    for (int n = 1; n < nS; n++) {
+        if (check) anchor_vmix[n] = dev_upload_x(round_to_floatx(random_normal(kv, seed + 20 + n)));
+        else anchor_vmix[n] = dev_alloc<floatX>(kv), cudaCheck(cudaMemcpy(anchor_vmix[n], qkv[0], kv * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    }
+    floatX *d_vmix = dev_alloc<floatX>(kv), *d_out = dev_alloc<floatX>(qrows), *d_dout = dev_upload_x(round_to_floatx(random_normal(qrows, seed + 40)));
+    floatX *d_dq = dev_alloc<floatX>(qrows), *d_dk = dev_alloc<floatX>(kv), *d_dv = dev_alloc<floatX>(kv);
+    float *d_alpha = dev_alloc<float>(arows), *d_de = dev_alloc<float>(arows), *d_lse = dev_alloc<float>((size_t)B * H * T),
+          *d_delta = dev_alloc<float>((size_t)B * H * T);
+    int* d_sync = dev_alloc<int>(gpu::depth_forward_sync_ints(B, T, Hkv));
+    cudaCheck(cudaMemset(d_sync, 0, gpu::depth_forward_sync_ints(B, T, Hkv) * sizeof(int)));
+    gpu::DepthArgs d;
+    d.BT = BT, d.H = H, d.Hkv = Hkv, d.D = D;
+    d.q = qkv[nS], d.k = d.q + H * D, d.v = d.k + KV, d.q_rs = d.k_rs = d.v_rs = W;
+    d.n_src = nS;
+    for (int n = 0; n < nS; n++) {
+        d.src_k[n] = qkv[n] + H * D;
+        d.src_v[n] = n == 0 ? qkv[0] + H * D + KV : anchor_vmix[n];
+        d.src_v_rs[n] = n == 0 ? W : KV;
+    }
+    d.alpha = d_alpha, d.alpha_stride = nc, d.vmix = d_vmix;
+    gpu::AttentionArgs fa;
+    fa.B = B, fa.T = T, fa.H = H, fa.Hkv = Hkv, fa.D = D, fa.h0 = 0, fa.h1 = H;
+    fa.q = d.q, fa.k = d.k, fa.q_rs = fa.k_rs = W, fa.v = d_vmix, fa.v_rs = KV, fa.out = d_out, fa.lse = d_lse;
+    gpu::AttentionArgs ba = fa;  // the trainer's Depth layer: dL/dv~ (u) written over v~
+    ba.dout = d_dout, ba.delta = d_delta, ba.dq = d_dq, ba.dq_rs = H * D, ba.dk = d_dk, ba.dk_rs = KV, ba.dv = d_vmix, ba.dv_rs = KV;
+    gpu::DepthArgs bd = d;
+    bd.u = d_vmix, bd.dv = d_dv, bd.dv_rs = KV, bd.dk = d_dk, bd.dk_rs = KV, bd.dq = d_dq, bd.dq_rs = H * D, bd.de = d_de;
+    static int gen = 0;
+    gpu::DepthForwardSync sync;
+    sync.counter = d_sync, sync.ready = d_sync + 1, sync.capacity = (long)gpu::depth_forward_sync_ints(B, T, Hkv) - 1;
+    int saved_fwd = gpu::depth_fused_forward, saved_bwd = gpu::depth_fused_backward;
+    gpu::depth_fused_forward = gpu::depth_fused_backward = 1;
+    bool ok = gpu::depth_fused_forward_active(fa, d, sync) && gpu::depth_fused_backward_active(ba, bd);
+    if (!ok) printf("  the fused kernels cannot run here (attention kernels at version 6, or the shape)\n");
+    auto fwd_separate = [&] {
+        gpu::depth_attention_forward(d, 0);
+        gpu::attention_forward(fa, 0);
+    };
+    auto fwd_fused = [&] {
+        sync.gen = ++gen;
+        gpu::attention_forward_depth_fused(fa, d, sync, 0);
+    };
+    auto bwd_separate = [&] {
+        gpu::attention_backward(ba, 0);
+        gpu::depth_attention_backward(bd, 0);
+    };
+    auto bwd_fused = [&] { gpu::attention_backward_depth_fused(ba, bd, 0); };
+    if (ok && check) {
+        // both ways from the same inputs, their outputs poisoned first: each way's forward, then
+        // its backward (which writes u over the v~ its forward made)
+        auto outputs = [&](bool forward) {
+            std::vector<std::vector<float>> o;
+            cudaCheck(cudaDeviceSynchronize());
+            if (forward) {
+                for (const floatX* p : {(const floatX*)d_vmix, (const floatX*)d_out}) o.push_back(dev_download(p, p == d_out ? qrows : kv));
+                o.push_back(dev_download(d_alpha, arows));
+                o.push_back(dev_download(d_lse, (size_t)B * H * T));
+            } else {
+                o.push_back(dev_download(d_vmix, kv));
+                o.push_back(dev_download(d_dq, qrows));
+                o.push_back(dev_download(d_dk, kv));
+                o.push_back(dev_download(d_dv, kv));
+                o.push_back(dev_download(d_de, arows));
+            }
+            return o;
+        };
+        const char* fwd_names[] = {"v~", "out", "alpha", "lse"};
+        const char* bwd_names[] = {"u", "dq", "dk", "dv", "de"};
+        std::vector<std::vector<float>> sep[2], fus[2];
+        for (int fused = 0; fused <= 1; fused++) {
+            poison(d_vmix, kv), poison(d_out, qrows), poison(d_alpha, arows), poison(d_lse, (size_t)B * H * T);
+            fused ? fwd_fused() : fwd_separate();
+            (fused ? fus : sep)[0] = outputs(true);
+            poison(d_dq, qrows), poison(d_dk, kv), poison(d_dv, kv), poison(d_de, arows);
+            fused ? bwd_fused() : bwd_separate();
+            (fused ? fus : sep)[1] = outputs(false);
+        }
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t i = 0; i < sep[pass].size(); i++) {
+                bool same = sep[pass][i].size() == fus[pass][i].size() &&
+                            !memcmp(sep[pass][i].data(), fus[pass][i].data(), sep[pass][i].size() * sizeof(float));
+                printf("  %s %-5s fused %s the separate kernels' bits\n", pass ? "backward" : "forward ", pass ? bwd_names[i] : fwd_names[i],
+                       same ? "has" : "DIFFERS FROM");
+                ok &= same;
+            }
+    } else if (ok) {
+        float att_f = benchmark_kernel(20, [&] { gpu::attention_forward(fa, 0); });
+        float sep_f = benchmark_kernel(20, fwd_separate), fus_f = benchmark_kernel(20, fwd_fused);
+        float att_b = benchmark_kernel(20, [&] { gpu::attention_backward(ba, 0); });
+        float sep_b = benchmark_kernel(20, bwd_separate), fus_b = benchmark_kernel(20, bwd_fused);
+        printf("  forward:  attention alone %.4f ms, + depth kernel %.4f ms, fused %.4f ms (saves %.4f, depth inside costs %.4f)\n", att_f, sep_f, fus_f,
+               sep_f - fus_f, fus_f - att_f);
+        printf("  backward: attention alone %.4f ms, + depth kernel %.4f ms, fused %.4f ms (saves %.4f, depth inside costs %.4f)\n", att_b, sep_b, fus_b,
+               sep_b - fus_b, fus_b - att_b);
+    }
+    gpu::depth_fused_forward = saved_fwd;
+    gpu::depth_fused_backward = saved_bwd;
+    for (floatX* p : qkv) cudaCheck(cudaFree(p));
+    for (floatX* p : anchor_vmix)
+        if (p) cudaCheck(cudaFree(p));
+    for (void* p : {(void*)d_vmix, (void*)d_out, (void*)d_dout, (void*)d_dq, (void*)d_dk, (void*)d_dv, (void*)d_alpha, (void*)d_de, (void*)d_lse,
+                    (void*)d_delta, (void*)d_sync})
+        cudaCheck(cudaFree(p));
+    return ok;
+#else
+    (void)B, (void)T, (void)H, (void)Hkv, (void)D, (void)stride, (void)layer, (void)check, (void)seed;
+    return true;  // the fused kernels are the BF16 build's
+#endif
+}
+
 int main(int argc, char** argv) {
     if (!lab_has_device()) return 0;
     bool check_only = lab_flag(argc, argv, "--check");
@@ -370,6 +507,8 @@ int main(int argc, char** argv) {
     ok &= run_shape({257, 4, 4, 16, 1, 6}, true, 3);
     ok &= run_gather(333, 8, 2, 128, 30, true, 5) == 1.0f;  // two launches (24 + 6 readers)
     ok &= run_gather(600, 12, 12, 64, 3, true, 6) == 1.0f;
+    ok &= run_fused(2, 80, 2, 2, 64, 3, 4, true, 9);   // GPT-2's head dim, a ragged tile, one anchor
+    ok &= run_fused(1, 144, 4, 2, 32, 2, 5, true, 10);  // GQA, two anchors, three tiles
     if (ok && !check_only) {
         DepthTimes one, two;  // layers reading one anchor (1-6) and two (7-11)
         run_shape({65536, 12, 12, 64, 6, 6}, false, 4, &one);
@@ -377,6 +516,7 @@ int main(int argc, char** argv) {
         float g11 = run_gather(65536, 12, 12, 64, 11, false, 7), g5 = run_gather(65536, 12, 12, 64, 5, false, 8);
         float acc = 6 * one.bwd_accumulate + 5 * two.bwd_accumulate, def = 6 * one.bwd_deferred + 5 * two.bwd_deferred + g11 + g5;
         printf("GPT-2 124M step (B=64, T=1024, stride 6), the depth backward: accumulate %.3f ms; deferred %.3f ms (gathers %.3f ms)\n", acc, def, g11 + g5);
+        run_fused(64, 1024, 12, 12, 64, 6, 7, false, 11);  // GPT-2 124M's heaviest layers, two anchors
     }
     printf(ok ? "All results match.\n" : "MISMATCH\n");
     return ok ? 0 : 1;

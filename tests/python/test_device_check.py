@@ -328,7 +328,8 @@ def test_lab_checks_say_ok_failed_or_not_run(tmp_path):
 
 def test_timed_labs_give_a_row_per_shape_and_one_for_a_failure(tmp_path):
     """Step 8: the memory-bound labs' timings become one row per shape; the depth lab's deferred
-    backward and its gathers join their shape's row, its GPT-2 step estimate gets its own; a lab
+    backward and its gathers join their shape's row, its GPT-2 step estimate and its timings fused
+    into the attention kernels get their own; a lab
     that fails or runs out of time gets a row saying so (in the 2026-11-27 H100 call the depth
     lab timed out and the summary said nothing). Stand-in labs print the real labs' lines."""
     gb = tmp_path / "gpu_build"
@@ -339,7 +340,10 @@ def test_timed_labs_give_a_row_per_shape_and_one_for_a_failure(tmp_path):
         "  version 1: forward 0.6160 ms, 1323 GB/s; backward 1.4393 ms, 2035 GB/s",
         "  version 2 deferred: backward 0.6659 ms, 2140 GB/s",
         "  depth_anchor_gather, 11 readers: 1.0273 ms, 2615 GB/s",
-        "GPT-2 124M step (B=64, T=1024, stride 6), the depth backward: accumulate 9.642 ms; deferred 8.292 ms (gathers 1.571 ms)"], 0)
+        "GPT-2 124M step (B=64, T=1024, stride 6), the depth backward: accumulate 9.642 ms; deferred 8.292 ms (gathers 1.571 ms)",
+        "depth fused into attention: B=64 T=1024 H=12 Hkv=12 D=64 stride=6 layer=7 |S|=2",
+        "  forward:  attention alone 0.8000 ms, + depth kernel 1.1000 ms, fused 0.9000 ms (saves 0.2000, depth inside costs 0.1000)",
+        "  backward: attention alone 2.0000 ms, + depth kernel 2.7000 ms, fused 2.2000 ms (saves 0.5000, depth inside costs 0.2000)"], 0)
     stub(labs, "gelu", ["gelu: N=65536 OC=3072 (bf16)", "  backward version 1: 0.5637 ms, 2857 GB/s"], 1)
     env = {**QUIET, "SKIP_TESTS": "1", "SKIP_BUILD": "1", "GPU_BUILD": str(gb), "BENCH_PARTS": "memory",
            "MEMORY_LABS": "gelu depth_attention", "TIME_LIMIT": "200"}
@@ -351,6 +355,9 @@ def test_timed_labs_give_a_row_per_shape_and_one_for_a_failure(tmp_path):
         "version 1: forward 0.6160 ms, 1323 GB/s; backward 1.4393 ms, 2035 GB/s; version 2 deferred: backward 0.6659 ms, 2140 GB/s; "
         "depth_anchor_gather, 11 readers: 1.0273 ms, 2615 GB/s")
     assert rows["lab depth_attention, GPT-2 124M step (B=64, T=1024, stride 6)"] == "accumulate 9.642 ms; deferred 8.292 ms (gathers 1.571 ms)"
+    assert rows["lab depth_attention fused into attention B=64 T=1024 layer=7"] == (
+        "forward: attention alone 0.8000 ms, + depth kernel 1.1000 ms, fused 0.9000 ms (saves 0.2000, depth inside costs 0.1000); "
+        "backward: attention alone 2.0000 ms, + depth kernel 2.7000 ms, fused 2.2000 ms (saves 0.5000, depth inside costs 0.2000)")
     assert rows["lab gelu N=65536 OC=3072"] == "backward v1: 0.5637 ms, 2857 GB/s"
     assert rows["lab gelu (timed)"].startswith("FAILED (exit 1)")
     assert "lab depth_attention (timed)" not in rows
