@@ -1081,8 +1081,9 @@ TEST(bias_grad_epilogue) {
 // parameter gradient of every Depth config bit for bit (the fused ways run the standalone kernels'
 // per-item code on the same inputs, so any difference is a wrong row, head or tile, a read before
 // its write, or a lost update); both ways together for two steps in a row (the flags'
-// generations, the ticket counter's reset), each alone for one (the race detector's CI run pays for
-// every step); then the first config against the CPU with both on, as forward_backward checks.
+// generations, the ticket counter's reset), each alone for one; then the first config against the
+// CPU with both on, as forward_backward checks. The race detector's build (in CI, where each step
+// costs seconds) runs only both ways together, one step: what it checks is the blocks' ordering.
 TEST(depth_fused) {
     int saved_fwd = gpu::depth_fused_forward, saved_bwd = gpu::depth_fused_backward;
     for (const TestConfig& tc : test_configs()) {
@@ -1092,6 +1093,9 @@ TEST(depth_fused) {
         std::vector<float> ref_grads;
         float ref_loss[2] = {0, 0};
         for (int way = 0; way < 4; way++) {  // bit 0: fused forward, bit 1: fused backward
+#ifdef VP_EMU_RACE
+            if (way == 1 || way == 2) continue;
+#endif
             gpu::depth_fused_forward = way & 1;
             gpu::depth_fused_backward = way >> 1 & 1;
             GpuModel gm;
@@ -1099,7 +1103,11 @@ TEST(depth_fused) {
             gpt_init_params(&gm, 1337);
             float loss[2] = {0, 0};
             std::vector<float> grads;
+#ifdef VP_EMU_RACE
+            int steps = 1;
+#else
             int steps = way == 1 || way == 2 ? 1 : 2;
+#endif
             for (int step = 0; step < steps; step++) {
                 gpt_zero_grad(&gm);
                 loss[step] = forward_loss(&gm, inp.data(), tgt.data(), TB, TT);

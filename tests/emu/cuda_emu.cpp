@@ -369,7 +369,8 @@ const unsigned char* warp_collective(unsigned mask, CollectiveKind kind, const v
 //
 // The two thread orders find a missing __syncthreads when it changes a result; this finds every
 // pair of accesses to one address, at least one of them a write, that CUDA leaves unordered:
-//   * made by two blocks of one grid: nothing orders blocks, yet the emulator runs them one after
+//   * made by two blocks of one grid: nothing orders blocks (but a flag one releases and the other
+//     acquires, kernels/common.cuh: race_released_to), yet the emulator runs them one after
 //     another, so a race between blocks (two blocks adding into one gradient without atomics) gives
 //     the right answer here and a wrong one, sometimes, on a GPU;
 //   * made by two threads of one block with no __syncthreads between them (and, within a warp, no

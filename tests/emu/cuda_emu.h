@@ -20,9 +20,10 @@
 // filled with NaN bytes, as is every cudaMalloc, so reading what no one wrote shows up as NaN.
 // VP_EMU_ORDER=reverse runs the threads between barriers in reverse order: a missing
 // __syncthreads changes the result under one of the two orders. The _race builds go further: every
-// load and store of the kernels is checked against CUDA's ordering rules (blocks are never
-// ordered; threads of a block only by __syncthreads, lanes by __syncwarp), which finds races the
-// thread orders hide, those between blocks above all (cuda_emu.cpp, "Race detector").
+// load and store of the kernels is checked against CUDA's ordering rules (blocks only by a flag's
+// release and acquire, kernels/common.cuh; threads of a block only by __syncthreads, lanes by
+// __syncwarp), which finds races the thread orders hide, those between blocks above all
+// (cuda_emu.cpp, "Race detector").
 //
 // Build: tests/emu/rewrite_cuda.py turns `k<<<grid, block, smem, stream>>>(args)` into a call of
 // vp_emu::launch and `extern __shared__ T x[]` into a pointer to the block's buffer; g++ compiles
