@@ -1117,7 +1117,7 @@ TEST(depth_fused) {
             }
             gpu::AttentionArgs fa = attention_forward_args(&gm, 1), ba = attention_backward_args(&gm, 1);
             bool fwd_ran = depth_fused_forward_active(fa, depth_args(&gm, 1), depth_forward_sync(&gm));
-            bool bwd_ran = depth_backward_fused(&gm, 1, ba);
+            bool bwd_ran = depth_fused_backward_active(ba, depth_backward_args(&gm, 1));
             // version 6 kernels (VP_TEST_ATTENTION_WGMMA) leave no version 4 kernel to join at D=64
             bool fwd6 = gpu::attention_forward_version == 6 && gpu::attention_wgmma_supported(fa);
             bool bwd6 = gpu::attention_dkdv_version == 6 && gpu::attention_wgmma_supported(ba);

@@ -635,10 +635,10 @@ inline LayerActs layer_acts(GpuModel* m, int l) {
 // ----------------------------------------------------------------------------
 // Value paths (value_paths.md; the CPU policies in cpu/vp_*.h are the reference). A path changes
 // only which K/V each layer's attention reads and where the gradients of those go; here that is
-// four hooks: attention_forward_args, attention_backward_args (pointers and routes handed to the
-// attention kernels), and value_path_attention_forward / value_path_after_attention_backward
-// (Depth-Attention's depth softmax, by its own kernels or inside the attention kernels;
-// ResFormer's dlambda). The backward visits layers L-1..0, so a source layer's accumulator is
+// five hooks: attention_forward_args, attention_backward_args (pointers and routes handed to the
+// attention kernels), value_path_attention_forward / value_path_attention_backward (the attention
+// kernels, with Depth-Attention's depth softmax by its own kernels or inside them), and
+// value_path_after_attention_backward (ResFormer's dlambda). The backward visits layers L-1..0, so a source layer's accumulator is
 // complete before its own backward reads it.
 
 // A layer's own projections as vanilla attention reads them (and their gradients' slots):
@@ -966,16 +966,27 @@ inline DepthArgs depth_backward_args(GpuModel* m, int l) {
     return d;
 }
 
-// Depth, layer l >= 1: whether its depth backward runs inside the attention backward's dK/dV
-// kernel (attention_backward_depth_fused; VP_DEPTH_FUSED_BACKWARD, off by default) rather than
-// after it: the same bits either way.
-inline bool depth_backward_fused(GpuModel* m, int l, const AttentionArgs& aa) {
-    return m->config.vp.path == VP_DEPTH && l > 0 && depth_fused_backward_active(aa, depth_backward_args(m, l));
+// Layer l's attention backward. Depth (l >= 1): then its depth backward, by its own kernel, or
+// inside the attention backward's dK/dV kernel (attention_backward_depth_fused;
+// VP_DEPTH_FUSED_BACKWARD, off by default): the same bits either way.
+inline void value_path_attention_backward(GpuModel* m, int l) {
+    AttentionArgs aa = attention_backward_args(m, l);
+    if (m->config.vp.path == VP_DEPTH && l > 0) {
+        DepthArgs d = depth_backward_args(m, l);
+        if (depth_fused_backward_active(aa, d)) {
+            attention_backward_depth_fused(aa, d, m->stream);
+        } else {
+            attention_backward(aa, m->stream);
+            depth_attention_backward(d, m->stream);
+        }
+        return;
+    }
+    attention_backward(aa, m->stream);
 }
 
-// After layer l's attention backward: Depth's depth-softmax backward (dv, dk, dq; de and u kept)
-// unless depth_fused ran it already, ResFormer's dlambda_l; and the bookkeeping of the accumulators.
-inline void value_path_after_attention_backward(GpuModel* m, int l, bool depth_fused) {
+// After layer l's attention backward (and Depth's, value_path_attention_backward): ResFormer's
+// dlambda_l, and the bookkeeping of the accumulators.
+inline void value_path_after_attention_backward(GpuModel* m, int l) {
     const ModelConfig& c = m->config;
     value_path_record_writes(m, l);
     switch (c.vp.path) {
@@ -986,9 +997,6 @@ inline void value_path_after_attention_backward(GpuModel* m, int l, bool depth_f
                     runtime_error(nullptr, "internal: backward at B=%d T=%d needs more dlambda partials than allocated", m->B, m->T);
                 sum_into_scalar(m->grads.vp_lambda + l, m->vpb.dlambda_partial, blocks, m->stream);
             }
-            break;
-        case VP_DEPTH:
-            if (l > 0 && !depth_fused) depth_attention_backward(depth_backward_args(m, l), m->stream);
             break;
     }
 }
@@ -1166,11 +1174,8 @@ inline void gpt_backward(GpuModel* m, float loss_scale) {
         // attention block backward
         matmul_backward(s.datty, lg.attproj_w, nullptr, s.dresidual, la.atty, lp.attproj_w, s.partial, BT, H * D, C, C, false, 1.0f, st);
         value_path_before_attention_backward(m, l);
-        AttentionArgs att_args = attention_backward_args(m, l);
-        bool depth_fused = depth_backward_fused(m, l, att_args);
-        if (depth_fused) attention_backward_depth_fused(att_args, depth_backward_args(m, l), st);
-        else attention_backward(att_args, st);
-        value_path_after_attention_backward(m, l, depth_fused);
+        value_path_attention_backward(m, l);
+        value_path_after_attention_backward(m, l);
         if (!gpt2) {
             // back through RoPE (in place on dqk_rot), then QK-norm (or a copy) into dqkv's q|k columns
             if (c.qk_norm) {

@@ -484,7 +484,6 @@ static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backw
     depth2_backward_item<D, DEFERRED>(a, item, valid, c_s[slot]);
 }
 
-
 // One thread per 16-byte word of an anchor's (BT, Hkv*D) accumulators: a pure stream over the
 // readers' kept u and queries (each read once per anchor, 16 bytes per load), with the sums in
 // registers in the readers' order, so the result is the accumulate way's, bit for bit: the same
