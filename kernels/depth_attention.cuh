@@ -367,17 +367,6 @@ __device__ __forceinline__ void depth2_forward_item(const DepthArgs& a, long ite
     }
 }
 
-// Items past BT * Hkv (the last block's tail) compute on item 0 and store nothing.
-template <int D>
-static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forward_kernel2(DepthArgs a) {
-    constexpr int LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>();
-    __shared__ float logits[IPB][DEPTH_SCRATCH];
-    int slot = threadIdx.x / LPI;
-    long item = (long)blockIdx.x * IPB + slot;
-    bool valid = item < (long)a.BT * a.Hkv;
-    if (!valid) item = 0;
-    depth2_forward_item<D>(a, item, valid, logits[slot]);
-}
 
 // DEFERRED: the anchors' terms are kept (de, u_keep) for depth_anchor_gather instead of added to
 // their accumulators here
@@ -473,15 +462,29 @@ __device__ __forceinline__ void depth2_backward_item(const DepthArgs& a, long it
     }
 }
 
-template <int D, bool DEFERRED>
-static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backward_kernel2(DepthArgs a) {
+// The standalone kernels' grid: IPB items a block, one per slot of LPI lanes, each slot's scratch
+// a row of the block's shared array. Items past BT * Hkv (the last block's tail) compute on item 0
+// and store nothing. BACKWARD picks the item function (the deferred backward, or not).
+template <int D, bool BACKWARD, bool DEFERRED>
+__device__ __forceinline__ void depth2_grid_item(const DepthArgs& a) {
     constexpr int LPI = depth2_lpi<D>(), IPB = depth2_items_per_block<D>();
-    __shared__ float c_s[IPB][DEPTH_SCRATCH];
+    __shared__ float scratch[IPB][DEPTH_SCRATCH];
     int slot = threadIdx.x / LPI;
     long item = (long)blockIdx.x * IPB + slot;
     bool valid = item < (long)a.BT * a.Hkv;
     if (!valid) item = 0;
-    depth2_backward_item<D, DEFERRED>(a, item, valid, c_s[slot]);
+    if constexpr (BACKWARD) depth2_backward_item<D, DEFERRED>(a, item, valid, scratch[slot]);
+    else depth2_forward_item<D>(a, item, valid, scratch[slot]);
+}
+
+template <int D>
+static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_forward_kernel2(DepthArgs a) {
+    depth2_grid_item<D, false, false>(a);
+}
+
+template <int D, bool DEFERRED>
+static __global__ void __launch_bounds__(32 * DEPTH_WARPS) depth_attention_backward_kernel2(DepthArgs a) {
+    depth2_grid_item<D, true, DEFERRED>(a);
 }
 
 // One thread per 16-byte word of an anchor's (BT, Hkv*D) accumulators: a pure stream over the
@@ -595,6 +598,29 @@ inline void depth_anchor_gather(DepthGatherArgs a, const std::vector<DepthReader
     }
 }
 
+#ifdef ENABLE_BF16
+// The depth items of one attention tile: the ATT2_TILE positions [t0, t0 + ATT2_TILE) of batch row
+// b and KV head g, as items of LPI lanes (16 at a time at D = 64), run by all ATT2_THREADS threads
+// of an attention block, each slot's scratch (n_src + 1 floats) in smem, the block's shared tiles.
+// Positions past T compute on t0 and store nothing. BACKWARD: the deferred backward, else the
+// forward. Both fused ways below use it.
+template <int D, bool BACKWARD>
+__device__ __forceinline__ void depth_tile_items(const DepthArgs& d, int T, int b, int g, int t0, unsigned char* smem) {
+    constexpr int LPI = depth2_lpi<D>(), IPB = ATT2_THREADS / LPI;
+    static_assert(ATT2_THREADS % 32 == 0 && 32 % LPI == 0, "whole items in whole warps");
+    int slot = threadIdx.x / LPI;
+    float* scratch = reinterpret_cast<float*>(smem) + slot * (d.n_src + 1);
+    for (int r0 = 0; r0 < ATT2_TILE; r0 += IPB) {
+        int t = t0 + r0 + slot;
+        bool valid = t < T;
+        long item = ((long)b * T + (valid ? t : t0)) * d.Hkv + g;
+        if constexpr (BACKWARD) depth2_backward_item<D, true>(d, item, valid, scratch);
+        else depth2_forward_item<D>(d, item, valid, scratch);
+        __syncwarp();  // the slot's scratch is written again by its next row
+    }
+}
+#endif
+
 // ----------------------------------------------------------------------------
 // the depth backward fused into the attention backward's dK/dV kernel (BF16 build)
 //
@@ -623,16 +649,7 @@ struct DepthBackwardEpilogue {
     DepthArgs d;
     template <int D>
     __device__ __forceinline__ void run(const AttentionArgs& a, int b, int g, int key0, unsigned char* smem) const {
-        constexpr int LPI = depth2_lpi<D>(), IPB = ATT2_THREADS / LPI;
-        static_assert(ATT2_THREADS % 32 == 0 && 32 % LPI == 0, "whole items in whole warps");
-        int slot = threadIdx.x / LPI;
-        float* scratch = reinterpret_cast<float*>(smem) + slot * (d.n_src + 1);
-        for (int r0 = 0; r0 < ATT2_TILE; r0 += IPB) {
-            int t = key0 + r0 + slot;
-            bool valid = t < a.T;
-            depth2_backward_item<D, true>(d, ((long)b * a.T + (valid ? t : key0)) * a.Hkv + g, valid, scratch);
-            __syncwarp();  // the slot's scratch is written again by its next row
-        }
+        depth_tile_items<D, true>(d, a.T, b, g, key0, smem);
     }
 };
 
@@ -717,8 +734,6 @@ struct DepthForwardPrologue {
     DepthForwardSync sync;
     template <int D>
     __device__ __forceinline__ AttQueryBlock block(const AttentionArgs& a, unsigned char* smem) const {
-        constexpr int LPI = depth2_lpi<D>(), IPB = ATT2_THREADS / LPI;
-        static_assert(ATT2_THREADS % 32 == 0 && 32 % LPI == 0, "whole items in whole warps");
         __shared__ int ticket_s[1];
         int nq = gridDim.x, G = a.H / a.Hkv;
         if (threadIdx.x == 0) ticket_s[0] = grid_ticket(sync.counter, (int)(gridDim.x * gridDim.y));
@@ -727,16 +742,9 @@ struct DepthForwardPrologue {
         long tiles = (long)a.B * a.Hkv * nq;
         long f0 = n == 0 ? 0 : (long)(n - 1) / G + nq, f1 = (long)n / G + nq;  // f(n), f(n + 1)
         long p0 = f0 < tiles ? f0 : tiles, p1 = f1 < tiles ? f1 : tiles;
-        int slot = threadIdx.x / LPI;
-        float* scratch = reinterpret_cast<float*>(smem) + slot * (d.n_src + 1);
         for (long p = p0; p < p1; p++) {
-            int bg = (int)(p / nq), t0 = (int)(p % nq) * ATT2_TILE;
-            for (int r0 = 0; r0 < ATT2_TILE; r0 += IPB) {
-                int t = t0 + r0 + slot;
-                bool valid = t < a.T;
-                depth2_forward_item<D>(d, ((long)(bg / a.Hkv) * a.T + (valid ? t : t0)) * a.Hkv + bg % a.Hkv, valid, scratch);
-                __syncwarp();  // the slot's scratch is written again by its next row
-            }
+            int bg = (int)(p / nq);
+            depth_tile_items<D, false>(d, a.T, bg / a.Hkv, bg % a.Hkv, (int)(p % nq) * ATT2_TILE, smem);
         }
         if (p1 > p0) {
             __threadfence();

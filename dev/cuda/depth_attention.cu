@@ -78,6 +78,26 @@ struct DepthTimes {
 };
 
 // Runs one shape: checks every version against the CPU (check = true) or times them (into *times).
+// The forward's DepthArgs of a layer whose own q|k|v rows ((H + 2 Hkv) D wide) are at own_qkv,
+// with src_qkv.size() sources: source n's key from its q|k|v rows src_qkv[n], its value anchor 0's
+// raw v (in those rows) or, for n >= 1, the anchor's stored v~ (anchor_vmix[n], Hkv D wide);
+// alpha (one row of n_src + 1 a position and KV head) and vmix where the forward writes them.
+static gpu::DepthArgs depth_layer_args(int BT, int H, int Hkv, int D, floatX* own_qkv, const std::vector<floatX*>& src_qkv,
+                                       const std::vector<floatX*>& anchor_vmix, float* alpha, floatX* vmix) {
+    int W = (H + 2 * Hkv) * D, KV = Hkv * D, nS = (int)src_qkv.size();
+    gpu::DepthArgs d;
+    d.BT = BT, d.H = H, d.Hkv = Hkv, d.D = D;
+    d.q = own_qkv, d.k = d.q + H * D, d.v = d.k + KV, d.q_rs = d.k_rs = d.v_rs = W;
+    d.n_src = nS;
+    for (int n = 0; n < nS; n++) {
+        d.src_k[n] = src_qkv[n] + H * D;
+        d.src_v[n] = n == 0 ? src_qkv[0] + H * D + KV : anchor_vmix[n];
+        d.src_v_rs[n] = n == 0 ? W : KV;
+    }
+    d.alpha = alpha, d.alpha_stride = nS + 1, d.vmix = vmix;
+    return d;
+}
+
 static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes* times = nullptr) {
     ModelConfig c{};
     c.n_layer = s.layer + 1;
@@ -170,17 +190,9 @@ static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes
     float *d_alpha = dev_alloc<float>(alpha_ref.size()), *d_acck = dev_alloc<float>(acc0.size()), *d_accv = dev_alloc<float>(acc0.size());
     float *d_de = dev_alloc<float>(alpha_ref.size()), *d_gk = dev_alloc<float>(layer_elems), *d_gv = dev_alloc<float>(layer_elems);
     floatX* d_ukeep = dev_alloc<floatX>(layer_elems);
-    gpu::DepthArgs a;
-    a.BT = s.BT, a.H = s.H, a.Hkv = s.Hkv, a.D = s.D;
-    a.q = data[nl].d_qkv, a.k = a.q + s.H * s.D, a.v = a.k + KV;
-    a.q_rs = a.k_rs = a.v_rs = W;
-    a.n_src = nS;
-    for (int n = 0; n < nS; n++) {
-        a.src_k[n] = data[n].d_qkv + s.H * s.D;
-        a.src_v[n] = n == 0 ? data[0].d_qkv + s.H * s.D + KV : d_anchor_vmix[n];
-        a.src_v_rs[n] = n == 0 ? W : KV;
-    }
-    a.alpha = d_alpha, a.alpha_stride = nc, a.vmix = d_vmix;
+    std::vector<floatX*> src_qkv(nS);
+    for (int n = 0; n < nS; n++) src_qkv[n] = data[n].d_qkv;
+    gpu::DepthArgs a = depth_layer_args(s.BT, s.H, s.Hkv, s.D, data[nl].d_qkv, src_qkv, d_anchor_vmix, d_alpha, d_vmix);
     a.u = d_u, a.dv = d_dv, a.dv_rs = KV, a.dk = d_dk, a.dk_rs = KV, a.dq = d_dq, a.dq_rs = s.H * s.D;
     a.acc_k = d_acck, a.acc_v = d_accv, a.overwrite_mask = 1;
 
@@ -398,16 +410,7 @@ static bool run_fused(int B, int T, int H, int Hkv, int D, int stride, int layer
           *d_delta = dev_alloc<float>((size_t)B * H * T);
     int* d_sync = dev_alloc<int>(gpu::depth_forward_sync_ints(B, T, Hkv));
     cudaCheck(cudaMemset(d_sync, 0, gpu::depth_forward_sync_ints(B, T, Hkv) * sizeof(int)));
-    gpu::DepthArgs d;
-    d.BT = BT, d.H = H, d.Hkv = Hkv, d.D = D;
-    d.q = qkv[nS], d.k = d.q + H * D, d.v = d.k + KV, d.q_rs = d.k_rs = d.v_rs = W;
-    d.n_src = nS;
-    for (int n = 0; n < nS; n++) {
-        d.src_k[n] = qkv[n] + H * D;
-        d.src_v[n] = n == 0 ? qkv[0] + H * D + KV : anchor_vmix[n];
-        d.src_v_rs[n] = n == 0 ? W : KV;
-    }
-    d.alpha = d_alpha, d.alpha_stride = nc, d.vmix = d_vmix;
+    gpu::DepthArgs d = depth_layer_args(BT, H, Hkv, D, qkv[nS], std::vector<floatX*>(qkv.begin(), qkv.begin() + nS), anchor_vmix, d_alpha, d_vmix);
     gpu::AttentionArgs fa;
     fa.B = B, fa.T = T, fa.H = H, fa.Hkv = Hkv, fa.D = D, fa.h0 = 0, fa.h1 = H;
     fa.q = d.q, fa.k = d.k, fa.q_rs = fa.k_rs = W, fa.v = d_vmix, fa.v_rs = KV, fa.out = d_out, fa.lse = d_lse;
