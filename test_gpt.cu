@@ -49,6 +49,7 @@ static float forward_loss(M* m, const int* inputs, const int* targets, int B, in
     return m->mean_loss;
 }
 
+#include <chrono>
 #include <unistd.h>
 
 // ----------------------------------------------------------------------------
@@ -1142,9 +1143,64 @@ TEST(depth_fused) {
     }
     gpu::depth_fused_forward = gpu::depth_fused_backward = 1;
     check_forward_backward(test_configs()[0]);
+    // a fused forward whose wait gave up (its error word set, as flag_wait_acquire sets it on a
+    // GPU) must stop the forward with the error that names the switch, before any backward
+    {
+        ModelConfig c = config_from_flags(test_configs()[0]);
+        std::vector<int> inp, tgt;
+        random_batch(c, 5, &inp, &tgt);
+        GpuModel gm;
+        gpt_build(&gm, c);
+        gpt_init_params(&gm, 1337);
+        forward_loss(&gm, inp.data(), tgt.data(), TB, TT);  // the buffers exist from the first forward on
+        bool fused = depth_fused_forward_active(attention_forward_args(&gm, 1), depth_args(&gm, 1), depth_forward_sync(&gm));
+        int one = 1;
+        cudaCheck(cudaMemcpy(depth_forward_sync(&gm).error, &one, sizeof(int), cudaMemcpyHostToDevice));
+        std::string msg = "(no error)";
+        try {
+            forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+        } catch (const VpError& e) {
+            msg = e.what();
+        }
+        gpt_free(&gm);
+        CHECK(!fused || msg.find("fused forward") != std::string::npos, "a fused forward that gave up a wait: '%s', not the error naming it", msg.c_str());
+    }
     gpu::depth_fused_forward = saved_fwd;
     gpu::depth_fused_backward = saved_bwd;
 }
+
+// flag_wait_acquire (kernels/common.cuh) on a GPU: a wait on a flag that nothing sets gives up
+// after VP_FLAG_WAIT_TIMEOUT_MS, sets the error word, and a second block's wait, seeing it, gives up
+// too, so that a broken protocol ends the launch instead of hanging. Not in the emulator's builds:
+// its flag_wait_acquire faults on such a wait instead (test_emu's grid_ticket_and_flags checks it).
+#ifndef VP_CUDA_EMU
+static __global__ void wait_on_unset_flag_kernel(int* ints, int* returned) {
+    if (threadIdx.x == 0) returned[blockIdx.x] = gpu::flag_wait_acquire(ints, 1, ints + 1) ? 1 : 2;
+}
+TEST(flag_wait_gives_up) {
+    int *ints = nullptr, *returned = nullptr;
+    cudaCheck(cudaMalloc(&ints, 2 * sizeof(int)));
+    cudaCheck(cudaMalloc(&returned, 2 * sizeof(int)));
+    cudaCheck(cudaMemset(ints, 0, 2 * sizeof(int)));
+    cudaCheck(cudaMemset(returned, 0, 2 * sizeof(int)));
+    auto t0 = std::chrono::steady_clock::now();
+    wait_on_unset_flag_kernel<<<2, 32>>>(ints, returned);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaDeviceSynchronize());
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    int h_ints[2], h_returned[2];
+    cudaCheck(cudaMemcpy(h_ints, ints, sizeof(h_ints), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_returned, returned, sizeof(h_returned), cudaMemcpyDeviceToHost));
+    printf("    two blocks waited on a flag nothing sets: returned %s and %s after %.0f ms (limit %d ms), error word %d\n",
+           h_returned[0] == 2 ? "gave up" : "?", h_returned[1] == 2 ? "gave up" : "?", ms, (int)VP_FLAG_WAIT_TIMEOUT_MS, h_ints[1]);
+    CHECK(h_returned[0] == 2 && h_returned[1] == 2 && h_ints[1] == 1, "the waits did not give up (returned %d, %d; error word %d)", h_returned[0],
+          h_returned[1], h_ints[1]);
+    // not a speed bound: the waits must have lasted the limit, not returned at once
+    CHECK(ms >= 0.9 * VP_FLAG_WAIT_TIMEOUT_MS, "the waits gave up after %.0f ms, before the %d ms limit", ms, (int)VP_FLAG_WAIT_TIMEOUT_MS);
+    cudaCheck(cudaFree(ints));
+    cudaCheck(cudaFree(returned));
+}
+#endif  // VP_CUDA_EMU
 #endif
 
 // Too little device memory must be a clear error that names the bytes needed.

@@ -213,7 +213,7 @@ struct ValuePathBuffers {
     float* depth_de;
     float* dlambda_partial;
     floatX* v_bias_scaled;
-    int* depth_sync;  // Depth's fused forward: its ticket counter, then its ready flags (DepthForwardSync)
+    int* depth_sync;  // Depth's fused forward: its ticket counter, error word, ready flags (DepthForwardSync)
 };
 
 // One entry of an allocation plan: where the pointer goes, how many elements, of what size.
@@ -347,6 +347,7 @@ struct GpuModel {
     ValuePathBuffers vpb;
     std::vector<char> acc_written;  // backward: accumulator j has had its first contribution (then +=)
     int depth_sync_gen = 0;          // Depth's fused forward: the last launch's generation (DepthForwardSync)
+    bool depth_fused_forward_ran = false;  // in the current forward (depth_forward_check)
     // ResFormer's learnable lambdas (L) in fp32, as the attention kernels read them: a view into
     // the master weights, or under ZeRO-1 (where one rank holds them) a copy on every rank
     float* lambda_f32 = nullptr;
@@ -850,11 +851,12 @@ inline DepthArgs depth_args(GpuModel* m, int l) {
 
 // Depth's fused forward: where its ticket counter and ready flags live (gen set per launch)
 inline DepthForwardSync depth_forward_sync(GpuModel* m) {
-    DepthForwardSync sync;
-    sync.counter = m->vpb.depth_sync;
-    sync.ready = m->vpb.depth_sync + 1;
-    sync.capacity = (long)depth_forward_sync_ints(m->alloc_B, m->alloc_T, m->config.n_kv_head) - 1;
-    return sync;
+    return depth_forward_sync_in(m->vpb.depth_sync, m->alloc_B, m->alloc_T, m->config.n_kv_head);
+}
+// After a forward's last stream sync: stop if a fused Depth forward of it gave up a wait (its
+// outputs garbage; before any gradient or update is made from them)
+inline void depth_forward_check(GpuModel* m) {
+    if (m->depth_fused_forward_ran && depth_forward_sync_failed(depth_forward_sync(m), m->stream)) runtime_error(nullptr, depth_forward_sync_error());
 }
 // Layer l's attention forward, after its q, k, v exist (after RoPE). Depth: the depth softmax and
 // mix first, by its own kernel, or inside the attention forward (attention_forward_depth_fused;
@@ -868,6 +870,7 @@ inline void value_path_attention_forward(GpuModel* m, int l) {
             if (++m->depth_sync_gen <= 0) runtime_error(nullptr, "internal: the fused depth forward's generation counter wrapped");
             sync.gen = m->depth_sync_gen;
             attention_forward_depth_fused(aa, d, sync, m->stream);
+            m->depth_fused_forward_ran = true;
             return;
         }
         depth_attention_forward(d, m->stream);
@@ -1040,6 +1043,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
     m->B = B;
     m->T = T;
     m->dlogits_ready = false;
+    m->depth_fused_forward_ran = false;
     cudaStream_t st = m->stream;
     Activations& a = m->acts;
     ParamTensors<floatX>& p = m->params;
@@ -1092,6 +1096,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
         matmul_forward(a.logits, a.lnf + (size_t)(T - 1) * C, head, nullptr, nullptr, B, C, Vp, (long)T * C, Vp, st);
         m->mean_loss = -1.0f;
         cudaCheck(cudaStreamSynchronize(st));
+        depth_forward_check(m);
         return;
     }
     matmul_forward(a.logits, a.lnf, head, nullptr, nullptr, BT, C, Vp, C, Vp, st);
@@ -1109,6 +1114,7 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
     cudaCheck(cudaMemcpyAsync(s.bucket_start, hb + BT, (m->num_buckets + 1) * sizeof(int), cudaMemcpyHostToDevice, st));
     cudaCheck(cudaMemcpyAsync(s.bucket_pos, hb + 2 * BT + 1, BT * sizeof(int), cudaMemcpyHostToDevice, st));
     cudaCheck(cudaStreamSynchronize(st));  // the losses are on the host, the pinned staging buffers free again
+    depth_forward_check(m);
     double loss = 0;  // summed in double in position order, as the CPU reference
     for (int i = 0; i < BT; i++) loss += m->h_losses[i];
     m->mean_loss = (float)(loss / BT);

@@ -189,7 +189,8 @@ __device__ T block_sum(T v) {
 //   flag_release  one thread, after every thread of the block made its stores, __threadfence()
 //                 and __syncthreads(): stores `value` with release semantics at GPU scope.
 //   flag_wait_acquire  one thread spins until the flag holds `value` (acquire at GPU scope), then
-//                 __syncthreads() before any thread of the block reads what the releaser wrote.
+//                 __syncthreads() before any thread of the block reads what the releaser wrote;
+//                 a wait past VP_FLAG_WAIT_TIMEOUT_MS gives up and flags an error word (below).
 // The emulator has its own (tests/emu: a wait no earlier block satisfied is a fault there, and the
 // race detector orders the releaser's stores before the acquirer's reads).
 __device__ __forceinline__ int grid_ticket(int* counter, int total) {
@@ -208,14 +209,38 @@ __device__ __forceinline__ void flag_release(int* flag, int value) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
 #endif
 }
-__device__ __forceinline__ void flag_wait_acquire(const int* flag, int value) {
+// No correct launch waits long on a flag (it waits on blocks that have started, and they make
+// their part without waiting on anything), so a wait over VP_FLAG_WAIT_TIMEOUT_MS (2 s; 0: no
+// limit, e.g. under a debugger that stops blocks) means the protocol broke. The waiting thread then
+// sets *error and returns false, and so does every wait of the launch that sees *error set, so the
+// launch ends (its results garbage) instead of hanging; the host reads *error after the launch and
+// stops with a message. Not __trap(): it took the fused forward from 128 registers to 167 at D = 64
+// (ptxas), where returning costs none. The clock (%globaltimer, ns) and *error are read once every
+// 1024 spins.
+#ifndef VP_FLAG_WAIT_TIMEOUT_MS
+#define VP_FLAG_WAIT_TIMEOUT_MS 2000
+#endif
+__device__ __forceinline__ bool flag_wait_acquire(const int* flag, int value, int* error) {
 #ifdef VP_CUDA_EMU
+    (void)error;
     vp_emu::flag_wait_acquire(flag, value);
+    return true;
 #else
-    int seen;
-    do {
+    unsigned long long start = 0;
+    for (unsigned spin = 1;; spin++) {
+        int seen;
         asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(flag) : "memory");
-    } while (seen != value);
+        if (seen == value) return true;
+        if (VP_FLAG_WAIT_TIMEOUT_MS > 0 && spin % 1024 == 0) {
+            unsigned long long now;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+            if (start == 0) start = now;
+            if (*(volatile int*)error || now - start > (unsigned long long)VP_FLAG_WAIT_TIMEOUT_MS * 1000000ull) {
+                *(volatile int*)error = 1;
+                return false;
+            }
+        }
+    }
 #endif
 }
 

@@ -707,24 +707,54 @@ inline void attention_backward_depth_fused(const AttentionArgs& aa, const DepthA
 // (b, h) first as in version 4. Ticket n reads tiles up to (b g + 1) nq - 1 with b g = n / (G nq)
 // (whole GQA groups), all made by tickets <= n: a block waits only on blocks that started before
 // it, so no deadlock whatever the block order. The flags hold a generation number, new at every
-// launch, so they are never cleared. Off by default until a GPU has timed it:
+// launch, so they are never cleared. Should a wait still last VP_FLAG_WAIT_TIMEOUT_MS, it gives up
+// and sets the error word (flag_wait_acquire), and the caller stops with an error after the
+// launch (depth_forward_sync_failed): a bug there ends the run, it does not hang it. Off by default
+// until a GPU has timed it:
 // -DVP_DEPTH_FUSED_FORWARD=1, bench_gpt --depth-fused-forward 1 (the variant depth_fused_fwd).
 #ifndef VP_DEPTH_FUSED_FORWARD
 #define VP_DEPTH_FUSED_FORWARD 0
 #endif
 inline int depth_fused_forward = VP_DEPTH_FUSED_FORWARD;
 
-// The fused forward's state in device memory: a ticket counter (zero between launches) and a
-// ready flag per (b, KV head, query tile of DEPTH_FUSED_TILE rows), capacity flags; gen: the
-// launch's generation (never 0; the flags start at 0). depth_forward_sync_ints: what to allocate.
+// The fused forward's state in device memory, one int array zeroed once: [0] the ticket counter
+// (zero between launches), [1] the error word (set by a wait that gave up, flag_wait_acquire;
+// depth_forward_sync_failed reads it), then a ready flag per (b, KV head, query tile of
+// DEPTH_FUSED_TILE rows), capacity flags. gen: the launch's generation (never 0; the flags start
+// at 0). depth_forward_sync_ints: what to allocate.
 constexpr int DEPTH_FUSED_TILE = 64;  // the attention kernels' ATT2_TILE
-inline size_t depth_forward_sync_ints(int B, int T, int Hkv) { return 1 + (size_t)B * Hkv * CEIL_DIV(T, DEPTH_FUSED_TILE); }
+inline size_t depth_forward_sync_ints(int B, int T, int Hkv) { return 2 + (size_t)B * Hkv * CEIL_DIV(T, DEPTH_FUSED_TILE); }
 struct DepthForwardSync {
     int* counter = nullptr;
+    int* error = nullptr;
     int* ready = nullptr;
     long capacity = 0;
     int gen = 0;
 };
+// The DepthForwardSync over an array of depth_forward_sync_ints(B, T, Hkv) ints (gen to set)
+inline DepthForwardSync depth_forward_sync_in(int* ints, int B, int T, int Hkv) {
+    DepthForwardSync sync;
+    sync.counter = ints;
+    sync.error = ints + 1;
+    sync.ready = ints + 2;
+    sync.capacity = (long)depth_forward_sync_ints(B, T, Hkv) - 2;
+    return sync;
+}
+// Whether a fused forward launched with sync gave up a wait (after the launch; it syncs the stream
+// with a 4-byte copy): then its outputs are garbage, and the caller stops with
+// depth_forward_sync_error's message.
+inline bool depth_forward_sync_failed(const DepthForwardSync& sync, cudaStream_t stream) {
+    int error = 0;
+    cudaCheck(cudaMemcpyAsync(&error, sync.error, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    return error != 0;
+}
+inline const char* depth_forward_sync_error() {
+    return "Depth's fused forward (VP_DEPTH_FUSED_FORWARD / --depth-fused-forward): a block waited longer than "
+           "VP_FLAG_WAIT_TIMEOUT_MS for a tile of v~ that other blocks make, and the launch gave up, so its outputs are "
+           "not valid. This is a bug in the fused kernel, not in your data; run with the standalone kernels (build "
+           "without -DVP_DEPTH_FUSED_FORWARD=1, or --depth-fused-forward 0) and please report it";
+}
 
 #ifdef ENABLE_BF16
 static_assert(DEPTH_FUSED_TILE == ATT2_TILE, "one ready flag per query tile of the forward kernel");
@@ -754,7 +784,8 @@ struct DepthForwardPrologue {
         }
         int bh = n / nq, qt = nq - 1 - n % nq, b = bh / a.H, h = bh % a.H, g = h / G;
         if (threadIdx.x == 0)
-            for (int j = 0; j <= qt; j++) flag_wait_acquire(sync.ready + ((long)b * a.Hkv + g) * nq + j, sync.gen);
+            for (int j = 0; j <= qt; j++)
+                if (!flag_wait_acquire(sync.ready + ((long)b * a.Hkv + g) * nq + j, sync.gen, sync.error)) break;  // gave up: garbage
         __syncthreads();  // the tiles are ready for every thread, and the scratch is free again
         return {qt, b, h, g};
     }
@@ -779,7 +810,7 @@ inline bool depth_fused_forward_active(const AttentionArgs& aa, const DepthArgs&
 // depth_fused_forward_active; sync.gen new for every launch.
 inline void attention_forward_depth_fused(const AttentionArgs& aa, const DepthArgs& d, const DepthForwardSync& sync, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    KERNEL_ASSERT(depth_fused_forward_active(aa, d, sync) && sync.counter && sync.ready && sync.gen != 0);
+    KERNEL_ASSERT(depth_fused_forward_active(aa, d, sync) && sync.counter && sync.error && sync.ready && sync.gen != 0);
     depth_check_args(d, false);
     KERNEL_ASSERT(depth2_aligned(d, false) && d.BT == aa.B * aa.T && d.H == aa.H && d.Hkv == aa.Hkv && d.D == aa.D);
     KERNEL_ASSERT(aa.v == d.vmix && aa.v_rs == (long)aa.Hkv * aa.D && !aa.v_mix && !(aa.kv_alt_from < aa.Hkv));

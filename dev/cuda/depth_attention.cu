@@ -419,8 +419,7 @@ static bool run_fused(int B, int T, int H, int Hkv, int D, int stride, int layer
     gpu::DepthArgs bd = d;
     bd.u = d_vmix, bd.dv = d_dv, bd.dv_rs = KV, bd.dk = d_dk, bd.dk_rs = KV, bd.dq = d_dq, bd.dq_rs = H * D, bd.de = d_de;
     static int gen = 0;
-    gpu::DepthForwardSync sync;
-    sync.counter = d_sync, sync.ready = d_sync + 1, sync.capacity = (long)gpu::depth_forward_sync_ints(B, T, Hkv) - 1;
+    gpu::DepthForwardSync sync = gpu::depth_forward_sync_in(d_sync, B, T, Hkv);
     int saved_fwd = gpu::depth_fused_forward, saved_bwd = gpu::depth_fused_backward;
     gpu::depth_fused_forward = gpu::depth_fused_backward = 1;
     bool ok = gpu::depth_fused_forward_active(fa, d, sync) && gpu::depth_fused_backward_active(ba, bd);
@@ -464,6 +463,7 @@ static bool run_fused(int B, int T, int H, int Hkv, int D, int stride, int layer
             poison(d_vmix, kv), poison(d_out, qrows), poison(d_alpha, arows), poison(d_lse, (size_t)B * H * T);
             fused ? fwd_fused() : fwd_separate();
             (fused ? fus : sep)[0] = outputs(true);
+            if (fused && gpu::depth_forward_sync_failed(sync, 0)) printf("  %s\n", gpu::depth_forward_sync_error()), ok = false;
             poison(d_dq, qrows), poison(d_dk, kv), poison(d_dv, kv), poison(d_de, arows);
             fused ? bwd_fused() : bwd_separate();
             (fused ? fus : sep)[1] = outputs(false);
@@ -479,6 +479,7 @@ static bool run_fused(int B, int T, int H, int Hkv, int D, int stride, int layer
     } else if (ok) {
         float att_f = benchmark_kernel(20, [&] { gpu::attention_forward(fa, 0); });
         float sep_f = benchmark_kernel(20, fwd_separate), fus_f = benchmark_kernel(20, fwd_fused);
+        if (gpu::depth_forward_sync_failed(sync, 0)) printf("  %s\n", gpu::depth_forward_sync_error()), ok = false;
         float att_b = benchmark_kernel(20, [&] { gpu::attention_backward(ba, 0); });
         float sep_b = benchmark_kernel(20, bwd_separate), fus_b = benchmark_kernel(20, bwd_fused);
         printf("  forward:  attention alone %.4f ms, + depth kernel %.4f ms, fused %.4f ms (saves %.4f, depth inside costs %.4f)\n", att_f, sep_f, fus_f,

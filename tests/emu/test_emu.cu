@@ -650,7 +650,8 @@ TEST(cp_async_lands_at_the_wait) {
 // cross-block signalling (kernels/common.cuh: grid_ticket, flag_release, flag_wait_acquire, as
 // Depth's fused forward uses them): each block takes a ticket n, writes row n of rows and releases
 // flag n, then copies row n - 1 (another block's) into row gridDim.x + n after acquiring flag n - 1
-// (acquire = false: without, a race between blocks the race detector must name)
+// (acquire = false: without, a race between blocks the race detector must name). sync: the
+// counter, a flag per block, the error word.
 static __global__ void handoff_kernel(float* rows, int* sync, int gen, bool acquire) {
     __shared__ int ticket_s[1];
     if (threadIdx.x == 0) ticket_s[0] = gpu::grid_ticket(sync, (int)gridDim.x);
@@ -661,13 +662,13 @@ static __global__ void handoff_kernel(float* rows, int* sync, int gen, bool acqu
     __syncthreads();
     if (threadIdx.x == 0) gpu::flag_release(sync + 1 + n, gen);
     if (n == 0) return;  // the whole block
-    if (threadIdx.x == 0 && acquire) gpu::flag_wait_acquire(sync + 1 + n - 1, gen);
+    if (threadIdx.x == 0 && acquire) gpu::flag_wait_acquire(sync + 1 + n - 1, gen, sync + 1 + gridDim.x);
     __syncthreads();
     rows[(gridDim.x + n) * w + threadIdx.x] = rows[(n - 1) * w + threadIdx.x];
 }
 // one block waits for a flag nothing sets: a fault here (a deadlock on a GPU)
 static __global__ void wait_forever_kernel(int* sync) {
-    if (threadIdx.x == 0) gpu::flag_wait_acquire(sync + 1, 1);
+    if (threadIdx.x == 0) gpu::flag_wait_acquire(sync + 1, 1, sync + 2);
 }
 
 TEST(grid_ticket_and_flags) {
@@ -675,8 +676,8 @@ TEST(grid_ticket_and_flags) {
     float* rows;
     int* sync;
     cudaCheck(cudaMalloc(&rows, 2 * blocks * w * sizeof(float)));
-    cudaCheck(cudaMalloc(&sync, (1 + blocks) * sizeof(int)));
-    cudaCheck(cudaMemset(sync, 0, (1 + blocks) * sizeof(int)));
+    cudaCheck(cudaMalloc(&sync, (2 + blocks) * sizeof(int)));
+    cudaCheck(cudaMemset(sync, 0, (2 + blocks) * sizeof(int)));
     for (int gen = 1; gen <= 2; gen++) {  // two launches: the counter reset by the last ticket, the flags by generation
         handoff_kernel<<<blocks, w>>>(rows, sync, gen, true);
         cudaCheck(cudaGetLastError());
