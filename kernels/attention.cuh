@@ -881,8 +881,13 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
     const float sl2 = LOG2E / sqrtf((float)D);  // scores in log2 units: exp(x) = exp2(x * log2 e)
     KVSource src = attn_kv_source(a, b, g);
     const __nv_bfloat16* qsrc = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
-    // key tiles 0..last: through the block's last row (and not past T)
-    int last = min((qt * QTILE + QTILE - 1) / ATT2_TILE, (a.T - 1) / ATT2_TILE);
+    // key tiles 0..last: through the block's last row (and not past T). At MT = 1 (versions 2 and
+    // 4) last = qt, every m-tile live and diag = (kt == qt), each said so at compile time: computed
+    // as for MT = 2, they left every mma of the loop predicated on `live` (cuobjdump) and the kernel
+    // at 11.1 ms a GPT-2 step under ncu against 8.7 before version 5 joined it (H100, 2026-11-27
+    // against 2026-11-26); so written, the SASS has the length, registers and unpredicated mma of
+    // that faster kernel (127 registers at D = 64).
+    int last = MT == 1 ? qt : min((qt * QTILE + QTILE - 1) / ATT2_TILE, (a.T - 1) / ATT2_TILE);
 
     uint32_t qf[MT][D / 16][4];  // this warp's query rows as A fragments, per m-tile
     if constexpr (ASYNC) {  // Q and the first K/V tile: group 0, waited for at the top of the loop
@@ -917,10 +922,11 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
 #pragma unroll
                 for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[m][ks], frag_a_addr(Qs, LDS, m * ATT2_TILE + warp * 16, ks * 16, lane));
         }
-        bool live[MT];  // does any row of m-tile m reach key tile kt? (the same for the whole warp)
+        // does any row of m-tile m reach key tile kt? (the same for the whole warp; at MT = 1 always)
+        bool live[MT];
 #pragma unroll
-        for (int m = 0; m < MT; m++) live[m] = kt * ATT2_TILE <= qt * QTILE + m * ATT2_TILE + warp * 16 + 15;
-        bool diag = kt >= qt * MT;  // a key tile that overlaps the block's rows: the causal mask applies
+        for (int m = 0; m < MT; m++) live[m] = MT == 1 || kt * ATT2_TILE <= qt * QTILE + m * ATT2_TILE + warp * 16 + 15;
+        bool diag = MT == 1 ? kt == qt : kt >= qt * MT;  // a key tile that overlaps the block's rows: the causal mask applies
         // S = Q K^T  (16 rows x 64 keys per m-tile)
         float s[MT][NT][4];
 #pragma unroll
