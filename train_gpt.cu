@@ -849,7 +849,8 @@ inline DepthArgs depth_args(GpuModel* m, int l) {
     return d;
 }
 
-// Depth's fused forward: where its ticket counter and ready flags live (gen set per launch)
+// Depth's fused forward: where its ticket counter, error word and ready flags live (gen set per
+// launch)
 inline DepthForwardSync depth_forward_sync(GpuModel* m) {
     return depth_forward_sync_in(m->vpb.depth_sync, m->alloc_B, m->alloc_T, m->config.n_kv_head);
 }
