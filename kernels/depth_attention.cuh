@@ -367,7 +367,6 @@ __device__ __forceinline__ void depth2_forward_item(const DepthArgs& a, long ite
     }
 }
 
-
 // DEFERRED: the anchors' terms are kept (de, u_keep) for depth_anchor_gather instead of added to
 // their accumulators here
 template <int D, bool DEFERRED>

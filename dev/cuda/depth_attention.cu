@@ -77,7 +77,6 @@ struct DepthTimes {
     float bwd_accumulate = 0, bwd_deferred = 0;
 };
 
-// Runs one shape: checks every version against the CPU (check = true) or times them (into *times).
 // The forward's DepthArgs of a layer whose own q|k|v rows ((H + 2 Hkv) D wide) are at own_qkv,
 // with src_qkv.size() sources: source n's key from its q|k|v rows src_qkv[n], its value anchor 0's
 // raw v (in those rows) or, for n >= 1, the anchor's stored v~ (anchor_vmix[n], Hkv D wide);
@@ -98,6 +97,7 @@ static gpu::DepthArgs depth_layer_args(int BT, int H, int Hkv, int D, floatX* ow
     return d;
 }
 
+// Runs one shape: checks every version against the CPU (check = true) or times them (into *times).
 static bool run_shape(const DepthShape& s, bool check, uint64_t seed, DepthTimes* times = nullptr) {
     ModelConfig c{};
     c.n_layer = s.layer + 1;
