@@ -116,13 +116,14 @@ PATH_TRAINERS := $(addprefix build/,$(addsuffix /train_cpu,$(VALUE_PATHS)))
 MPI_TRAINERS := $(if $(HAVE_MPI),$(addprefix build/,$(addsuffix -mpi/train_cpu,$(VALUE_PATHS))),)
 
 # `make test` builds with one job per core by itself (TEST_JOBS; the ~60 binaries, most of them
-# nvcc and emulator builds, are most of CI's time), then runs everything in order.
+# nvcc and emulator builds, are most of CI's time), then runs the suites in order, the emulated
+# ones TEST_JOBS at a time (each single-threaded but for its cuBLASLt; run_all.sh --jobs).
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
 	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) test-build || exit 1; \
 		echo "(the build took $$(($$(date +%s) - start))s)"
 	@$(if $(HAVE_MPI),true,echo "✗ no mpicxx/mpirun: the distributed tests are skipped (apt-get install libopenmpi-dev openmpi-bin)")
-	@bash tests/run_all.sh $(CPP_TESTS) $(FUZZ_REPLAY_RUN) $(GPU_TEST_RUN) $(EMU_CI_RUN)
+	@bash tests/run_all.sh $(CPP_TESTS) $(FUZZ_REPLAY_RUN) $(GPU_TEST_RUN) --jobs $(TEST_JOBS) $(EMU_CI_RUN)
 
 .PHONY: test-build
 test-build: $(CPP_TESTS) build/tests/encode_text $(FUZZ_REPLAYS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) $(EMU_CI_TARGETS) venv

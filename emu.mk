@@ -9,7 +9,8 @@
 #   make test-emu-race         test-emu under the race detector (docs/gpu.md, "Races")
 #   make test-emu-labs-race    test-emu-labs under the race detector
 #
-# `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores (~2 minutes of builds, ~5 of runs):
+# `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores (~2 minutes of builds; its runs, two at
+# a time as make test starts them, 4.5 minutes on this project's 2-core machine, 9 one by one):
 # the emulator's own tests (test_emu); every path and precision on forward_backward (every config:
 # logits, loss, every gradient, each layer's q/k/v) and the attention head-range hook; vanilla
 # bf16's and Depth fp32's 10 steps; and the vanilla bf16 suite once more under AddressSanitizer +

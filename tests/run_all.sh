@@ -4,7 +4,11 @@
 #   bash tests/run_all.sh [--no-python] BINARY[@FILTER]...   (make test passes the C++ test binaries)
 #
 # BINARY@FILTER runs `BINARY FILTER` (the tests whose names contain one of FILTER's comma-separated
-# parts: tests/testing.h); --no-python skips pytest (make test-emu).
+# parts: tests/testing.h); --no-python skips pytest (make test-emu). `--jobs N` before a run of
+# binaries runs those up to N at a time (make test: the emulated suites, single-threaded but for
+# the emulated cuBLASLt, each its own temp dir; on CI's two cores they were 7 of its 12 minutes of
+# tests run one by one): each one's output is kept and printed whole, in the given order, once it
+# and every one before it have ended, and each gets OMP_NUM_THREADS = cores / N unless it is set.
 # Each C++ suite ends with "N passed, N failed"; pytest ends with its own summary. A suite that
 # crashes or exits nonzero counts as a failure even if its counts look fine. The last line is
 # the total, "N passed, N failed", and the exit code is nonzero if anything failed.
@@ -36,24 +40,87 @@ if [ "${1:-}" = "--no-python" ]; then
     shift
 fi
 
-for entry in "$@"; do
+# adds one suite's counts, or counts it skipped: $1 = entry, $2 = exit code, $3 = log, $4 = seconds
+report() {
+    # GPU suites on a machine without a GPU: a clean skip, counted as such (CI compiled them)
+    if [ "$2" -eq 0 ] && grep -q "^skipped: no CUDA device" "$3"; then
+        total_skip=$((total_skip + 1))
+        echo "== ${1%%@*}: skipped (no CUDA device)"
+    else
+        add_counts "$1" "$2" "$3" "$4"
+    fi
+}
+
+# runs one entry (BINARY[@FILTER]) into $2, then writes "exit-code seconds" to $2.done
+run_quietly() {
+    local bin=${1%%@*} args=() t0
+    [ "$bin" != "$1" ] && args=("${1#*@}")
+    t0=$(date +%s)
+    "$bin" "${args[@]}" > "$2" 2>&1
+    local rc=$?
+    [ "$rc" -gt 128 ] && echo "!! $bin was killed by signal $((rc - 128)) ($(kill -l "$rc" 2>/dev/null))" >> "$2"
+    echo "$rc $(($(date +%s) - t0))" > "$2.done"
+}
+
+at_once=1  # suites run at a time (--jobs)
+queue=()   # "pid|log|entry" of the suites started in --jobs mode and not yet reported, oldest first
+# prints and counts the suites at the front of the queue that have ended; with $1 = all, waits for
+# each of them in turn. A suite killed before it could write its .done counts as a crash.
+report_finished() {
+    local pid log entry rc secs
+    while [ ${#queue[@]} -gt 0 ]; do
+        IFS='|' read -r pid log entry <<< "${queue[0]}"
+        if kill -0 "$pid" 2>/dev/null; then
+            [ "${1:-}" = all ] || return 0
+        fi
+        wait "$pid" 2>/dev/null
+        rc=1 secs=0
+        [ -e "$log.done" ] && read -r rc secs < "$log.done"
+        echo "== running ${entry%%@*} $([ "$entry" != "${entry%%@*}" ] && echo "${entry#*@}")"
+        cat "$log"
+        report "$entry" "$rc" "$log" "$secs"
+        rm -f "$log" "$log.done"
+        queue=("${queue[@]:1}")
+    done
+}
+running_count() {  # suites of the queue still running
+    local n=0 q
+    for q in "${queue[@]}"; do kill -0 "${q%%|*}" 2>/dev/null && n=$((n + 1)); done
+    echo "$n"
+}
+
+# an interrupted run takes its --jobs suites with it (background jobs ignore SIGINT)
+trap 'for q in "${queue[@]}"; do pkill -TERM -P "${q%%|*}" 2>/dev/null; kill "${q%%|*}" 2>/dev/null; done; exit 130' INT TERM
+
+while [ $# -gt 0 ]; do
+    entry=$1
+    shift
+    if [ "$entry" = --jobs ]; then
+        at_once=${1:-1}
+        shift
+        continue
+    fi
+    log=$(mktemp)
+    if [ "$at_once" -gt 1 ]; then
+        while [ "$(running_count)" -ge "$at_once" ]; do wait -n 2>/dev/null || sleep 1; done
+        report_finished
+        threads=$(( $(nproc 2>/dev/null || echo "$at_once") / at_once ))
+        OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))} run_quietly "$entry" "$log" 2>/dev/null &
+        queue+=("$!|$log|$entry")
+        continue
+    fi
+    report_finished all  # a --jobs run before this one ends first
     bin=${entry%%@*}
     args=()
     [ "$bin" != "$entry" ] && args=("${entry#*@}")
-    log=$(mktemp)
     echo "== running $bin ${args[*]:-}"
     t0=$SECONDS
     "$bin" "${args[@]}" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
-    # GPU suites on a machine without a GPU: a clean skip, counted as such (CI compiled them)
-    if [ "$rc" -eq 0 ] && grep -q "^skipped: no CUDA device" "$log"; then
-        total_skip=$((total_skip + 1))
-        echo "== $bin: skipped (no CUDA device)"
-    else
-        add_counts "$entry" "$rc" "$log" $((SECONDS - t0))
-    fi
+    report "$entry" "$rc" "$log" $((SECONDS - t0))
     rm -f "$log"
 done
+report_finished all
 
 if [ "$run_python" -eq 0 ]; then
     :
