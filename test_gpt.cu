@@ -581,6 +581,25 @@ TEST(attention_head_ranges) {
         CHECK(bits_equal(download(out, BT, H * D, H * D), out4), "out of attention forward versions %d and 4 differs", version);
         CHECK(same_bits(l1, l2), "lse of attention forward versions %d and 4 differs", version);
     }
+    // version 5 again at B = 1, T = 150 (the same buffers read as one longer row block): there its
+    // second block's rows (128..149) end in key tile 2, so its loop runs to the end on both m-tiles,
+    // while the first block runs key tile 1 after its loop on its last 64 rows alone (at T = TT = 80
+    // every block does the latter)
+    {
+        gpu::AttentionArgs a4 = f4, a5 = full;
+        a4.B = a5.B = 1;
+        a4.T = a5.T = 150;
+        static_assert(TB * TT >= 150, "the longer row block must fit the batch's buffers");
+        a5.out = out, a5.lse = lse;
+        gpu::attention_forward4(a4, gm.stream);
+        gpu::attention_forward5(a5, gm.stream);
+        cudaCheck(cudaStreamSynchronize(gm.stream));
+        std::vector<float> lse4(150 * H), lse5(150 * H);
+        cudaCheck(cudaMemcpy(lse4.data(), a4.lse, lse4.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(lse5.data(), lse, lse5.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        CHECK(bits_equal(download(out, 150, H * D, H * D), download(f4.out, 150, H * D, H * D)), "out of attention forward versions 5 and 4 differs at T = 150");
+        CHECK(same_bits(lse5, lse4), "lse of attention forward versions 5 and 4 differs at T = 150");
+    }
     cudaCheck(cudaFree(f4.out));
     cudaCheck(cudaFree(f4.lse));
     // gradients are stored as bf16 pairs: a dq, dk or dv that is not 4-byte aligned must be refused

@@ -68,6 +68,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common.cuh"
@@ -881,13 +882,17 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
     const float sl2 = LOG2E / sqrtf((float)D);  // scores in log2 units: exp(x) = exp2(x * log2 e)
     KVSource src = attn_kv_source(a, b, g);
     const __nv_bfloat16* qsrc = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
+    static_assert(MT == 1 || MT == 2, "m-tiles per warp: 1 (versions 2, 4) or 2 (version 5)");
     // key tiles 0..last: through the block's last row (and not past T). At MT = 1 (versions 2 and
-    // 4) last = qt, every m-tile live and diag = (kt == qt), each said so at compile time: computed
-    // as for MT = 2, they left every mma of the loop predicated on `live` (cuobjdump) and the kernel
-    // at 11.1 ms a GPT-2 step under ncu against 8.7 before version 5 joined it (H100, 2026-11-27
-    // against 2026-11-26); so written, the SASS has the length, registers and unpredicated mma of
-    // that faster kernel (127 registers at D = 64).
-    int last = MT == 1 ? qt : min((qt * QTILE + QTILE - 1) / ATT2_TILE, (a.T - 1) / ATT2_TILE);
+    // 4) last = qt, every m-tile live and diag = (kt == qt), each said so at compile time. At MT = 2
+    // the block's first 64 rows (every warp's m-tile 0) precede key tile 2 qt + 1, which only its
+    // last 64 reach: the loop runs tiles 0..all_last (at most 2 qt) on both m-tiles, and tile 2 qt
+    // + 1, where T reaches it, after the loop on m-tile 1 alone. A per-m-tile test inside the loop
+    // instead left every mma predicated (cuobjdump): version 4's forward so built, when it shared
+    // that test, took 11.1 ms a GPT-2 step under ncu against 8.7 without it (H100, 2026-11-27
+    // against 2026-11-26); without it, 127 registers at D = 64 and no predicated mma.
+    const int last = MT == 1 ? qt : min(2 * qt + 1, (a.T - 1) / ATT2_TILE);
+    const int all_last = MT == 1 ? qt : min(last, 2 * qt);
 
     uint32_t qf[MT][D / 16][4];  // this warp's query rows as A fragments, per m-tile
     if constexpr (ASYNC) {  // Q and the first K/V tile: group 0, waited for at the top of the loop
@@ -913,7 +918,10 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
     for (int m = 0; m < MT; m++) mrow[m][0] = mrow[m][1] = -INFINITY, lrow[m][0] = lrow[m][1] = 0.0f;
     int row = qt * QTILE + warp * 16 + gr;  // m-tile m's rows: row + m ATT2_TILE (+ 8)
 
-    for (int kt = 0; kt <= last; kt++) {
+    // One key tile on m-tiles FIRST..MT-1 (FIRST = 1: m-tile 0's rows all precede the tile). qt
+    // by value: a lambda may capture a structured binding only from C++20 on.
+    auto key_tile = [&, qt = qt](int kt, auto first) {
+        constexpr int FIRST = decltype(first)::value;
         const __nv_bfloat16* Ks = att2_kv_tile<D, ASYNC>(KVs, src, kt, last, a.T);
         const __nv_bfloat16* Vs = Ks + ATT2_TILE * LDS;
         if (ASYNC && kt == 0) {  // Q arrived with tile 0
@@ -922,15 +930,11 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
 #pragma unroll
                 for (int ks = 0; ks < D / 16; ks++) ldsm_x4(qf[m][ks], frag_a_addr(Qs, LDS, m * ATT2_TILE + warp * 16, ks * 16, lane));
         }
-        // does any row of m-tile m reach key tile kt? (the same for the whole warp; at MT = 1 always)
-        bool live[MT];
-#pragma unroll
-        for (int m = 0; m < MT; m++) live[m] = MT == 1 || kt * ATT2_TILE <= qt * QTILE + m * ATT2_TILE + warp * 16 + 15;
         bool diag = MT == 1 ? kt == qt : kt >= qt * MT;  // a key tile that overlaps the block's rows: the causal mask applies
         // S = Q K^T  (16 rows x 64 keys per m-tile)
         float s[MT][NT][4];
 #pragma unroll
-        for (int m = 0; m < MT; m++)
+        for (int m = FIRST; m < MT; m++)
 #pragma unroll
             for (int j = 0; j < NT; j++) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.0f;
 #pragma unroll
@@ -940,34 +944,35 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_forward_kernel2
                 uint32_t kf[4];
                 ldsm_x4(kf, frag_bt_addr(Ks, LDS, np * 16, ks * 16, lane));
 #pragma unroll
-                for (int m = 0; m < MT; m++)
-                    if (live[m]) {
-                        mma_bf16_16816(s[m][2 * np], qf[m][ks], kf[0], kf[1]);
-                        mma_bf16_16816(s[m][2 * np + 1], qf[m][ks], kf[2], kf[3]);
-                    }
+                for (int m = FIRST; m < MT; m++) {
+                    mma_bf16_16816(s[m][2 * np], qf[m][ks], kf[0], kf[1]);
+                    mma_bf16_16816(s[m][2 * np + 1], qf[m][ks], kf[2], kf[3]);
+                }
             }
 #pragma unroll
-        for (int m = 0; m < MT; m++)  // causal mask (only key tiles overlapping the block's rows), running max and sum
-            if (live[m]) att_softmax_tile<NT, D / 8>(s[m], o[m], mrow[m], lrow[m], row + m * ATT2_TILE, kt * ATT2_TILE, diag, a.T, tq, sl2);
+        for (int m = FIRST; m < MT; m++)  // causal mask (only key tiles overlapping the block's rows), running max and sum
+            att_softmax_tile<NT, D / 8>(s[m], o[m], mrow[m], lrow[m], row + m * ATT2_TILE, kt * ATT2_TILE, diag, a.T, tq, sl2);
         // O += P V: P from registers (C layout of two n-tiles = A layout of one k-step)
 #pragma unroll
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t pa[MT][4];
 #pragma unroll
-            for (int m = 0; m < MT; m++) att_p_fragment<NT>(pa[m], s[m], kk);
+            for (int m = FIRST; m < MT; m++) att_p_fragment<NT>(pa[m], s[m], kk);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t vf[4];
                 ldsm_x4_trans(vf, frag_b_trans_addr(Vs, LDS, kk * 16, dp * 16, lane));
 #pragma unroll
-                for (int m = 0; m < MT; m++)
-                    if (live[m]) {
-                        mma_bf16_16816(o[m][2 * dp], pa[m], vf[0], vf[1]);
-                        mma_bf16_16816(o[m][2 * dp + 1], pa[m], vf[2], vf[3]);
-                    }
+                for (int m = FIRST; m < MT; m++) {
+                    mma_bf16_16816(o[m][2 * dp], pa[m], vf[0], vf[1]);
+                    mma_bf16_16816(o[m][2 * dp + 1], pa[m], vf[2], vf[3]);
+                }
             }
         }
-    }
+    };
+    for (int kt = 0; kt <= all_last; kt++) key_tile(kt, std::integral_constant<int, 0>());
+    if constexpr (MT == 2)
+        if (last > all_last) key_tile(last, std::integral_constant<int, 1>());
 #pragma unroll
     for (int m = 0; m < MT; m++) att_forward_store_rows<D>(o[m], mrow[m], lrow[m], row + m * ATT2_TILE, tq, a, b, h);
 }
@@ -1928,9 +1933,10 @@ inline void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wg
 // this changes only speed; dev/cuda/bench_gpt.cu's --attention-version sets it, so that one GPU
 // call times whole training steps both ways.
 inline int attention_tc_version = 4;
-// The forward's version when attention_tc_version is 4: 4, or 6 (wgmma, where
-// attention_wgmma_supported; version 4 elsewhere). VP_ATT_FWD_VERSION=6 at build time (the build
-// variant att_fwd6) until a GPU has timed it.
+// The forward's version when attention_tc_version is 4: 4, 5 (32 query rows per warp; bench_gpt
+// --attention-forward 5, the variant att_fwd5: 1.003x while its mma were predicated, timed again
+// since), or 6 (wgmma, where attention_wgmma_supported; version 4 elsewhere). VP_ATT_FWD_VERSION=6
+// at build time (the build variant att_fwd6) until a GPU has timed it.
 #ifndef VP_ATT_FWD_VERSION
 #define VP_ATT_FWD_VERSION 4
 #endif
@@ -1955,6 +1961,7 @@ inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
     if (attention_tc_version == 4) {
         if (attention_forward_version == 6 && attention_wgmma_supported(a)) attention_forward6(a, stream);
+        else if (attention_forward_version == 5) attention_forward5(a, stream);
         else attention_forward4(a, stream);
     } else {
         attention_forward2(a, stream);
@@ -1979,13 +1986,13 @@ inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 // Whether the trainer's entry points run a kernel of version 4 for these arguments (BF16 build)
-// where `chosen` is that kernel's version setting (4, or 6 where attention_wgmma_supported). The
-// version 4 kernels are the ones a value path can extend: attention_forward4_active (the forward's
-// prologue, attention_forward_with_prologue), attention_backward_dkdv4_active (the dK/dV kernel's
-// epilogue, attention_backward_with_epilogue).
+// where `chosen` is that kernel's version setting (4; the forward's 5 never; 6 where
+// attention_wgmma_supported). The version 4 kernels are the ones a value path can extend:
+// attention_forward4_active (the forward's prologue, attention_forward_with_prologue),
+// attention_backward_dkdv4_active (the dK/dV kernel's epilogue, attention_backward_with_epilogue).
 inline bool attention_runs_version4(const AttentionArgs& a, int chosen) {
 #ifdef ENABLE_BF16
-    return attention_tc_version == 4 && !(chosen == 6 && attention_wgmma_supported(a));
+    return attention_tc_version == 4 && chosen != 5 && !(chosen == 6 && attention_wgmma_supported(a));
 #else
     (void)a, (void)chosen;
     return false;

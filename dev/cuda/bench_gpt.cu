@@ -5,7 +5,7 @@ dev/bench_pytorch.py (the same model in plain PyTorch) in the same call, on the 
 
   ./build/dev/cuda/bench_gpt [--batch-size 64] [--seq-len 1024] [--steps 20] [--warmup 5]
                              [--arch gpt2|llama] [--recompute 0|1|2] [--peak-tflops X]
-                             [--attention-version 4|2] [--attention-forward 4|6] [--attention-dq 4|6]
+                             [--attention-version 4|2] [--attention-forward 4|5|6] [--attention-dq 4|6]
                              [--attention-dkdv 4|6] [--bias-grad-epilogue 0|1]
                              [--depth-fused-forward 0|1] [--depth-fused-backward 0|1]
 
@@ -28,7 +28,8 @@ dev/bench_pytorch.py uses the same formula and the same N.
 so the difference in ms/step is what the asynchronous loads buy (dev/device_check.sh runs both).
 --attention-forward 6 runs the attention forward's version 6 (Hopper's wgmma, head dim 64; version
 4 where it cannot run) with version 4's backward: the build variant att_fwd6 of
-dev/bench_variants.list, timed against the default (4) by dev/device_check.sh. --attention-dq 6
+dev/bench_variants.list, timed against the default (4) by dev/device_check.sh. --attention-forward
+5 runs version 5 (version 4 with 32 query rows per warp; the variant att_fwd5). --attention-dq 6
 and --attention-dkdv 6 the same for the backward's dQ and dK/dV kernels (variants att_dq6 and
 att_dkdv6; att_wgmma runs all three at version 6). --bias-grad-epilogue 1 takes the bias
 gradients from the weight-gradient GEMMs' BGRADB epilogue instead of bias_backward's own pass over
@@ -89,12 +90,14 @@ int main(int argc, char** argv) {
     if (attention_version != 4 && attention_version != 2)
         usage_error("--attention-version 4 (cp.async double buffering, the trainer's) or 2 (without)", "--attention-version %d", attention_version);
     gpu::attention_tc_version = attention_version;
-    // the attention kernels' versions: 4 (mma.sync, the default) or 6 (wgmma)
+    // the attention kernels' versions: 4 (mma.sync, the default) or 6 (wgmma); the forward also 5
+    // (version 4 with 32 query rows per warp)
     auto kernel_version = [](const char* flag, int version, int* dst) {
         if (version != 4 && version != 6) usage_error("use 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)", "%s %d", flag, version);
         *dst = version;
     };
-    kernel_version("--attention-forward", attention_forward, &gpu::attention_forward_version);
+    if (attention_forward == 5) gpu::attention_forward_version = 5;
+    else kernel_version("--attention-forward", attention_forward, &gpu::attention_forward_version);
     kernel_version("--attention-dq", attention_dq, &gpu::attention_dq_version);
     kernel_version("--attention-dkdv", attention_dkdv, &gpu::attention_dkdv_version);
     // the bias gradients: 0 (bias_backward's own pass, the default) or 1 (the weight-gradient GEMM's BGRADB epilogue)
