@@ -59,7 +59,8 @@
 # memory profile", the default: steps 4, 4b, 7, 8 and 9) picks among the bench steps, e.g.
 # BENCH_PARTS=profile for a call that only profiles; MEMORY_LABS (step 8's labs, "classifier
 # layernorm rmsnorm gelu depth_attention") to time fewer of them; ONLY_VARIANTS ("att_wgmma
-# att_dkdv6") to time only those variants of dev/bench_variants.list, in that order.
+# att_dkdv6") to time only those variants of dev/bench_variants.list, in that order; AB_ROUNDS (4:
+# the ABBA rounds of a variant that is bench_gpt flags, step 4b).
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
@@ -426,7 +427,10 @@ fi
 
 # 4b. each build variant of dev/bench_variants.list against its path's plain benchmark, on this
 # machine, alternating (variant, plain, variant, plain): a compile-time choice decided by a
-# measurement that shares the machine's state. The runs' logs go to bench.txt.
+# measurement that shares the machine's state. A variant that is bench_gpt flags runs instead as
+# one A/B inside one process of the plain binary (bench_gpt --ab-rounds AB_ROUNDS, default 4: ABBA
+# rounds of 5 steps each way after the warmup; about 12 s instead of four runs' 36). The runs'
+# logs go to bench.txt.
 if bench_part variants; then
     for v in $VARIANTS; do
         vpath=$(variant_path "$v")
@@ -435,7 +439,24 @@ if bench_part variants; then
         read -r -a VFLAGS <<<"$(variant_run_flags "$v")"
         [ ${#VFLAGS[@]} -gt 0 ] && VBIN=$PLAIN
         unit_begin "variant_$v" || continue
-        if [ -x "$VBIN" ] && [ -x "$PLAIN" ]; then
+        if [ ${#VFLAGS[@]} -gt 0 ] && [ -x "$PLAIN" ]; then
+            vlog=build/device_check_variant.log
+            : >"$vlog"
+            run_step "variant $v: A/B in one process" 90 "$vlog" "$PLAIN" --batch-size 64 --seq-len 1024 --ab-rounds "${AB_ROUNDS:-4}" "${VFLAGS[@]}"
+            rc=$?
+            cat "$vlog" >>"$OUT_DIR/bench.txt"
+            ab=$(grep '^BENCH_AB ' "$vlog" | tail -1)
+            field() { echo "$ab" | grep -o " $1=[0-9.]*" | cut -d= -f2; }
+            refused=$(field bias_grad_refused)
+            [ "${refused:-0}" = 0 ] && refused=""
+            if [ $rc = 0 ] && [ -n "$ab" ]; then
+                row "variant $v ($vpath, B=64 T=1024)" "$(field variant_ms) ms/step against the plain way's $(field plain_ms) in one process (ratio $(field ratio); $(field rounds) rounds of $(field steps_per_round) steps each way, ABBA)${refused:+; cuBLASLt had no BGRADB for $refused GEMM shapes}"
+            elif [ $rc = 0 ]; then
+                row "variant $v" "FAILED (no BENCH_AB line: bench.txt)"
+            else
+                row "variant $v" "$(verdict $rc) (bench.txt)"
+            fi
+        elif [ -x "$VBIN" ] && [ -x "$PLAIN" ]; then
             ms_v=() ms_p=() vrc=0 refused=""
             for i in 1 2; do
                 for which in variant plain; do

@@ -7,7 +7,7 @@ dev/bench_pytorch.py (the same model in plain PyTorch) in the same call, on the 
                              [--arch gpt2|llama] [--recompute 0|1|2] [--peak-tflops X]
                              [--attention-version 4|2] [--attention-forward 4|5|6] [--attention-dq 4|6]
                              [--attention-dkdv 4|6] [--bias-grad-epilogue 0|1]
-                             [--depth-fused-forward 0|1] [--depth-fused-backward 0|1]
+                             [--depth-fused-forward 0|1] [--depth-fused-backward 0|1] [--ab-rounds R]
 
 A step is exactly what host/train_loop.h does per optimizer step: zero_grad, forward (with the
 loss copied to the host), backward, global gradient norm, AdamW. Random tokens. Each step is
@@ -40,6 +40,14 @@ forward instead of by a kernel before it, --depth-fused-backward 1 its backward 
 attention backward's dK/dV kernel instead of after it (variants depth_fused_fwd, depth_fused_bwd,
 and depth_fused for both; kernels/depth_attention.cuh).
 
+--ab-rounds R: an A/B of the kernel flags given (the variant) against the binary's defaults (the
+plain build) in this one process: warmup steps each way, then R rounds, each running steps / R
+timed steps (rounded up) one way and as many the other, the order flipping every round (variant
+first in rounds 0, 2, ...: ABBA, so a drift in clocks or temperature falls on both). It prints
+each way's median and their ratio (a BENCH_AB line) instead of the BENCH line. dev/device_check.sh
+times the variants of dev/bench_variants.list that are bench_gpt flags so: the two ways share the
+allocation, the cuBLASLt state and the machine's moment, and one process start instead of four.
+
 Peak memory: the device memory the model allocated (parameters, gradients, AdamW state,
 activations and scratch, the cuBLASLt workspace), and the device's used memory (total - free)
 at the end, which also counts the CUDA context; and, of the allocation, the value path's own
@@ -60,11 +68,34 @@ static float forward_loss(M* m, const int* inputs, const int* targets, int B, in
     return m->mean_loss;
 }
 
+// The run-time kernel switches a bench_gpt flag sets (the A/B's two ways)
+struct KernelChoice {
+    int attention_tc, attention_forward, attention_dq, attention_dkdv, bias_grad_epilogue, depth_fused_forward, depth_fused_backward;
+};
+static KernelChoice current_kernel_choice() {
+    return {gpu::attention_tc_version, gpu::attention_forward_version, gpu::attention_dq_version, gpu::attention_dkdv_version,
+            gpu::matmul_bias_grad_epilogue, gpu::depth_fused_forward, gpu::depth_fused_backward};
+}
+static void apply_kernel_choice(const KernelChoice& k) {
+    gpu::attention_tc_version = k.attention_tc;
+    gpu::attention_forward_version = k.attention_forward;
+    gpu::attention_dq_version = k.attention_dq;
+    gpu::attention_dkdv_version = k.attention_dkdv;
+    gpu::matmul_bias_grad_epilogue = k.bias_grad_epilogue;
+    gpu::depth_fused_forward = k.depth_fused_forward;
+    gpu::depth_fused_backward = k.depth_fused_backward;
+}
+
+static double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, steps = 20, warmup = 5, recompute = 0, attention_version = 4, attention_forward = gpu::attention_forward_version,
         attention_dq = gpu::attention_dq_version, attention_dkdv = gpu::attention_dkdv_version, bias_grad_epilogue = gpu::matmul_bias_grad_epilogue, depth_fused_forward = gpu::depth_fused_forward,
-        depth_fused_backward = gpu::depth_fused_backward;
+        depth_fused_backward = gpu::depth_fused_backward, ab_rounds = 0;
+    const KernelChoice plain_choice = current_kernel_choice();  // the binary's defaults: the A/B's plain way
     double peak = -1;
     std::string arch = "gpt2";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -83,10 +114,13 @@ int main(int argc, char** argv) {
         else if (f == "--bias-grad-epilogue") bias_grad_epilogue = atoi(argv[i + 1]);
         else if (f == "--depth-fused-forward") depth_fused_forward = atoi(argv[i + 1]);
         else if (f == "--depth-fused-backward") depth_fused_backward = atoi(argv[i + 1]);
+        else if (f == "--ab-rounds") ab_rounds = atoi(argv[i + 1]);
         else usage_error("flags: --batch-size --seq-len --steps --warmup --arch --recompute --peak-tflops --attention-version --attention-forward --attention-dq "
-                         "--attention-dkdv --bias-grad-epilogue --depth-fused-forward --depth-fused-backward",
+                         "--attention-dkdv --bias-grad-epilogue --depth-fused-forward --depth-fused-backward --ab-rounds",
                          "unknown flag %s", argv[i]);
     }
+    if (argc % 2 == 0) usage_error("flags come in pairs: --flag value", "%s has no value", argv[argc - 1]);
+    if (ab_rounds < 0 || steps < 1 || warmup < 0) usage_error("--ab-rounds >= 0 (0: no A/B), --steps >= 1, --warmup >= 0", "--ab-rounds %d --steps %d --warmup %d", ab_rounds, steps, warmup);
     if (attention_version != 4 && attention_version != 2)
         usage_error("--attention-version 4 (cp.async double buffering, the trainer's) or 2 (without)", "--attention-version %d", attention_version);
     gpu::attention_tc_version = attention_version;
@@ -112,6 +146,9 @@ int main(int argc, char** argv) {
         usage_error("--depth-fused-backward 0 (its own kernel, the default) or 1 (in the dK/dV kernel)", "--depth-fused-backward %d", depth_fused_backward);
     gpu::depth_fused_forward = depth_fused_forward;
     gpu::depth_fused_backward = depth_fused_backward;
+    const KernelChoice variant_choice = current_kernel_choice();
+    if (ab_rounds > 0 && memcmp(&plain_choice, &variant_choice, sizeof(KernelChoice)) == 0)
+        usage_error("--ab-rounds compares the kernel flags given against the defaults: give at least one that differs from them", "--ab-rounds %d and no such flag", ab_rounds);
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("skipped: no CUDA device (bench_gpt)\n");
@@ -141,8 +178,9 @@ int main(int argc, char** argv) {
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
-    std::vector<double> times;
-    for (int step = 0; step < warmup + steps; step++) {
+    // one training step as host/train_loop.h runs it (new random tokens each), timed by events
+    int step = 0;
+    auto timed_step = [&](const char* label) {
         for (size_t i = 0; i < inp.size(); i++) {
             inp[i] = (int)(rng_next_u64(&r) % c.vocab_size);
             tgt[i] = (int)(rng_next_u64(&r) % c.vocab_size);
@@ -158,11 +196,43 @@ int main(int argc, char** argv) {
         cudaCheck(cudaEventSynchronize(e1));
         float ms = 0;
         cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
-        printf("step %2d%s: loss %.4f, norm %.3f, %.2f ms, %.0f tok/s\n", step, step < warmup ? " (warmup)" : "", loss, norm, ms, B * T / (ms / 1000.0));
-        if (step >= warmup) times.push_back(ms);
+        printf("step %2d%s: loss %.4f, norm %.3f, %.2f ms, %.0f tok/s\n", step, label, loss, norm, ms, B * T / (ms / 1000.0));
+        step++;
+        return (double)ms;
+    };
+    if (ab_rounds > 0) {
+        // A/B in this process (--ab-rounds): warmup each way, then ABBA rounds of per_round steps
+        int per_round = CEIL_DIV(steps, ab_rounds);
+        std::vector<double> t_variant, t_plain;
+        for (int way = 0; way < 2; way++) {
+            apply_kernel_choice(way == 0 ? plain_choice : variant_choice);
+            for (int i = 0; i < warmup; i++) timed_step(way == 0 ? " (warmup, plain)" : " (warmup, variant)");
+        }
+        for (int round = 0; round < ab_rounds; round++)
+            for (int half = 0; half < 2; half++) {
+                bool variant = (round % 2 == 0) == (half == 0);
+                apply_kernel_choice(variant ? variant_choice : plain_choice);
+                for (int i = 0; i < per_round; i++) (variant ? t_variant : t_plain).push_back(timed_step(variant ? " [variant]" : " [plain]"));
+            }
+        apply_kernel_choice(variant_choice);
+        double med_v = median_of(t_variant), med_p = median_of(t_plain);
+        printf("A/B over %d rounds of %d steps each way (ABBA): variant %.2f ms/step, plain %.2f ms/step (medians)", ab_rounds, per_round, med_v, med_p);
+        if (med_p > 0) printf(", ratio %.4f", med_v / med_p);
+        printf("\n");
+        // one machine-readable line for dev/device_check.sh (ratio 0: no time measured, the emulator)
+        printf("BENCH_AB impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d variant_ms=%.3f plain_ms=%.3f ratio=%.4f rounds=%d steps_per_round=%d "
+               "attention_version=%d attention_forward=%d attention_dq=%d attention_dkdv=%d bias_grad_epilogue=%d bias_grad_refused=%zu "
+               "depth_fused_forward=%d depth_fused_backward=%d\n",
+               value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med_v, med_p, med_p > 0 ? med_v / med_p : 0.0, ab_rounds, per_round,
+               attention_version, attention_forward, attention_dq, attention_dkdv, bias_grad_epilogue, gpu::matmul_state().refused.size(),
+               depth_fused_forward, depth_fused_backward);
+        gpt_free(&m);
+        return 0;
     }
-    std::sort(times.begin(), times.end());
-    double med = times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+    std::vector<double> times;
+    for (int i = 0; i < warmup; i++) timed_step(" (warmup)");
+    for (int i = 0; i < steps; i++) times.push_back(timed_step(""));
+    double med = median_of(times);
     double tok_s = B * T / (med / 1000.0);
     double achieved = flops_per_step / (med / 1000.0) / 1e12;
     size_t free_b = 0, total_b = 0;

@@ -219,8 +219,9 @@ def variant_stubs(tmp_path):
     """Stand-in benchmarks for step 4b: the plain bench_gpt of each path the variants of
     dev/bench_variants.list use, and a build of each variant without bench_gpt flags. Each prints
     the BENCH line of dev/cuda/bench_gpt.cu (the plain one 140.0 ms, a variant 133.0) and records
-    its label in order (the plain one run with flags past --batch-size and --seq-len records them).
-    Returns the build folder, the order file, the variants' paths and labels."""
+    its label in order; the plain one run with --ab-rounds R and flags (a variant that is bench_gpt
+    flags) records the flags and prints bench_gpt's BENCH_AB line instead (133.0 against 140.0 in
+    R rounds of 5 steps). Returns the build folder, the order file, the variants' paths and labels."""
     lines = [ln.split("|") for ln in (REPO / "dev" / "bench_variants.list").read_text().splitlines() if re.match(r"[a-z]", ln)]
     paths = {f[0].strip(): (f[3].strip() if len(f) > 3 and f[3].strip() else "vanilla") for f in lines}
     run_flags = {f[0].strip(): (f[4].strip() if len(f) > 4 else "") for f in lines}
@@ -231,6 +232,9 @@ def variant_stubs(tmp_path):
     def bench_stub(path, label, ms):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f'#!/bin/sh\nms={ms}\nlabel={label}\nshift 4\n'
+                        f'if [ "$1" = --ab-rounds ]; then rounds=$2; shift 2; echo "flags:$(echo "$*" | tr " " _)" >> "{order}"\n'
+                        f'  echo "BENCH_AB impl=valuepath path=vanilla B=64 T=1024 variant_ms=133.000 plain_ms=140.000 ratio=0.9500 '
+                        f'rounds=$rounds steps_per_round=5 bias_grad_refused=0"; exit 0; fi\n'
                         f'if [ $# -gt 0 ]; then label="flags:$(echo "$*" | tr " " _)"; ms=133.0; fi\n'
                         f'echo "$label" >> "{order}"\n'
                         f'echo "BENCH impl=valuepath path=vanilla precision=bf16 B=64 T=1024 ms_per_step=$ms tok_per_s=1"\n')
@@ -247,21 +251,32 @@ def variant_stubs(tmp_path):
     return env, order, paths, label
 
 
+def expected_variant(v, label, by_flags):
+    """What step 4b runs for variant v (the order file's labels) and the figures its row gives:
+    a variant that is bench_gpt flags, one A/B process; a build of its own, four runs alternating."""
+    if by_flags:
+        return [label[v]], "133.000 ms/step against the plain way's 140.000 in one process (ratio 0.9500; 4 rounds of 5 steps each way, ABBA)"
+    return [label[v], "plain", label[v], "plain"], "133.0 and 133.0 ms/step against the plain build's 140.0 and 140.0 (mean ratio 0.950)"
+
+
 def test_build_variants_are_timed_against_the_plain_build(tmp_path):
-    """Step 4b: every variant of dev/bench_variants.list runs alternately with its path's plain
-    benchmark (the fourth column, vanilla if left out), twice each, and its row gives both pairs of
-    figures and the ratio of their means. A variant with bench_gpt flags (the fifth column) runs the
-    plain binary with them instead of a build of its own."""
+    """Step 4b: every variant of dev/bench_variants.list with a build of its own runs alternately
+    with its path's plain benchmark (the fourth column, vanilla if left out), twice each, and its
+    row gives both pairs of figures and the ratio of their means. A variant with bench_gpt flags
+    (the fifth column) runs once, as the plain binary's A/B of those flags (--ab-rounds 4), and its
+    row gives that run's two medians and their ratio."""
     env, order, paths, label = variant_stubs(tmp_path)
     names = list(paths)
+    by_flags = {v: label[v].startswith("flags:") for v in names}
+    assert any(by_flags.values()) and not all(by_flags.values()), "the list should have variants of both kinds"
     out = tmp_path / "out"
     out.mkdir()
     _, rows = device_check(out, env)
     for v in names:
-        assert rows[f"variant {v} ({paths[v]}, B=64 T=1024)"] == \
-            "133.0 and 133.0 ms/step against the plain build's 140.0 and 140.0 (mean ratio 0.950)"
-    assert order.read_text().split() == [x for v in names for x in (label[v], "plain", label[v], "plain")]
-    assert "ms_per_step=133.0" in (out / "bench.txt").read_text()
+        assert rows[f"variant {v} ({paths[v]}, B=64 T=1024)"] == expected_variant(v, label, by_flags[v])[1]
+    assert order.read_text().split() == [x for v in names for x in expected_variant(v, label, by_flags[v])[0]]
+    bench = (out / "bench.txt").read_text()
+    assert "ms_per_step=133.0" in bench and "BENCH_AB " in bench
 
 
 def test_variant_row_says_where_cublaslt_refused_bgradb(tmp_path):
@@ -271,14 +286,27 @@ def test_variant_row_says_where_cublaslt_refused_bgradb(tmp_path):
     env, order, paths, label = variant_stubs(tmp_path)
     assert paths.get("bias_bgradb") == "vanilla"
     plain = tmp_path / "gpu_build" / "dev" / "cuda" / "bf16" / "bench_gpt_vanilla"
-    plain.write_text('#!/bin/sh\nms=140.0 extra=""\n'
-                     'case "$*" in *--bias-grad-epilogue*) ms=133.0 extra=" bias_grad_refused=3";; esac\n'
-                     'echo "BENCH impl=valuepath path=vanilla precision=bf16 B=64 T=1024 ms_per_step=$ms tok_per_s=1$extra"\n')
+    plain.write_text('#!/bin/sh\n'
+                     'case "$*" in *"--ab-rounds 4 --bias-grad-epilogue 1"*) echo "BENCH_AB impl=valuepath path=vanilla B=64 T=1024 variant_ms=133.000 '
+                     'plain_ms=140.000 ratio=0.9500 rounds=4 steps_per_round=5 bias_grad_refused=3";; esac\n')
     out = tmp_path / "out"
     out.mkdir()
     _, rows = device_check(out, {**env, "ONLY_VARIANTS": "bias_bgradb"})
     assert rows["variant bias_bgradb (vanilla, B=64 T=1024)"] == \
-        "133.0 and 133.0 ms/step against the plain build's 140.0 and 140.0 (mean ratio 0.950); cuBLASLt had no BGRADB for 3 GEMM shapes"
+        "133.000 ms/step against the plain way's 140.000 in one process (ratio 0.9500; 4 rounds of 5 steps each way, ABBA); " \
+        "cuBLASLt had no BGRADB for 3 GEMM shapes"
+
+
+def test_ab_run_without_its_line_is_a_failure(tmp_path):
+    """An A/B run (a variant that is bench_gpt flags) that exits 0 without its BENCH_AB line has
+    measured nothing: its row must say FAILED, not ok."""
+    env, order, paths, label = variant_stubs(tmp_path)
+    plain = tmp_path / "gpu_build" / "dev" / "cuda" / "bf16" / "bench_gpt_vanilla"
+    plain.write_text('#!/bin/sh\necho "median over 20 steps: 140.00 ms/step"\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    _, rows = device_check(out, {**env, "ONLY_VARIANTS": "att_fwd5"})
+    assert rows["variant att_fwd5"] == "FAILED (no BENCH_AB line: bench.txt)"
 
 
 def test_only_variants_picks_and_orders_the_variants(tmp_path):
@@ -293,7 +321,7 @@ def test_only_variants_picks_and_orders_the_variants(tmp_path):
     out.mkdir()
     _, rows = device_check(out, {**env, "ONLY_VARIANTS": " ".join(pick)})
     assert sorted(k for k in rows if k.startswith("variant ")) == sorted(f"variant {v} ({paths[v]}, B=64 T=1024)" for v in pick)
-    assert order.read_text().split() == [x for v in pick for x in (label[v], "plain", label[v], "plain")]
+    assert order.read_text().split() == [x for v in pick for x in expected_variant(v, label, label[v].startswith("flags:"))[0]]
     bad = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=120,
                          env={**os.environ, **env, "OUT": str(tmp_path / "out2"), "COMMIT": "test", "ONLY_VARIANTS": "no_such_variant"})
     assert bad.returncode == 2

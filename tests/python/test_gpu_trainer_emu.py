@@ -193,6 +193,23 @@ def test_full_size_training_step_passes_every_launcher(path):
     assert "refused" not in p.stderr, p.stderr[-2000:]
 
 
+def test_bench_ab_runs_both_ways_in_alternating_rounds():
+    """bench_gpt --ab-rounds R (dev/device_check.sh's A/B of a variant that is run-time flags) under
+    the emulator's dry run (nothing computed, so no times): the warmup each way, then R rounds of
+    ceil(steps / R) steps each way, the order flipping every round (ABBA), and a BENCH_AB line with
+    the variant's flags; asked to compare the defaults with themselves, it refuses (usage error)."""
+    binary = REPO / "build" / "emu" / "dev" / "cuda" / "bench_gpt_vanilla"
+    base = ["--batch-size", "2", "--seq-len", "1024", "--steps", "3", "--warmup", "1"]
+    p = run(binary, base + ["--ab-rounds", "2", "--attention-forward", "5"], expect=0, env={"VP_EMU_DRY_RUN": "1"})
+    labels = re.findall(r"^step +\d+ *(\S.*?): loss", p.stdout, re.M)
+    assert labels == ["(warmup, plain)", "(warmup, variant)"] + ["[variant]"] * 2 + ["[plain]"] * 4 + ["[variant]"] * 2, p.stdout[-3000:]
+    ab = [ln for ln in p.stdout.splitlines() if ln.startswith("BENCH_AB ")]
+    assert len(ab) == 1 and " rounds=2 steps_per_round=2 " in ab[0] and " attention_forward=5 " in ab[0], p.stdout[-2000:]
+    assert "BENCH impl=" not in p.stdout
+    same = run(binary, base + ["--ab-rounds", "2", "--attention-forward", "4"], env={"VP_EMU_DRY_RUN": "1"})
+    assert same.returncode == 2 and "--ab-rounds compares the kernel flags given against the defaults" in same.stderr, same.stderr[-2000:]
+
+
 def test_max_steps_0_evaluates_and_samples_a_cpu_checkpoint(tmp_path, data):
     """./train (fp32) --init-from a ./train_cpu checkpoint --max-steps 0: the val loss the CPU run
     measured on those weights at its end, to fp32 round-off (as above), and a sample."""
