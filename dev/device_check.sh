@@ -432,6 +432,7 @@ fi
 # rounds of 5 steps each way after the warmup; about 12 s instead of four runs' 36). The runs'
 # logs go to bench.txt.
 if bench_part variants; then
+    field() { echo "$ab" | grep -o " $1=[0-9.]*" | cut -d= -f2; }  # a field of the A/B run's BENCH_AB line ($ab)
     for v in $VARIANTS; do
         vpath=$(variant_path "$v")
         PLAIN=$GB/dev/cuda/bf16/bench_gpt_$vpath
@@ -446,7 +447,6 @@ if bench_part variants; then
             rc=$?
             cat "$vlog" >>"$OUT_DIR/bench.txt"
             ab=$(grep '^BENCH_AB ' "$vlog" | tail -1)
-            field() { echo "$ab" | grep -o " $1=[0-9.]*" | cut -d= -f2; }
             refused=$(field bias_grad_refused)
             [ "${refused:-0}" = 0 ] && refused=""
             if [ $rc = 0 ] && [ -n "$ab" ]; then

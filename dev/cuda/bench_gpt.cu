@@ -86,6 +86,14 @@ static void apply_kernel_choice(const KernelChoice& k) {
     gpu::depth_fused_backward = k.depth_fused_backward;
 }
 
+// The kernel switches' fields of the BENCH and BENCH_AB lines, and the line's end
+static void print_kernel_fields(const KernelChoice& k) {
+    printf("attention_version=%d attention_forward=%d attention_dq=%d attention_dkdv=%d bias_grad_epilogue=%d bias_grad_refused=%zu "
+           "depth_fused_forward=%d depth_fused_backward=%d\n",
+           k.attention_tc, k.attention_forward, k.attention_dq, k.attention_dkdv, k.bias_grad_epilogue, gpu::matmul_state().refused.size(),
+           k.depth_fused_forward, k.depth_fused_backward);
+}
+
 static double median_of(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -126,14 +134,16 @@ int main(int argc, char** argv) {
     gpu::attention_tc_version = attention_version;
     // the attention kernels' versions: 4 (mma.sync, the default) or 6 (wgmma); the forward also 5
     // (version 4 with 32 query rows per warp)
-    auto kernel_version = [](const char* flag, int version, int* dst) {
-        if (version != 4 && version != 6) usage_error("use 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)", "%s %d", flag, version);
+    auto kernel_version = [](const char* flag, int version, bool has5, int* dst) {
+        if (version != 4 && version != 6 && !(has5 && version == 5))
+            usage_error(has5 ? "use 4 (mma.sync, the default), 5 (32 query rows per warp) or 6 (wgmma, Hopper, head dim 64)"
+                             : "use 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)",
+                        "%s %d", flag, version);
         *dst = version;
     };
-    if (attention_forward == 5) gpu::attention_forward_version = 5;
-    else kernel_version("--attention-forward", attention_forward, &gpu::attention_forward_version);
-    kernel_version("--attention-dq", attention_dq, &gpu::attention_dq_version);
-    kernel_version("--attention-dkdv", attention_dkdv, &gpu::attention_dkdv_version);
+    kernel_version("--attention-forward", attention_forward, true, &gpu::attention_forward_version);
+    kernel_version("--attention-dq", attention_dq, false, &gpu::attention_dq_version);
+    kernel_version("--attention-dkdv", attention_dkdv, false, &gpu::attention_dkdv_version);
     // the bias gradients: 0 (bias_backward's own pass, the default) or 1 (the weight-gradient GEMM's BGRADB epilogue)
     if (bias_grad_epilogue != 0 && bias_grad_epilogue != 1)
         usage_error("--bias-grad-epilogue 0 (bias_backward, the default) or 1 (cuBLASLt's BGRADB epilogue)", "--bias-grad-epilogue %d", bias_grad_epilogue);
@@ -214,18 +224,14 @@ int main(int argc, char** argv) {
                 apply_kernel_choice(variant ? variant_choice : plain_choice);
                 for (int i = 0; i < per_round; i++) (variant ? t_variant : t_plain).push_back(timed_step(variant ? " [variant]" : " [plain]"));
             }
-        apply_kernel_choice(variant_choice);
         double med_v = median_of(t_variant), med_p = median_of(t_plain);
         printf("A/B over %d rounds of %d steps each way (ABBA): variant %.2f ms/step, plain %.2f ms/step (medians)", ab_rounds, per_round, med_v, med_p);
         if (med_p > 0) printf(", ratio %.4f", med_v / med_p);
         printf("\n");
         // one machine-readable line for dev/device_check.sh (ratio 0: no time measured, the emulator)
-        printf("BENCH_AB impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d variant_ms=%.3f plain_ms=%.3f ratio=%.4f rounds=%d steps_per_round=%d "
-               "attention_version=%d attention_forward=%d attention_dq=%d attention_dkdv=%d bias_grad_epilogue=%d bias_grad_refused=%zu "
-               "depth_fused_forward=%d depth_fused_backward=%d\n",
-               value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med_v, med_p, med_p > 0 ? med_v / med_p : 0.0, ab_rounds, per_round,
-               attention_version, attention_forward, attention_dq, attention_dkdv, bias_grad_epilogue, gpu::matmul_state().refused.size(),
-               depth_fused_forward, depth_fused_backward);
+        printf("BENCH_AB impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d variant_ms=%.3f plain_ms=%.3f ratio=%.4f rounds=%d steps_per_round=%d ",
+               value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med_v, med_p, med_p > 0 ? med_v / med_p : 0.0, ab_rounds, per_round);
+        print_kernel_fields(variant_choice);
         gpt_free(&m);
         return 0;
     }
@@ -246,11 +252,9 @@ int main(int argc, char** argv) {
            value_path_name(c.vp.path), vp_gib, used_gib);
     // one machine-readable line for make bench / dev/device_check.sh
     printf("BENCH impl=valuepath path=%s precision=%s device=\"%s\" B=%d T=%d ms_per_step=%.3f tok_per_s=%.0f tflops=%.1f mfu=%.4f peak_mem_gib=%.2f "
-           "vp_mem_gib=%.3f attention_version=%d attention_forward=%d attention_dq=%d attention_dkdv=%d bias_grad_epilogue=%d bias_grad_refused=%zu "
-           "depth_fused_forward=%d depth_fused_backward=%d\n",
-           value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib,
-           attention_version, attention_forward, attention_dq, attention_dkdv, bias_grad_epilogue, gpu::matmul_state().refused.size(),
-           depth_fused_forward, depth_fused_backward);
+           "vp_mem_gib=%.3f ",
+           value_path_name(c.vp.path), PRECISION_NAME, prop.name, B, T, med, tok_s, achieved, peak > 0 ? achieved / peak : 0.0, used_gib, vp_gib);
+    print_kernel_fields(variant_choice);
     gpt_free(&m);
     return 0;
 }
