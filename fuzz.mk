@@ -28,6 +28,7 @@ build/fuzz/fuzz_%: dev/fuzz/fuzz_inputs.cpp $(CPU_SOURCES)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CLANG) -std=c++17 -O1 -g -fsanitize=fuzzer $(FUZZ_SANITIZE) -Wno-unknown-pragmas $(INCLUDES) -D$(FUZZ_DEFINE_$*) $< -o $@
 
+# -g1: line tables for ASan's and UBSan's reports, without -g's variables (compile time for CI)
 build/fuzz/replay_%: dev/fuzz/fuzz_inputs.cpp $(CPU_SOURCES)
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O1 -g $(FUZZ_SANITIZE) -Wno-unknown-pragmas $(INCLUDES) -DFUZZ_REPLAY -D$(FUZZ_DEFINE_$*) $< -o $@
+	$(CXX) -std=c++17 -O1 -g1 $(FUZZ_SANITIZE) -Wno-unknown-pragmas $(INCLUDES) -DFUZZ_REPLAY -D$(FUZZ_DEFINE_$*) $< -o $@

@@ -83,6 +83,18 @@ nvcc_wrap = $(filter -I% -D% -L% -l%,$(1)) $(patsubst -Wl$(comma)%,-Xlinker %,$(
 NVCC_MPI := -DUSE_MPI $(call nvcc_wrap,$(MPI_SHOWME)) $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib) -lnccl
 # the MPI + NCCL trainer that gpu-compile-check compiles, where MPI and NCCL are installed
 GPU_MPI_TARGETS := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),$(GPU_BUILD)/vanilla-mpi/train_bf16,)
+# PTX twins (the compile check only, GPU_PTX_TWINS=1): test_gpt, bench_gpt and the -mpi trainer of
+# a path and precision hold the trainer's kernels (they include train_gpt.cu), and ptxas was half of
+# each of their compiles. There they embed PTX only (no ptxas), every one keeps its PTX as <binary>.ptx
+# (nvcc --keep), and tests/ptx_twins.py runs ptxas on a twin only where its PTX holds an item that
+# its trainer's (which ptxas did compile) lacks. The real builds (GPU_BUILD=build) are unchanged.
+PTXAS := $(if $(NVCC),$(dir $(NVCC))ptxas)
+keep_dir = $(if $(GPU_PTX_TWINS),$@.keep)
+keep_ptx = $(if $(GPU_PTX_TWINS),--keep --keep-dir $@.keep)
+save_ptx = $(if $(GPU_PTX_TWINS),&& mv $@.keep/*.ptx $@.ptx && rm -rf $@.keep)
+ptx_twin_of = $(if $(GPU_PTX_TWINS),$(1))
+twin_gencode = $(if $(GPU_PTX_TWINS),-gencode=arch=compute_$(patsubst sm_%,%,$(GPU_ARCH))$(comma)code=compute_$(patsubst sm_%,%,$(GPU_ARCH)) $(keep_ptx),$(call gencode,$(GPU_ARCH)))
+twin_check = $(if $(GPU_PTX_TWINS),$(save_ptx) && $(PYTHON) tests/ptx_twins.py $@.ptx $(1).ptx --ptxas '$(PTXAS) -arch=$(GPU_ARCH) -O0')
 GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) $(GPU_BUILD)/tests/test_gpu_routes \
 	$(addprefix $(GPU_BUILD)/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p)) \
 	$(VARIANT_BINS)
@@ -133,23 +145,23 @@ GPU_TEST_RUN := $(patsubst $(GPU_BUILD)/%,build/check/%,$(TEST_GPT_BINS) $(GPU_B
 endif
 
 $(GPU_BUILD)/%/train_bf16: $(GPU_SOURCES)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(keep_ptx) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(save_ptx)
 
 $(GPU_BUILD)/%/train_fp32: $(GPU_SOURCES)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(keep_ptx) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(save_ptx)
 
 # build/<path>-mpi/: the data-parallel trainer (the shorter stem wins over build/%/ above)
-$(GPU_BUILD)/%-mpi/train_bf16: $(GPU_SOURCES)
+$(GPU_BUILD)/%-mpi/train_bf16: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/train_bf16)
 	@$(if $(and $(HAVE_MPI),$(HAVE_NCCL)),true,echo "✗ $@ needs MPI (mpicxx, mpirun: apt-get install libopenmpi-dev openmpi-bin) and NCCL (nccl.h; set NCCL_HOME)"; exit 1)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_MPI) $(CUDA_LIBS) -o $@
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_MPI) $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_bf16)
 
-$(GPU_BUILD)/%-mpi/train_fp32: $(GPU_SOURCES)
+$(GPU_BUILD)/%-mpi/train_fp32: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/train_fp32)
 	@$(if $(and $(HAVE_MPI),$(HAVE_NCCL)),true,echo "✗ $@ needs MPI (mpicxx, mpirun: apt-get install libopenmpi-dev openmpi-bin) and NCCL (nccl.h; set NCCL_HOME)"; exit 1)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_MPI) $(CUDA_LIBS) -o $@
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_MPI) $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_fp32)
 
 train: build/$(VALUE_PATH)$(MPI_SUFFIX)/train_$(PREC)
 	cp $< train
@@ -161,13 +173,13 @@ gpu-all-paths: $(foreach p,$(GPU_VALUE_PATHS),build/$(p)/train_$(PREC))
 # ---------------------------------------------------------------------------
 # tests: test_gpt.cu holds the GPU trainer and the CPU reference in one program
 
-$(GPU_BUILD)/tests/test_gpt_gpu_%_bf16: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
+$(GPU_BUILD)/tests/test_gpt_gpu_%_bf16: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h $(call ptx_twin_of,$(GPU_BUILD)/%/train_bf16)
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_bf16)
 
-$(GPU_BUILD)/tests/test_gpt_gpu_%_fp32: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_FP32 -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
+$(GPU_BUILD)/tests/test_gpt_gpu_%_fp32: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h $(call ptx_twin_of,$(GPU_BUILD)/%/train_fp32)
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_FP32 -DVP_ERRORS_THROW -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_fp32)
 
 # the value paths' plumbing of the GPU trainer, run on the CPU (no GPU needed; see the file)
 $(GPU_BUILD)/tests/test_gpu_routes: tests/test_gpu_routes.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
@@ -200,9 +212,9 @@ build/dev/cuda/%.sass: build/dev/cuda/%
 
 # one benchmark binary per value path (the path is compiled in, as in the trainer)
 BENCH_BINS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p))
-$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_%: dev/cuda/bench_gpt.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@
+$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_%: dev/cuda/bench_gpt.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/train_bf16)
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) $< $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_bf16)
 
 # build/variants/<name>/bench_gpt: its path's benchmark with a variant's flags (BENCH_VARIANTS)
 $(GPU_BUILD)/variants/%/bench_gpt: dev/cuda/bench_gpt.cu dev/cuda/common.h dev/bench_variants.list $(GPU_SOURCES) $(CPU_SOURCES)
@@ -221,7 +233,7 @@ gpu-compile-check: $(GPU_ALL_TARGETS)
 	@echo "✓ GPU targets compile ($(GPU_ARCH), bf16 and fp32, $(GPU_OPT)): $(GPU_ALL_TARGETS)"
 
 gpu-compile-check-fast:
-	@$(MAKE) --no-print-directory GPU_BUILD=build/check GPU_OPT='-O0 -Xcicc -O0 -Xptxas -O0' gpu-compile-check
+	@$(MAKE) --no-print-directory GPU_BUILD=build/check GPU_OPT='-O0 -Xcicc -O0 -Xptxas -O0' GPU_PTX_TWINS=1 gpu-compile-check
 	@$(if $(GPU_MPI_TARGETS),true,echo "✗ no MPI (mpicxx, mpirun) or no NCCL (nccl.h): the MPI + NCCL trainer was not compiled")
 
 build/sm80/train_bf16: $(GPU_SOURCES)
