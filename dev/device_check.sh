@@ -28,7 +28,7 @@
 #      ./train's; with >= 2 GPUs also 2 ranks against one GPU with accumulation 2, and the step
 #      time at GPT-2 124M with the gradient all-reduce overlapped (--overlap-reduce 1) and not
 #   7. the attention labs timed (every version), and a bench step with the attention kernels
-#      without cp.async (--attention-version 2) against the trainer's
+#      without cp.async (--attention-version 2) against the trainer's, A/B in one process
 #   8. the memory-bound labs timed (classifier, layernorm, rmsnorm, gelu, depth_attention: each version's ms and GB/s, fused
 #      against unfused)
 #   9. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py), for each path
@@ -431,8 +431,8 @@ fi
 # one A/B inside one process of the plain binary (bench_gpt --ab-rounds AB_ROUNDS, default 4: ABBA
 # rounds of 5 steps each way after the warmup; about 12 s instead of four runs' 36). The runs'
 # logs go to bench.txt.
+field() { echo "$ab" | grep -o " $1=[0-9.]*" | cut -d= -f2; }  # a field of an A/B run's BENCH_AB line ($ab; steps 4b and 7)
 if bench_part variants; then
-    field() { echo "$ab" | grep -o " $1=[0-9.]*" | cut -d= -f2; }  # a field of the A/B run's BENCH_AB line ($ab)
     for v in $VARIANTS; do
         vpath=$(variant_path "$v")
         PLAIN=$GB/dev/cuda/bf16/bench_gpt_$vpath
@@ -659,8 +659,9 @@ fi
 
 # 7. attention: the labs' timings per shape, every version (forward 1, 2, 4; backward 1-4), and
 # a whole training step with the tensor-core kernels without cp.async (bench_gpt
-# --attention-version 2: forward version 2, backward version 3) against the trainer's version 4
-# (the bench above). Version 4 (cp.async double buffering) and before it version 3 became the
+# --attention-version 2: forward version 2, backward version 3) against the trainer's version 4,
+# as one A/B in one process (ABBA rounds, as step 4b's run-time variants). Version 4 (cp.async
+# double buffering) and before it version 3 became the
 # trainer's from ptxas figures alone; if an older version wins here, set attention_tc_version in
 # kernels/attention.cuh (all versions give the same bits).
 if bench_part attention && unit_begin attention; then
@@ -673,17 +674,19 @@ if bench_part attention && unit_begin attention; then
         /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
         END { if (shape != "") print shape "|" times }' "$LAB")
     if [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ]; then
-        ATT="$OUT_DIR/bench.txt"
-        # the trainer's version 4 from step 4, or here if step 4 did not run in this call
-        grep -q '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" 2>/dev/null ||
-            run_step "bench_gpt_vanilla (attention version 4)" 90 "$ATT" $GB/dev/cuda/bf16/bench_gpt_vanilla
-        run_step "bench_gpt_vanilla --attention-version 2" 90 "$ATT" $GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
-        old=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=2' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
-        new=$(grep '^BENCH impl=valuepath path=vanilla .*attention_version=4' "$ATT" | tail -1 | grep -o 'ms_per_step=[^ ]*' | cut -d= -f2)
-        if [ -n "$old" ] && [ -n "$new" ]; then
-            row "step with attention version 4 (trainer) vs 2/3 (no cp.async), vanilla B=64 T=1024" "$new vs $old ms/step"
-        else
+        vlog=build/device_check_variant.log
+        : >"$vlog"
+        run_step "bench_gpt_vanilla --attention-version 2: A/B in one process" 90 "$vlog" $GB/dev/cuda/bf16/bench_gpt_vanilla \
+            --batch-size 64 --seq-len 1024 --ab-rounds "${AB_ROUNDS:-4}" --attention-version 2
+        rc=$?
+        cat "$vlog" >>"$OUT_DIR/bench.txt"
+        ab=$(grep '^BENCH_AB ' "$vlog" | tail -1)
+        if [ $rc = 0 ] && [ -n "$ab" ]; then
+            row "step with attention version 4 (trainer) vs 2/3 (no cp.async), vanilla B=64 T=1024" "$(field plain_ms) vs $(field variant_ms) ms/step in one process (ratio 2/3 to 4: $(field ratio); $(field rounds) rounds of $(field steps_per_round) steps each way, ABBA)"
+        elif [ $rc = 0 ]; then
             row "step with attention version 2/3" "did not finish (see bench.txt)"
+        else
+            row "step with attention version 2/3" "$(verdict $rc) (bench.txt)"
         fi
     fi
     unit_end attention

@@ -51,10 +51,17 @@ report() {
     fi
 }
 
+# splits an entry, BINARY[@FILTER], into the caller's bin and args (no args without @FILTER)
+split_entry() {
+    bin=${1%%@*}
+    args=()
+    [ "$bin" != "$1" ] && args=("${1#*@}")
+}
+
 # runs one entry (BINARY[@FILTER]) into $2, then writes "exit-code seconds" to $2.done
 run_quietly() {
-    local bin=${1%%@*} args=() t0
-    [ "$bin" != "$1" ] && args=("${1#*@}")
+    local bin args t0
+    split_entry "$1"
     t0=$(date +%s)
     "$bin" "${args[@]}" > "$2" 2>&1
     local rc=$?
@@ -67,7 +74,7 @@ queue=()   # "pid|log|entry" of the suites started in --jobs mode and not yet re
 # prints and counts the suites at the front of the queue that have ended; with $1 = all, waits for
 # each of them in turn. A suite killed before it could write its .done counts as a crash.
 report_finished() {
-    local pid log entry rc secs
+    local pid log entry rc secs bin args
     while [ ${#queue[@]} -gt 0 ]; do
         IFS='|' read -r pid log entry <<< "${queue[0]}"
         if kill -0 "$pid" 2>/dev/null; then
@@ -76,7 +83,8 @@ report_finished() {
         wait "$pid" 2>/dev/null
         rc=1 secs=0
         [ -e "$log.done" ] && read -r rc secs < "$log.done"
-        echo "== running ${entry%%@*} $([ "$entry" != "${entry%%@*}" ] && echo "${entry#*@}")"
+        split_entry "$entry"
+        echo "== running $bin ${args[*]:-}"
         cat "$log"
         report "$entry" "$rc" "$log" "$secs"
         rm -f "$log" "$log.done"
@@ -110,9 +118,7 @@ while [ $# -gt 0 ]; do
         continue
     fi
     report_finished all  # a --jobs run before this one ends first
-    bin=${entry%%@*}
-    args=()
-    [ "$bin" != "$entry" ] && args=("${entry#*@}")
+    split_entry "$entry"
     echo "== running $bin ${args[*]:-}"
     t0=$SECONDS
     "$bin" "${args[@]}" 2>&1 | tee "$log"

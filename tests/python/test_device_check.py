@@ -142,9 +142,9 @@ def test_out_of_time_is_not_a_failure(tmp_path):
 @pytest.mark.skipif(has_gpu(), reason="a GPU is present: the script would run the benchmarks for real")
 def test_bench_parts_run_only_what_they_name(tmp_path):
     """BENCH_PARTS=attention (a call that only times the attention versions): steps 4, 8 and 9 stay
-    out, and step 7 runs both labs and both benchmark steps (the trainer's version 4 itself, since step 4
-    did not run), not the memory-bound labs; BENCH_PARTS=memory runs only those. Without a GPU
-    every binary says it skipped, so the comparison row says so."""
+    out, and step 7 runs both labs and its A/B of the benchmark step (version 2/3 against the trainer's
+    4 in one process, which needs nothing of step 4), not the memory-bound labs; BENCH_PARTS=memory
+    runs only those. Without a GPU every binary says it skipped, so the comparison row says so."""
     built = [REPO / GPU_BUILD / "dev" / "cuda" / "bf16" / b for b in ("attention_forward", "attention_backward", "bench_gpt_vanilla", "layernorm", "rmsnorm", "gelu", "depth_attention")]
     if not all(b.exists() for b in built):
         pytest.skip(f"the GPU lab and bench binaries are not built in {GPU_BUILD} (make gpu-compile-check-fast needs nvcc)")
@@ -155,7 +155,7 @@ def test_bench_parts_run_only_what_they_name(tmp_path):
     summary, rows = device_check(out, {**env, "BENCH_PARTS": "attention"})
     assert rows["step with attention version 2/3"] == "did not finish (see bench.txt)"
     bench = (out / "bench.txt").read_text()
-    assert "== bench_gpt_vanilla (attention version 4)" in bench and "== bench_gpt_vanilla --attention-version 2" in bench
+    assert "== bench_gpt_vanilla --attention-version 2: A/B in one process" in bench and "(attention version 4)" not in bench
     assert "== make bench" not in bench and "ncu" not in summary
     timed = (out / "labs_timed.log").read_text()
     assert "== lab attention_forward (timed)" in timed and "== lab attention_backward (timed)" in timed
