@@ -16,8 +16,8 @@ own; this script then compares the two, function by function:
 
 Before comparing, what differs between two translation units of the same code is normalised:
 .loc/.file debug lines and comments (file numbers differ), -lineinfo's .debug_str table (names, not
-code), the function ordinal in labels and local depots, and the per-file prefix nvcc gives the internal-linkage
-helpers of the CUDA headers (_ZN39_INTERNAL_<hash>_12_train_gpt_cu_main...).
+code), the function ordinal in labels and local depots, and the per-file prefix nvcc gives the
+internal-linkage helpers of the CUDA headers (_ZN39_INTERNAL_<hash>_12_train_gpt_cu_main...).
 
 usage: ptx_twins.py TWIN.ptx TRAINER.ptx --ptxas "ptxas -arch=sm_90a -O0"
 """
@@ -53,8 +53,9 @@ def ptx_items(path):
             if depth == 0 and stripped.endswith(("}", ";")):
                 text = "\n".join(lines)
                 lines = []
+                # -lineinfo's table of function names: data, not code, and it lists every function
                 if text.startswith("\t.section\t.debug_"):
-                    continue  # -lineinfo's table of function names: data, not code, and it lists every function of the file
+                    continue
                 match = NAME.search(text)
                 items.setdefault(match.group(1) if match else text.split("\n", 1)[0], []).append(text)
     if lines or depth != 0:
