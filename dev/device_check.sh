@@ -431,7 +431,20 @@ fi
 # one A/B inside one process of the plain binary (bench_gpt --ab-rounds AB_ROUNDS, default 4: ABBA
 # rounds of 5 steps each way after the warmup; about 12 s instead of four runs' 36). The runs'
 # logs go to bench.txt.
-field() { echo "$ab" | grep -o " $1=[0-9.]*" | cut -d= -f2; }  # a field of an A/B run's BENCH_AB line ($ab; steps 4b and 7)
+# ab_run NAME BINARY FLAG...: one A/B in one process (bench_gpt --ab-rounds AB_ROUNDS, B=64,
+# T=1024) of the FLAGs against the binary's defaults (steps 4b and 7); the run's log goes to
+# bench.txt, its BENCH_AB line into $ab (empty if it printed none); returns the run's exit status
+ab_run() {
+    local name=$1 bin=$2 vlog=build/device_check_variant.log rc
+    shift 2
+    : >"$vlog"
+    run_step "$name" 90 "$vlog" "$bin" --batch-size 64 --seq-len 1024 --ab-rounds "${AB_ROUNDS:-4}" "$@"
+    rc=$?
+    cat "$vlog" >>"$OUT_DIR/bench.txt"
+    ab=$(grep '^BENCH_AB ' "$vlog" | tail -1)
+    return $rc
+}
+field() { echo "$ab" | grep -o " $1=[0-9.]*" | cut -d= -f2; }  # a field of ab_run's BENCH_AB line ($ab)
 if bench_part variants; then
     for v in $VARIANTS; do
         vpath=$(variant_path "$v")
@@ -441,12 +454,8 @@ if bench_part variants; then
         [ ${#VFLAGS[@]} -gt 0 ] && VBIN=$PLAIN
         unit_begin "variant_$v" || continue
         if [ ${#VFLAGS[@]} -gt 0 ] && [ -x "$PLAIN" ]; then
-            vlog=build/device_check_variant.log
-            : >"$vlog"
-            run_step "variant $v: A/B in one process" 90 "$vlog" "$PLAIN" --batch-size 64 --seq-len 1024 --ab-rounds "${AB_ROUNDS:-4}" "${VFLAGS[@]}"
+            ab_run "variant $v: A/B in one process" "$PLAIN" "${VFLAGS[@]}"
             rc=$?
-            cat "$vlog" >>"$OUT_DIR/bench.txt"
-            ab=$(grep '^BENCH_AB ' "$vlog" | tail -1)
             refused=$(field bias_grad_refused)
             [ "${refused:-0}" = 0 ] && refused=""
             if [ $rc = 0 ] && [ -n "$ab" ]; then
@@ -674,13 +683,8 @@ if bench_part attention && unit_begin attention; then
         /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
         END { if (shape != "") print shape "|" times }' "$LAB")
     if [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ]; then
-        vlog=build/device_check_variant.log
-        : >"$vlog"
-        run_step "bench_gpt_vanilla --attention-version 2: A/B in one process" 90 "$vlog" $GB/dev/cuda/bf16/bench_gpt_vanilla \
-            --batch-size 64 --seq-len 1024 --ab-rounds "${AB_ROUNDS:-4}" --attention-version 2
+        ab_run "bench_gpt_vanilla --attention-version 2: A/B in one process" $GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
         rc=$?
-        cat "$vlog" >>"$OUT_DIR/bench.txt"
-        ab=$(grep '^BENCH_AB ' "$vlog" | tail -1)
         if [ $rc = 0 ] && [ -n "$ab" ]; then
             row "step with attention version 4 (trainer) vs 2/3 (no cp.async), vanilla B=64 T=1024" "$(field plain_ms) vs $(field variant_ms) ms/step in one process (ratio 2/3 to 4: $(field ratio); $(field rounds) rounds of $(field steps_per_round) steps each way, ABBA)"
         elif [ $rc = 0 ]; then
