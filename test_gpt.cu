@@ -667,7 +667,7 @@ TEST(attention_wgmma_versions) {
         for (int l = 0; l < c.n_layer; l++) {
             gpu::AttentionArgs a = gpu::attention_forward_args(&gm, l);
             if (!gpu::attention_wgmma_supported(a)) {
-                printf("  attention on wgmma (version 6): not run here (not a compute capability 9.0 GPU)\n");
+                printf("  attention on wgmma (version 6): not run here (not a compute capability 9.0 GPU, or a build without sm_90a)\n");
                 break;
             }
             // the forward

@@ -1847,19 +1847,30 @@ void attention_forward_tc(AttentionArgs a, cudaStream_t stream) {
 // Version 6 needs a Hopper GPU (compute capability 9.0) and a build for sm_90a, and runs D = 64
 // only: attention_wgmma_available says whether this process can run it (always, under the
 // emulator); the trainer's entry point falls back to version 4 otherwise.
+#ifndef VP_CUDA_EMU
+// 1 in the device code of a build for sm_90a, 0 in any other: an H100 runs a GPU_ARCH=sm_90 build
+// (no "a") whose wgmma wrappers trap, so the compute capability alone does not say that version 6
+// can run. Per translation unit (static), read once from the device code the GPU loaded.
+#ifdef VP_WGMMA_PTX
+static __device__ int attention_wgmma_in_device_code = 1;
+#else
+static __device__ int attention_wgmma_in_device_code = 0;
+#endif
+#endif
 inline bool attention_wgmma_available() {
 #ifdef VP_CUDA_EMU
     return true;
 #else
-    static int cc = -1;
-    if (cc < 0) {
-        int dev = 0, major = 0, minor = 0;
+    static int available = -1;
+    if (available < 0) {
+        int dev = 0, major = 0, minor = 0, in_device_code = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        cc = 10 * major + minor;
+        if (10 * major + minor == 90) cudaCheck(cudaMemcpyFromSymbol(&in_device_code, attention_wgmma_in_device_code, sizeof(int)));
+        available = in_device_code == 1;
     }
-    return cc == 90;
+    return available == 1;
 #endif
 }
 // Whether version 6 (the forward, and the backward's dQ kernel) runs these arguments here.

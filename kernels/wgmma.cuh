@@ -64,6 +64,10 @@ __device__ __forceinline__ unsigned char* sw128_align(unsigned char* p) { return
 // Matrix descriptor of a 128-byte-swizzled operand at window address addr (bits 7-9 clear: the
 // start of a swizzle atom's row 0, plus 32-byte k steps): start, leading and stride byte offsets
 // in 16-byte units, swizzle mode 1 (128 bytes) in bits 62-63, base offset 0.
+// The leading byte offset: for K-major operands unused under this swizzle (the kernels pass 16,
+// "1" encoded); for MN-major ones the distance between 64-element blocks of N (one 128-byte
+// swizzle row each), unused while N <= 64, as in every call here (wgmma_m64n64k16_rs_mn). An
+// MN-major operand with N > 64 (a D = 128 version) must pass that distance, not 16.
 __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo_bytes & 0x3FFFF) >> 4) << 16) | ((uint64_t)((sbo_bytes & 0x3FFFF) >> 4) << 32) |
            (1ull << 62);

@@ -161,7 +161,7 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     versions.push_back(3);
     versions.push_back(4);
     if (gpu::attention_wgmma_supported(a)) versions.push_back(6);
-    else printf(" version 6: not run (head dim %d, or not a compute capability 9.0 GPU)\n", D);
+    else printf(" version 6: not run (head dim %d, not a compute capability 9.0 GPU, or a build without sm_90a)\n", D);
 #endif
     bool ok = true;
     std::vector<std::vector<float>> results[7];  // per version: dq, dk, dv as computed
