@@ -19,7 +19,10 @@
 //
 // Determinism: cuBLAS(Lt) documents bit-wise reproducible results run to run on the same GPU
 // model and toolkit version (split-K reductions, when chosen, are ordered: see
-// cublasLtReductionScheme_t). The algorithm is picked once per shape by the heuristic and cached,
+// cublasLtReductionScheme_t). For a bf16 output the preference allows split-K only with its
+// partial sums in fp32 (COMPUTE_TYPE), so that the output is rounded once: by default cuBLASLt may
+// also add them in place in D, in bf16 (the emulator picks that wherever it is allowed, and
+// test_gpt's GELU epilogue tests then fail). The algorithm is picked once per shape by the heuristic and cached,
 // so every step (and a resumed process) runs the same kernels. The bias gradient is ours by
 // default: a two-stage fixed-order reduction (kernels/reduce.cuh), never atomics; with the BGRADB
 // epilogue it is cuBLASLt's, inside the cached algorithm, so just as reproducible.
@@ -177,6 +180,13 @@ inline bool matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+        if (cd_type == CUDA_R_16BF) {
+            // a bf16 output is rounded once from fp32 (above): a split-K algorithm may keep its
+            // partial products in fp32 only, never add them in place in D or in bf16 (by default
+            // cuBLASLt allows every cublasLtReductionScheme_t)
+            uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+            cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof(reductions)));
+        }
         cublasLtMatmulHeuristicResult_t result;
         int found = 0;
         // NOT_SUPPORTED here means no kernel exists for this combination at all

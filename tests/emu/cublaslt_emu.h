@@ -43,10 +43,21 @@ enum cublasLtMatmulDescAttributes_t {
 };
 enum cublasLtMatmulPreferenceAttributes_t {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+};
+
+// how a split-K algorithm adds its partial products (cuBLASLt's values): in place in D (in D's
+// type), in a workspace in the compute type, or in a workspace in D's type
+enum cublasLtReductionScheme_t {
+    CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+    CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+    CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+    CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+    CUBLASLT_REDUCTION_SCHEME_MASK = 7,
 };
 
 struct VpEmuLtHandle;
@@ -68,13 +79,15 @@ struct VpEmuLtLayout {
 struct VpEmuLtPreference {
     size_t max_workspace = 0;
     uint32_t min_align[4] = {256, 256, 256, 256};  // A, B, C, D; cuBLASLt assumes 256 unless told
+    uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_MASK;  // the split-K reductions allowed (default: all)
 };
 typedef VpEmuLtHandle* cublasLtHandle_t;
 typedef VpEmuLtMatmulDesc* cublasLtMatmulDesc_t;
 typedef VpEmuLtLayout* cublasLtMatrixLayout_t;
 typedef VpEmuLtPreference* cublasLtMatmulPreference_t;
 struct cublasLtMatmulAlgo_t {
-    uint64_t data[8];  // the promised alignments, so that cublasLtMatmul can check the pointers
+    uint64_t data[8];  // [0..3] the promised alignments, so that cublasLtMatmul can check the pointers;
+                       // [4] 1 for a split-K algorithm that adds its partial products in D's type
 };
 struct cublasLtMatmulHeuristicResult_t {
     cublasLtMatmulAlgo_t algo;

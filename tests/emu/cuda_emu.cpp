@@ -1567,6 +1567,10 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, const void* buf, size_t bytes) {
     switch (attr) {
         case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return read_attr(&p->max_workspace, buf, bytes);
+        case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+            if (bytes == sizeof(uint32_t) && *static_cast<const uint32_t*>(buf) > CUBLASLT_REDUCTION_SCHEME_MASK)
+                return lt_fail("reduction scheme mask %u has bits beyond CUBLASLT_REDUCTION_SCHEME_MASK", *static_cast<const uint32_t*>(buf));
+            return read_attr(&p->reduction_mask, buf, bytes);
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return read_attr(&p->min_align[0], buf, bytes);
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return read_attr(&p->min_align[1], buf, bytes);
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return read_attr(&p->min_align[2], buf, bytes);
@@ -1609,6 +1613,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (d->epilogue == CUBLASLT_EPILOGUE_BGRADB && no_bgradb && !strcmp(no_bgradb, "1")) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(&results[0], 0, sizeof(results[0]));
     for (int i = 0; i < 4; i++) results[0].algo.data[i] = p->min_align[i];
+    // The real heuristic may pick a split-K algorithm for some shapes, and with it any reduction
+    // the preference allows. The emulator picks the worst one allowed for a bf16 D whenever K can
+    // be split: partial products added in D's type (INPLACE or OUTPUT_TYPE), so that a caller that
+    // promises one rounding from fp32 must have said so in the preference (lt_compute).
+    uint64_t k = d->trans_a == CUBLAS_OP_T ? la->rows : la->cols;
+    results[0].algo.data[4] = ld->type == CUDA_R_16BF && k >= 2 && (p->reduction_mask & (CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
     results[0].state = CUBLAS_STATUS_SUCCESS;
     *found = 1;
     return CUBLAS_STATUS_SUCCESS;
@@ -1629,10 +1639,13 @@ static float lt_gelu_grad(float x) {
 }
 
 // D = alpha op(A) op(B) + beta C (+ bias per row), times gelu'(aux) with DGELU, in fp32, on copies
-// of the layouts; bias_grad (BGRADB, fp32 D only): the sum over k of each column of op(B)
+// of the layouts; bias_grad (BGRADB, fp32 D only): the sum over k of each column of op(B).
+// split_in_d_type (a bf16 D, the heuristic's split-K choice): K in two halves whose products are
+// added in D's type, as an in-place reduction does: the first half (with beta C) rounded to D's
+// type, the second added to it and rounded again, then the epilogue and the final rounding.
 static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, VpEmuLtLayout B, bool tb, const void* c, VpEmuLtLayout Cl, void* dd,
                        VpEmuLtLayout Dl, uint64_t m, uint64_t n, uint64_t k, float alpha, float beta, const void* bias, cudaDataType_t bias_type,
-                       const void* aux, int64_t aux_ld, bool gelu_forward, float* bias_grad) {
+                       const void* aux, int64_t aux_ld, bool gelu_forward, float* bias_grad, bool split_in_d_type) {
     // dense fp32 copies, A as m rows of k and B^T as n rows of k, so that each output is one
     // contiguous dot product (the emulator spends most of its time here)
     std::vector<float> am(m * k), bt(n * k);
@@ -1651,10 +1664,16 @@ static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, V
         }
         for (uint64_t i = 0; i < m; i++) {
             const float* ai = &am[i * k];
-            float acc = 0.0f;
-            for (uint64_t l = 0; l < k; l++) acc += ai[l] * bj[l];
-            float v = alpha * acc;
+            float acc = 0.0f, v;
+            uint64_t k_first = split_in_d_type ? k / 2 : k;
+            for (uint64_t l = 0; l < k_first; l++) acc += ai[l] * bj[l];
+            v = alpha * acc;
             if (beta != 0.0f) v += beta * lt_load(c, Cl.type, i + j * Cl.ld);  // C is not read when beta == 0, as in cuBLAS
+            if (split_in_d_type) {
+                float rest = 0.0f;
+                for (uint64_t l = k_first; l < k; l++) rest += ai[l] * bj[l];
+                v = __bfloat162float(__float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(v)) + alpha * rest));
+            }
             if (bias) v += lt_load(bias, bias_type, i);
             if (aux && !gelu_forward) v *= lt_gelu_grad(lt_load(aux, Dl.type, i + j * aux_ld));
             out[i] = v;
@@ -1732,8 +1751,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     cudaDataType_t bias_type = d->bias_type;
     const void* aux = dgelu || gelu_fwd ? d->aux : nullptr;
     int64_t aux_ld = d->aux_ld;
+    bool split = algo->data[4] != 0;
     vp_emu::enqueue(stream, [=]() {
-        lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type, aux, aux_ld, gelu_fwd, bias_grad);
+        lt_compute(a, A, ta, b, B, tb, c, Cl, dd, Dl, m, n, k, alpha, beta, bias ? bias_ptr : nullptr, bias_type, aux, aux_ld, gelu_fwd, bias_grad, split);
     });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -230,6 +230,58 @@ TEST(matmul_against_pytorch_definitions) {
     gpu::matmul_free();
 }
 
+// A split-K reduction in bf16, which cuBLASLt may pick for a bf16 output unless the preference's
+// reduction mask rules it out: the emulator picks it whenever it is allowed. One output of K = 64
+// ones times a column whose first half sums to 257 and second half to 1: rounded once from fp32,
+// 258 (bf16 spacing 2 there); reduced in bf16, 257 -> 256 (ties to even), then 256 + 1 -> 256.
+// The raw API with the default preference gives 256, with NONE | COMPUTE_TYPE 258, and the
+// trainer's matmul_cublaslt (which sets that mask for every bf16 output) 258.
+static float one_lt_output(const floatX* d_a, const floatX* d_b, floatX* d_d, int k, uint32_t reduction_mask) {
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtCreate(&h));
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, 1, k, 1));  // A: 1 x k
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, 1, k));  // B: k x 1
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, 1, 1, 1));
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    if (reduction_mask != CUBLASLT_REDUCTION_SCHEME_MASK)
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction_mask, sizeof(reduction_mask)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found));
+    float alpha = 1.0f, beta = 0.0f;
+    cublasCheck(cublasLtMatmul(h, desc, &alpha, d_a, la, d_b, lb, &beta, d_d, ld, d_d, ld, &result.algo, nullptr, 0, 0));
+    floatX out;
+    cudaCheck(cudaMemcpy(&out, d_d, sizeof(out), cudaMemcpyDeviceToHost));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    for (cublasLtMatrixLayout_t l : {la, lb, ld}) cublasCheck(cublasLtMatrixLayoutDestroy(l));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    cublasCheck(cublasLtDestroy(h));
+    return gpu::to_float(out);
+}
+
+TEST(bf16_outputs_are_rounded_once) {
+    const int k = 64;
+    std::vector<floatX> a(k, gpu::from_float<floatX>(1.0f)), b(k, gpu::from_float<floatX>(0.0f));
+    b[0] = gpu::from_float<floatX>(256.0f), b[1] = gpu::from_float<floatX>(1.0f), b[k - 1] = gpu::from_float<floatX>(1.0f);
+    floatX *d_a = upload(a), *d_b = upload(b), *d_d;
+    cudaCheck(cudaMalloc(&d_d, 256));
+    float any = one_lt_output(d_a, d_b, d_d, k, CUBLASLT_REDUCTION_SCHEME_MASK);
+    float fp32_only = one_lt_output(d_a, d_b, d_d, k, CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+    CHECK(any == 256.0f, "every reduction allowed: %g, not the 256 of a split-K sum in bf16", any);
+    CHECK(fp32_only == 258.0f, "split-K in fp32 only: %g, not 258 (one rounding)", fp32_only);
+    gpu::matmul_init();  // the trainer's call, in cuBLAS's column-major terms: D (1 x 1) = A (1 x k) B (k x 1)
+    gpu::matmul_cublaslt(d_d, nullptr, CUDA_R_16BF, d_a, d_b, nullptr, 1, 1, k, false, false, 1, k, 1, 1, 1.0f, 0.0f, nullptr);
+    floatX out;
+    cudaCheck(cudaMemcpy(&out, d_d, sizeof(out), cudaMemcpyDeviceToHost));
+    CHECK(gpu::to_float(out) == 258.0f, "matmul_cublaslt's bf16 output is %g, not 258: its preference allows a reduction in bf16", gpu::to_float(out));
+    gpu::matmul_free();
+    for (void* p : {(void*)d_a, (void*)d_b, (void*)d_d}) cudaCheck(cudaFree(p));
+}
+
 // cuBLASLt's type table, as the emulator enforces it, and the trainer's message when a call is
 // refused: a bias of another type than D (bf16 bias, fp32 output) has no kernel in the real library
 TEST(unsupported_cublaslt_types_are_refused_with_the_shape) {
