@@ -1066,16 +1066,22 @@ TEST(bias_grad_epilogue) {
     printf("    cuBLASLt %s a BGRADB algorithm for this weight-gradient GEMM\n", used ? "has" : "has NOT");
 #ifdef VP_CUDA_EMU
     CHECK(used, "the emulated cuBLASLt refused BGRADB");
-    // a library without the kernel: the bias gradient must come from bias_backward, the same bits
-    // as the separate way (fresh cuBLASLt state, so the refusal is asked for, not remembered)
-    setenv("VP_EMU_LT_NO_BGRADB", "1", 1);
-    gpu::matmul_free();
-    gpu::matmul_init();
-    std::vector<float> fallback = run(1);
-    CHECK(gpu::matmul_state().refused.size() == 1, "a refused BGRADB was not remembered (%zu refusals)", gpu::matmul_state().refused.size());
-    CHECK(!memcmp(fallback.data(), separate.data(), fallback.size() * sizeof(float)), "the fallback's gradients differ from bias_backward's");
-    std::vector<float> again = run(1);  // the remembered refusal: no second heuristic query, same bits
-    CHECK(!memcmp(again.data(), separate.data(), again.size() * sizeof(float)), "the remembered fallback's gradients differ from bias_backward's");
+    // a library without the kernel (1: the heuristic has none; 2: it offers one that the matmul
+    // call refuses): the bias gradient must come from bias_backward, the same bits as the separate
+    // way (fresh cuBLASLt state, so the refusal is asked for, not remembered)
+    for (const char* refusal : {"1", "2"}) {
+        setenv("VP_EMU_LT_NO_BGRADB", refusal, 1);
+        gpu::matmul_free();
+        gpu::matmul_init();
+        std::vector<float> fallback = run(1);
+        CHECK(gpu::matmul_state().refused.size() == 1, "VP_EMU_LT_NO_BGRADB=%s: a refused BGRADB was not remembered (%zu refusals)", refusal,
+              gpu::matmul_state().refused.size());
+        CHECK(!memcmp(fallback.data(), separate.data(), fallback.size() * sizeof(float)), "VP_EMU_LT_NO_BGRADB=%s: the fallback's gradients differ from bias_backward's",
+              refusal);
+        std::vector<float> again = run(1);  // the remembered refusal: no second query or call, same bits
+        CHECK(!memcmp(again.data(), separate.data(), again.size() * sizeof(float)),
+              "VP_EMU_LT_NO_BGRADB=%s: the remembered fallback's gradients differ from bias_backward's", refusal);
+    }
     unsetenv("VP_EMU_LT_NO_BGRADB");
     gpu::matmul_free();
     gpu::matmul_init();

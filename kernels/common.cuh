@@ -212,10 +212,9 @@ __device__ __forceinline__ void flag_release(int* flag, int value) {
 // No correct launch waits long on a flag (it waits on blocks that have started, and they make
 // their part without waiting on anything), so a wait over VP_FLAG_WAIT_TIMEOUT_MS (2 s; 0: no
 // limit, for a debugger that stops blocks or compute-sanitizer, which can slow a block past 2 s)
-// means the protocol broke. The waiting thread then
-// sets *error and returns false, and so does every wait of the launch that sees *error set, so the
-// launch ends (its results garbage) instead of hanging; the host reads *error after the launch and
-// stops with a message. Not __trap(): it took the fused forward from 128 registers to 167 at D = 64
+// means the protocol broke. The waiting thread then sets *error and returns false, and so does
+// every wait of the launch that sees *error set, so the launch ends (its results garbage) instead
+// of hanging; the host reads *error after the launch and stops with a message. Not __trap(): it took the fused forward from 128 registers to 167 at D = 64
 // (ptxas), where returning costs none. The clock (%globaltimer, ns) and *error are read once every
 // 1024 spins.
 #ifndef VP_FLAG_WAIT_TIMEOUT_MS

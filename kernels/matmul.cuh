@@ -22,8 +22,8 @@
 // cublasLtReductionScheme_t). For a bf16 output the preference allows split-K only with its
 // partial sums in fp32 (COMPUTE_TYPE), so that the output is rounded once: by default cuBLASLt may
 // also add them in place in D, in bf16 (the emulator picks that wherever it is allowed, and
-// test_gpt's GELU epilogue tests then fail). The algorithm is picked once per shape by the heuristic and cached,
-// so every step (and a resumed process) runs the same kernels. The bias gradient is ours by
+// test_gpt's GELU epilogue tests then fail). The algorithm is picked once per shape by the
+// heuristic and cached, so every step (and a resumed process) runs the same kernels. The bias gradient is ours by
 // default: a two-stage fixed-order reduction (kernels/reduce.cuh), never atomics; with the BGRADB
 // epilogue it is cuBLASLt's, inside the cached algorithm, so just as reproducible.
 //
@@ -90,8 +90,9 @@ inline uint32_t operand_alignment(const void* p, long ld, size_t elem) {
 // bias_grad (n floats, or NULL): epilogue BGRADB, bias_grad[j] = sum over the k rows of op(B)'s
 // column j, written (not added) in fp32; D must be fp32, alpha 1, no bias and no GELU.
 // Returns false, having run nothing, only when bias_grad is given and cuBLASLt has no algorithm
-// with BGRADB for this call (the caller then sums the bias gradient itself; the refusal is
-// remembered per shape); any other refusal is an error that names the call.
+// with BGRADB for this call, or refuses the one its heuristic offered (the caller then sums the
+// bias gradient itself; the refusal is remembered per shape); any other refusal is an error that
+// names the call.
 enum GeluEpilogue { GELU_EPI_NONE, GELU_EPI_FORWARD, GELU_EPI_BACKWARD };
 inline bool matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
                             bool trans_a, bool trans_b, long lda, long ldb, long ldc, long ldd, float alpha, float beta, cudaStream_t stream,
@@ -206,6 +207,16 @@ inline bool matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
         it = s.algos.emplace(key, result.algo).first;
     }
     cublasStatus_t st = cublasLtMatmul(s.handle, desc, &alpha, a, la, b, lb, &beta, c, lc, d, ld, &it->second, s.workspace, s.workspace_bytes, stream);
+    if (st != CUBLAS_STATUS_SUCCESS && bias_grad) {
+        // the heuristic offered BGRADB but the call refused it (nothing ran): the same fallback
+        fflush(stdout);
+        fprintf(stderr, "note: cuBLASLt refused its BGRADB (bias gradient) algorithm for m=%d n=%d k=%d (%s); the bias gradient uses its own kernel there\n",
+                m, n, k, cublasGetStatusString(st));
+        s.algos.erase(it);
+        s.refused.insert(key);
+        destroy();
+        return false;
+    }
     if (st != CUBLAS_STATUS_SUCCESS) fail("refused the matmul", st);
     destroy();
     return true;

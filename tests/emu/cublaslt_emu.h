@@ -7,9 +7,10 @@
 // GELU_AUX(_BIAS) writes the fp32 result (with the bias) rounded into aux and its tanh GELU into D.
 // BGRADB also writes the sums over k of op(B)'s columns (fp32, in order) to the bias pointer, with
 // D's type (the only case emulated: alpha 1, fp32 D); VP_EMU_LT_NO_BGRADB=1 makes the heuristic
-// answer NOT_SUPPORTED for it, as a library without such a kernel would. It checks what a real
-// call would reject: layouts whose shapes do not chain, leading dimensions below the row count,
-// mixed A/B types, pointers less aligned than the preference promised, bias without a bias pointer.
+// answer NOT_SUPPORTED for it, as a library without such a kernel would, and =2 the matmul call
+// (after the heuristic offered an algorithm). It checks what a real call would reject: layouts
+// whose shapes do not chain, leading dimensions below the row count, mixed A/B types, pointers
+// less aligned than the preference promised, bias without a bias pointer.
 #pragma once
 
 #include "cuda_emu.h"

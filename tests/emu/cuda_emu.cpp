@@ -1724,6 +1724,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if ((bias || bgrad) && !d->bias) return lt_fail("epilogue %d (with a bias) without a bias pointer", (int)d->epilogue);
     if (d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !dgelu && !gelu_fwd && !bgrad)
         return lt_fail("epilogue %d is not emulated", (int)d->epilogue);
+    // a library whose heuristic offers a BGRADB algorithm that the call then refuses, on request
+    const char* no_bgradb = getenv("VP_EMU_LT_NO_BGRADB");
+    if (bgrad && no_bgradb && !strcmp(no_bgradb, "2")) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (bgrad) {
         // the bias gradient: n fp32 values inside device memory, apart from D; alpha's effect on
         // it is not emulated (the trainer asks with alpha = 1 only)
