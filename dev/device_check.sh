@@ -431,16 +431,26 @@ fi
 # one A/B inside one process of the plain binary (bench_gpt --ab-rounds AB_ROUNDS, default 4: ABBA
 # rounds of 5 steps each way after the warmup; about 12 s instead of four runs' 36). The runs'
 # logs go to bench.txt.
-# ab_run NAME BINARY FLAG...: one A/B in one process (bench_gpt --ab-rounds AB_ROUNDS, B=64,
-# T=1024) of the FLAGs against the binary's defaults (steps 4b and 7); the run's log goes to
-# bench.txt, its BENCH_AB line into $ab (empty if it printed none); returns the run's exit status
-ab_run() {
-    local name=$1 bin=$2 vlog=build/device_check_variant.log rc
-    shift 2
+# bench_step NAME LIMIT BINARY ARG...: one bench_gpt run at B=64, T=1024 (run_step) into the log
+# $vlog, kept alone for the caller to read and appended to bench.txt; returns its exit status
+vlog=build/device_check_variant.log
+bench_step() {
+    local name=$1 limit=$2 bin=$3 rc
+    shift 3
     : >"$vlog"
-    run_step "$name" 90 "$vlog" "$bin" --batch-size 64 --seq-len 1024 --ab-rounds "${AB_ROUNDS:-4}" "$@"
+    run_step "$name" "$limit" "$vlog" "$bin" --batch-size 64 --seq-len 1024 "$@"
     rc=$?
     cat "$vlog" >>"$OUT_DIR/bench.txt"
+    return $rc
+}
+# ab_run NAME BINARY FLAG...: one A/B in one process (bench_gpt --ab-rounds AB_ROUNDS) of the
+# FLAGs against the binary's defaults (steps 4b and 7); its BENCH_AB line goes into $ab (empty if
+# it printed none); returns the run's exit status
+ab_run() {
+    local name=$1 bin=$2 rc
+    shift 2
+    bench_step "$name" 90 "$bin" --ab-rounds "${AB_ROUNDS:-4}" "$@"
+    rc=$?
     ab=$(grep '^BENCH_AB ' "$vlog" | tail -1)
     return $rc
 }
@@ -471,11 +481,8 @@ if bench_part variants; then
                 for which in variant plain; do
                     bin=$PLAIN extra=()
                     [ $which = variant ] && bin=$VBIN extra=("${VFLAGS[@]}")
-                    vlog=build/device_check_variant.log
-                    : >"$vlog"
-                    run_step "variant $v: $which, run $i" 60 "$vlog" "$bin" --batch-size 64 --seq-len 1024 "${extra[@]}"
+                    bench_step "variant $v: $which, run $i" 60 "$bin" "${extra[@]}"
                     rc=$?
-                    cat "$vlog" >>"$OUT_DIR/bench.txt"
                     [ $rc != 0 ] && vrc=$rc
                     ms=$(grep -o 'ms_per_step=[0-9.]*' "$vlog" | tail -1 | cut -d= -f2)
                     [ $which = variant ] && ms_v+=("${ms:-?}") || ms_p+=("${ms:-?}")

@@ -168,6 +168,18 @@ inline bool matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
         cublasCheck(cublasLtMatrixLayoutDestroy(ld));
         cublasCheck(cublasLtMatmulDescDestroy(desc));
     };
+    // BGRADB is an optional epilogue: where cuBLASLt has no algorithm for it (the heuristic) or
+    // refuses the one offered (the call; nothing ran), say so once per shape, remember the shape
+    // and let the caller do without it
+    auto refuse_bgradb = [&](const char* what, cublasStatus_t st) {
+        fflush(stdout);  // after what the program printed before, in a log of both
+        fprintf(stderr, "note: cuBLASLt %s BGRADB (bias gradient) algorithm for m=%d n=%d k=%d (%s); the bias gradient uses its own kernel there\n", what,
+                m, n, k, cublasGetStatusString(st));
+        s.algos.erase(key);
+        s.refused.insert(key);
+        destroy();
+        return false;
+    };
     if (s.refused.count(key)) {
         destroy();
         return false;
@@ -194,29 +206,13 @@ inline bool matmul_cublaslt(void* d, const void* c, cudaDataType_t cd_type, cons
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, lc, ld, pref, 1, &result, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         if (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-            if (bias_grad) {  // an optional epilogue: say so once per shape, and let the caller do without it
-                fflush(stdout);  // after what the program printed before, in a log of both
-                fprintf(stderr, "note: cuBLASLt has no BGRADB (bias gradient) algorithm for m=%d n=%d k=%d (%s); the bias gradient uses its own kernel there\n",
-                        m, n, k, cublasGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : result.state));
-                s.refused.insert(key);
-                destroy();
-                return false;
-            }
+            if (bias_grad) return refuse_bgradb("has no", st != CUBLAS_STATUS_SUCCESS ? st : result.state);
             fail("has no algorithm", st != CUBLAS_STATUS_SUCCESS ? st : result.state);
         }
         it = s.algos.emplace(key, result.algo).first;
     }
     cublasStatus_t st = cublasLtMatmul(s.handle, desc, &alpha, a, la, b, lb, &beta, c, lc, d, ld, &it->second, s.workspace, s.workspace_bytes, stream);
-    if (st != CUBLAS_STATUS_SUCCESS && bias_grad) {
-        // the heuristic offered BGRADB but the call refused it (nothing ran): the same fallback
-        fflush(stdout);
-        fprintf(stderr, "note: cuBLASLt refused its BGRADB (bias gradient) algorithm for m=%d n=%d k=%d (%s); the bias gradient uses its own kernel there\n",
-                m, n, k, cublasGetStatusString(st));
-        s.algos.erase(it);
-        s.refused.insert(key);
-        destroy();
-        return false;
-    }
+    if (st != CUBLAS_STATUS_SUCCESS && bias_grad) return refuse_bgradb("refused its", st);
     if (st != CUBLAS_STATUS_SUCCESS) fail("refused the matmul", st);
     destroy();
     return true;
