@@ -29,7 +29,11 @@
 # TSan give their reports), no variables: a third less compile time than -g (19 s against 12 s for a
 # test_gpt, 2026-11-28). For gdb's locals: make -B <target> EMU_DEBUG=-g
 EMU_DEBUG ?= -g1
-EMU_CXXFLAGS := -std=c++17 -O1 $(EMU_DEBUG) -march=native -fopenmp -Wall -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas
+# -fstrict-aliasing (GCC turns it on only from -O2): the kernels are compiled as a compiler that
+# acts on type-based alias analysis sees them, as NVVM may. Without it, bias_backward_kernel2's read
+# of a uint4 through a floatX* (undefined behaviour) passed at -O1 and gave zero bias gradients at
+# -O2 (2026-11-28); -Werror=strict-aliasing turns GCC's warnings about such casts into errors.
+EMU_CXXFLAGS := -std=c++17 -O1 -fstrict-aliasing -Werror=strict-aliasing $(EMU_DEBUG) -march=native -fopenmp -Wall -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas
 EMU_SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMU_INCLUDES := -Itests/emu/include -Ibuild/emu/src -I.
 EMU_RUNTIME_SRC := tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/cublaslt_emu.h

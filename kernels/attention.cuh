@@ -619,8 +619,7 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits = the lower column
-    return *reinterpret_cast<uint32_t*>(&v);
+    return bits_as<uint32_t>(__floats2bfloat162_rn(lo, hi));  // lo -> low 16 bits = the lower column
 }
 
 // Address helpers for a 16x16 block at (row0, col0) of a shared tile with row stride LDS:
@@ -653,16 +652,17 @@ __device__ __forceinline__ void att2_load_tile(__nv_bfloat16* dst, const __nv_bf
 // ResFormer's mix of 8 bf16 values (one 16-byte word of v and of v_mix): in fp32 with the CPU
 // reference's expression (attn_mix_value), rounded once to bf16, as the tensor cores read it.
 __device__ __forceinline__ uint4 att2_mix8(uint4 own, uint4 mix, float lambda) {
-    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&own);
-    const __nv_bfloat162* m2 = reinterpret_cast<const __nv_bfloat162*>(&mix);
-    uint4 out;
-    uint32_t* w = reinterpret_cast<uint32_t*>(&out);
+    struct Bf16x8 {
+        __nv_bfloat162 pair[4];
+    };
+    Bf16x8 o2 = bits_as<Bf16x8>(own), m2 = bits_as<Bf16x8>(mix);
+    uint32_t w[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float2 fo = __bfloat1622float2(o2[i]), fm = __bfloat1622float2(m2[i]);
+        float2 fo = __bfloat1622float2(o2.pair[i]), fm = __bfloat1622float2(m2.pair[i]);
         w[i] = pack_bf16x2(attn_mix_value(fo.x, fm.x, lambda), attn_mix_value(fo.y, fm.y, lambda));
     }
-    return out;
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // V rows of a KVSource into a shared bf16 tile; ResFormer's mix is made here in fp32 from two

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "host/utils.h"  // runtime_error, CEIL_DIV
@@ -113,6 +114,19 @@ template <>
 __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// The bits of `from` as a To of the same size (C++20's std::bit_cast; register moves once compiled).
+// Reading a register value through a pointer of another type -- a uint4 through a floatX* -- is
+// undefined behaviour that type-based alias analysis may act on: built -O2 (GCC's
+// -fstrict-aliasing), the emulated bf16 bias gradient kernel read its uint4 as zeros. memcpy is the
+// defined way, and NVVM's TBAA gets nothing to act on either.
+template <typename To, typename From>
+__device__ __forceinline__ To bits_as(const From& from) {
+    static_assert(sizeof(To) == sizeof(From), "bits_as: the two types differ in size");
+    To to;
+    memcpy(&to, &from, sizeof(To));
+    return to;
+}
 
 // 16 bytes of T held in registers: 8 bf16 or 4 float. Loads and stores of whole 16-byte words are
 // what makes memory-bound kernels run at bandwidth; the pointer must be 16-byte aligned.

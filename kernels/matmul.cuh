@@ -247,8 +247,7 @@ static __global__ void bias_backward_kernel2(float* partial, const floatX* dout,
     if (c0 < OC) {
 #pragma unroll 4
         for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-            uint4 w = *reinterpret_cast<const uint4*>(dout + (size_t)r * rs + c0);
-            const floatX* x = reinterpret_cast<const floatX*>(&w);  // 8 of them in the BF16 build, the only caller
+            x128 x = load128(dout + (size_t)r * rs + c0);  // 8 of them in the BF16 build, the only caller
 #pragma unroll
             for (int k = 0; k < 8; k++) acc[k] += to_float(x[k]);
         }
