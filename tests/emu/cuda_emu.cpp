@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <deque>
 #include <map>
@@ -1052,10 +1053,13 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
     // B(k, n): lane n*4 + (k%8)/2, register 4 + (k >= 8), half k%2
     auto B = [&](int k, int n) { return bf16_half(reg(n * 4 + (k % 8) / 2, 4 + (k >= 8)), k % 2); };
     int lane = lane_id(), g = lane / 4, t = lane % 4;
-    for (int i = 0; i < 4; i++) {
-        int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    // this lane's two rows of A and two columns of B, decoded once (each value feeds two outputs)
+    float rows[2][16], cols[2][16];
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 16; k++) rows[h][k] = A(g + 8 * h, k), cols[h][k] = B(k, 2 * t + h);
+    for (int i = 0; i < 4; i++) {  // accumulator i: row g + 8 (i / 2), column 2t + i % 2
         float acc = c[i];
-        for (int k = 0; k < 16; k++) acc += A(row, k) * B(k, col);
+        for (int k = 0; k < 16; k++) acc += rows[i / 2][k] * cols[i % 2][k];
         c[i] = acc;
     }
 }
@@ -1643,52 +1647,69 @@ static float lt_gelu_grad(float x) {
 // split_in_d_type (a bf16 D, the heuristic's split-K choice): K in two halves whose products are
 // added in D's type, as an in-place reduction does: the first half (with beta C) rounded to D's
 // type, the second added to it and rounded again, then the epilogue and the final rounding.
+//
+// Each output is one fp32 sum over l = 0, 1, ..., k-1 in that order, each product fused into it
+// (FMA, as a GPU's FFMA), however the loops are blocked. The emulator spent a quarter of its time
+// here: a dot product summed in order cannot be vectorised (no reassociation without
+// -ffast-math), so the outputs of a block of LT_ROWS rows and LT_COLS columns are summed side by
+// side instead, op(A) copied transposed so that one l gives LT_ROWS contiguous values. (Until
+// 2026-11-28 each output was one dot product, its products rounded before the sum: the same bits
+// for bf16 operands, whose products are exact in fp32; fp32 ones differ in the last bits.)
+static constexpr uint64_t LT_ROWS = 256;
+static constexpr uint64_t LT_COLS = 4;
 static void lt_compute(const void* a, VpEmuLtLayout A, bool ta, const void* b, VpEmuLtLayout B, bool tb, const void* c, VpEmuLtLayout Cl, void* dd,
                        VpEmuLtLayout Dl, uint64_t m, uint64_t n, uint64_t k, float alpha, float beta, const void* bias, cudaDataType_t bias_type,
                        const void* aux, int64_t aux_ld, bool gelu_forward, float* bias_grad, bool split_in_d_type) {
-    // dense fp32 copies, A as m rows of k and B^T as n rows of k, so that each output is one
-    // contiguous dot product (the emulator spends most of its time here)
-    std::vector<float> am(m * k), bt(n * k);
-    for (uint64_t i = 0; i < m; i++)
-        for (uint64_t l = 0; l < k; l++) am[i * k + l] = lt_load(a, A.type, ta ? l + i * A.ld : i + l * A.ld);
+    // dense fp32 copies: op(A) as k rows of m (at[l m + i]), op(B) as n rows of k (bt[j k + l])
+    std::vector<float> at(k * m), bt(n * k);
+    for (uint64_t l = 0; l < k; l++)
+        for (uint64_t i = 0; i < m; i++) at[l * m + i] = lt_load(a, A.type, ta ? l + i * A.ld : i + l * A.ld);
     for (uint64_t j = 0; j < n; j++)
         for (uint64_t l = 0; l < k; l++) bt[j * k + l] = lt_load(b, B.type, tb ? j + l * B.ld : l + j * B.ld);
+    const uint64_t k_first = split_in_d_type ? k / 2 : k;
 #pragma omp parallel for schedule(static)
-    for (uint64_t j = 0; j < n; j++) {
-        std::vector<float> out(m);
-        const float* bj = &bt[j * k];
-        if (bias_grad) {
-            float col = 0.0f;
-            for (uint64_t l = 0; l < k; l++) col += bj[l];
-            bias_grad[j] = col;
-        }
-        for (uint64_t i = 0; i < m; i++) {
-            const float* ai = &am[i * k];
-            float acc = 0.0f, v;
-            uint64_t k_first = split_in_d_type ? k / 2 : k;
-            for (uint64_t l = 0; l < k_first; l++) acc += ai[l] * bj[l];
-            v = alpha * acc;
-            if (beta != 0.0f) v += beta * lt_load(c, Cl.type, i + j * Cl.ld);  // C is not read when beta == 0, as in cuBLAS
-            if (split_in_d_type) {
-                float rest = 0.0f;
-                for (uint64_t l = k_first; l < k; l++) rest += ai[l] * bj[l];
-                v = __bfloat162float(__float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(v)) + alpha * rest));
+    for (uint64_t j0 = 0; j0 < n; j0 += LT_COLS) {
+        const uint64_t cols = std::min(LT_COLS, n - j0);
+        if (bias_grad)
+            for (uint64_t jj = 0; jj < cols; jj++) {
+                float col = 0.0f;
+                for (uint64_t l = 0; l < k; l++) col += bt[(j0 + jj) * k + l];
+                bias_grad[j0 + jj] = col;
             }
-            if (bias) v += lt_load(bias, bias_type, i);
-            if (aux && !gelu_forward) v *= lt_gelu_grad(lt_load(aux, Dl.type, i + j * aux_ld));
-            out[i] = v;
-        }
-        for (uint64_t i = 0; i < m; i++) {
-            size_t at = i + j * Dl.ld;
-            float o = out[i];
-            if (gelu_forward) {  // aux gets the GELU's input, D its output, each rounded once from fp32
-                size_t ax = i + j * aux_ld;
-                if (Dl.type == CUDA_R_32F) static_cast<float*>(const_cast<void*>(aux))[ax] = o;
-                else static_cast<__nv_bfloat16*>(const_cast<void*>(aux))[ax] = __float2bfloat16_rn(o);
-                o = lt_gelu(o);
-            }
-            if (Dl.type == CUDA_R_32F) static_cast<float*>(dd)[at] = o;
-            else static_cast<__nv_bfloat16*>(dd)[at] = __float2bfloat16_rn(o);
+        for (uint64_t i0 = 0; i0 < m; i0 += LT_ROWS) {
+            const uint64_t rows = std::min(LT_ROWS, m - i0);
+            // first: the sums over l < k_first; rest: over the second half of a split K
+            float first[LT_COLS][LT_ROWS] = {}, rest[LT_COLS][LT_ROWS] = {};
+            auto sum_rows = [&](float (&acc)[LT_COLS][LT_ROWS], uint64_t l0, uint64_t l1) {
+                for (uint64_t l = l0; l < l1; l++) {
+                    const float* al = &at[l * m + i0];
+                    for (uint64_t jj = 0; jj < cols; jj++) {
+                        const float bl = bt[(j0 + jj) * k + l];
+                        float* out = acc[jj];
+                        for (uint64_t ii = 0; ii < rows; ii++) out[ii] += al[ii] * bl;
+                    }
+                }
+            };
+            sum_rows(first, 0, k_first);
+            if (split_in_d_type) sum_rows(rest, k_first, k);
+            for (uint64_t jj = 0; jj < cols; jj++)
+                for (uint64_t ii = 0; ii < rows; ii++) {
+                    const uint64_t i = i0 + ii, j = j0 + jj;
+                    float v = alpha * first[jj][ii];
+                    if (beta != 0.0f) v += beta * lt_load(c, Cl.type, i + j * Cl.ld);  // C is not read when beta == 0, as in cuBLAS
+                    if (split_in_d_type) v = __bfloat162float(__float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(v)) + alpha * rest[jj][ii]));
+                    if (bias) v += lt_load(bias, bias_type, i);
+                    if (aux && !gelu_forward) v *= lt_gelu_grad(lt_load(aux, Dl.type, i + j * aux_ld));
+                    if (gelu_forward) {  // aux gets the GELU's input, D its output, each rounded once from fp32
+                        size_t ax = i + j * aux_ld;
+                        if (Dl.type == CUDA_R_32F) static_cast<float*>(const_cast<void*>(aux))[ax] = v;
+                        else static_cast<__nv_bfloat16*>(const_cast<void*>(aux))[ax] = __float2bfloat16_rn(v);
+                        v = lt_gelu(v);
+                    }
+                    size_t at_d = i + j * Dl.ld;
+                    if (Dl.type == CUDA_R_32F) static_cast<float*>(dd)[at_d] = v;
+                    else static_cast<__nv_bfloat16*>(dd)[at_d] = __float2bfloat16_rn(v);
+                }
         }
     }
 }
