@@ -87,7 +87,8 @@ GPU_MPI_TARGETS := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),$(GPU_BUILD)/vanilla-mpi
 # a path and precision hold the trainer's kernels (they include train_gpt.cu), and ptxas was half of
 # each of their compiles. There they embed PTX only (no ptxas), every one keeps its PTX as <binary>.ptx
 # (nvcc --keep), and tests/ptx_twins.py runs ptxas on a twin only where its PTX holds an item that
-# its trainer's (which ptxas did compile) lacks. The real builds (GPU_BUILD=build) are unchanged.
+# its trainer's (which ptxas did compile) lacks. The other paths' trainers and the bf16 kernel labs
+# are twins of vanilla's trainer in the same way. The real builds (GPU_BUILD=build) are unchanged.
 PTXAS := $(if $(NVCC),$(dir $(NVCC))ptxas)
 keep_dir = $(if $(GPU_PTX_TWINS),$@.keep)
 keep_ptx = $(if $(GPU_PTX_TWINS),--keep --keep-dir $@.keep)
@@ -152,6 +153,18 @@ $(GPU_BUILD)/%/train_fp32: $(GPU_SOURCES)
 	@mkdir -p $(dir $@) $(keep_dir)
 	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(keep_ptx) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(save_ptx)
 
+# In the compile check the other paths' trainers are PTX twins of vanilla's: a value path changes
+# which kernels the host code calls, not the kernels (each of their PTX items was vanilla's,
+# 2026-11-28). ptxas runs on one only where tests/ptx_twins.py finds an item that vanilla's lacks.
+# Elsewhere (GPU_PTX_TWINS unset) these rules are the two above.
+TWIN_PATHS := $(filter-out vanilla,$(GPU_VALUE_PATHS))
+$(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_bf16): $(GPU_BUILD)/%/train_bf16: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/vanilla/train_bf16)
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/vanilla/train_bf16)
+$(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_fp32): $(GPU_BUILD)/%/train_fp32: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/vanilla/train_fp32)
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/vanilla/train_fp32)
+
 # build/<path>-mpi/: the data-parallel trainer (the shorter stem wins over build/%/ above)
 $(GPU_BUILD)/%-mpi/train_bf16: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/train_bf16)
 	@$(if $(and $(HAVE_MPI),$(HAVE_NCCL)),true,echo "✗ $@ needs MPI (mpicxx, mpirun: apt-get install libopenmpi-dev openmpi-bin) and NCCL (nccl.h; set NCCL_HOME)"; exit 1)
@@ -195,9 +208,10 @@ test-gpu: $(TEST_GPT_BINS)
 # ---------------------------------------------------------------------------
 # kernel labs and the benchmark (dev/cuda/): build/dev/cuda/<prec>/<name>
 
-$(GPU_BUILD)/dev/cuda/bf16/%: dev/cuda/%.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 $< $(CUDA_LIBS) -o $@
+# (in the compile check, a PTX twin of vanilla's bf16 trainer: the labs time the trainer's kernels)
+$(GPU_BUILD)/dev/cuda/bf16/%: dev/cuda/%.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/vanilla/train_bf16)
+	@mkdir -p $(dir $@) $(keep_dir)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) $(NVCC_HOST_CPU) -DENABLE_BF16 $< $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/vanilla/train_bf16)
 
 $(GPU_BUILD)/dev/cuda/fp32/%: dev/cuda/%.cu dev/cuda/common.h $(GPU_SOURCES) $(CPU_SOURCES)
 	@mkdir -p $(dir $@)

@@ -9,6 +9,7 @@
 #   TASKS=hellaswag,arc_easy LIMIT=500 bash scripts/compare_paths.sh   # and lm-eval accuracies
 #   SEEDS="1337 1338 1339" bash scripts/compare_paths.sh   # every path under each seed, and a table
 #                                                          # over seeds (mean ± sd, paired Δ with 95% CI)
+#   EVAL_BATCHES=4 bash scripts/compare_paths.sh   # the val loss over 4 batches of 8 x 64 tokens, not 16
 #
 # One seed says little about a difference of a few hundredths in val loss: the spread between
 # seeds of one path is of that order. With several SEEDS each path runs once per seed, into
@@ -28,6 +29,7 @@ cd "$(dirname "$0")/.."
 PATHS=${PATHS:-"vanilla resformer svformer sla depth"}
 TRAINER=${TRAINER:-"build/{path}/train_cpu"}
 STEPS=${STEPS:-200}
+EVAL_BATCHES=${EVAL_BATCHES:-16}
 ARCH=${ARCH:-gpt2}
 DATA=${DATA:-data/tinyshakespeare}
 OUT=${OUT:-runs/compare_paths}
@@ -37,7 +39,7 @@ TASKS=${TASKS:-}
 LIMIT=${LIMIT:-}
 INCLUDE=${INCLUDE:-}
 MODEL="--arch $ARCH --layers 6 --heads 6 --dim 192 --max-seq 64 --seq-len 64 --batch-size 8"
-TRAIN="--max-steps $STEPS --lr 2e-3 --warmup-steps 20 --eval-every $STEPS --eval-batches 16"
+TRAIN="--max-steps $STEPS --lr 2e-3 --warmup-steps 20 --eval-every $STEPS --eval-batches $EVAL_BATCHES"
 read -r -a seeds <<<"$SEEDS"
 [ ${#seeds[@]} -ge 1 ] || { echo "error: SEEDS is empty; give one or more seeds, e.g. SEEDS=\"1337 1338\"" >&2; exit 2; }
 for seed in "${seeds[@]}"; do

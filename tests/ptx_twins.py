@@ -4,7 +4,10 @@
 The compile check of a machine without a GPU (gpu.mk, gpu-compile-check-fast: what CI runs) builds
 test_gpt, bench_gpt and the -mpi trainer of each value path and precision. They include
 train_gpt.cu and call the same launchers, so their device code is the trainer's: about half of each
-of those compiles went to ptxas turning the same PTX into the same SASS again. In the check they
+of those compiles went to ptxas turning the same PTX into the same SASS again. The same holds one
+level up: the other paths' trainers and the kernel labs hold vanilla's kernels, and are twins of
+vanilla's trainer (so a twin's "trainer" may itself be a twin, every item of which ptxas compiled
+in vanilla's or in its own full check). In the check they
 embed PTX only (nvcc code=compute_XX, no ptxas) and keep it (nvcc --keep), as the trainer keeps its
 own; this script then compares the two, function by function:
 
@@ -15,7 +18,8 @@ own; this script then compares the two, function by function:
     the twin's whole PTX, as the full build would, and its failure fails the build.
 
 Before comparing, what differs between two translation units of the same code is normalised:
-.loc/.file debug lines and comments (file numbers differ), -lineinfo's .debug_str table (names, not
+.loc/.file debug lines (file numbers differ), comments (whole lines, and the call-sequence numbers
+after code, which count the calls of the whole file), -lineinfo's .debug_str table (names, not
 code), the function ordinal in labels and local depots, and the per-file prefix nvcc gives the
 internal-linkage helpers of the CUDA headers (_ZN39_INTERNAL_<hash>_12_train_gpt_cu_main...).
 
@@ -33,6 +37,9 @@ INTERNAL_PREFIX = re.compile(r"_ZN\d+_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_main")
 # function 12; __local_depot12), which shifts when a file holds one kernel more; both are local to
 # the function, and within one the block number alone is unique.
 FUNCTION_ORDINAL = re.compile(r"(\$L__BB|\$L__func_end|__local_depot)\d+")
+# A comment after code: the call-sequence numbers of unoptimised PTX ("{ // callseq 148, 0") count
+# the calls of the whole file, so one kernel more before a function renumbers it.
+TRAILING_COMMENT = re.compile(r"\s*//.*$")
 NAME = re.compile(r"\.(?:entry|func)\s+(?:\([^)]*\)\s*)?([A-Za-z0-9_$]+)")
 
 
@@ -48,7 +55,8 @@ def ptx_items(path):
                 continue
             if depth == 0 and stripped.startswith((".version", ".target", ".address_size")):
                 continue
-            lines.append(FUNCTION_ORDINAL.sub(r"\1", INTERNAL_PREFIX.sub("_ZN_INTERNAL_main", raw.rstrip("\n"))))
+            code = TRAILING_COMMENT.sub("", raw.rstrip("\n"))
+            lines.append(FUNCTION_ORDINAL.sub(r"\1", INTERNAL_PREFIX.sub("_ZN_INTERNAL_main", code)))
             depth += raw.count("{") - raw.count("}")
             if depth == 0 and stripped.endswith(("}", ";")):
                 text = "\n".join(lines)
@@ -86,7 +94,7 @@ def main():
     extra = not_in_trainer(twin, ptx_items(args.trainer_ptx))
     if not extra:
         print(f"ptx_twins: {args.twin_ptx}: its {len(twin)} PTX items are all in {args.trainer_ptx}, "
-              "which ptxas compiled: ptxas not run again")
+              "whose items ptxas has compiled: ptxas not run again")
         return 0
     shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
     print(f"ptx_twins: {args.twin_ptx}: {len(extra)} PTX items not in {args.trainer_ptx} ({shown}): "

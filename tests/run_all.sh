@@ -132,10 +132,18 @@ if [ "$run_python" -eq 0 ]; then
     :
 elif [ -x .venv/bin/python ]; then
     log=$(mktemp)
-    # dev/reference: the PyTorch reference's own checks; they skip cleanly where torch is not installed
-    echo "== running pytest tests/python dev/reference"
+    # dev/reference: the PyTorch reference's own checks; they skip cleanly where torch is not installed.
+    # One pytest worker per core (pytest-xdist, requirements.txt): most tests wait on a small
+    # trainer or script in a subprocess, so one process kept 1.2 of CI's 2 cores busy.
+    workers=()
+    if .venv/bin/python -c "import xdist" >/dev/null 2>&1; then
+        workers=(-n "$(nproc 2>/dev/null || echo 2)")
+    else
+        echo "note: pytest-xdist is not installed (make venv): the Python tests run one at a time"
+    fi
+    echo "== running pytest tests/python dev/reference ${workers[*]:-}"
     t0=$SECONDS
-    .venv/bin/python -m pytest -q --durations=5 tests/python dev/reference 2>&1 | tee "$log"
+    .venv/bin/python -m pytest -q --durations=5 "${workers[@]}" tests/python dev/reference 2>&1 | tee "$log"
     add_counts "pytest tests/python" "${PIPESTATUS[0]}" "$log" $((SECONDS - t0))
     rm -f "$log"
 else

@@ -3,11 +3,12 @@
 // A test is a function registered with TEST(name). Inside it, CHECK(cond, fmt, ...) records a
 // failure with a message and goes on; REQUIRE(cond, ...) records and returns from the test.
 // main() comes from TEST_MAIN(): it runs every test (or those whose name contains one of the
-// comma-separated parts of argv[1]),
-// prints "PASS name" / "FAIL name: why", then the closing line "N passed, N failed", and
-// exits 1 if anything failed, so neither CI nor tests/run_all.sh can miss a failure.
+// comma-separated parts of argv[1]), prints "PASS name (seconds)" or "FAIL name (seconds)" and
+// why, then the closing line "N passed, N failed", and exits 1 if anything failed, so neither CI
+// nor tests/run_all.sh can miss a failure.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -87,6 +88,7 @@ inline int run_registered_tests(int argc, char** argv) {
         if (!selected) continue;
         test_failures().clear();
         fflush(stdout);
+        auto t0 = std::chrono::steady_clock::now();
 #ifdef VP_ERRORS_THROW
         try {
             t.fn();
@@ -96,11 +98,13 @@ inline int run_registered_tests(int argc, char** argv) {
 #else
         t.fn();
 #endif
+        // seconds per test: what CI's time budget is spent on (make test's suites print theirs)
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (test_failures().empty()) {
-            printf("PASS %s\n", t.name);
+            printf("PASS %s (%.1f s)\n", t.name, secs);
             passed++;
         } else {
-            printf("FAIL %s\n", t.name);
+            printf("FAIL %s (%.1f s)\n", t.name, secs);
             for (const std::string& f : test_failures()) printf("     %s\n", f.c_str());
             failed++;
         }

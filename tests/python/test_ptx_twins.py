@@ -43,24 +43,25 @@ $L__BB{ordinal}_1:
 \t// begin inline asm
 \tmov.u32 %r1, {value};
 \t// end inline asm
-\t{{ // callseq 0, 0
+\t{{ // callseq {seq}, 0
 \tcall.uni (retval0), _ZN{n}_INTERNAL_{h}_{m}_{f}_cu_main9atomicAddEPii, (param0, param1);
-\t}} // callseq 0
+\t}} // callseq {seq}
 \t@%p1 bra \t$L__BB{ordinal}_1;
 \tret;
 
 }}
 """
-TRAINER_TU = dict(n=39, h="d2b70341", m=12, f="train_gpt", file=1)
-TEST_TU = dict(n=38, h="7ea1c075", m=11, f="test_gpt", file=3)
+TRAINER_TU = dict(n=39, h="d2b70341", m=12, f="train_gpt", file=1, first_call=0)
+TEST_TU = dict(n=38, h="7ea1c075", m=11, f="test_gpt", file=3, first_call=148)
 
 
 def ptx(tu, kernels):
     """A PTX file as nvcc -lineinfo writes one: the helper is function 0, kernels 1, 2, ... in order
-    (the ordinal in their labels and depots), and the .debug_str table names every function."""
+    (the ordinal in their labels and depots), the calls numbered through the file (unoptimised
+    PTX's "// callseq N" comments), and the .debug_str table names every function."""
     text = HEADER + HELPER.format(**tu)
     for ordinal, (name, value) in enumerate(kernels, start=1):
-        text += "\n" + KERNEL.format(**tu, len=len(name), name=name, value=value, ordinal=ordinal)
+        text += "\n" + KERNEL.format(**tu, len=len(name), name=name, value=value, ordinal=ordinal, seq=tu["first_call"] + ordinal)
     names = ["atomicAdd"] + [name for name, _ in kernels]
     text += "\n\t.section\t.debug_str\n\t{\n" + "".join(f"$L__info_string{i}:\n\t.b8 {len(n)}\n" for i, n in enumerate(names)) + "\t}\n"
     return text
@@ -80,8 +81,9 @@ def run(tmp_path, twin_text, trainer_text, ptxas_rc=0):
 
 
 def test_same_code_from_another_translation_unit_needs_no_ptxas(tmp_path):
-    # file numbers, comments, the per-file prefix of internal helpers and, the kernels being in
-    # another order, the ordinals in labels and depots differ; the code does not
+    # file numbers, comments (the call-sequence numbers after code too), the per-file prefix of
+    # internal helpers and, the kernels being in another order, the ordinals in labels and depots
+    # differ; the code does not
     trainer = ptx(TRAINER_TU, [("forward", 1), ("backward", 2)])
     twin = ptx(TEST_TU, [("backward", 2), ("forward", 1)])
     assert twin != trainer

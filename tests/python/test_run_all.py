@@ -24,10 +24,12 @@ def write_exe(path, text):
 def tree(tmp_path):
     """A tree with tests/run_all.sh and a stub pytest (.venv/bin/python) that prints PYTEST_SAYS,
     or "3 passed, 1 skipped", and exits PYTEST_RC (default 0). It notes its arguments and its
-    OMP_NUM_THREADS in pytest.args."""
+    OMP_NUM_THREADS in pytest.args. Asked whether pytest-xdist is there (python -c), it exits
+    NO_XDIST (default 0: it is)."""
     (tmp_path / "tests").mkdir()
     shutil.copy(REPO / "tests" / "run_all.sh", tmp_path / "tests" / "run_all.sh")
     write_exe(tmp_path / ".venv" / "bin" / "python", """
+[ "$1" = -c ] && exit "${NO_XDIST:-0}"
 echo "$* omp=${OMP_NUM_THREADS:-unset}" > pytest.args
 echo "${PYTEST_SAYS:-3 passed, 1 skipped in 0.01s}"
 exit "${PYTEST_RC:-0}"
@@ -103,6 +105,16 @@ sleep 0.5; echo "omp=$OMP_NUM_THREADS"; echo "1 passed, 0 failed"
     assert order == sorted(order), out
     # the --jobs suites get cores / N threads each; pytest keeps the caller's setting (unset here)
     assert f"omp={max(1, (os.cpu_count() or 2) // 2)}" in out, out
+    # one pytest worker per core (pytest-xdist)
+    cores = str(len(os.sched_getaffinity(0)))
+    assert (tree / "pytest.args").read_text().split() == ["-m", "pytest", "-q", "--durations=5", "-n", cores, "tests/python", "dev/reference",
+                                                          "omp=unset"]
+
+
+def test_pytest_without_xdist_runs_one_test_at_a_time_and_says_so(tree):
+    rc, out = run(tree, suite(tree, "a", 'echo "1 passed, 0 failed"'), env={"NO_XDIST": "1"})
+    assert rc == 0, out
+    assert "pytest-xdist is not installed" in out and total(out) == (4, 0, 0), out
     assert (tree / "pytest.args").read_text().split() == ["-m", "pytest", "-q", "--durations=5", "tests/python", "dev/reference", "omp=unset"]
 
 
