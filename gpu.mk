@@ -145,25 +145,24 @@ GPU_TEST_TARGETS := gpu-compile-check-fast
 GPU_TEST_RUN := $(patsubst $(GPU_BUILD)/%,build/check/%,$(TEST_GPT_BINS) $(GPU_BUILD)/tests/test_gpu_routes)
 endif
 
-$(GPU_BUILD)/%/train_bf16: $(GPU_SOURCES)
-	@mkdir -p $(dir $@) $(keep_dir)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(keep_ptx) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(save_ptx)
-
-$(GPU_BUILD)/%/train_fp32: $(GPU_SOURCES)
-	@mkdir -p $(dir $@) $(keep_dir)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,$(GPU_ARCH)) $(keep_ptx) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(save_ptx)
-
 # In the compile check the other paths' trainers are PTX twins of vanilla's: a value path changes
 # which kernels the host code calls, not the kernels (each of their PTX items was vanilla's,
 # 2026-11-28). ptxas runs on one only where tests/ptx_twins.py finds an item that vanilla's lacks.
-# Elsewhere (GPU_PTX_TWINS unset) these rules are the two above.
+# trainer_gencode and trainer_ptx are the compile's code generation and what follows it: vanilla's
+# trainer (and, GPU_PTX_TWINS unset, every trainer) fully compiled, keeping its PTX in the check.
 TWIN_PATHS := $(filter-out vanilla,$(GPU_VALUE_PATHS))
-$(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_bf16): $(GPU_BUILD)/%/train_bf16: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/vanilla/train_bf16)
+trainer_gencode = $(if $(filter-out vanilla,$*),$(twin_gencode),$(call gencode,$(GPU_ARCH)) $(keep_ptx))
+trainer_ptx = $(if $(filter-out vanilla,$*),$(call twin_check,$(GPU_BUILD)/vanilla/$(notdir $@)),$(save_ptx))
+$(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_bf16): $(call ptx_twin_of,$(GPU_BUILD)/vanilla/train_bf16)
+$(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_fp32): $(call ptx_twin_of,$(GPU_BUILD)/vanilla/train_fp32)
+
+$(GPU_BUILD)/%/train_bf16: $(GPU_SOURCES)
 	@mkdir -p $(dir $@) $(keep_dir)
-	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/vanilla/train_bf16)
-$(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_fp32): $(GPU_BUILD)/%/train_fp32: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/vanilla/train_fp32)
+	$(NVCC) $(NVCC_FLAGS) $(trainer_gencode) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(trainer_ptx)
+
+$(GPU_BUILD)/%/train_fp32: $(GPU_SOURCES)
 	@mkdir -p $(dir $@) $(keep_dir)
-	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/vanilla/train_fp32)
+	$(NVCC) $(NVCC_FLAGS) $(trainer_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(trainer_ptx)
 
 # build/<path>-mpi/: the data-parallel trainer (the shorter stem wins over build/%/ above)
 $(GPU_BUILD)/%-mpi/train_bf16: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/train_bf16)

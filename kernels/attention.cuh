@@ -652,16 +652,13 @@ __device__ __forceinline__ void att2_load_tile(__nv_bfloat16* dst, const __nv_bf
 // ResFormer's mix of 8 bf16 values (one 16-byte word of v and of v_mix): in fp32 with the CPU
 // reference's expression (attn_mix_value), rounded once to bf16, as the tensor cores read it.
 __device__ __forceinline__ uint4 att2_mix8(uint4 own, uint4 mix, float lambda) {
-    struct Bf16x8 {
-        __nv_bfloat162 pair[4];
-    };
-    Bf16x8 o2 = bits_as<Bf16x8>(own), m2 = bits_as<Bf16x8>(mix);
+    using Bf16x8 = Packed128<__nv_bfloat16>;
+    Bf16x8 o = bits_as<Bf16x8>(own), m = bits_as<Bf16x8>(mix);
     uint32_t w[4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 fo = __bfloat1622float2(o2.pair[i]), fm = __bfloat1622float2(m2.pair[i]);
-        w[i] = pack_bf16x2(attn_mix_value(fo.x, fm.x, lambda), attn_mix_value(fo.y, fm.y, lambda));
-    }
+    for (int i = 0; i < 4; i++)
+        w[i] = pack_bf16x2(attn_mix_value(to_float(o[2 * i]), to_float(m[2 * i]), lambda),
+                           attn_mix_value(to_float(o[2 * i + 1]), to_float(m[2 * i + 1]), lambda));
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
