@@ -14,8 +14,9 @@
 #      cross-layer settings, determinism, resume, recompute, checkpoints across builds: test_gpt.cu);
 #      the first binary that fails runs again with CUDA_LAUNCH_BLOCKING=1 and under
 #      compute-sanitizer memcheck, so a fault is named at the launch that made it
-#      2b. each path's bf16 suite again with the candidate kernels throughout: attention version 6
-#      (wgmma: forward, dQ, dK/dV) and the bias gradients from the GEMMs' BGRADB epilogue
+#      2b. each path's bf16 suite again with the kernels the default leaves out throughout: attention
+#      version 4 (mma.sync: forward, dQ, dK/dV, where the default runs version 6 on wgmma), the bias
+#      gradients from the GEMMs' BGRADB epilogue, and Depth's fused depth kernels
 #   3. the kernel labs' CPU checks (--check: every version of every lab, no timings), and the wgmma
 #      probe (each shape and operand layout of attention version 6 against a CPU matmul)
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
@@ -58,8 +59,8 @@
 # build/check, where make test compiled them unoptimized). BENCH_PARTS ("bench variants attention
 # memory profile", the default: steps 4, 4b, 7, 8 and 9) picks among the bench steps, e.g.
 # BENCH_PARTS=profile for a call that only profiles; MEMORY_LABS (step 8's labs, "classifier
-# layernorm rmsnorm gelu depth_attention") to time fewer of them; ONLY_VARIANTS ("att_wgmma
-# att_dkdv6") to time only those variants of dev/bench_variants.list, in that order; AB_ROUNDS (4:
+# layernorm rmsnorm gelu depth_attention") to time fewer of them; ONLY_VARIANTS ("att_v4
+# bias_bgradb") to time only those variants of dev/bench_variants.list, in that order; AB_ROUNDS (4:
 # the ABBA rounds of a variant that is bench_gpt flags, step 4b).
 set -u
 cd "$(dirname "$0")/.."
@@ -340,26 +341,25 @@ for path in $TEST_PATHS; do
         unit_end "test_gpt $path $prec"
     done
 done
-# 2b. the bf16 suites once more with the kernels that are candidates for the default, in every
-# test (test_gpt.cu's main): attention version 6 (wgmma, Hopper only: the forward, the dQ and the
-# dK/dV kernels; the variants att_fwd6, att_dq6, att_dkdv6 and att_wgmma time them),
-# VP_TEST_ATTENTION_WGMMA=1, and the bias gradients from the weight-gradient GEMMs' BGRADB
-# epilogue (variant bias_bgradb), VP_TEST_BIAS_GRAD_EPILOGUE=1, and Depth's depth softmax inside
-# the attention forward and its backward inside the dK/dV kernel (variants depth_fused_fwd,
-# depth_fused_bwd, depth_fused), VP_TEST_DEPTH_FUSED=1 (they join the version 4 kernels only, so
-# here they run where version 6 cannot: head dims other than 64). Each has its own test in step
-# 2's suites as well (attention_wgmma_versions, bias_grad_epilogue, depth_fused), which says which
-# one a failure is.
+# 2b. the bf16 suites once more, in every test (test_gpt.cu's main), with the kernels that the
+# defaults leave out on this GPU: attention version 4 (mma.sync: the forward, the dQ and the dK/dV
+# kernels), which the default (version 6, wgmma) leaves to head dims other than 64 and to GPUs
+# other than Hopper, VP_TEST_ATTENTION_WGMMA=0 (the variant att_v4 times it); the bias gradients
+# from the weight-gradient GEMMs' BGRADB epilogue (variant bias_bgradb),
+# VP_TEST_BIAS_GRAD_EPILOGUE=1; and Depth's depth softmax inside the attention forward and its
+# backward inside the dK/dV kernel (variant depth_fused_bwd), VP_TEST_DEPTH_FUSED=1 (the forward
+# joins version 4's kernel only, the backward either version's). Each has its own test in step 2's suites as well
+# (attention_wgmma_versions, bias_grad_epilogue, depth_fused), which says which one a failure is.
 for path in $TEST_PATHS; do
     bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_bf16
     tlog="$OUT_DIR/test_gpt.log"
-    unit_begin "test_gpt $path bf16 candidates" || continue
+    unit_begin "test_gpt $path bf16 other kernels" || continue
     if [ -x "$bin" ]; then
-        run_step "test_gpt $path bf16 candidates" 150 "$tlog" env VP_TEST_ATTENTION_WGMMA=1 VP_TEST_BIAS_GRAD_EPILOGUE=1 VP_TEST_DEPTH_FUSED=1 "$bin"
+        run_step "test_gpt $path bf16 other kernels" 150 "$tlog" env VP_TEST_ATTENTION_WGMMA=0 VP_TEST_BIAS_GRAD_EPILOGUE=1 VP_TEST_DEPTH_FUSED=1 "$bin"
         rc=$?
-        section=$(grep -A100000 "== test_gpt $path bf16 candidates (limit" "$tlog")
+        section=$(grep -A100000 "== test_gpt $path bf16 other kernels (limit" "$tlog")
         c=$(echo "$section" | counts /dev/stdin)
-        if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path bf16, candidate kernels" "skipped: no CUDA device"
+        if echo "$section" | grep -q "skipped: no CUDA device"; then row "test_gpt $path bf16, other kernels" "skipped: no CUDA device"
         else
             # the worst layer's margins (test_gpt's attention_wgmma_versions), if it printed them
             worst=$(echo "$section" | grep -o 'version 6 against 4: out [0-9.]*, lse [0-9.]*, dq [0-9.]*, dk [0-9.]*, dv [0-9.]*' | awk '{
@@ -367,12 +367,12 @@ for path in $TEST_PATHS; do
                 END { if (n) printf "; version 6 against 4 at %d layers: out within %.3f, lse %.3f, dq %.3f, dk %.3f, dv %.3f of the bounds", n, m[6], m[8], m[10], m[12], m[14] }')
             # whether cuBLASLt had a BGRADB algorithm (test_gpt's bias_grad_epilogue), if it said
             bgrad=$(echo "$section" | grep -o 'cuBLASLt has\( NOT\)\? a BGRADB algorithm' | head -1)
-            row "test_gpt $path bf16, candidate kernels" "$(verdict $rc) ($c$worst${bgrad:+; $bgrad})"
+            row "test_gpt $path bf16, other kernels" "$(verdict $rc) ($c$worst${bgrad:+; $bgrad})"
         fi
     else
-        row "test_gpt $path bf16, candidate kernels" "not built"
+        row "test_gpt $path bf16, other kernels" "not built"
     fi
-    unit_end "test_gpt $path bf16 candidates"
+    unit_end "test_gpt $path bf16 other kernels"
 done
 
 # 3. kernel labs ---------------------------------------------------------------------------
@@ -673,13 +673,12 @@ EOF
     unit_end dist
 fi
 
-# 7. attention: the labs' timings per shape, every version (forward 1, 2, 4; backward 1-4), and
-# a whole training step with the tensor-core kernels without cp.async (bench_gpt
-# --attention-version 2: forward version 2, backward version 3) against the trainer's version 4,
-# as one A/B in one process (ABBA rounds, as step 4b's run-time variants). Version 4 (cp.async
-# double buffering) and before it version 3 became the
-# trainer's from ptxas figures alone; if an older version wins here, set attention_tc_version in
-# kernels/attention.cuh (all versions give the same bits).
+# 7. attention: the labs' timings per shape, every version (forward 1, 2, 4, 5, 6; backward 1-4,
+# 6), and a whole training step with the tensor-core kernels without cp.async (bench_gpt
+# --attention-version 2: forward version 2, backward version 3) against the trainer's kernels
+# (version 6 at D = 64 on Hopper since 2026-11-28; before, version 4, which ran 0.983x of 2/3's
+# step on an H200 that day), as one A/B in one process (ABBA rounds, as step 4b's run-time
+# variants). Version 4 against version 6 is step 4b's variant att_v4.
 if bench_part attention && unit_begin attention; then
     LAB="$OUT_DIR/labs_timed.log"  # one file for every timed lab: the tool brings back at most 8
     for lab in attention_forward attention_backward; do
@@ -693,7 +692,7 @@ if bench_part attention && unit_begin attention; then
         ab_run "bench_gpt_vanilla --attention-version 2: A/B in one process" $GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
         rc=$?
         if [ $rc = 0 ] && [ -n "$ab" ]; then
-            row "step with attention version 4 (trainer) vs 2/3 (no cp.async), vanilla B=64 T=1024" "$(field plain_ms) vs $(field variant_ms) ms/step in one process (ratio 2/3 to 4: $(field ratio); $(field rounds) rounds of $(field steps_per_round) steps each way, ABBA)"
+            row "step with the trainer's attention vs versions 2/3 (no cp.async), vanilla B=64 T=1024" "$(field plain_ms) vs $(field variant_ms) ms/step in one process (ratio 2/3 to the trainer's: $(field ratio); $(field rounds) rounds of $(field steps_per_round) steps each way, ABBA)"
         elif [ $rc = 0 ]; then
             row "step with attention version 2/3" "did not finish (see bench.txt)"
         else

@@ -39,15 +39,19 @@
 //   version 6 (forward only, D = 64, Hopper: sm_90a): version 4's tiles and softmax on the
 //     warpgroup MMA (wgmma, kernels/wgmma.cuh): two warpgroups of 64 query rows per block, Q and
 //     K read by the tensor core from 128-byte-swizzled shared tiles, P from registers, V read
-//     MN-major. Checked on the CPU by the CUDA emulator (bit-identical to version 4 there), not
-//     yet run on a GPU: -DVP_ATT_FWD_VERSION=6 or bench_gpt --attention-forward 6 (the variant
-//     att_fwd6), version 4 wherever it cannot run (attention_wgmma_supported).
+//     MN-major. Bit-identical to version 4 under the CUDA emulator (which sums each k16 step in
+//     order); on a GPU within the bounds of test_gpt's attention_wgmma_versions, not identical.
 //   version 6 of the backward: version 4's with the dQ kernel on wgmma (the same tiles, S and dP
 //     from shared memory, dQ += dS K with dS from registers) and the dK/dV kernel on wgmma
 //     (version 4's block, 32 queries a step: S^T and dP^T from shared memory, dV += P^T dO and
-//     dK += dS^T Q with P^T and dS^T from registers), D = 64, Hopper; checked the same way, not
-//     yet run on a GPU: -DVP_ATT_DQ_VERSION=6 / -DVP_ATT_DKDV_VERSION=6, or bench_gpt
-//     --attention-dq 6 / --attention-dkdv 6 (the variants att_dq6, att_dkdv6; att_wgmma: all three).
+//     dK += dS^T Q with P^T and dS^T from registers), D = 64, Hopper. On an H200 both gave the
+//     same bits as version 4 (test_gpt, 2026-11-28).
+//   The trainer's default since 2026-11-28: version 6 for all three kernels where it can run
+//     (attention_wgmma_supported: D = 64 on an H100/H200 in an sm_90a build), version 4 elsewhere.
+//     On an H200 a GPT-2 124M step (B=64, T=1024) took 119.1 ms with the three against 122.3 with
+//     version 4 (0.974; forward alone 0.985, dQ 0.987, dK/dV 0.976; Depth 0.967, ResFormer 0.977),
+//     dev/results/2026-11-28-h200.md. bench_gpt --attention-forward 4 --attention-dq 4
+//     --attention-dkdv 4 (the variant att_v4) times version 4 against it.
 // Backward, both versions: three kernels, in this order: delta = rowsum(dO * O); dQ with one
 // block per (b, query head, query tile) looping over key tiles; dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
@@ -780,7 +784,11 @@ __device__ __forceinline__ void att2_paired_products(float (&c1)[2 * NP][4], flo
 // exp2(s sl2 - m_new), with the causal mask applied where diag (keys past the row, and past T);
 // the running max mrow (log2 units) and this thread's part of the row sums lrow updated, and the
 // output accumulators o (ND blocks of 8 columns) rescaled by exp2(m_old - m_new). Versions 2, 4,
-// 5 and 6 run this same code, so a row's softmax has the same bits in each.
+// 5 and 6 run this same code, so a row's softmax has the same bits in each, as long as the
+// compiler rounds it the same way in each: nvcc may fuse a product and a following sum into one
+// FMA (one rounding instead of two) wherever it sees fit, and it decided differently in different
+// kernels (the forward's lse, below, 2026-11-28). The products here that a sum follows are
+// therefore __fmul_rn, which nvcc never fuses: s sl2 (then - m_new) and lrow corr (then + p).
 template <int NT, int ND>
 __device__ __forceinline__ void att_softmax_tile(float (&s)[NT][4], float (&o)[ND][4], float (&mrow)[2], float (&lrow)[2], int row, int key0,
                                                  bool diag, int T, int tq, float sl2) {
@@ -790,7 +798,7 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[NT][4], float (&o)[N
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int r = row + (e >= 2 ? 8 : 0), col = key0 + j * 8 + 2 * tq + (e & 1);
-            float x = s[j][e] * sl2;
+            float x = __fmul_rn(s[j][e], sl2);  // not fused with exp2f's argument's "- m_new" below
             if (diag && (col > r || col >= T)) x = -INFINITY;
             s[j][e] = x;
             mx[e >> 1] = fmaxf(mx[e >> 1], x);
@@ -802,7 +810,7 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[NT][4], float (&o)[N
         float m_new = fmaxf(mrow[r], mx[r]);  // finite: every row has a key <= itself in its first tile
         float corr = exp2f(mrow[r] - m_new);  // 0 on the first tile (mrow = -inf)
         mrow[r] = m_new;
-        lrow[r] *= corr;
+        lrow[r] = __fmul_rn(lrow[r], corr);  // not fused with the "+= p" below
 #pragma unroll
         for (int j = 0; j < ND; j++) {
             o[j][2 * r] *= corr;
@@ -830,7 +838,10 @@ __device__ __forceinline__ void att_p_fragment(uint32_t (&pa)[4], const float (&
 }
 
 // The forward's end for a thread's two rows (row, row + 8): the quad's row sums, O / l to out as
-// bf16 pairs, the lse (natural log) from lane tq == 0; rows past T are not written.
+// bf16 pairs, the lse (natural log) from lane tq == 0; rows past T are not written. The lse is
+// one explicit fmaf(m, ln 2, log l): written as m ln 2 + log l, nvcc fused it in version 5's
+// second m-tile and not in version 4 (PTX: fma.rn.f32 against mul.f32 then add.f32), and the two
+// versions' lse differed in the last bit on an H200 (dev/results/2026-11-28-h200.md).
 template <int D>
 __device__ __forceinline__ void att_forward_store_rows(const float (&o)[D / 8][4], const float (&mrow)[2], float (&lrow)[2], int row, int tq,
                                                        const AttentionArgs& a, int b, int h) {
@@ -847,7 +858,7 @@ __device__ __forceinline__ void att_forward_store_rows(const float (&o)[D / 8][4
         __nv_bfloat16* ob = a.out + ((size_t)b * a.T + rr) * a.H * D + (size_t)h * D;
 #pragma unroll
         for (int j = 0; j < D / 8; j++) *reinterpret_cast<uint32_t*>(ob + j * 8 + 2 * tq) = pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
-        if (tq == 0) a.lse[((size_t)b * a.H + h) * a.T + rr] = mrow[r] * LN2 + logf(lrow[r]);
+        if (tq == 0) a.lse[((size_t)b * a.H + h) * a.T + rr] = fmaf(mrow[r], LN2, logf(lrow[r]));
     }
 }
 
@@ -1556,8 +1567,10 @@ constexpr int ATT6_DKDV_THREADS = 128;
 constexpr int ATT6_DKDV_QSTEP = 32;  // queries per step
 inline size_t att6_smem_dkdv() { return (size_t)6 * 64 * ATT6_ROW_BYTES + 4 * 64 * sizeof(float) + SW128_ALIGN_SLACK; }
 
-template <int D>
-static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backward_dkdv_kernel6(AttentionArgs a) {
+// Epi: as version 4's kernel (attention_backward_dkdv_kernel2): run by the block after its stores,
+// with the shared memory free (the last pair's wgmma waited for, no copy in flight).
+template <int D, class Epi>
+static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backward_dkdv_kernel6(AttentionArgs a, Epi epi) {
     static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
     static_assert(ATT6_DKDV_THREADS == ATT2_THREADS && ATT2_TILE == 64, "version 4's lse and delta loaders: a thread per row");
     constexpr int NJ = ATT6_DKDV_QSTEP / 8, TILE_BYTES = 64 * ATT6_ROW_BYTES;
@@ -1654,6 +1667,10 @@ static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backwar
         h = h_next, qt = qt_next;
     }
     att_dkdv_store_rows<D>(dk, dv, key, tq, scale, a, src, b, g);
+    if constexpr (Epi::active) {
+        __syncthreads();
+        epi.template run<D>(a, b, g, kt * 64, smem6);
+    }
 }
 
 #endif  // ENABLE_BF16
@@ -1916,8 +1933,10 @@ inline void attention_backward_dq6_launch(const AttentionArgs& a, cudaStream_t s
 // Version 6: the dQ and the dK/dV kernels on wgmma (head dim 64 on an H100/H200, as the forward's
 // version 6) with version 4's delta pass, in the same order (dQ first). dq_wgmma or dkdv_wgmma
 // false runs that kernel at version 4 (the trainer's attention_dq_version and
-// attention_dkdv_version choose each).
-inline void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wgmma = true, bool dkdv_wgmma = true) {
+// attention_dkdv_version choose each). epi: run by each block of the dK/dV kernel, either version,
+// after its stores (attention_backward_with_epilogue).
+template <class Epi = AttNoEpilogue>
+void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wgmma = true, bool dkdv_wgmma = true, const Epi& epi = Epi()) {
     a = attention6_checked(a, true);
     attention_backward_preprocess(a, stream);
     if (dq_wgmma) attention_backward_dq6_launch(a, stream);
@@ -1925,11 +1944,12 @@ inline void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wg
     if (dkdv_wgmma) {
         size_t smem = att6_smem_dkdv();
         int G = a.H / a.Hkv;
-        cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        attention_backward_dkdv_kernel6<64><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0) / G), ATT6_DKDV_THREADS, smem, stream>>>(a);
+        auto dkdv_kernel = attention_backward_dkdv_kernel6<64, Epi>;
+        cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attention_backward_dkdv_kernel6<64, Epi><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0) / G), ATT6_DKDV_THREADS, smem, stream>>>(a, epi);
         cudaCheck(cudaGetLastError());
     } else {
-        attention_backward_dkdv2_d<64, 16, true>(a, stream);
+        attention_backward_dkdv2_d<64, 16, true>(a, stream, epi);
     }
 }
 #endif  // ENABLE_BF16
@@ -1941,25 +1961,26 @@ inline void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wg
 // this changes only speed; dev/cuda/bench_gpt.cu's --attention-version sets it, so that one GPU
 // call times whole training steps both ways.
 inline int attention_tc_version = 4;
-// The forward's version when attention_tc_version is 4: 4, 5 (32 query rows per warp; bench_gpt
-// --attention-forward 5, the variant att_fwd5: 1.003x while its mma were predicated, timed again
-// since), or 6 (wgmma, where attention_wgmma_supported; version 4 elsewhere). VP_ATT_FWD_VERSION=6
-// at build time (the build variant att_fwd6) until a GPU has timed it.
+// The forward's version when attention_tc_version is 4: 6 (wgmma, where attention_wgmma_supported;
+// version 4 elsewhere: the default, see the top of this file), 4, or 5 (32 query rows per warp;
+// bench_gpt --attention-forward 5, the variant att_fwd5: 0.994 of version 4's step on an H200,
+// 2026-11-28, slower than version 6). VP_ATT_FWD_VERSION at build time, bench_gpt
+// --attention-forward at run time.
 #ifndef VP_ATT_FWD_VERSION
-#define VP_ATT_FWD_VERSION 4
+#define VP_ATT_FWD_VERSION 6
 #endif
 inline int attention_forward_version = VP_ATT_FWD_VERSION;
-// The backward's dQ kernel when attention_tc_version is 4: 4, or 6 (wgmma, where
-// attention_wgmma_supported; version 4 elsewhere). VP_ATT_DQ_VERSION=6 at build time, or bench_gpt
-// --attention-dq 6 (the variant att_dq6), until a GPU has timed it.
+// The backward's dQ kernel when attention_tc_version is 4: 6 (wgmma, where
+// attention_wgmma_supported; version 4 elsewhere), or 4. VP_ATT_DQ_VERSION, bench_gpt --attention-dq.
 #ifndef VP_ATT_DQ_VERSION
-#define VP_ATT_DQ_VERSION 4
+#define VP_ATT_DQ_VERSION 6
 #endif
 inline int attention_dq_version = VP_ATT_DQ_VERSION;
-// The backward's dK/dV kernel likewise: 4, or 6 (VP_ATT_DKDV_VERSION=6, bench_gpt
-// --attention-dkdv 6, the variant att_dkdv6).
+// The backward's dK/dV kernel likewise: 6 or 4 (VP_ATT_DKDV_VERSION, bench_gpt --attention-dkdv).
+// A value path that extends the dK/dV kernel (Depth's fused backward) runs with either version
+// (attention_backward_dkdv_epilogue_ok).
 #ifndef VP_ATT_DKDV_VERSION
-#define VP_ATT_DKDV_VERSION 4
+#define VP_ATT_DKDV_VERSION 6
 #endif
 inline int attention_dkdv_version = VP_ATT_DKDV_VERSION;
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
@@ -1996,8 +2017,9 @@ inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 // Whether the trainer's entry points run a kernel of version 4 for these arguments (BF16 build)
 // where `chosen` is that kernel's version setting (4; the forward's 5 never; 6 where
 // attention_wgmma_supported). The version 4 kernels are the ones a value path can extend:
-// attention_forward4_active (the forward's prologue, attention_forward_with_prologue),
-// attention_backward_dkdv4_active (the dK/dV kernel's epilogue, attention_backward_with_epilogue).
+// attention_forward4_active (the forward's prologue, attention_forward_with_prologue). The dK/dV
+// kernel's epilogue (attention_backward_with_epilogue) runs in version 4's kernel and in version
+// 6's: attention_backward_dkdv_epilogue_ok.
 inline bool attention_runs_version4(const AttentionArgs& a, int chosen) {
 #ifdef ENABLE_BF16
     return attention_tc_version == 4 && chosen != 5 && !(chosen == 6 && attention_wgmma_supported(a));
@@ -2007,7 +2029,28 @@ inline bool attention_runs_version4(const AttentionArgs& a, int chosen) {
 #endif
 }
 inline bool attention_forward4_active(const AttentionArgs& a) { return attention_runs_version4(a, attention_forward_version); }
-inline bool attention_backward_dkdv4_active(const AttentionArgs& a) { return attention_runs_version4(a, attention_dkdv_version); }
+// Whether the trainer's dK/dV kernel for these arguments is one that takes an epilogue: version 4's
+// or version 6's (not version 3's, attention_tc_version 2, nor the FP32 build's version 1).
+inline bool attention_backward_dkdv_epilogue_ok(const AttentionArgs& a) {
+#ifdef ENABLE_BF16
+    (void)a;
+    return attention_tc_version == 4;
+#else
+    (void)a;
+    return false;
+#endif
+}
+// The dynamic shared memory of the dK/dV kernel that attention_backward (and
+// attention_backward_with_epilogue) runs for these arguments: what an epilogue may use as scratch.
+inline size_t attention_backward_dkdv_smem(const AttentionArgs& a) {
+#ifdef ENABLE_BF16
+    if (attention_dkdv_version == 6 && attention_wgmma_supported(a)) return att6_smem_dkdv();  // from the unaligned start
+    return att2_smem_dkdv(a.D, true);
+#else
+    (void)a;
+    return 0;
+#endif
+}
 
 #ifdef ENABLE_BF16
 // attention_forward's version 4 kernel with Pro choosing each block's tile (and running first):
@@ -2020,20 +2063,24 @@ void attention_forward_with_prologue(AttentionArgs a, const Pro& pro, cudaStream
     with_head_dim(a.D, [&](auto d) { attention_forward2_d<decltype(d)::value, true, 1>(a, stream, pro); });
 }
 
-// attention_backward's kernels, the same versions (the dQ kernel 4 or 6 as attention_backward
-// would choose), with Epi run by each block of version 4's dK/dV kernel after its stores
-// (attention_backward_dkdv_kernel2). Only where attention_backward_dkdv4_active.
+// attention_backward's kernels, the same versions as attention_backward would choose, with Epi
+// run by each block of the dK/dV kernel after its stores (attention_backward_dkdv_kernel2 at
+// version 4, attention_backward_dkdv_kernel6 at version 6). Only where
+// attention_backward_dkdv_epilogue_ok.
 template <class Epi>
 void attention_backward_with_epilogue(AttentionArgs a, const Epi& epi, cudaStream_t stream) {
-    KERNEL_ASSERT(attention_backward_dkdv4_active(a));
+    KERNEL_ASSERT(attention_backward_dkdv_epilogue_ok(a));
+    bool dq6 = attention_dq_version == 6, dkdv6 = attention_dkdv_version == 6;
+    if ((dq6 || dkdv6) && attention_wgmma_supported(a)) {
+        attention_backward6(a, stream, dq6, dkdv6, epi);
+        return;
+    }
     a = attention_full_range(a);
     attention_check_args(a, true, 2);
     attention_backward_preprocess(a, stream);
-    bool dq6 = attention_dq_version == 6 && attention_wgmma_supported(a);
     with_head_dim(a.D, [&](auto d) {
         constexpr int D = decltype(d)::value;
-        if (dq6) attention_backward_dq6_launch(a, stream);  // dQ first, as attention_backward (AttentionArgs::dv)
-        else attention_backward_dq2_d<D, true>(a, stream);
+        attention_backward_dq2_d<D, true>(a, stream);  // dQ first, as attention_backward (AttentionArgs::dv)
         attention_backward_dkdv2_d<D, 16, true>(a, stream, epi);
     });
 }

@@ -625,24 +625,27 @@ __device__ __forceinline__ void depth_tile_items(const DepthArgs& d, int T, int 
 //
 // Why: the standalone backward (version 2, deferred) is a memory-bound pass of its own after the
 // attention backward: on an H100 it took 7.0 ms of a 153 ms GPT-2 step (ncu, docs/gpu.md), where
-// the target leaves about 2 ms for all of Depth's kernels. Each block of version 4's dK/dV kernel
+// the target leaves about 2 ms for all of Depth's kernels. Each block of the dK/dV kernel
 // has just computed u = dL/dv~ (+ A_v at an anchor) and dk for its 64 key rows of KV head g, and it
 // alone owns those rows: u and dk, and the same positions' dq (for the G heads of g), which the dQ
 // kernel finished before this kernel started. So the block runs depth2_backward_item (deferred) on
 // exactly those rows after its stores: u and dk come back from L2, no launch of its own, and the
 // depth backward's loads overlap the other blocks' tensor-core work on the SM. The same function on
 // the same inputs as the standalone kernel: the same bits (test_gpt's depth_fused).
-// Off by default until a GPU has timed it: -DVP_DEPTH_FUSED_BACKWARD=1, bench_gpt
-// --depth-fused-backward 1 (the variant depth_fused_bwd). It joins version 4's dK/dV kernel only:
-// where the trainer's dK/dV kernel is version 6, the standalone backward runs.
+// Off by default: on an H200 (2026-11-28) it took a Depth step to 0.992x of the standalone way's
+// with version 4's dK/dV kernel, which version 6 beats (0.967x for all three attention kernels).
+// Since then it joins either dK/dV kernel (version 4's or 6's: the same block of 64 key rows and
+// the same write-out before it), to time against the default with version 6:
+// -DVP_DEPTH_FUSED_BACKWARD=1, bench_gpt --depth-fused-backward 1 (the variant depth_fused_bwd).
 #ifndef VP_DEPTH_FUSED_BACKWARD
 #define VP_DEPTH_FUSED_BACKWARD 0
 #endif
 inline int depth_fused_backward = VP_DEPTH_FUSED_BACKWARD;
 
 #ifdef ENABLE_BF16
-// attention_backward_dkdv_kernel2's epilogue: the block's ATT2_TILE key rows of KV head g, as
-// items of LPI lanes (16 at a time at D = 64), each slot's scratch in the freed shared tiles.
+// The dK/dV kernel's epilogue (attention_backward_dkdv_kernel2 and _kernel6): the block's 64 key
+// rows of KV head g, as items of LPI lanes (16 at a time at D = 64), each slot's scratch in the
+// freed shared memory.
 struct DepthBackwardEpilogue {
     static constexpr bool active = true;
     DepthArgs d;
@@ -661,10 +664,11 @@ inline bool depth_block_scratch_fits(int D, int n_src, size_t smem_bytes) {
 #endif
 
 // Whether the fused way runs this layer: the BF16 build, the switch on, the trainer's dK/dV kernel
-// at version 4 for these arguments, the depth items' scratch within its shared tiles.
+// for these arguments one that takes an epilogue (version 4's or 6's), the depth items' scratch
+// within its shared memory.
 inline bool depth_fused_backward_active(const AttentionArgs& aa, const DepthArgs& d) {
 #ifdef ENABLE_BF16
-    return depth_fused_backward && attention_backward_dkdv4_active(aa) && depth_block_scratch_fits(d.D, d.n_src, att2_smem_dkdv(d.D, true));
+    return depth_fused_backward && attention_backward_dkdv_epilogue_ok(aa) && depth_block_scratch_fits(d.D, d.n_src, attention_backward_dkdv_smem(aa));
 #else
     (void)aa, (void)d;
     return false;

@@ -26,19 +26,17 @@ dev/bench_pytorch.py uses the same formula and the same N.
 --attention-version 2 runs the tensor-core attention kernels without cp.async double buffering
 (versions 2 and 3 of kernels/attention.cuh) instead of the trainer's version 4: the same bits,
 so the difference in ms/step is what the asynchronous loads buy (dev/device_check.sh runs both).
---attention-forward 6 runs the attention forward's version 6 (Hopper's wgmma, head dim 64; version
-4 where it cannot run) with version 4's backward: the build variant att_fwd6 of
-dev/bench_variants.list, timed against the default (4) by dev/device_check.sh. --attention-forward
-5 runs version 5 (version 4 with 32 query rows per warp; the variant att_fwd5). --attention-dq 6
-and --attention-dkdv 6 the same for the backward's dQ and dK/dV kernels (variants att_dq6 and
-att_dkdv6; att_wgmma runs all three at version 6). --bias-grad-epilogue 1 takes the bias
+--attention-forward 4|5|6, --attention-dq 4|6 and --attention-dkdv 4|6 choose the version of each
+attention kernel: 6 (Hopper's wgmma, head dim 64; version 4 where it cannot run) is the default
+for all three, 4 is mma.sync (the variant att_v4 of dev/bench_variants.list runs all three at 4),
+5 the forward with 32 query rows per warp (the variant att_fwd5). --bias-grad-epilogue 1 takes the bias
 gradients from the weight-gradient GEMMs' BGRADB epilogue instead of bias_backward's own pass over
 dout (variant bias_bgradb; kernels/matmul.cuh); the BENCH line counts the GEMM shapes for which
 cuBLASLt had no such algorithm (bias_grad_refused), where the own pass stayed.
 --depth-fused-forward 1 (Depth's binary) makes the depth softmax and mix inside the attention
 forward instead of by a kernel before it, --depth-fused-backward 1 its backward inside the
-attention backward's dK/dV kernel instead of after it (variants depth_fused_fwd, depth_fused_bwd,
-and depth_fused for both; kernels/depth_attention.cuh).
+attention backward's dK/dV kernel instead of after it (kernels/depth_attention.cuh). They join
+version 4's kernels only: the variant depth_fused_bwd adds --attention-dkdv 4.
 
 --ab-rounds R: an A/B of the kernel flags given (the variant) against the binary's defaults (the
 plain build) in this one process: warmup steps each way, then R rounds, each running steps / R

@@ -97,6 +97,23 @@ inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+// IEEE round-to-nearest arithmetic that the compiler never fuses into an FMA with a neighbour, as
+// nvcc treats these intrinsics. GCC fuses a * b + c on an FMA-capable host even at -std=c++17
+// (its -ffp-contract=fast default), so the rounded result goes through an empty asm that GCC must
+// take as it is.
+inline float vp_emu_unfused(float r) {
+#if defined(__x86_64__)
+    asm("" : "+x"(r));
+#elif defined(__aarch64__)
+    asm("" : "+w"(r));
+#else
+    volatile float v = r;
+    r = v;
+#endif
+    return r;
+}
+inline float __fmul_rn(float a, float b) { return vp_emu_unfused(a * b); }
+inline float __fadd_rn(float a, float b) { return vp_emu_unfused(a + b); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 namespace vp_emu {
 template <typename To, typename From>

@@ -70,9 +70,9 @@ def test_a_failing_binary_is_rerun_with_launch_blocking(tmp_path):
     # the last row: each step's seconds, what the next device session plans its call by
     (times_key, times), = [(k, v) for k, v in rows.items() if k.startswith("seconds per step")]
     assert re.fullmatch(r"seconds per step, \d+ s in all", times_key)
-    # (then step 2b: the bf16 suite again with the candidate kernels: attention on wgmma, BGRADB)
-    assert re.fullmatch(r"test_gpt vanilla bf16 \d+s; rerun .*; test_gpt vanilla fp32 \d+s; test_gpt vanilla bf16 candidates \d+s", times)
-    assert rows["test_gpt vanilla bf16, candidate kernels"] == "FAILED (exit 1) (0 passed, 1 failed)"
+    # (then step 2b: the bf16 suite again with the kernels the defaults leave out: attention version 4, BGRADB)
+    assert re.fullmatch(r"test_gpt vanilla bf16 \d+s; rerun .*; test_gpt vanilla fp32 \d+s; test_gpt vanilla bf16 other kernels \d+s", times)
+    assert rows["test_gpt vanilla bf16, other kernels"] == "FAILED (exit 1) (0 passed, 1 failed)"
 
 
 def tree_copy(dst):
@@ -198,7 +198,7 @@ def test_continue_runs_only_what_the_first_call_left(tmp_path):
 
     rows = call("out1")
     assert rows["test_gpt vanilla bf16"] == "ok (1 passed, 0 failed)"
-    assert rows["test_gpt vanilla bf16, candidate kernels"] == "ok (1 passed, 0 failed)"  # step 2b: the same binary
+    assert rows["test_gpt vanilla bf16, other kernels"] == "ok (1 passed, 0 failed)"  # step 2b: the same binary
     assert rows["test_gpt vanilla fp32"].startswith("TIMED OUT")
     assert runs.read_text().count("run") == 2
     stub(bins, "test_gpt_gpu_vanilla_fp32", ["1 passed, 0 failed"], 0)

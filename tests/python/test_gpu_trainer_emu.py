@@ -206,7 +206,7 @@ def test_bench_ab_runs_both_ways_in_alternating_rounds():
     ab = [ln for ln in p.stdout.splitlines() if ln.startswith("BENCH_AB ")]
     assert len(ab) == 1 and " rounds=2 steps_per_round=2 " in ab[0] and " attention_forward=5 " in ab[0], p.stdout[-2000:]
     assert "BENCH impl=" not in p.stdout
-    same = run(binary, base + ["--ab-rounds", "2", "--attention-forward", "4"], env={"VP_EMU_DRY_RUN": "1"})
+    same = run(binary, base + ["--ab-rounds", "2", "--attention-forward", "6"], env={"VP_EMU_DRY_RUN": "1"})  # 6: the default
     assert same.returncode == 2 and "--ab-rounds compares the kernel flags given against the defaults" in same.stderr, same.stderr[-2000:]
 
 

@@ -1,0 +1,76 @@
+"""tests/ptx_fusion.py: the attention forward kernels whose results are compared bit for bit across
+versions (2, 4 and 5 with each other, 6 against 4 within bounds) must leave ptxas no multiply-add
+to fuse in one kernel and not another. The script's analysis is checked on hand-written PTX; then
+the forward lab (every version, every head dim) is compiled as nvcc -O3 compiles the trainer and
+its kernels checked. The latter needs nvcc, which CI has; it takes about 25 s."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from test_trainer_cli import REPO
+
+SCRIPT = REPO / "tests" / "ptx_fusion.py"
+
+PTX = """.visible .entry _ZN3gpu7kernelAEv(
+)
+{
+\tmul.f32 \t%f3, %f1, %f2;
+\tmul.rn.f32 \t%f4, %f1, %f2;
+\tadd.f32 \t%f5, %f4, %f1;
+\tsub.f32 \t%f6, %f3, %f1;
+\tadd.rn.f32 \t%f7, %f3, %f1;
+\tret;
+}
+.visible .entry _ZN3gpu7kernelBEv(
+)
+{
+\tmul.rn.f32 \t%f3, %f1, 0f3F317218;
+\tadd.f32 \t%f5, %f1, %f3;
+\tfma.rn.f32 \t%f6, %f3, %f1, %f2;
+\tret;
+}
+"""
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+
+
+def test_pairs_are_products_read_by_an_unrounded_add_or_sub(tmp_path):
+    """kernelA: mul.f32 read by sub.f32 is one pair; the add.rn.f32 reading it and the add.f32 reading
+    a mul.rn.f32 are not. kernelB has none (rounded products only). --expect-none fails on A alone."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import ptx_fusion
+    ks = dict(ptx_fusion.kernels(PTX))
+    assert list(ks) == ["_ZN3gpu7kernelAEv", "_ZN3gpu7kernelBEv"]
+    assert ptx_fusion.fusable_pairs(ks["_ZN3gpu7kernelAEv"]) == ["sub.f32 \t%f6, %f3, %f1;"]
+    assert ptx_fusion.fusable_pairs(ks["_ZN3gpu7kernelBEv"]) == []
+    f = tmp_path / "k.ptx"
+    f.write_text(PTX)
+    assert run(f, "--kernels", "kernelB", "--expect-none").returncode == 0
+    p = run(f, "--expect-none")
+    assert p.returncode == 1 and "1 of 2 kernels" in p.stderr, p.stdout + p.stderr
+    p = run(f, "--kernels", "nothing", "--expect-none")
+    assert p.returncode == 1 and "no kernel" in p.stderr
+
+
+def nvcc():
+    return shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc (CI has it)")
+def test_attention_forward_kernels_leave_nothing_to_fuse(tmp_path):
+    """Every tensor-core forward kernel (attention_forward_kernel2: versions 2, 4, 5 at each head dim
+    they run; attention_forward_kernel6: version 6) as nvcc -O3 compiles it for sm_90a: no product that an
+    add or sub reads unrounded. Before the fix of 2026-11-28 versions 2 and 4 had 34 such pairs a
+    kernel and version 5 two (NVVM had fused the rest): that is how their lse came to differ."""
+    ptx = tmp_path / "attention_forward.ptx"
+    subprocess.run([nvcc(), "-O3", "-std=c++17", "-diag-suppress", "1675,550", "-arch=sm_90a", "-I.", "-DENABLE_BF16", "-ptx",
+                    "dev/cuda/attention_forward.cu", "-o", str(ptx)], cwd=REPO, check=True, capture_output=True)
+    p = run(ptx, "--kernels", "attention_forward_kernel[26]", "--expect-none")
+    assert p.returncode == 0, p.stdout + p.stderr
+    # versions 2 and 4 at head dims 16, 32, 64, 128; version 5 at 16, 32, 64 (128 runs version 4)
+    assert p.stdout.count("attention_forward_kernel2") == 11 and "attention_forward_kernel6" in p.stdout, p.stdout
