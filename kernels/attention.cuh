@@ -1190,7 +1190,8 @@ __device__ __forceinline__ void att_dkdv_p_ds_tile(float (&pt)[NJ][4], float (&d
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int kr = key + (e >= 2 ? 8 : 0), ql = (qb0 + j) * 8 + 2 * tq + (e & 1), qrow = qrow0 + ql;
-            float p = qrow >= kr ? exp2f(pt[j][e] * sl2 - lse_s[ql]) : 0.0f;  // qrow >= T: lse = inf -> 0
+            // one explicit FMA, as ptxas may or may not fuse s sl2 - lse per kernel (att_softmax_tile)
+            float p = qrow >= kr ? exp2f(fmaf(pt[j][e], sl2, -lse_s[ql])) : 0.0f;  // qrow >= T: lse = inf -> 0
             pt[j][e] = p;
             dpt[j][e] = p * (dpt[j][e] - delta_s[ql]);
         }
@@ -1413,7 +1414,7 @@ __device__ __forceinline__ void att_dq_ds_tile(float (&s)[NT][4], const float (&
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int r = e >> 1, col = key0 + j * 8 + 2 * tq + (e & 1);
-            float p = (col <= row + 8 * r && col < T) ? exp2f(s[j][e] * sl2 - lse2[r]) : 0.0f;
+            float p = (col <= row + 8 * r && col < T) ? exp2f(fmaf(s[j][e], sl2, -lse2[r])) : 0.0f;  // one FMA, as in the dK/dV kernels
             s[j][e] = p * (dp[j][e] - delta[r]);
         }
 }
@@ -2032,11 +2033,10 @@ inline bool attention_forward4_active(const AttentionArgs& a) { return attention
 // Whether the trainer's dK/dV kernel for these arguments is one that takes an epilogue: version 4's
 // or version 6's (not version 3's, attention_tc_version 2, nor the FP32 build's version 1).
 inline bool attention_backward_dkdv_epilogue_ok(const AttentionArgs& a) {
+    (void)a;  // every head dim: both versions take one
 #ifdef ENABLE_BF16
-    (void)a;
     return attention_tc_version == 4;
 #else
-    (void)a;
     return false;
 #endif
 }

@@ -113,7 +113,6 @@ inline float vp_emu_unfused(float r) {
     return r;
 }
 inline float __fmul_rn(float a, float b) { return vp_emu_unfused(a * b); }
-inline float __fadd_rn(float a, float b) { return vp_emu_unfused(a + b); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 namespace vp_emu {
 template <typename To, typename From>
