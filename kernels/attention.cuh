@@ -227,13 +227,15 @@ __host__ __device__ __forceinline__ float attn_mix_value(float v, float vmix, fl
 // attn_route_keeps (a keep route is never chained, so G' = G; a pair of bf16 stores at once in the
 // tensor-core epilogue).
 // These helpers (and attn_dv_scales below) also compile for the host: tests/test_gpu_routes.cu runs the trainer's
-// value-path plumbing with them on the CPU against the reference's policies.
+// value-path plumbing with them on the CPU against the reference's policies. The scaled terms are
+// mul_unfused: every dK/dV kernel version runs this code, and the sum of the kept terms
+// (attention_sum_kept) adds each term as a rounded product too.
 __host__ __device__ __forceinline__ float attn_route_grad(const KVGradRoute& r, int g, size_t idx, float grad, float own_scale, float src_scale) {
     float in = (r.add && g >= r.add_from_head) ? r.add[idx] : 0.0f;
     float gr = r.chain ? grad + in : grad;
     bool routed = (r.src || r.keep) && g >= r.from_head;
-    if (routed && r.src) r.src[idx] = (r.src_overwrite ? 0.0f : r.src[idx]) + src_scale * gr;
-    return (routed ? own_scale * gr : gr) + (r.chain ? 0.0f : in);
+    if (routed && r.src) r.src[idx] = (r.src_overwrite ? 0.0f : r.src[idx]) + mul_unfused(src_scale, gr);
+    return (routed ? mul_unfused(own_scale, gr) : gr) + (r.chain ? 0.0f : in);
 }
 
 // Whether KV head g's routed terms go to keep.
@@ -451,7 +453,7 @@ static __global__ void attention_backward_dkdv_kernel1(AttentionArgs a) {
         floatX* keepj = attn_route_keeps(a.dv_route, g) ? a.dv_route.keep + acc : nullptr;
 #pragma unroll
         for (int d = 0; d < D; d++) {
-            float k_new = attn_route_grad(a.dk_route, g, acc + d, dk[d] * scale, a.dk_route.own_scale, a.dk_route.src_scale);
+            float k_new = attn_route_grad(a.dk_route, g, acc + d, mul_unfused(dk[d], scale), a.dk_route.own_scale, a.dk_route.src_scale);
             float v_new = attn_route_grad(a.dv_route, g, acc + d, dv[d], v_own, v_src);
             if (keepj) keepj[d] = from_float<floatX>(v_src * dv[d]);
             if (a.dlambda_partial) dlam += dv[d] * (to_float(src.vmix[(size_t)j * src.vmix_rs + d]) - to_float(src.v[(size_t)j * src.v_rs + d]));
@@ -1222,8 +1224,9 @@ __device__ __forceinline__ void att_dkdv_store_rows(const float (&dk)[D / 8][4],
         for (int j = 0; j < D / 8; j++) {
             int d = j * 8 + 2 * tq;
             float gv0 = dv[j][2 * r], gv1 = dv[j][2 * r + 1];
-            float k0 = attn_route_grad(a.dk_route, g, acc + d, dk[j][2 * r] * scale, a.dk_route.own_scale, a.dk_route.src_scale);
-            float k1 = attn_route_grad(a.dk_route, g, acc + d + 1, dk[j][2 * r + 1] * scale, a.dk_route.own_scale, a.dk_route.src_scale);
+            // dk scale: unfused, as every product this write-out adds to something (attn_route_grad)
+            float k0 = attn_route_grad(a.dk_route, g, acc + d, mul_unfused(dk[j][2 * r], scale), a.dk_route.own_scale, a.dk_route.src_scale);
+            float k1 = attn_route_grad(a.dk_route, g, acc + d + 1, mul_unfused(dk[j][2 * r + 1], scale), a.dk_route.own_scale, a.dk_route.src_scale);
             float v0 = attn_route_grad(a.dv_route, g, acc + d, gv0, v_own, v_src);
             float v1 = attn_route_grad(a.dv_route, g, acc + d + 1, gv1, v_own, v_src);
             if (a.dlambda_partial) {

@@ -128,6 +128,21 @@ __device__ __forceinline__ To bits_as(const From& from) {
     return to;
 }
 
+// a * b rounded to fp32, never fused with an add that reads it into one FMA (nvcc's __fmul_rn).
+// nvcc fuses a product and a following add wherever it decides, per kernel: code that two kernel
+// versions share, and whose results are compared bit for bit, says which products stay unfused
+// (tests/ptx_fusion.py checks the attention kernels' PTX for any left to nvcc). The emulator's
+// __fmul_rn keeps it unfused on the host as well; a CUDA build's host code (tests/test_gpu_routes.cu)
+// goes through a volatile, which the host compiler cannot fuse across.
+__host__ __device__ __forceinline__ float mul_unfused(float a, float b) {
+#if defined(__CUDA_ARCH__) || defined(VP_CUDA_EMU)
+    return __fmul_rn(a, b);
+#else
+    volatile float r = a * b;
+    return r;
+#endif
+}
+
 // 16 bytes of T held in registers: 8 bf16 or 4 float. Loads and stores of whole 16-byte words are
 // what makes memory-bound kernels run at bandwidth; the pointer must be 16-byte aligned.
 template <typename T>

@@ -12,7 +12,8 @@ forward version 5's lse differed from version 4's in the last bit, because NVVM 
 see this (its host compiler makes its own choices), so the kernels whose bits are compared across
 versions write every such product as __fmul_rn (never fused) or every fused one as fmaf, and this
 script checks that their optimised PTX has no such pair left: for each kernel (.entry) whose
-mangled name matches --kernels, the count of add.f32 / sub.f32 that read the result of a mul.f32.
+mangled name matches --kernels, the count of add.f32 / sub.f32 that read the result of a mul.f32
+written above it (the latest write of that register).
 --expect-none exits 1 if any matching kernel has one (or if none matches). PyTorch has no
 equivalent: its kernels make no bit-identity claims across versions.
 """
@@ -21,7 +22,9 @@ import re
 import sys
 
 # "mul.f32 %f1, %f2, %f3;" or with .ftz; a rounding modifier (mul.rn.f32) is never contracted
-_OP = re.compile(r"^\s*(?:@!?%p\d+\s+)?(mul|add|sub)(?:\.ftz)?(?:\.sat)?\.f32\s+(%f\d+)\s*,\s*([^,;]+)\s*,\s*([^,;]+)\s*;", re.M)
+_OP = re.compile(r"^\s*(?:@!?%p\d+\s+)?(mul|add|sub)(?:\.ftz)?(?:\.sat)?\.f32\s+(%f\d+)\s*,\s*([^,;]+)\s*,\s*([^,;]+)\s*;")
+# any instruction's destination register (its first operand), to see a register written again
+_DEF = re.compile(r"^\s*(?:@!?%p\d+\s+)?[a-z][\w.]*\s+(%f\d+)\s*,")
 _ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(")
 
 
@@ -32,10 +35,20 @@ def kernels(ptx):
 
 
 def fusable_pairs(body):
-    """The add.f32 / sub.f32 lines of a kernel body that read a register a mul.f32 wrote."""
-    products = {m.group(2) for m in _OP.finditer(body) if m.group(1) == "mul"}
-    return [m.group(0).strip() for m in _OP.finditer(body)
-            if m.group(1) in ("add", "sub") and (m.group(3).strip() in products or m.group(4).strip() in products)]
+    """The add.f32 / sub.f32 lines of a kernel body that read a register whose latest write above
+    them (in the text) is an unrounded mul.f32. ptxas works on the whole function, so a product and
+    its sum may sit in different blocks; PTX reuses a register name across a loop's iterations, so
+    a read above the product's write in the same loop body is not counted (its value came from
+    the write before)."""
+    pairs, last_mul = [], {}  # register -> its latest write above is an unrounded mul.f32
+    for line in body.splitlines():
+        m = _OP.match(line)
+        if m and m.group(1) in ("add", "sub") and (last_mul.get(m.group(3).strip()) or last_mul.get(m.group(4).strip())):
+            pairs.append(line.strip())
+        d = _DEF.match(line)
+        if d:
+            last_mul[d.group(1)] = bool(m and m.group(1) == "mul")
+    return pairs
 
 
 def main():

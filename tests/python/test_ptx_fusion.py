@@ -31,7 +31,13 @@ PTX = """.visible .entry _ZN3gpu7kernelAEv(
 \tmul.rn.f32 \t%f3, %f1, 0f3F317218;
 \tadd.f32 \t%f5, %f1, %f3;
 \tfma.rn.f32 \t%f6, %f3, %f1, %f2;
-\tret;
+$L__BB1_2:
+\tsub.f32 \t%f7, %f8, %f2;
+\tmul.f32 \t%f8, %f7, %f1;
+\tmov.f32 \t%f9, %f8;
+\tld.shared.f32 \t%f8, [%r1];
+\tadd.f32 \t%f10, %f8, %f1;
+\tbra.uni \t$L__BB1_2;
 }
 """
 
@@ -42,7 +48,9 @@ def run(*args):
 
 def test_pairs_are_products_read_by_an_unrounded_add_or_sub(tmp_path):
     """kernelA: mul.f32 read by sub.f32 is one pair; the add.rn.f32 reading it and the add.f32 reading
-    a mul.rn.f32 are not. kernelB has none (rounded products only). --expect-none fails on A alone."""
+    a mul.rn.f32 are not. kernelB has none: rounded products, and a loop whose sub reads %f8 above
+    the mul.f32 that writes it (the value of the iteration before, not that product) and whose add
+    reads %f8 after a load wrote it again. --expect-none fails on A alone."""
     sys.path.insert(0, str(REPO / "tests"))
     import ptx_fusion
     ks = dict(ptx_fusion.kernels(PTX))
@@ -65,20 +73,20 @@ def nvcc():
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc (CI has it)")
 def test_attention_kernels_leave_nothing_to_fuse(tmp_path):
     """The backward lab (which has every attention kernel) as nvcc -O3 compiles the trainer for
-    sm_90a: no product that an add or a sub reads unrounded, in every tensor-core forward kernel
+    sm_90a: no product that an add or a sub reads unrounded in any tensor-core forward kernel
     (attention_forward_kernel2: versions 2, 4, 5 at each head dim they run; attention_forward_kernel6:
-    version 6) and every dQ kernel (versions 2/4 and 6). Before 2026-11-28 versions 2 and 4 of the
-    forward had 34 such pairs a kernel and version 5 two (NVVM had fused the rest): that is how
-    their lse came to differ on an H200; the dQ kernels had 32 (s sl2 - lse). The dK/dV kernels
-    still have D/2 in their write-out (dk scale + the accumulated or routed gradient; docs/gpu.md),
-    which this test reports but does not hold to zero."""
+    version 6), dQ kernel or dK/dV kernel (versions 2/3/4 and 6). Before 2026-11-28 versions 2 and 4
+    of the forward had 31 such pairs a kernel and version 5 two (NVVM had fused the rest): that is
+    how their lse came to differ on an H200; the dQ kernels had 32 (s sl2 - lse), the dK/dV kernels
+    24 to 96 (that, and the write-out's dk scale and routed sums)."""
     ptx = tmp_path / "attention_backward.ptx"
     subprocess.run([nvcc(), "-O3", "-std=c++17", "-diag-suppress", "1675,550", "-arch=sm_90a", "-I.", "-DENABLE_BF16", "-ptx",
                     "dev/cuda/attention_backward.cu", "-o", str(ptx)], cwd=REPO, check=True, capture_output=True)
-    p = run(ptx, "--kernels", "attention_(forward|backward_dq)_kernel[26]", "--expect-none")
+    p = run(ptx, "--kernels", "attention_(forward|backward_dq|backward_dkdv)_kernel[26]", "--expect-none")
     assert p.returncode == 0, p.stdout + p.stderr
     # forward: versions 2 and 4 at head dims 16, 32, 64, 128, version 5 at 16, 32, 64 (128 runs
-    # version 4), version 6; dQ: versions 2 and 4 at each head dim, version 6
+    # version 4), version 6; dQ: versions 2 and 4 at each head dim, version 6; dK/dV: versions 2 (64
+    # queries a step) and 3/4 (16), each with and without cp.async where built, at each head dim, and 6
     assert p.stdout.count("attention_forward_kernel2") == 11 and p.stdout.count("attention_forward_kernel6") == 1, p.stdout
     assert p.stdout.count("attention_backward_dq_kernel2") == 8 and p.stdout.count("attention_backward_dq_kernel6") == 1, p.stdout
-    print(run(ptx, "--kernels", "attention_backward_dkdv_kernel[26]").stdout)
+    assert p.stdout.count("attention_backward_dkdv_kernel2") == 12 and p.stdout.count("attention_backward_dkdv_kernel6") == 1, p.stdout
