@@ -348,8 +348,9 @@ done
 # from the weight-gradient GEMMs' BGRADB epilogue (variant bias_bgradb),
 # VP_TEST_BIAS_GRAD_EPILOGUE=1; and Depth's depth softmax inside the attention forward and its
 # backward inside the dK/dV kernel (variant depth_fused_bwd), VP_TEST_DEPTH_FUSED=1 (the forward
-# joins version 4's kernel only, the backward either version's). Each has its own test in step 2's suites as well
-# (attention_wgmma_versions, bias_grad_epilogue, depth_fused), which says which one a failure is.
+# joins version 4's kernel only, the backward either version's). Each has its own test in step
+# 2's suites as well (attention_wgmma_versions, bias_grad_epilogue, depth_fused), which says which
+# one a failure is.
 for path in $TEST_PATHS; do
     bin=${TEST_GPT_DIR:-$GB/tests}/test_gpt_gpu_${path}_bf16
     tlog="$OUT_DIR/test_gpt.log"

@@ -23,7 +23,9 @@ import sys
 
 # "mul.f32 %f1, %f2, %f3;" or with .ftz; a rounding modifier (mul.rn.f32) is never contracted
 _OP = re.compile(r"^\s*(?:@!?%p\d+\s+)?(mul|add|sub)(?:\.ftz)?(?:\.sat)?\.f32\s+(%f\d+)\s*,\s*([^,;]+)\s*,\s*([^,;]+)\s*;")
-# any instruction's destination register (its first operand), to see a register written again
+# any instruction's destination register (its first operand), to see a register written again;
+# a write inside a vector operand ({%f1, %f2}: ld.v4, wgmma) is not seen, which can only count a
+# pair too many, never miss one
 _DEF = re.compile(r"^\s*(?:@!?%p\d+\s+)?[a-z][\w.]*\s+(%f\d+)\s*,")
 _ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(")
 
