@@ -790,7 +790,7 @@ __device__ __forceinline__ void att2_paired_products(float (&c1)[2 * NP][4], flo
 // compiler rounds it the same way in each: nvcc may fuse a product and a following sum into one
 // FMA (one rounding instead of two) wherever it sees fit, and it decided differently in different
 // kernels (the forward's lse, below, 2026-11-28). The products here that a sum follows are
-// therefore __fmul_rn, which nvcc never fuses: s sl2 (then - m_new) and lrow corr (then + p).
+// therefore mul_unfused (kernels/common.cuh): s sl2 (then - m_new) and lrow corr (then + p).
 template <int NT, int ND>
 __device__ __forceinline__ void att_softmax_tile(float (&s)[NT][4], float (&o)[ND][4], float (&mrow)[2], float (&lrow)[2], int row, int key0,
                                                  bool diag, int T, int tq, float sl2) {
@@ -800,7 +800,7 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[NT][4], float (&o)[N
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int r = row + (e >= 2 ? 8 : 0), col = key0 + j * 8 + 2 * tq + (e & 1);
-            float x = __fmul_rn(s[j][e], sl2);  // not fused with exp2f's argument's "- m_new" below
+            float x = mul_unfused(s[j][e], sl2);  // not fused with exp2f's argument's "- m_new" below
             if (diag && (col > r || col >= T)) x = -INFINITY;
             s[j][e] = x;
             mx[e >> 1] = fmaxf(mx[e >> 1], x);
@@ -812,7 +812,7 @@ __device__ __forceinline__ void att_softmax_tile(float (&s)[NT][4], float (&o)[N
         float m_new = fmaxf(mrow[r], mx[r]);  // finite: every row has a key <= itself in its first tile
         float corr = exp2f(mrow[r] - m_new);  // 0 on the first tile (mrow = -inf)
         mrow[r] = m_new;
-        lrow[r] = __fmul_rn(lrow[r], corr);  // not fused with the "+= p" below
+        lrow[r] = mul_unfused(lrow[r], corr);  // not fused with the "+= p" below
 #pragma unroll
         for (int j = 0; j < ND; j++) {
             o[j][2 * r] *= corr;
@@ -1843,11 +1843,11 @@ void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream, con
     attention_backward_dkdv_kernel2<D, QSTEP, ASYNC, Epi><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a, epi);
     cudaCheck(cudaGetLastError());
 }
-template <int D, int QSTEP, bool ASYNC>
-void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream) {
+template <int D, int QSTEP, bool ASYNC, class Epi = AttNoEpilogue>
+void attention_backward2_d(const AttentionArgs& a, cudaStream_t stream, const Epi& epi = Epi()) {
     // dQ first, as in version 1 (AttentionArgs::dv may be the V this call reads)
     attention_backward_dq2_d<D, ASYNC>(a, stream);
-    attention_backward_dkdv2_d<D, QSTEP, ASYNC>(a, stream);
+    attention_backward_dkdv2_d<D, QSTEP, ASYNC>(a, stream, epi);
 }
 
 // tensor cores, bf16 only: version 2 (ASYNC = false), version 4 (K/V tiles by cp.async, double
@@ -1917,12 +1917,13 @@ inline void attention_forward5(const AttentionArgs& a, cudaStream_t stream) { at
 // version 2 (dK/dV in one pass over each query tile), version 3 (16 queries at a time) and
 // version 4 (version 3 with cp.async double buffering in both kernels); the same sums in the same
 // order, so the same results bit for bit
-template <int QSTEP, bool ASYNC>
-void attention_backward_tc(AttentionArgs a, cudaStream_t stream) {
+// Epi: run by each block of the dK/dV kernel after its stores (attention_backward_with_epilogue).
+template <int QSTEP, bool ASYNC, class Epi = AttNoEpilogue>
+void attention_backward_tc(AttentionArgs a, cudaStream_t stream, const Epi& epi = Epi()) {
     a = attention_full_range(a);
     attention_check_args(a, true, 2);
     attention_backward_preprocess(a, stream);
-    with_head_dim(a.D, [&](auto d) { attention_backward2_d<decltype(d)::value, QSTEP, ASYNC>(a, stream); });
+    with_head_dim(a.D, [&](auto d) { attention_backward2_d<decltype(d)::value, QSTEP, ASYNC>(a, stream, epi); });
 }
 inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE, false>(a, stream); }
 inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, false>(a, stream); }
@@ -1987,6 +1988,18 @@ inline int attention_dq_version = VP_ATT_DQ_VERSION;
 #define VP_ATT_DKDV_VERSION 6
 #endif
 inline int attention_dkdv_version = VP_ATT_DKDV_VERSION;
+#ifdef ENABLE_BF16
+// The backward at attention_tc_version 4: the dQ and the dK/dV kernel each at the version
+// attention_dq_version / attention_dkdv_version chooses (6 where attention_wgmma_supported, 4
+// elsewhere), with Epi run by each block of the dK/dV kernel after its stores (AttNoEpilogue for
+// every path's plain backward; attention_backward_with_epilogue).
+template <class Epi = AttNoEpilogue>
+void attention_backward_tc4(const AttentionArgs& a, cudaStream_t stream, const Epi& epi = Epi()) {
+    bool dq6 = attention_dq_version == 6, dkdv6 = attention_dkdv_version == 6;
+    if ((dq6 || dkdv6) && attention_wgmma_supported(a)) attention_backward6(a, stream, dq6, dkdv6, epi);
+    else attention_backward_tc<16, true>(a, stream, epi);
+}
+#endif
 // The trainer's entry points: tensor cores in the BF16 build, the exact SIMT kernels in FP32.
 // Forward: reads q, k, v; writes out and lse. Backward: reads q, k, v, out, lse, dout; writes
 // delta (scratch), dq, and dk/dv (or adds into them with accumulate_dkv).
@@ -2006,13 +2019,8 @@ inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 
 inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
-    if (attention_tc_version == 4) {
-        bool dq6 = attention_dq_version == 6, dkdv6 = attention_dkdv_version == 6;
-        if ((dq6 || dkdv6) && attention_wgmma_supported(a)) attention_backward6(a, stream, dq6, dkdv6);
-        else attention_backward4(a, stream);
-    } else {
-        attention_backward3(a, stream);
-    }
+    if (attention_tc_version == 4) attention_backward_tc4(a, stream);
+    else attention_backward3(a, stream);
 #else
     attention_backward1(a, stream);
 #endif
@@ -2073,19 +2081,7 @@ void attention_forward_with_prologue(AttentionArgs a, const Pro& pro, cudaStream
 template <class Epi>
 void attention_backward_with_epilogue(AttentionArgs a, const Epi& epi, cudaStream_t stream) {
     KERNEL_ASSERT(attention_backward_dkdv_epilogue_ok(a));
-    bool dq6 = attention_dq_version == 6, dkdv6 = attention_dkdv_version == 6;
-    if ((dq6 || dkdv6) && attention_wgmma_supported(a)) {
-        attention_backward6(a, stream, dq6, dkdv6, epi);
-        return;
-    }
-    a = attention_full_range(a);
-    attention_check_args(a, true, 2);
-    attention_backward_preprocess(a, stream);
-    with_head_dim(a.D, [&](auto d) {
-        constexpr int D = decltype(d)::value;
-        attention_backward_dq2_d<D, true>(a, stream);  // dQ first, as attention_backward (AttentionArgs::dv)
-        attention_backward_dkdv2_d<D, 16, true>(a, stream, epi);
-    });
+    attention_backward_tc4(a, stream, epi);
 }
 #endif
 

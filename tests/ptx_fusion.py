@@ -10,12 +10,12 @@ source code can therefore round it differently. It happened on an H200 (2026-11-
 forward version 5's lse differed from version 4's in the last bit, because NVVM fused
 "m * ln2 + log(l)" in one of version 5's two m-tiles and not in version 4. The CUDA emulator cannot
 see this (its host compiler makes its own choices), so the kernels whose bits are compared across
-versions write every such product as __fmul_rn (never fused) or every fused one as fmaf, and this
-script checks that their optimised PTX has no such pair left: for each kernel (.entry) whose
-mangled name matches --kernels, the count of add.f32 / sub.f32 that read the result of a mul.f32
-written above it (the latest write of that register).
---expect-none exits 1 if any matching kernel has one (or if none matches). PyTorch has no
-equivalent: its kernels make no bit-identity claims across versions.
+versions write every such product as mul_unfused (__fmul_rn: never fused) or every fused one as
+fmaf, and this script checks that their optimised PTX has no such pair left: for each kernel
+(.entry) whose mangled name matches --kernels, the count of add.f32 / sub.f32 that read the result
+of a mul.f32 written above it (the latest write of that register). --expect-none exits 1 if any
+matching kernel has one (or if none matches). PyTorch has no equivalent: its kernels make no
+bit-identity claims across versions.
 """
 import argparse
 import re
@@ -75,7 +75,7 @@ def main():
         return 1
     if args.expect_none and bad:
         print(f"error: {bad} of {matched} kernels have products that ptxas may fuse into an FMA in some kernels and not others: "
-              "write them as __fmul_rn, or the fused form as fmaf", file=sys.stderr)
+              "write them as mul_unfused (kernels/common.cuh), or the fused form as fmaf", file=sys.stderr)
         return 1
     return 0
 
