@@ -619,9 +619,9 @@ TEST(attention_head_ranges) {
     gpt_free(&gm);
 }
 
-// Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's version 6 and the
-// backward's version 6 (its dQ and dK/dV kernels) against the trainer's version 4 at every layer of every
-// config with D = 64, each with its layer's value-path inputs (ResFormer's mix as V is loaded,
+// Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's versions 6 and 7 and the
+// backward's (their dQ and dK/dV kernels; 7 is 6 with the operand each block multiplies by every
+// tile held in registers) against the trainer's version 4 at every layer of every config with D = 64, each with its layer's value-path inputs (ResFormer's mix as V is loaded,
 // SVFormer's v^0, SLA's second source, Depth's v~; the backward on a random dO, gradients into
 // fresh buffers): bit for bit under the CUDA emulator (it sums each k16 step in order for mma and
 // wgmma alike); on a GPU within the bounds derived below. Not run where version 6 cannot (head
@@ -672,83 +672,96 @@ TEST(attention_wgmma_versions) {
                 printf("  attention on wgmma (version 6): not run here (not a compute capability 9.0 GPU, or a build without sm_90a)\n");
                 break;
             }
-            // the forward
-            gpu::AttentionArgs a6 = a;
-            a.out = o4, a.lse = l4, a6.out = o6, a6.lse = l6;
-            gpu::attention_forward4(a, gm.stream);
-            gpu::attention_forward6(a6, gm.stream);
+            // version 4, then each wgmma version wv into the second buffers
+            gpu::AttentionArgs a4 = a;
+            a4.out = o4, a4.lse = l4;
+            gpu::attention_forward4(a4, gm.stream);
             // the backward of the layer's own forward (the trainer's out and lse) on the random dO
             gpu::AttentionArgs bw = gpu::attention_forward_args(&gm, l);
             bw.dout = dout, bw.delta = delta;
             bw.dq_rs = HD, bw.dk_rs = bw.dv_rs = kvd;
-            for (int v = 0; v < 2; v++) {
-                bw.dq = dq[v], bw.dk = dk[v], bw.dv = dv[v];
-                if (v == 0) gpu::attention_backward4(bw, gm.stream);
-                else gpu::attention_backward6(bw, gm.stream);
-            }
+            bw.dq = dq[0], bw.dk = dk[0], bw.dv = dv[0];
+            gpu::attention_backward4(bw, gm.stream);
             cudaCheck(cudaStreamSynchronize(gm.stream));
-            std::vector<gpu::floatX> h4 = get(o4, n_out), h6 = get(o6, n_out), q4 = get(dq[0], n_out), q6 = get(dq[1], n_out);
-            std::vector<gpu::floatX> k4 = get(dk[0], n_kv), k6 = get(dk[1], n_kv), v4 = get(dv[0], n_kv), v6 = get(dv[1], n_kv);
+            std::vector<gpu::floatX> h4 = get(o4, n_out), q4 = get(dq[0], n_out), k4 = get(dk[0], n_kv), v4 = get(dv[0], n_kv);
             std::vector<float> lse4(n_lse), lse6(n_lse);
             cudaCheck(cudaMemcpy(lse4.data(), l4, n_lse * 4, cudaMemcpyDeviceToHost));
-            cudaCheck(cudaMemcpy(lse6.data(), l6, n_lse * 4, cudaMemcpyDeviceToHost));
-            bool fwd_same = same(h4, h6) && same_bits(lse4, lse6), dq_same = same(q4, q6), dkv_same = same(k4, k6) && same(v4, v6);
+            std::vector<gpu::floatX> prev[4];  // version 6's out, dq, dk, dv: version 7 against them
+            std::vector<float> prev_lse;
+            for (int wv : {6, 7}) {
+                gpu::AttentionArgs a6 = a;
+                a6.out = o6, a6.lse = l6;
+                if (wv == 6) gpu::attention_forward6(a6, gm.stream);
+                else gpu::attention_forward7(a6, gm.stream);
+                bw.dq = dq[1], bw.dk = dk[1], bw.dv = dv[1];
+                gpu::attention_backward6(bw, gm.stream, wv, wv);
+                cudaCheck(cudaStreamSynchronize(gm.stream));
+                std::vector<gpu::floatX> h6 = get(o6, n_out), q6 = get(dq[1], n_out), k6 = get(dk[1], n_kv), v6 = get(dv[1], n_kv);
+                cudaCheck(cudaMemcpy(lse6.data(), l6, n_lse * 4, cudaMemcpyDeviceToHost));
+                bool fwd_same = same(h4, h6) && same_bits(lse4, lse6), dq_same = same(q4, q6), dkv_same = same(k4, k6) && same(v4, v6);
+                // version 7 against 6: the same k16 products, only A's source differs (registers or
+                // shared memory); printed, and required under the emulator (through version 4)
+                bool as_six = wv == 7 && same(prev[0], h6) && same_bits(prev_lse, lse6) && same(prev[1], q6) && same(prev[2], k6) && same(prev[3], v6);
+                if (wv == 6) prev[0] = h6, prev[1] = q6, prev[2] = k6, prev[3] = v6, prev_lse = lse6;
 #ifdef VP_CUDA_EMU
-            CHECK(fwd_same, "%s layer %d: attention forward versions 6 and 4 differ under the emulator", tc.name, l);
-            CHECK(dq_same, "%s layer %d: dq of attention backward versions 6 and 4 differs under the emulator", tc.name, l);
-            CHECK(dkv_same, "%s layer %d: dk/dv of attention backward versions 6 and 4 differ under the emulator", tc.name, l);
+                (void)as_six;
+                CHECK(fwd_same, "%s layer %d: attention forward versions %d and 4 differ under the emulator", tc.name, l, wv);
+                CHECK(dq_same, "%s layer %d: dq of attention backward versions %d and 4 differs under the emulator", tc.name, l, wv);
+                CHECK(dkv_same, "%s layer %d: dk/dv of attention backward versions %d and 4 differ under the emulator", tc.name, l, wv);
 #else
-            // Versions 4 and 6 feed the tensor cores the same bf16 products in the same k order;
-            // only the tensor core's own sums inside a k16 step may round differently, so S and
-            // dP can differ in their last fp32 bits, and a value rounded to bf16 after them can
-            // land on the neighbouring bf16 number: one ulp, at most 2^-7 of it.
-            //   out: a probability one ulp off moves o by at most 2^-7 p |v|, over the row's
-            //   weights (sum p / l = 1) at most 2^-7 max|V|; the output's own rounding one ulp,
-            //   2^-7 |o|: |o6 - o4| <= 2^-7 (max|V| + |o4|) per element.
-            //   lse: the row max is one score, the row sum a sum of <= T probabilities each off
-            //   by a few fp32 ulps: |lse6 - lse4| <= 1e-4.
-            //   dq: each dS entry rounded to bf16 one ulp the other way at worst (2^-7 of it)
-            //   moves dq by 2^-7 of that entry's term, and dq's own rounding one ulp: in the
-            //   Frobenius norm |dq6 - dq4| <= 2 x 2^-7 |dq4| (every rounding flipped at once).
-            //   dk, dv: the same argument with dS^T and P^T (their entries are dS's and P's):
-            //   |dk6 - dk4| <= 2 x 2^-7 |dk4|, |dv6 - dv4| <= 2 x 2^-7 |dv4| (Frobenius).
-            // max|V| over every source V is read from (ResFormer's mix is a convex combination).
-            float vmax = 0.0f;
-            for (auto src : {std::make_pair(a.v, a.v_rs), std::make_pair(a.v_mix, a.v_mix_rs), std::make_pair(a.v_alt, a.v_alt_rs)}) {
-                if (!src.first) continue;
-                std::vector<gpu::floatX> hv(n_kv);
-                cudaCheck(cudaMemcpy2D(hv.data(), kvd * sizeof(gpu::floatX), src.first, src.second * sizeof(gpu::floatX), kvd * sizeof(gpu::floatX), BT,
-                                       cudaMemcpyDeviceToHost));
-                for (gpu::floatX x : hv) vmax = std::max(vmax, fabsf((float)x));
-            }
-            double worst_o = 0.0, worst_l = 0.0;
-            for (size_t i = 0; i < h4.size(); i++)
-                worst_o = std::max(worst_o, (double)fabsf((float)h6[i] - (float)h4[i]) / (0x1p-7 * (vmax + fabsf((float)h4[i]))));
-            for (size_t i = 0; i < lse4.size(); i++) worst_l = std::max(worst_l, (double)fabsf(lse6[i] - lse4[i]) / 1e-4);
-            // |x6 - x4| / (2 x 2^-7 |x4|) in the Frobenius norm
-            auto frobenius_margin = [](const std::vector<gpu::floatX>& x4, const std::vector<gpu::floatX>& x6) {
-                double diff = 0.0, norm = 0.0;
-                for (size_t i = 0; i < x4.size(); i++) {
-                    double d = (double)(float)x6[i] - (double)(float)x4[i];
-                    diff += d * d;
-                    norm += (double)(float)x4[i] * (double)(float)x4[i];
+                // Versions 4 and 6 feed the tensor cores the same bf16 products in the same k order;
+                // only the tensor core's own sums inside a k16 step may round differently, so S and
+                // dP can differ in their last fp32 bits, and a value rounded to bf16 after them can
+                // land on the neighbouring bf16 number: one ulp, at most 2^-7 of it.
+                //   out: a probability one ulp off moves o by at most 2^-7 p |v|, over the row's
+                //   weights (sum p / l = 1) at most 2^-7 max|V|; the output's own rounding one ulp,
+                //   2^-7 |o|: |o6 - o4| <= 2^-7 (max|V| + |o4|) per element.
+                //   lse: the row max is one score, the row sum a sum of <= T probabilities each off
+                //   by a few fp32 ulps: |lse6 - lse4| <= 1e-4.
+                //   dq: each dS entry rounded to bf16 one ulp the other way at worst (2^-7 of it)
+                //   moves dq by 2^-7 of that entry's term, and dq's own rounding one ulp: in the
+                //   Frobenius norm |dq6 - dq4| <= 2 x 2^-7 |dq4| (every rounding flipped at once).
+                //   dk, dv: the same argument with dS^T and P^T (their entries are dS's and P's):
+                //   |dk6 - dk4| <= 2 x 2^-7 |dk4|, |dv6 - dv4| <= 2 x 2^-7 |dv4| (Frobenius).
+                // max|V| over every source V is read from (ResFormer's mix is a convex combination).
+                float vmax = 0.0f;
+                for (auto src : {std::make_pair(a.v, a.v_rs), std::make_pair(a.v_mix, a.v_mix_rs), std::make_pair(a.v_alt, a.v_alt_rs)}) {
+                    if (!src.first) continue;
+                    std::vector<gpu::floatX> hv(n_kv);
+                    cudaCheck(cudaMemcpy2D(hv.data(), kvd * sizeof(gpu::floatX), src.first, src.second * sizeof(gpu::floatX), kvd * sizeof(gpu::floatX), BT,
+                                           cudaMemcpyDeviceToHost));
+                    for (gpu::floatX x : hv) vmax = std::max(vmax, fabsf((float)x));
                 }
-                return sqrt(diff) / (2 * 0x1p-7 * sqrt(norm) + 1e-30);
-            };
-            double worst_q = frobenius_margin(q4, q6), worst_k = frobenius_margin(k4, k6), worst_v = frobenius_margin(v4, v6);
-            printf("  %s layer %d: attention version 6 against 4: out %.3f, lse %.3f, dq %.3f, dk %.3f, dv %.3f of their bounds; bit-identical: "
-                   "forward %s, dq %s, dk/dv %s\n",
-                   tc.name, l, worst_o, worst_l, worst_q, worst_k, worst_v, fwd_same ? "yes" : "no", dq_same ? "yes" : "no", dkv_same ? "yes" : "no");
-            CHECK(worst_o <= 1.0 && worst_l <= 1.0 && worst_q <= 1.0 && worst_k <= 1.0 && worst_v <= 1.0,
-                  "%s layer %d: attention version 6 is off version 4 by %.3f (out), %.3f (lse), %.3f (dq), %.3f (dk), %.3f (dv) of the bounds", tc.name,
-                  l, worst_o, worst_l, worst_q, worst_k, worst_v);
+                double worst_o = 0.0, worst_l = 0.0;
+                for (size_t i = 0; i < h4.size(); i++)
+                    worst_o = std::max(worst_o, (double)fabsf((float)h6[i] - (float)h4[i]) / (0x1p-7 * (vmax + fabsf((float)h4[i]))));
+                for (size_t i = 0; i < lse4.size(); i++) worst_l = std::max(worst_l, (double)fabsf(lse6[i] - lse4[i]) / 1e-4);
+                // |x6 - x4| / (2 x 2^-7 |x4|) in the Frobenius norm
+                auto frobenius_margin = [](const std::vector<gpu::floatX>& x4, const std::vector<gpu::floatX>& x6) {
+                    double diff = 0.0, norm = 0.0;
+                    for (size_t i = 0; i < x4.size(); i++) {
+                        double d = (double)(float)x6[i] - (double)(float)x4[i];
+                        diff += d * d;
+                        norm += (double)(float)x4[i] * (double)(float)x4[i];
+                    }
+                    return sqrt(diff) / (2 * 0x1p-7 * sqrt(norm) + 1e-30);
+                };
+                double worst_q = frobenius_margin(q4, q6), worst_k = frobenius_margin(k4, k6), worst_v = frobenius_margin(v4, v6);
+                printf("  %s layer %d: attention version %d against 4: out %.3f, lse %.3f, dq %.3f, dk %.3f, dv %.3f of their bounds; bit-identical: "
+                       "forward %s, dq %s, dk/dv %s%s\n",
+                       tc.name, l, wv, worst_o, worst_l, worst_q, worst_k, worst_v, fwd_same ? "yes" : "no", dq_same ? "yes" : "no", dkv_same ? "yes" : "no",
+                       wv == 7 ? (as_six ? "; all as version 6: yes" : "; all as version 6: no") : "");
+                CHECK(worst_o <= 1.0 && worst_l <= 1.0 && worst_q <= 1.0 && worst_k <= 1.0 && worst_v <= 1.0,
+                      "%s layer %d: attention version %d is off version 4 by %.3f (out), %.3f (lse), %.3f (dq), %.3f (dk), %.3f (dv) of the bounds", tc.name,
+                      l, wv, worst_o, worst_l, worst_q, worst_k, worst_v);
 #endif
+            }
             checked++;
         }
         for (void* p : bufs) cudaCheck(cudaFree(p));
         gpt_free(&gm);
     }
-    printf("  attention version 6 (forward, dq, dk, dv) compared with version 4 at %d layers\n", checked);
+    printf("  attention versions 6 and 7 (forward, dq, dk, dv) compared with version 4 at %d layers\n", checked);
 #endif
 }
 
@@ -1150,7 +1163,7 @@ TEST(depth_fused) {
             gpu::AttentionArgs fa = attention_forward_args(&gm, 1), ba = attention_backward_args(&gm, 1);
             bool fwd_ran = depth_fused_forward_active(fa, depth_args(&gm, 1), depth_forward_sync(&gm));
             bool bwd_ran = depth_fused_backward_active(ba, depth_backward_args(&gm, 1));
-            int dkdv_version = gpu::attention_dkdv_version == 6 && gpu::attention_wgmma_supported(ba) ? 6 : 4;
+            int dkdv_version = gpu::attention_dkdv_active_version(ba);
             gpt_free(&gm);
             if (way == 0) {
                 ref_grads = grads;
@@ -1262,14 +1275,14 @@ int main(int argc, char** argv) {
     // VP_TEST_ATTENTION_WGMMA=0 runs every test with the trainer's attention forward, dQ and dK/dV
     // kernels at version 4, which the default (version 6, wgmma) leaves to head dims other than 64
     // and to GPUs other than Hopper: dev/device_check.sh runs each path's suite once more that way
-    // (1: version 6 where it can run, the default)
+    // (1: version 6 where it can run, the default; 7: version 7 there, every kernel)
     const char* wg = getenv("VP_TEST_ATTENTION_WGMMA");
     if (wg && *wg) {
-        if (strcmp(wg, "0") && strcmp(wg, "1")) {
-            fprintf(stderr, "VP_TEST_ATTENTION_WGMMA=%s: use 1 (version 6) or 0\n", wg);
+        if (strcmp(wg, "0") && strcmp(wg, "1") && strcmp(wg, "7")) {
+            fprintf(stderr, "VP_TEST_ATTENTION_WGMMA=%s: use 1 (version 6), 7 (version 7) or 0 (version 4)\n", wg);
             return 2;
         }
-        gpu::attention_forward_version = gpu::attention_dq_version = gpu::attention_dkdv_version = wg[0] == '1' ? 6 : 4;
+        gpu::attention_forward_version = gpu::attention_dq_version = gpu::attention_dkdv_version = wg[0] == '1' ? 6 : wg[0] == '7' ? 7 : 4;
     }
     // VP_TEST_BIAS_GRAD_EPILOGUE=1 likewise runs every test with the bias gradients from the
     // weight-gradient GEMMs' BGRADB epilogue (kernels/matmul.cuh), for the same reason

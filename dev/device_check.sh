@@ -34,6 +34,9 @@
 #      against unfused)
 #   9. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py), for each path
 #      of PROFILE_PATHS (default "vanilla"; "vanilla resformer depth" to see where a path's time goes)
+#  10. if time is left: the wgmma attention kernels (versions 6 and 7: forward, dQ, dK/dV) under
+#      ncu's detailed sections (throughput, pipes, shared memory, warp stalls) at the labs' first
+#      shape, into labs_timed.log: what limits them, for the next kernel's design
 # and prints a short table last. With $OUT set (the device tool), results go there (at most 8
 # files): summary.md (the table, in the form dev/results/ wants), build.log, test_gpt.log,
 # labs.log, train_cli.log, dist.log, bench.txt, labs_timed.log.
@@ -57,7 +60,7 @@
 # run from; for this script's own test, tests/python/test_device_check.py); GPU_BUILD (build: where
 # every GPU binary is built and run from; the script's own test on a machine without a GPU sets
 # build/check, where make test compiled them unoptimized). BENCH_PARTS ("bench variants attention
-# memory profile", the default: steps 4, 4b, 7, 8 and 9) picks among the bench steps, e.g.
+# memory profile attnprof", the default: steps 4, 4b, 7, 8, 9 and 10) picks among the bench steps, e.g.
 # BENCH_PARTS=profile for a call that only profiles; MEMORY_LABS (step 8's labs, "classifier
 # layernorm rmsnorm gelu depth_attention") to time fewer of them; ONLY_VARIANTS ("att_v4
 # bias_bgradb") to time only those variants of dev/bench_variants.list, in that order; AB_ROUNDS (4:
@@ -70,7 +73,7 @@ OUT_DIR="${OUT:-build/device_check}"
 GB="${GPU_BUILD:-build}"
 mkdir -p "$OUT_DIR"
 JOBS="${JOBS:-16}"
-BENCH_PARTS=" ${BENCH_PARTS:-bench variants attention memory profile} "
+BENCH_PARTS=" ${BENCH_PARTS:-bench variants attention memory profile attnprof} "
 PROFILE_PATHS=${PROFILE_PATHS:-vanilla}
 [ "${SKIP_BENCH:-0}" = 1 ] && BENCH_PARTS=""
 bench_part() { [[ "$BENCH_PARTS" == *" $1 "* ]]; }
@@ -260,6 +263,7 @@ done
 bench_part attention && BUILD_TARGETS+=($GB/dev/cuda/bf16/attention_forward $GB/dev/cuda/bf16/attention_backward $GB/dev/cuda/bf16/bench_gpt_vanilla)
 bench_part memory && for lab in $MEMORY_LABS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/$lab"); done
 bench_part profile && for path in $PROFILE_PATHS; do BUILD_TARGETS+=("$GB/dev/cuda/bf16/bench_gpt_$path"); done
+bench_part attnprof && BUILD_TARGETS+=($GB/dev/cuda/bf16/attention_forward $GB/dev/cuda/bf16/attention_backward)
 [ "${SKIP_BUILD:-0}" = 1 ] && BUILD_TARGETS=()
 [ ${#BUILD_TARGETS[@]} -gt 0 ] && mapfile -t BUILD_TARGETS < <(printf '%s\n' "${BUILD_TARGETS[@]}" | awk '!seen[$0]++')
 rc=0
@@ -687,7 +691,7 @@ if bench_part attention && unit_begin attention; then
     done
     [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
         /^attention (forward|backward):/ { if (shape != "") print shape "|" times; shape = $1 " " $2 " " $3 " " $4 " " $5 " " $6 " " $7; times = "" }
-        /^  version [0-9]: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
+        /^  version [0-9][^:]*: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
         END { if (shape != "") print shape "|" times }' "$LAB")
     if [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ]; then
         ab_run "bench_gpt_vanilla --attention-version 2: A/B in one process" $GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
@@ -760,6 +764,27 @@ for ppath in $PROFILE_PATHS; do
         unit_end "profile_$ppath"
     fi
 done
+
+# 10. what limits the wgmma attention kernels, if time is left: ncu's detailed sections (speed of
+# light, compute and memory workload with the shared-memory table, scheduler and warp-state
+# statistics with ncu's own notes on the dominant stalls, occupancy) for the first launch of each
+# version 6 and 7 kernel (forward, dQ, dK/dV) in the labs' --check runs, whose first shape is
+# GPT-2's (B=8 and B=4, T=1024, H=12, D=64), appended to labs_timed.log. The kernels' times are
+# the timed labs' (step 7); this says why they are what they are.
+if bench_part attnprof && command -v ncu >/dev/null 2>&1 && unit_begin attnprof; then
+    LAB="$OUT_DIR/labs_timed.log"
+    for lab in attention_forward attention_backward; do
+        [ -x "$GB/dev/cuda/bf16/$lab" ] || continue
+        # 2 forward launches (versions 6, 7) or 4 backward ones (dQ and dK/dV of each) at the first shape
+        n=2
+        [ $lab = attention_backward ] && n=4
+        run_step "ncu detailed, $lab (wgmma kernels, first shape)" 150 "$LAB" ncu --set detailed --kernel-name regex:'attention_(forward|backward_dq|backward_dkdv)_kernel6' \
+            --launch-count $n "$GB/dev/cuda/bf16/$lab" --check
+        rc=$?
+        row "ncu detailed sections, $lab's wgmma kernels" "$(verdict $rc) (labs_timed.log)"
+    done
+    unit_end attnprof
+fi
 
 write_summary
 echo

@@ -52,6 +52,18 @@
 //     version 4 (0.974; forward alone 0.985, dQ 0.987, dK/dV 0.976; Depth 0.967, ResFormer 0.977),
 //     dev/results/2026-11-28-h200.md. bench_gpt --attention-forward 4 --attention-dq 4
 //     --attention-dkdv 4 (the variant att_v4) times version 4 against it.
+//   version 7 (all three kernels, D = 64, Hopper): version 6 with the operand that a block
+//     multiplies by every tile (the forward's Q rows, the dQ kernel's Q and dO rows, the dK/dV
+//     kernel's K and V rows) read once from its swizzled tile into registers as wgmma A
+//     fragments (sw128_a_fragments), so each score product reads one operand from shared memory,
+//     not two. Why: an m64n64k16 with both operands in shared memory reads 4 KiB per 32 cycles of
+//     an SM's tensor cores, 128 B/clk, an SM's whole shared-memory bandwidth (an m64n32k16, the
+//     dK/dV kernel's, 3 KiB per 16: 192 B/clk), while the tiles' copies also land there; with A in
+//     registers half or a third. The same products in the same order: bit-identical to version 6
+//     under the emulator. Registers (ptxas): dQ and dK/dV 168 (3 blocks per SM, as version 6's
+//     151 and 147), the forward 122 (no spill: its K/V source moved to shared memory; version
+//     6's 128). Not yet run on a GPU: bench_gpt
+//     --attention-forward 7 --attention-dq 7 --attention-dkdv 7 (the variants att_v7, att_v7_bwd).
 // Backward, both versions: three kernels, in this order: delta = rowsum(dO * O); dQ with one
 // block per (b, query head, query tile) looping over key tiles; dK/dV with one block per
 // (b, KV head, key tile) looping over the G query heads of the group and the query tiles in a
@@ -64,7 +76,7 @@
 //
 // defines: AttentionArgs, KVGradRoute, KeptSumArgs, attention_head_dim_supported, attention_forward,
 //          attention_backward, attention_sum_kept, attention_wgmma_supported
-//          (and attention_forward1/2/4/5/6, attention_backward1/2/3/4/6 for the dev labs);
+//          (and attention_forward1/2/4/5/6/7, attention_backward1/2/3/4/6/7 for the dev labs);
 //          for a value path that extends the version 4 kernels (Depth's, depth_attention.cuh):
 //          attention_forward_with_prologue, attention_backward_with_epilogue (AttNoPrologue and
 //          AttNoEpilogue are the plain ones), attention_forward4_active,
@@ -1065,6 +1077,12 @@ __device__ __forceinline__ void att6_issue_rows_dot_rows(float (&acc)[8][4], uin
 #pragma unroll
     for (int ks = 0; ks < 4; ks++) wgmma_m64n64k16_ss(acc, wgmma_desc_sw128(a_addr + 32 * ks, 16, 1024), wgmma_desc_sw128(b_addr + 32 * ks, 16, 1024), ks > 0);
 }
+// The same with A (the warp's 16 rows, all 64 columns) from registers: frags as
+// sw128_a_fragments reads them (version 7).
+__device__ __forceinline__ void att6_issue_frags_dot_rows(float (&acc)[8][4], const uint32_t (&frags)[4][4], uint32_t b_addr) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) wgmma_m64n64k16_rs(acc, frags[ks], wgmma_desc_sw128(b_addr + 32 * ks, 16, 1024), ks > 0);
+}
 // acc (64 x 64) += P B: P the warpgroup's 64 rows x 64 keys in the score fragments (rounded to
 // bf16 as A fragments), B a 64-key tile read MN-major at window address b_addr (16 keys, 2048
 // bytes, a k step). Waited for.
@@ -1082,7 +1100,7 @@ __device__ __forceinline__ void att6_rows_times_tile(float (&acc)[8][4], const f
     wgmma_fence_operand(acc);
 }
 
-template <int D>
+template <int D, bool Q_FRAGS>
 static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kernel6(AttentionArgs a) {
     static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
     constexpr int NT = ATT6_KTILE / 8;  // 8-key blocks of a tile
@@ -1099,9 +1117,23 @@ static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kern
     int wg_last = min((q0 + 64 * wg + 63) / ATT6_KTILE, last);                    // this warpgroup's
     // group 0: Q and key tile 0, waited for at the top of the loop
     att6_load_tile_async<ATT6_QROWS, ATT6_THREADS>(Qs, qsrc, a.q_rs, q0, a.T);
+    if constexpr (Q_FRAGS) cp_async_commit();  // Q a group of its own
     att6_kv_tile_start<ATT6_THREADS>(KVs, src, 0, a.T);
     cp_async_commit();
     const uint32_t q_addr = smem_window_address(Qs + wg * 64 * ATT6_ROW_BYTES);  // this warpgroup's 64 rows
+    // Q_FRAGS (version 7): the warp's 16 query rows as A fragments, read once, for every key
+    // tile's S (the tensor core then reads only K and V from shared memory)
+    // Q_FRAGS: the K/V source's pointers and strides (13 registers) kept in shared memory and read
+    // as each tile's copies start, for the 16 registers of the fragments (with them in registers
+    // too ptxas spilled)
+    uint32_t qf[Q_FRAGS ? 4 : 1][4];
+    __shared__ KVSource src_shared[1];
+    if constexpr (Q_FRAGS) {
+        if (threadIdx.x == 0) src_shared[0] = src;
+        cp_async_wait<1>();  // this thread's Q copies (key tile 0's may still be in flight)
+        __syncthreads();
+        sw128_a_fragments(qf, Qs + wg * 64 * ATT6_ROW_BYTES, warp, gr, tq);
+    }
 
     float o[D / 8][4], s[NT][4];  // D fragments (kernels/wgmma.cuh): [j][2r + c] = row + 8r, column 8j + 2tq + c
 #pragma unroll
@@ -1112,13 +1144,15 @@ static __global__ void __launch_bounds__(ATT6_THREADS, 2) attention_forward_kern
     int row = q0 + 64 * wg + 16 * warp + gr;
 
     for (int kt = 0; kt <= last; kt++) {
-        att6_tile_step<ATT6_THREADS>(KVs, src, kt, last, a.T);
+        if constexpr (Q_FRAGS) att6_tile_step<ATT6_THREADS>(KVs, src_shared[0], kt, last, a.T);
+        else att6_tile_step<ATT6_THREADS>(KVs, src, kt, last, a.T);
         if (kt > wg_last) continue;  // the same for the whole warpgroup
         const uint32_t k_addr = smem_window_address(KVs + (kt & 1) * 2 * ATT6_KTILE * ATT6_ROW_BYTES), v_addr = k_addr + ATT6_KTILE * ATT6_ROW_BYTES;
         // S = Q K^T
         wgmma_fence_operand(s);
         wgmma_fence();
-        att6_issue_rows_dot_rows(s, q_addr, k_addr);
+        if constexpr (Q_FRAGS) att6_issue_frags_dot_rows(s, qf, k_addr);
+        else att6_issue_rows_dot_rows(s, q_addr, k_addr);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(s);
@@ -1503,7 +1537,7 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dq_kernel2(Atte
 constexpr int ATT6_DQ_THREADS = 128;
 inline size_t att6_smem_dq() { return (size_t)(2 * 64 + 4 * ATT6_KTILE) * ATT6_ROW_BYTES + SW128_ALIGN_SLACK; }
 
-template <int D>
+template <int D, bool QDO_FRAGS>
 static __global__ void __launch_bounds__(ATT6_DQ_THREADS, 3) attention_backward_dq_kernel6(AttentionArgs a) {
     static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
     constexpr int NT = ATT6_KTILE / 8;
@@ -1517,15 +1551,26 @@ static __global__ void __launch_bounds__(ATT6_DQ_THREADS, 3) attention_backward_
     KVSource src = attn_kv_source(a, b, g);
     const __nv_bfloat16* qsrc = a.q + (size_t)b * a.T * a.q_rs + (size_t)h * D;
     const __nv_bfloat16* dosrc = a.dout + (size_t)b * a.T * a.H * D + (size_t)h * D;
-    // group 0: Q, dO and key tile 0, waited for at the top of the loop
+    // group 0: Q, dO and key tile 0, waited for at the top of the loop (QDO_FRAGS: Q and dO a group
+    // of their own)
     att6_load_tile_async<64, ATT6_DQ_THREADS>(Qs, qsrc, a.q_rs, qt * 64, a.T);
     att6_load_tile_async<64, ATT6_DQ_THREADS>(dOs, dosrc, (long)a.H * D, qt * 64, a.T);
+    if constexpr (QDO_FRAGS) cp_async_commit();
     att6_kv_tile_start<ATT6_DQ_THREADS>(KVs, src, 0, a.T);
     cp_async_commit();
     int row = qt * 64 + warp * 16 + gr;
     float lse2[2], delta[2];
     att_dq_row_stats(lse2, delta, row, a, b, h);
     const uint32_t q_addr = smem_window_address(Qs), do_addr = smem_window_address(dOs);
+    // QDO_FRAGS (version 7): the warp's 16 rows of Q and dO as A fragments, read once, for every
+    // key tile's S and dP (the tensor core then reads only K and V from shared memory)
+    uint32_t qf[QDO_FRAGS ? 4 : 1][4], dof[QDO_FRAGS ? 4 : 1][4];
+    if constexpr (QDO_FRAGS) {
+        cp_async_wait<1>();  // this thread's Q and dO copies (key tile 0's may still be in flight)
+        __syncthreads();
+        sw128_a_fragments(qf, Qs, warp, gr, tq);
+        sw128_a_fragments(dof, dOs, warp, gr, tq);
+    }
     float s[NT][4], dp[NT][4], dq[D / 8][4];  // D fragments (kernels/wgmma.cuh)
 #pragma unroll
     for (int j = 0; j < NT; j++)
@@ -1539,8 +1584,13 @@ static __global__ void __launch_bounds__(ATT6_DQ_THREADS, 3) attention_backward_
         wgmma_fence_operand(s);
         wgmma_fence_operand(dp);
         wgmma_fence();
-        att6_issue_rows_dot_rows(s, q_addr, k_addr);
-        att6_issue_rows_dot_rows(dp, do_addr, v_addr);
+        if constexpr (QDO_FRAGS) {
+            att6_issue_frags_dot_rows(s, qf, k_addr);
+            att6_issue_frags_dot_rows(dp, dof, v_addr);
+        } else {
+            att6_issue_rows_dot_rows(s, q_addr, k_addr);
+            att6_issue_rows_dot_rows(dp, do_addr, v_addr);
+        }
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(s);
@@ -1573,7 +1623,7 @@ inline size_t att6_smem_dkdv() { return (size_t)6 * 64 * ATT6_ROW_BYTES + 4 * 64
 
 // Epi: as version 4's kernel (attention_backward_dkdv_kernel2): run by the block after its stores,
 // with the shared memory free (the last pair's wgmma waited for, no copy in flight).
-template <int D, class Epi>
+template <int D, class Epi, bool KV_FRAGS>
 static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backward_dkdv_kernel6(AttentionArgs a, Epi epi) {
     static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
     static_assert(ATT6_DKDV_THREADS == ATT2_THREADS && ATT2_TILE == 64, "version 4's lse and delta loaders: a thread per row");
@@ -1594,13 +1644,23 @@ static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backwar
     __syncthreads();
     KVSource src = attn_kv_source(a, b, g);
     int h = g * G, qt = kt;  // the pair of iteration it
-    // group 0: K, V and the first pair's Q, dO, lse and delta
+    // group 0: K, V and the first pair's Q, dO, lse and delta (KV_FRAGS: K and V a group of their own)
     att6_load_kv_tiles<ATT6_DKDV_THREADS>(Ks, src, kt, a.T);
+    if constexpr (KV_FRAGS) cp_async_commit();
     att6_load_tile_async<64, ATT6_DKDV_THREADS>(QdOs, att_dkdv_head_rows(batch_rows, 0, h, D), a.q_rs, qt * 64, a.T);
     att6_load_tile_async<64, ATT6_DKDV_THREADS>(QdOs + TILE_BYTES, att_dkdv_head_rows(batch_rows, 1, h, D), (long)a.H * D, qt * 64, a.T);
     att_dkdv_lse_delta_start<true>(lse_all, delta_all, batch_rows, h, qt, 0, a.T);
     cp_async_commit();
     const uint32_t k_addr = smem_window_address(Ks), v_addr = k_addr + TILE_BYTES;
+    // KV_FRAGS (version 7): the warp's 16 keys of K and V as A fragments, read once, for every
+    // pair's S^T and dP^T (the tensor core then reads only Q and dO from shared memory)
+    uint32_t kf[KV_FRAGS ? 4 : 1][4], vf[KV_FRAGS ? 4 : 1][4];
+    if constexpr (KV_FRAGS) {
+        cp_async_wait<1>();  // this thread's K and V copies (the pair's may still be in flight)
+        __syncthreads();     // and everyone's (ResFormer's mixed V: plain stores)
+        sw128_a_fragments(kf, Ks, warp, gr, tq);
+        sw128_a_fragments(vf, Ks + TILE_BYTES, warp, gr, tq);
+    }
     float dk[D / 8][4], dv[D / 8][4], pt[NJ][4], dpt[NJ][4];  // D fragments (kernels/wgmma.cuh), rows = keys
 #pragma unroll
     for (int j = 0; j < D / 8; j++)
@@ -1636,12 +1696,17 @@ static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backwar
             wgmma_fence_operand(dpt);
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < 4; ks++)
-                wgmma_m64n32k16_ss(pt, wgmma_desc_sw128(k_addr + 32 * ks, 16, 1024), wgmma_desc_sw128(q_addr + qc * ATT6_ROW_BYTES + 32 * ks, 16, 1024), ks > 0);
+            for (int ks = 0; ks < 4; ks++) {
+                uint64_t qd = wgmma_desc_sw128(q_addr + qc * ATT6_ROW_BYTES + 32 * ks, 16, 1024);
+                if constexpr (KV_FRAGS) wgmma_m64n32k16_rs(pt, kf[ks], qd, ks > 0);
+                else wgmma_m64n32k16_ss(pt, wgmma_desc_sw128(k_addr + 32 * ks, 16, 1024), qd, ks > 0);
+            }
 #pragma unroll
-            for (int ks = 0; ks < 4; ks++)
-                wgmma_m64n32k16_ss(dpt, wgmma_desc_sw128(v_addr + 32 * ks, 16, 1024), wgmma_desc_sw128(do_addr + qc * ATT6_ROW_BYTES + 32 * ks, 16, 1024),
-                                   ks > 0);
+            for (int ks = 0; ks < 4; ks++) {
+                uint64_t dod = wgmma_desc_sw128(do_addr + qc * ATT6_ROW_BYTES + 32 * ks, 16, 1024);
+                if constexpr (KV_FRAGS) wgmma_m64n32k16_rs(dpt, vf[ks], dod, ks > 0);
+                else wgmma_m64n32k16_ss(dpt, wgmma_desc_sw128(v_addr + 32 * ks, 16, 1024), dod, ks > 0);
+            }
             wgmma_commit();
             wgmma_wait<0>();
             wgmma_fence_operand(pt);
@@ -1893,6 +1958,9 @@ inline bool attention_wgmma_available() {
 }
 // Whether version 6 (the forward, and the backward's dQ kernel) runs these arguments here.
 inline bool attention_wgmma_supported(const AttentionArgs& a) { return a.D == 64 && attention_wgmma_available(); }
+// The kernel versions that run on wgmma where attention_wgmma_supported: 6, and 7 (version 6 with
+// the operand that a block multiplies by every tile held in registers as A fragments).
+inline bool attention_version_wgmma(int version) { return version == 6 || version == 7; }
 // The version-6 launchers' first steps: the full head range, the arguments checked, and a clear
 // error where version 6 cannot run.
 inline AttentionArgs attention6_checked(AttentionArgs a, bool backward) {
@@ -1903,13 +1971,17 @@ inline AttentionArgs attention6_checked(AttentionArgs a, bool backward) {
                       "for sm_90a; here head dim %d", a.D);
     return a;
 }
-inline void attention_forward6(AttentionArgs a, cudaStream_t stream) {
+// Q_FRAGS: version 7 (the query rows held as A fragments: attention_forward_kernel6)
+template <bool Q_FRAGS = false>
+void attention_forward6(AttentionArgs a, cudaStream_t stream) {
     a = attention6_checked(a, false);
     size_t smem = att6_smem_forward();
-    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attention_forward_kernel6<64><<<dim3(CEIL_DIV(a.T, ATT6_QROWS), a.B * (a.h1 - a.h0)), ATT6_THREADS, smem, stream>>>(a);
+    auto kernel = attention_forward_kernel6<64, Q_FRAGS>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<dim3(CEIL_DIV(a.T, ATT6_QROWS), a.B * (a.h1 - a.h0)), ATT6_THREADS, smem, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
+inline void attention_forward7(const AttentionArgs& a, cudaStream_t stream) { attention_forward6<true>(a, stream); }
 inline void attention_forward2(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<false, 1>(a, stream); }
 inline void attention_forward4(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<true, 1>(a, stream); }
 inline void attention_forward5(const AttentionArgs& a, cudaStream_t stream) { attention_forward_tc<true, 2>(a, stream); }
@@ -1928,35 +2000,43 @@ void attention_backward_tc(AttentionArgs a, cudaStream_t stream, const Epi& epi 
 inline void attention_backward2(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<ATT2_TILE, false>(a, stream); }
 inline void attention_backward3(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, false>(a, stream); }
 inline void attention_backward4(const AttentionArgs& a, cudaStream_t stream) { attention_backward_tc<16, true>(a, stream); }
-// version 6's dQ kernel alone (a checked by attention6_checked)
-inline void attention_backward_dq6_launch(const AttentionArgs& a, cudaStream_t stream) {
+// version 6's dQ kernel alone (a checked by attention6_checked); QDO_FRAGS: version 7's
+template <bool QDO_FRAGS>
+void attention_backward_dq6_launch(const AttentionArgs& a, cudaStream_t stream) {
     size_t smem = att6_smem_dq();
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel6<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attention_backward_dq_kernel6<64><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0)), ATT6_DQ_THREADS, smem, stream>>>(a);
+    auto kernel = attention_backward_dq_kernel6<64, QDO_FRAGS>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0)), ATT6_DQ_THREADS, smem, stream>>>(a);
+    cudaCheck(cudaGetLastError());
+}
+// version 6's dK/dV kernel alone, with Epi; KV_FRAGS: version 7's
+template <bool KV_FRAGS, class Epi>
+void attention_backward_dkdv6_launch(const AttentionArgs& a, cudaStream_t stream, const Epi& epi) {
+    size_t smem = att6_smem_dkdv();
+    int G = a.H / a.Hkv;
+    auto kernel = attention_backward_dkdv_kernel6<64, Epi, KV_FRAGS>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0) / G), ATT6_DKDV_THREADS, smem, stream>>>(a, epi);
     cudaCheck(cudaGetLastError());
 }
 // Version 6: the dQ and the dK/dV kernels on wgmma (head dim 64 on an H100/H200, as the forward's
-// version 6) with version 4's delta pass, in the same order (dQ first). dq_wgmma or dkdv_wgmma
-// false runs that kernel at version 4 (the trainer's attention_dq_version and
-// attention_dkdv_version choose each). epi: run by each block of the dK/dV kernel, either version,
-// after its stores (attention_backward_with_epilogue).
+// version 6) with version 4's delta pass, in the same order (dQ first). dq_version and
+// dkdv_version choose each kernel: 6, 7 (6 with the block's own rows held as A fragments), or 4
+// (the trainer's attention_dq_version and attention_dkdv_version). epi: run by each block of the
+// dK/dV kernel, any version, after its stores (attention_backward_with_epilogue).
 template <class Epi = AttNoEpilogue>
-void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wgmma = true, bool dkdv_wgmma = true, const Epi& epi = Epi()) {
+void attention_backward6(AttentionArgs a, cudaStream_t stream, int dq_version = 6, int dkdv_version = 6, const Epi& epi = Epi()) {
     a = attention6_checked(a, true);
+    KERNEL_ASSERT((dq_version == 4 || attention_version_wgmma(dq_version)) && (dkdv_version == 4 || attention_version_wgmma(dkdv_version)));
     attention_backward_preprocess(a, stream);
-    if (dq_wgmma) attention_backward_dq6_launch(a, stream);
+    if (dq_version == 7) attention_backward_dq6_launch<true>(a, stream);
+    else if (dq_version == 6) attention_backward_dq6_launch<false>(a, stream);
     else attention_backward_dq2_d<64, true>(a, stream);
-    if (dkdv_wgmma) {
-        size_t smem = att6_smem_dkdv();
-        int G = a.H / a.Hkv;
-        auto dkdv_kernel = attention_backward_dkdv_kernel6<64, Epi>;
-        cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        attention_backward_dkdv_kernel6<64, Epi><<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0) / G), ATT6_DKDV_THREADS, smem, stream>>>(a, epi);
-        cudaCheck(cudaGetLastError());
-    } else {
-        attention_backward_dkdv2_d<64, 16, true>(a, stream, epi);
-    }
+    if (dkdv_version == 7) attention_backward_dkdv6_launch<true>(a, stream, epi);
+    else if (dkdv_version == 6) attention_backward_dkdv6_launch<false>(a, stream, epi);
+    else attention_backward_dkdv2_d<64, 16, true>(a, stream, epi);
 }
+inline void attention_backward7(const AttentionArgs& a, cudaStream_t stream) { attention_backward6(a, stream, 7, 7); }
 #endif  // ENABLE_BF16
 
 // The tensor-core kernels the trainer's entry points run (BF16 build): 4, with cp.async double
@@ -1967,7 +2047,7 @@ void attention_backward6(AttentionArgs a, cudaStream_t stream, bool dq_wgmma = t
 // call times whole training steps both ways.
 inline int attention_tc_version = 4;
 // The forward's version when attention_tc_version is 4: 6 (wgmma, where attention_wgmma_supported;
-// version 4 elsewhere: the default, see the top of this file), 4, or 5 (32 query rows per warp;
+// version 4 elsewhere: the default, see the top of this file), 7 (likewise), 4, or 5 (32 query rows per warp;
 // bench_gpt --attention-forward 5, the variant att_fwd5: 0.994 of version 4's step on an H200,
 // 2026-11-28, slower than version 6). VP_ATT_FWD_VERSION at build time, bench_gpt
 // --attention-forward at run time.
@@ -1976,18 +2056,26 @@ inline int attention_tc_version = 4;
 #endif
 inline int attention_forward_version = VP_ATT_FWD_VERSION;
 // The backward's dQ kernel when attention_tc_version is 4: 6 (wgmma, where
-// attention_wgmma_supported; version 4 elsewhere), or 4. VP_ATT_DQ_VERSION, bench_gpt --attention-dq.
+// attention_wgmma_supported; version 4 elsewhere), 7 (likewise), or 4. VP_ATT_DQ_VERSION, bench_gpt
+// --attention-dq.
 #ifndef VP_ATT_DQ_VERSION
 #define VP_ATT_DQ_VERSION 6
 #endif
 inline int attention_dq_version = VP_ATT_DQ_VERSION;
-// The backward's dK/dV kernel likewise: 6 or 4 (VP_ATT_DKDV_VERSION, bench_gpt --attention-dkdv).
+// The backward's dK/dV kernel likewise: 6, 7 or 4 (VP_ATT_DKDV_VERSION, bench_gpt --attention-dkdv).
 // A value path that extends the dK/dV kernel (Depth's fused backward) runs with either version
 // (attention_backward_dkdv_epilogue_ok).
 #ifndef VP_ATT_DKDV_VERSION
 #define VP_ATT_DKDV_VERSION 6
 #endif
 inline int attention_dkdv_version = VP_ATT_DKDV_VERSION;
+// a build flag naming no kernel would otherwise run version 4 without a word
+static_assert(VP_ATT_FWD_VERSION == 4 || VP_ATT_FWD_VERSION == 5 || VP_ATT_FWD_VERSION == 6 || VP_ATT_FWD_VERSION == 7,
+              "-DVP_ATT_FWD_VERSION: use 4 (mma.sync), 5 (32 query rows per warp), 6 (wgmma, the default) or 7");
+static_assert(VP_ATT_DQ_VERSION == 4 || VP_ATT_DQ_VERSION == 6 || VP_ATT_DQ_VERSION == 7,
+              "-DVP_ATT_DQ_VERSION: use 4 (mma.sync), 6 (wgmma, the default) or 7");
+static_assert(VP_ATT_DKDV_VERSION == 4 || VP_ATT_DKDV_VERSION == 6 || VP_ATT_DKDV_VERSION == 7,
+              "-DVP_ATT_DKDV_VERSION: use 4 (mma.sync), 6 (wgmma, the default) or 7");
 #ifdef ENABLE_BF16
 // The backward at attention_tc_version 4: the dQ and the dK/dV kernel each at the version
 // attention_dq_version / attention_dkdv_version chooses (6 where attention_wgmma_supported, 4
@@ -1995,8 +2083,8 @@ inline int attention_dkdv_version = VP_ATT_DKDV_VERSION;
 // every path's plain backward; attention_backward_with_epilogue).
 template <class Epi = AttNoEpilogue>
 void attention_backward_tc4(const AttentionArgs& a, cudaStream_t stream, const Epi& epi = Epi()) {
-    bool dq6 = attention_dq_version == 6, dkdv6 = attention_dkdv_version == 6;
-    if ((dq6 || dkdv6) && attention_wgmma_supported(a)) attention_backward6(a, stream, dq6, dkdv6, epi);
+    bool dqw = attention_version_wgmma(attention_dq_version), dkdvw = attention_version_wgmma(attention_dkdv_version);
+    if ((dqw || dkdvw) && attention_wgmma_supported(a)) attention_backward6(a, stream, dqw ? attention_dq_version : 4, dkdvw ? attention_dkdv_version : 4, epi);
     else attention_backward_tc<16, true>(a, stream, epi);
 }
 #endif
@@ -2006,7 +2094,10 @@ void attention_backward_tc4(const AttentionArgs& a, cudaStream_t stream, const E
 inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
     if (attention_tc_version == 4) {
-        if (attention_forward_version == 6 && attention_wgmma_supported(a)) attention_forward6(a, stream);
+        if (attention_version_wgmma(attention_forward_version) && attention_wgmma_supported(a)) {
+            if (attention_forward_version == 7) attention_forward7(a, stream);
+            else attention_forward6(a, stream);
+        }
         else if (attention_forward_version == 5) attention_forward5(a, stream);
         else attention_forward4(a, stream);
     } else {
@@ -2034,7 +2125,7 @@ inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 // 6's: attention_backward_dkdv_epilogue_ok.
 inline bool attention_runs_version4(const AttentionArgs& a, int chosen) {
 #ifdef ENABLE_BF16
-    return attention_tc_version == 4 && chosen != 5 && !(chosen == 6 && attention_wgmma_supported(a));
+    return attention_tc_version == 4 && chosen != 5 && !(attention_version_wgmma(chosen) && attention_wgmma_supported(a));
 #else
     (void)a, (void)chosen;
     return false;
@@ -2051,11 +2142,24 @@ inline bool attention_backward_dkdv_epilogue_ok(const AttentionArgs& a) {
     return false;
 #endif
 }
+// The version of the dK/dV kernel that attention_backward (and attention_backward_with_epilogue)
+// runs for these arguments in the BF16 build at attention_tc_version 4: attention_dkdv_version's
+// where it is a wgmma version and attention_wgmma_supported, else 4. 0 elsewhere (version 3's
+// kernel at attention_tc_version 2, version 1 in the FP32 build).
+inline int attention_dkdv_active_version(const AttentionArgs& a) {
+#ifdef ENABLE_BF16
+    if (attention_tc_version != 4) return 0;
+    return attention_version_wgmma(attention_dkdv_version) && attention_wgmma_supported(a) ? attention_dkdv_version : 4;
+#else
+    (void)a;
+    return 0;
+#endif
+}
 // The dynamic shared memory of the dK/dV kernel that attention_backward (and
 // attention_backward_with_epilogue) runs for these arguments: what an epilogue may use as scratch.
 inline size_t attention_backward_dkdv_smem(const AttentionArgs& a) {
 #ifdef ENABLE_BF16
-    if (attention_dkdv_version == 6 && attention_wgmma_supported(a)) return att6_smem_dkdv();  // from the unaligned start
+    if (attention_version_wgmma(attention_dkdv_active_version(a))) return att6_smem_dkdv();  // from the unaligned start
     return att2_smem_dkdv(a.D, true);
 #else
     (void)a;

@@ -31,7 +31,8 @@
 //
 // defines: sw128_offset, smem_window_address, sw128_align, SW128_ALIGN_SLACK, wgmma_desc_sw128, wgmma_fence, wgmma_commit,
 //          wgmma_wait, wgmma_fence_operand, fence_proxy_async_shared, wgmma_m64n64k16_ss,
-//          wgmma_m64n32k16_ss, wgmma_m64n64k16_rs_mn
+//          wgmma_m64n32k16_ss, wgmma_m64n64k16_rs_t, wgmma_m64n64k16_rs_mn, wgmma_m64n64k16_rs,
+//          wgmma_m64n32k16_rs, sw128_a_fragments
 #pragma once
 
 #include "kernels/common.cuh"
@@ -155,21 +156,59 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[4][4], uint64_t de
 #endif
 }
 // d (64 x 64 fp32) = (scale_d ? d : 0) + A B, A (64 x 16) from registers (this warp's m16n8k16 A
-// fragment), B (16 x 64) MN-major from shared memory (rows k of 64 columns, transposed: imm-trans-b 1).
-__device__ __forceinline__ void wgmma_m64n64k16_rs_mn(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+// fragment), B (16 x 64) from shared memory: TRANS_B 1, MN-major (rows k of 64 columns: O = P V,
+// dQ += dS K, the dK/dV products), or 0, K-major (B^T's rows of 16 k, as wgmma_m64n64k16_ss reads
+// it: version 7's S = Q K^T and dP = dO V^T with Q and dO held as A fragments). imm-trans-b.
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n64k16_rs_t(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    static_assert(TRANS_B == 0 || TRANS_B == 1, "imm-trans-b is 0 or 1");
 #ifdef VP_CUDA_EMU
-    vp_emu::wgmma_bf16(&d[0][0], 64, a, 0, desc_b, 1, scale_d != 0);
+    vp_emu::wgmma_bf16(&d[0][0], 64, a, 0, desc_b, TRANS_B, scale_d != 0);
 #elif defined(VP_WGMMA_PTX)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
                  : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
                    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_m64n64k16_rs_mn(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    wgmma_m64n64k16_rs_t<1>(d, a, desc_b, scale_d);
+}
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    wgmma_m64n64k16_rs_t<0>(d, a, desc_b, scale_d);
+}
+// d (64 x 32 fp32) = (scale_d ? d : 0) + A B, A (64 x 16) from registers, B (16 x 32) K-major from
+// shared memory: version 7's dK/dV score products S^T = K Q^T and dP^T = V dO^T with K and V held
+// as A fragments.
+__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[4][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#ifdef VP_CUDA_EMU
+    vp_emu::wgmma_bf16(&d[0][0], 32, a, 0, desc_b, 0, scale_d != 0);
+#elif defined(VP_WGMMA_PTX)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #else
     __trap();
 #endif
+}
+// Warp w's A fragments (kernels/wgmma.cuh's register A operand: the mma.m16n8k16 A fragment) of
+// rows 16w..16w+15 of a 64-column 128-byte-swizzled tile in shared memory, for the 4 k16 steps
+// over its columns: f[ks][r + 2 hi] = the bf16 pair at row 16w + g + 8r, columns 16ks + 8hi + 2t
+// (+1). Read once by a kernel that multiplies the same rows by many tiles (version 7). The tile
+// must have landed and be visible to the block (cp.async waited for, then a __syncthreads).
+__device__ __forceinline__ void sw128_a_fragments(uint32_t (&f)[4][4], const unsigned char* tile, int warp, int g, int t) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            f[ks][i] = *reinterpret_cast<const uint32_t*>(tile + sw128_offset(16 * warp + g + 8 * (i % 2), 2 * ks + i / 2) + 4 * t);
 }
 
 }  // namespace gpu

@@ -10,7 +10,13 @@
 //   RS_MNMAJOR  m64n64k16, A from registers (the PTX A-fragment formula), B MN-major from a shared
 //               tile (O = P V, dQ += dS K, dV += P^T dO)
 //   SS_N32      m64n32k16, as SS_KMAJOR for the first 32 columns of B (the dK/dV kernel's S^T = K Q^T)
-// out: D, 64 x 64 fp32 row-major (SS_N32: columns 32..63 are 0).
+//   RS_KMAJOR   m64n64k16, A from registers, B^T K-major from a shared tile (version 7's S = Q K^T
+//               and dP = dO V^T, Q and dO held as A fragments)
+//   RS_N32      m64n32k16, A from registers, B^T K-major, the first 32 columns of B (version 7's
+//               dK/dV S^T = K Q^T, K held as A fragments)
+// The RS modes' A fragments come from the shared tile (sw128_a_fragments, as version 7 reads
+// them); RS_MNMAJOR's from global memory by the PTX A-fragment formula.
+// out: D, 64 x 64 fp32 row-major (the N32 modes: columns 32..63 are 0).
 // broken (the emulator's tests only): 1 leaves out the wgmma.fence, 2 the fence.proxy.async after
 // the cp.async copies, 3 reads the accumulators before the wgmma.wait_group (emulator builds only).
 //
@@ -28,7 +34,8 @@
 #ifdef ENABLE_BF16
 namespace gpu {
 
-enum WgmmaProbeMode { WGMMA_PROBE_SS_KMAJOR = 0, WGMMA_PROBE_RS_MNMAJOR = 1, WGMMA_PROBE_SS_N32 = 2 };
+enum WgmmaProbeMode { WGMMA_PROBE_SS_KMAJOR = 0, WGMMA_PROBE_RS_MNMAJOR = 1, WGMMA_PROBE_SS_N32 = 2, WGMMA_PROBE_RS_KMAJOR = 3, WGMMA_PROBE_RS_N32 = 4 };
+__host__ __device__ inline bool wgmma_probe_n32(int mode) { return mode == WGMMA_PROBE_SS_N32 || mode == WGMMA_PROBE_RS_N32; }
 
 // D fragment (N/8 blocks of 8 columns) -> out rows of 64
 template <int NB>
@@ -62,17 +69,23 @@ static __global__ void wgmma_probe_kernel(const __nv_bfloat16* a, const __nv_bfl
     for (int i = 0; i < 32; i++) d[i / 4][i % 4] = 0.0f;
     for (int i = 0; i < 16; i++) d32[i / 4][i % 4] = 0.0f;
     uint32_t af[4][4];  // RS_MNMAJOR: A fragments of warp rows 16 warp + (g, g + 8), per k step
-    for (int ks = 0; ks < 4; ks++)
-        for (int i = 0; i < 4; i++) {
-            int row = 16 * warp + g + 8 * (i % 2), col = 16 * ks + 2 * t + 8 * (i / 2);
-            __nv_bfloat16 lo = a[row * 64 + col], hi = a[row * 64 + col + 1];
-            af[ks][i] = (uint32_t)*reinterpret_cast<const uint16_t*>(&lo) | ((uint32_t)*reinterpret_cast<const uint16_t*>(&hi) << 16);
-        }
+    if (mode == WGMMA_PROBE_RS_KMAJOR || mode == WGMMA_PROBE_RS_N32) {
+        sw128_a_fragments(af, As, warp, g, t);
+    } else {
+        for (int ks = 0; ks < 4; ks++)
+            for (int i = 0; i < 4; i++) {
+                int row = 16 * warp + g + 8 * (i % 2), col = 16 * ks + 2 * t + 8 * (i / 2);
+                __nv_bfloat16 lo = a[row * 64 + col], hi = a[row * 64 + col + 1];
+                af[ks][i] = (uint32_t)*reinterpret_cast<const uint16_t*>(&lo) | ((uint32_t)*reinterpret_cast<const uint16_t*>(&hi) << 16);
+            }
+    }
     if (broken != 1) wgmma_fence();
     for (int ks = 0; ks < 4; ks++) {
         uint64_t desc_a = wgmma_desc_sw128(a_addr + 32 * ks, 16, 1024), desc_bk = wgmma_desc_sw128(b_addr + 32 * ks, 16, 1024);
         if (mode == WGMMA_PROBE_SS_KMAJOR) wgmma_m64n64k16_ss(d, desc_a, desc_bk, ks > 0);
         else if (mode == WGMMA_PROBE_SS_N32) wgmma_m64n32k16_ss(d32, desc_a, desc_bk, ks > 0);
+        else if (mode == WGMMA_PROBE_RS_KMAJOR) wgmma_m64n64k16_rs(d, af[ks], desc_bk, ks > 0);
+        else if (mode == WGMMA_PROBE_RS_N32) wgmma_m64n32k16_rs(d32, af[ks], desc_bk, ks > 0);
         else wgmma_m64n64k16_rs_mn(d, af[ks], wgmma_desc_sw128(b_addr + 2048 * ks, 16, 1024), ks > 0);
     }
     wgmma_commit();
@@ -81,20 +94,20 @@ static __global__ void wgmma_probe_kernel(const __nv_bfloat16* a, const __nv_bfl
     // there before the product (test_emu's wgmma_against_matmul). On a GPU such a read is
     // undefined behaviour (PTX ISA, wgmma.mma_async), so it is compiled for the emulator only.
     float early = 0.0f;
-    if (broken == 3) early = mode == WGMMA_PROBE_SS_N32 ? d32[0][0] : d[0][0];
+    if (broken == 3) early = wgmma_probe_n32(mode) ? d32[0][0] : d[0][0];
 #endif
     wgmma_wait<0>();
 #ifdef VP_CUDA_EMU
     if (broken == 3) d[0][0] = d32[0][0] = early;
 #endif
-    if (mode == WGMMA_PROBE_SS_N32) wgmma_probe_store(d32, out, warp, g, t);
+    if (wgmma_probe_n32(mode)) wgmma_probe_store(d32, out, warp, g, t);
     else wgmma_probe_store(d, out, warp, g, t);
 }
 
 // out (64 x 64 fp32, device) = a (64 x 64 bf16, device) @ b (64 x 64 bf16, device), one block of
 // one warpgroup; needs wgmma (an H100/H200 and a build for sm_90a, or the emulator)
 inline void wgmma_probe(int mode, int broken, const __nv_bfloat16* a, const __nv_bfloat16* b, float* out, cudaStream_t stream) {
-    KERNEL_ASSERT(mode >= WGMMA_PROBE_SS_KMAJOR && mode <= WGMMA_PROBE_SS_N32 && a && b && out);
+    KERNEL_ASSERT(mode >= WGMMA_PROBE_SS_KMAJOR && mode <= WGMMA_PROBE_RS_N32 && a && b && out);
     cudaCheck(cudaMemsetAsync(out, 0, 64 * 64 * sizeof(float), stream));
     size_t smem = 2 * 64 * 128 + SW128_ALIGN_SLACK;
     cudaCheck(cudaFuncSetAttribute(wgmma_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -133,7 +146,7 @@ inline WgmmaProbeResult wgmma_probe_check(int mode, int broken, uint64_t seed) {
     WgmmaProbeResult r;
     r.out.resize(4096);
     cudaCheck(cudaMemcpy(r.out.data(), dd, 4096 * sizeof(float), cudaMemcpyDeviceToHost));
-    int ncols = mode == WGMMA_PROBE_SS_N32 ? 32 : 64;
+    int ncols = wgmma_probe_n32(mode) ? 32 : 64;
     for (int m = 0; m < 64; m++)
         for (int n = 0; n < 64; n++) {
             float want = 0;

@@ -49,6 +49,15 @@ version 6: version 4 with both its kernels on Hopper's warpgroup MMA (wgmma, sm_
   emulator; on a GPU, where the tensor core's own k16 sums may round differently, checked against
   the CPU like the others (the comparison with version 2 is printed). Runs on an H100/H200 built
   for sm_90a.
+version 7: version 6 with the operand each block multiplies by every tile read once into registers
+  as wgmma A fragments (sw128_a_fragments): the dQ kernel holds its 16 rows of Q and dO per warp
+  (S = QK^T, dP = dO V^T read only K and V from shared memory), the dK/dV kernel its 16 keys of K
+  and V (S^T = K Q^T, dP^T = V dO^T read only Q and dO). Why: with both operands in shared memory
+  a wgmma.m64n64k16 reads 4 KiB per 32 tensor-core cycles and an m64n32k16 3 KiB per 16, 128 and
+  192 B/clk against an SM's 128 B/clk of shared-memory bandwidth; with A in registers 2 KiB and
+  1 KiB, 64 B/clk. 168 registers in each kernel (3 blocks per SM as before, no spill; ptxas).
+  The same products in the same order as version 6: bit-identical under the emulator, printed on a
+  GPU. The timing adds each kernel at version 7 with the other at 6. Not yet timed on a GPU.
 
 TFLOP/s below use FlashAttention-2's convention (5 GEMMs of 2*T*T*D/2 per (b, h), i.e. 2.5x the
 forward), so they compare with published FA2 numbers; we do 7/5 of that work.
@@ -117,6 +126,7 @@ static void attention_backward_version(int version, const gpu::AttentionArgs& a)
         case 3: gpu::attention_backward3(a, 0); break;
         case 4: gpu::attention_backward4(a, 0); break;
         case 6: gpu::attention_backward6(a, 0); break;
+        case 7: gpu::attention_backward7(a, 0); break;
 #endif
         default: runtime_error(nullptr, "no version %d in this build", version);
     }
@@ -160,11 +170,11 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     versions.push_back(2);
     versions.push_back(3);
     versions.push_back(4);
-    if (gpu::attention_wgmma_supported(a)) versions.push_back(6);
-    else printf(" version 6: not run (head dim %d, not a compute capability 9.0 GPU, or a build without sm_90a)\n", D);
+    if (gpu::attention_wgmma_supported(a)) versions.insert(versions.end(), {6, 7});
+    else printf(" versions 6, 7: not run (head dim %d, not a compute capability 9.0 GPU, or a build without sm_90a)\n", D);
 #endif
     bool ok = true;
-    std::vector<std::vector<float>> results[7];  // per version: dq, dk, dv as computed
+    std::vector<std::vector<float>> results[8];  // per version: dq, dk, dv as computed
     const char* names[3] = {"dq", "dk", "dv"};
     for (int ver : versions) {
         printf(" version %d\n", ver);
@@ -201,23 +211,27 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
             printf(" versions 2 and %d bit-identical (dq, dk, dv): %s\n", ver, same ? "ok" : "FAILED");
             ok &= same;
         }
-    if (!results[6].empty()) {
+    if (!results[6].empty())
         for (int t = 0; t < 3; t++) {
-            bool same = results[2][t] == results[6][t];
-#ifdef VP_CUDA_EMU
-            printf(" versions 2 and 6 bit-identical: %s, under the emulator: %s\n", names[t], same ? "ok" : "FAILED");
-            ok &= same;
-#else
-            printf(" versions 2 and 6 bit-identical: %s: %s (not required on a GPU: the tensor core's own k16 sums)\n", names[t], same ? "yes" : "no");
-#endif
+            std::string what = std::string("versions 2 and 6 (") + names[t] + ")";
+            ok &= lab_same_bits_emulated(what.c_str(), results[2][t] == results[6][t], "the tensor core's own k16 sums");
         }
-    }
+    if (!results[7].empty())  // version 6's products with A from registers
+        ok &= lab_same_bits_emulated("versions 6 and 7 (dq, dk, dv)", results[6] == results[7], "A from registers or shared memory");
     if (ok && !check_only) {
         double flops = 2.5 * 2.0 * 2.0 * B * H * (double)T * T * D / 2;
         for (int ver : versions) {
             float ms = benchmark_kernel(20, [&] { attention_backward_version(ver, a); });
             printf("  version %d: %.3f ms, %.1f TFLOP/s (FA2 FLOP convention)\n", ver, ms, flops / ms / 1e9);
         }
+#ifdef ENABLE_BF16
+        if (!results[7].empty())  // which kernel version 7 speeds up: one at 7, the other at 6
+            for (int dq7 = 0; dq7 < 2; dq7++) {
+                float ms = benchmark_kernel(20, [&] { gpu::attention_backward6(a, 0, dq7 ? 7 : 6, dq7 ? 6 : 7); });
+                printf("  version 7 %s only (%s at 6): %.3f ms, %.1f TFLOP/s (FA2 FLOP convention)\n", dq7 ? "dQ" : "dK/dV", dq7 ? "dK/dV" : "dQ", ms,
+                       flops / ms / 1e9);
+            }
+#endif
     }
     for (void* ptr : {(void*)d_q, (void*)d_k, (void*)d_v, (void*)d_out, (void*)d_dout, (void*)d_lse, (void*)d_delta, (void*)d_dq, (void*)d_dk, (void*)d_dv})
         cudaCheck(cudaFree(ptr));

@@ -130,12 +130,13 @@ int main(int argc, char** argv) {
     if (attention_version != 4 && attention_version != 2)
         usage_error("--attention-version 4 (cp.async double buffering, the trainer's) or 2 (without)", "--attention-version %d", attention_version);
     gpu::attention_tc_version = attention_version;
-    // the attention kernels' versions: 4 (mma.sync, the default) or 6 (wgmma); the forward also 5
-    // (version 4 with 32 query rows per warp)
+    // the attention kernels' versions: 4 (mma.sync), 6 (wgmma, the default where it can run) or 7
+    // (6 with the block's own rows as A fragments in registers); the forward also 5 (version 4
+    // with 32 query rows per warp)
     auto kernel_version = [](const char* flag, int version, bool has5, int* dst) {
-        if (version != 4 && version != 6 && !(has5 && version == 5))
-            usage_error(has5 ? "use 4 (mma.sync, the default), 5 (32 query rows per warp) or 6 (wgmma, Hopper, head dim 64)"
-                             : "use 4 (mma.sync, the default) or 6 (wgmma, Hopper, head dim 64)",
+        if (version != 4 && version != 6 && version != 7 && !(has5 && version == 5))
+            usage_error(has5 ? "use 4 (mma.sync), 5 (32 query rows per warp), 6 (wgmma, Hopper, head dim 64; the default) or 7 (6 with Q in registers)"
+                             : "use 4 (mma.sync), 6 (wgmma, Hopper, head dim 64; the default) or 7 (6 with the block's rows in registers)",
                         "%s %d", flag, version);
         *dst = version;
     };

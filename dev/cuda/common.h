@@ -19,6 +19,7 @@
 #include "kernels/common.cuh"
 
 #include <functional>
+#include <string>
 
 using gpu::floatX;
 
@@ -176,4 +177,18 @@ inline bool lab_flag(int argc, char** argv, const char* flag) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], flag)) return true;
     return false;
+}
+
+// Two versions' results that must be the same bits under the CUDA emulator (it sums each k16 step
+// of mma and wgmma alike in order) and may differ on a GPU (why_not: the reason, printed): prints
+// "<what> bit-identical ..." and returns false only for a difference under the emulator.
+inline bool lab_same_bits_emulated(const char* what, bool same, const char* why_not) {
+#ifdef VP_CUDA_EMU
+    (void)why_not;
+    printf(" %s bit-identical under the emulator: %s\n", what, same ? "ok" : "FAILED");
+    return same;
+#else
+    printf(" %s bit-identical: %s (not required on a GPU: %s)\n", what, same ? "yes" : "no", why_not);
+    return true;
+#endif
 }

@@ -406,6 +406,8 @@ TEST(wgmma_against_matmul) {
     CHECK(run_wgmma(0, 0, &out), "wgmma m64n64k16, A and B^T K-major from swizzled shared tiles: D differs from A @ B");
     CHECK(run_wgmma(1, 0, &out), "wgmma m64n64k16, A from registers, B MN-major: D differs from A @ B");
     CHECK(run_wgmma(2, 0, &out), "wgmma m64n32k16, A and B^T K-major from swizzled shared tiles: D differs from A @ B[:, :32]");
+    CHECK(run_wgmma(3, 0, &out), "wgmma m64n64k16, A from registers (read from a swizzled tile), B^T K-major: D differs from A @ B");
+    CHECK(run_wgmma(4, 0, &out), "wgmma m64n32k16, A from registers (read from a swizzled tile), B^T K-major: D differs from A @ B[:, :32]");
     // reading the accumulators before the wait sees what was there before (zeros), so D is wrong
     CHECK(!run_wgmma(0, 3, &out) && out[0] == 0.0f, "an accumulator read before wgmma.wait_group saw the product");
     std::string err;
