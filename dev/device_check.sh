@@ -679,11 +679,12 @@ EOF
 fi
 
 # 7. attention: the labs' timings per shape, every version (forward 1, 2, 4, 5, 6, 7; backward 1-4,
-# 6, 7, and the backward's kernels at 7 one at a time), and a whole training step with the tensor-core kernels without cp.async (bench_gpt
-# --attention-version 2: forward version 2, backward version 3) against the trainer's kernels
-# (version 6 at D = 64 on Hopper since 2026-11-28; before, version 4, which ran 0.983x of 2/3's
-# step on an H200 that day), as one A/B in one process (ABBA rounds, as step 4b's run-time
-# variants). Version 4 against version 6 is step 4b's variant att_v4.
+# 6, 7, and the backward's kernels at 7 one at a time), and a whole training step with the
+# tensor-core kernels without cp.async (bench_gpt --attention-version 2: forward version 2,
+# backward version 3) against the trainer's kernels (version 6 at D = 64 on Hopper since
+# 2026-11-28; before, version 4, which ran 0.983x of 2/3's step on an H200 that day), as one A/B
+# in one process (ABBA rounds, as step 4b's run-time variants). Version 4 against version 6 is
+# step 4b's variant att_v4.
 if bench_part attention && unit_begin attention; then
     LAB="$OUT_DIR/labs_timed.log"  # one file for every timed lab: the tool brings back at most 8
     for lab in attention_forward attention_backward; do
