@@ -621,7 +621,8 @@ TEST(attention_head_ranges) {
 
 // Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's versions 6 and 7 and the
 // backward's (their dQ and dK/dV kernels; 7 is 6 with the operand each block multiplies by every
-// tile held in registers) against the trainer's version 4 at every layer of every config with D = 64, each with its layer's value-path inputs (ResFormer's mix as V is loaded,
+// tile held in registers) against the trainer's version 4 at every layer of every config with
+// D = 64, each with its layer's value-path inputs (ResFormer's mix as V is loaded,
 // SVFormer's v^0, SLA's second source, Depth's v~; the backward on a random dO, gradients into
 // fresh buffers): bit for bit under the CUDA emulator (it sums each k16 step in order for mma and
 // wgmma alike); on a GPU within the bounds derived below. Not run where version 6 cannot (head

@@ -1961,6 +1961,13 @@ inline bool attention_wgmma_supported(const AttentionArgs& a) { return a.D == 64
 // The kernel versions that run on wgmma where attention_wgmma_supported: 6, and 7 (version 6 with
 // the operand that a block multiplies by every tile held in registers as A fragments).
 inline bool attention_version_wgmma(int version) { return version == 6 || version == 7; }
+// The version that a kernel set to `chosen` runs for these arguments (attention_tc_version 4): a
+// wgmma version where attention_wgmma_supported and version 4 where not; 4 and the forward's 5 as
+// they are. The one place the trainer's dispatch and its queries (attention_runs_version4,
+// attention_dkdv_active_version) make that choice.
+inline int attention_version_for(const AttentionArgs& a, int chosen) {
+    return attention_version_wgmma(chosen) && !attention_wgmma_supported(a) ? 4 : chosen;
+}
 // The version-6 launchers' first steps: the full head range, the arguments checked, and a clear
 // error where version 6 cannot run.
 inline AttentionArgs attention6_checked(AttentionArgs a, bool backward) {
@@ -2078,13 +2085,13 @@ static_assert(VP_ATT_DKDV_VERSION == 4 || VP_ATT_DKDV_VERSION == 6 || VP_ATT_DKD
               "-DVP_ATT_DKDV_VERSION: use 4 (mma.sync), 6 (wgmma, the default) or 7");
 #ifdef ENABLE_BF16
 // The backward at attention_tc_version 4: the dQ and the dK/dV kernel each at the version
-// attention_dq_version / attention_dkdv_version chooses (6 where attention_wgmma_supported, 4
-// elsewhere), with Epi run by each block of the dK/dV kernel after its stores (AttNoEpilogue for
-// every path's plain backward; attention_backward_with_epilogue).
+// attention_dq_version / attention_dkdv_version chooses (attention_version_for), with Epi run by
+// each block of the dK/dV kernel after its stores (AttNoEpilogue for every path's plain backward;
+// attention_backward_with_epilogue).
 template <class Epi = AttNoEpilogue>
 void attention_backward_tc4(const AttentionArgs& a, cudaStream_t stream, const Epi& epi = Epi()) {
-    bool dqw = attention_version_wgmma(attention_dq_version), dkdvw = attention_version_wgmma(attention_dkdv_version);
-    if ((dqw || dkdvw) && attention_wgmma_supported(a)) attention_backward6(a, stream, dqw ? attention_dq_version : 4, dkdvw ? attention_dkdv_version : 4, epi);
+    int dq = attention_version_for(a, attention_dq_version), dkdv = attention_version_for(a, attention_dkdv_version);
+    if (dq != 4 || dkdv != 4) attention_backward6(a, stream, dq, dkdv, epi);
     else attention_backward_tc<16, true>(a, stream, epi);
 }
 #endif
@@ -2094,12 +2101,12 @@ void attention_backward_tc4(const AttentionArgs& a, cudaStream_t stream, const E
 inline void attention_forward(const AttentionArgs& a, cudaStream_t stream) {
 #ifdef ENABLE_BF16
     if (attention_tc_version == 4) {
-        if (attention_version_wgmma(attention_forward_version) && attention_wgmma_supported(a)) {
-            if (attention_forward_version == 7) attention_forward7(a, stream);
-            else attention_forward6(a, stream);
+        switch (attention_version_for(a, attention_forward_version)) {
+            case 7: attention_forward7(a, stream); break;
+            case 6: attention_forward6(a, stream); break;
+            case 5: attention_forward5(a, stream); break;
+            default: attention_forward4(a, stream);
         }
-        else if (attention_forward_version == 5) attention_forward5(a, stream);
-        else attention_forward4(a, stream);
     } else {
         attention_forward2(a, stream);
     }
@@ -2118,14 +2125,14 @@ inline void attention_backward(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 // Whether the trainer's entry points run a kernel of version 4 for these arguments (BF16 build)
-// where `chosen` is that kernel's version setting (4; the forward's 5 never; 6 where
-// attention_wgmma_supported). The version 4 kernels are the ones a value path can extend:
-// attention_forward4_active (the forward's prologue, attention_forward_with_prologue). The dK/dV
-// kernel's epilogue (attention_backward_with_epilogue) runs in version 4's kernel and in version
-// 6's: attention_backward_dkdv_epilogue_ok.
+// where `chosen` is that kernel's version setting (4; the forward's 5 never; 6 and 7 where not
+// attention_wgmma_supported: attention_version_for). The version 4 kernels are the ones a value
+// path can extend: attention_forward4_active (the forward's prologue, attention_forward_with_prologue). The dK/dV
+// kernel's epilogue (attention_backward_with_epilogue) runs in version 4's kernel and in versions
+// 6 and 7's: attention_backward_dkdv_epilogue_ok.
 inline bool attention_runs_version4(const AttentionArgs& a, int chosen) {
 #ifdef ENABLE_BF16
-    return attention_tc_version == 4 && chosen != 5 && !(attention_version_wgmma(chosen) && attention_wgmma_supported(a));
+    return attention_tc_version == 4 && attention_version_for(a, chosen) == 4;
 #else
     (void)a, (void)chosen;
     return false;
@@ -2148,8 +2155,7 @@ inline bool attention_backward_dkdv_epilogue_ok(const AttentionArgs& a) {
 // kernel at attention_tc_version 2, version 1 in the FP32 build).
 inline int attention_dkdv_active_version(const AttentionArgs& a) {
 #ifdef ENABLE_BF16
-    if (attention_tc_version != 4) return 0;
-    return attention_version_wgmma(attention_dkdv_version) && attention_wgmma_supported(a) ? attention_dkdv_version : 4;
+    return attention_tc_version == 4 ? attention_version_for(a, attention_dkdv_version) : 0;
 #else
     (void)a;
     return 0;

@@ -26,17 +26,19 @@ dev/bench_pytorch.py uses the same formula and the same N.
 --attention-version 2 runs the tensor-core attention kernels without cp.async double buffering
 (versions 2 and 3 of kernels/attention.cuh) instead of the trainer's version 4: the same bits,
 so the difference in ms/step is what the asynchronous loads buy (dev/device_check.sh runs both).
---attention-forward 4|5|6, --attention-dq 4|6 and --attention-dkdv 4|6 choose the version of each
-attention kernel: 6 (Hopper's wgmma, head dim 64; version 4 where it cannot run) is the default
-for all three, 4 is mma.sync (the variant att_v4 of dev/bench_variants.list runs all three at 4),
+--attention-forward 4|5|6|7, --attention-dq 4|6|7 and --attention-dkdv 4|6|7 choose the version of
+each attention kernel: 6 (Hopper's wgmma, head dim 64; version 4 where it cannot run) is the
+default for all three, 7 is 6 with the block's own rows held in registers (the variants att_v7 and
+att_v7_bwd), 4 is mma.sync (the variant att_v4 of dev/bench_variants.list runs all three at 4),
 5 the forward with 32 query rows per warp (the variant att_fwd5). --bias-grad-epilogue 1 takes the bias
 gradients from the weight-gradient GEMMs' BGRADB epilogue instead of bias_backward's own pass over
 dout (variant bias_bgradb; kernels/matmul.cuh); the BENCH line counts the GEMM shapes for which
 cuBLASLt had no such algorithm (bias_grad_refused), where the own pass stayed.
 --depth-fused-forward 1 (Depth's binary) makes the depth softmax and mix inside the attention
 forward instead of by a kernel before it, --depth-fused-backward 1 its backward inside the
-attention backward's dK/dV kernel instead of after it (kernels/depth_attention.cuh). They join
-version 4's kernels only: the variant depth_fused_bwd adds --attention-dkdv 4.
+attention backward's dK/dV kernel instead of after it (kernels/depth_attention.cuh). The fused
+forward joins version 4's forward only (elsewhere the depth kernel runs before it); the fused
+backward joins the dK/dV kernel of versions 4, 6 and 7.
 
 --ab-rounds R: an A/B of the kernel flags given (the variant) against the binary's defaults (the
 plain build) in this one process: warmup steps each way, then R rounds, each running steps / R
