@@ -466,10 +466,25 @@ TEST(recompute_is_bit_identical) {
     }
 }
 
+#if defined(ENABLE_BF16) && !defined(VP_CUDA_EMU)
+// A gradient x of another attention version against version 4's x4, as a fraction of the bound
+// that attention_wgmma_versions derives for one bf16 rounding flipped in every entry of the bf16
+// operands (dS, P) and in x's own: |x - x4| <= 2 x 2^-7 |x4| in the Frobenius norm
+static double bf16_rounding_margin(const std::vector<gpu::floatX>& x4, const std::vector<gpu::floatX>& x) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < x4.size(); i++) {
+        double d = (double)(float)x[i] - (double)(float)x4[i];
+        diff += d * d;
+        norm += (double)(float)x4[i] * (double)(float)x4[i];
+    }
+    return sqrt(diff) / (2 * 0x1p-7 * sqrt(norm) + 1e-30);
+}
+#endif
+
 // The hook value paths use: attention over heads [0, H/2) and [H/2, H) in two calls must equal one
 // call over all heads, forward and backward (with dK/dV accumulated into a buffer, as a path's
 // cross-layer accumulator would be). In bf16, also: the trainer's kernels (version 4) agree bit for
-// bit with versions 2 and 3 (forward: 2 and 5).
+// bit with versions 2 and 3 (forward: 2 and 5), and dQ version 8 with version 4's dK/dV kernel.
 TEST(attention_head_ranges) {
     const TestConfig tc = test_configs()[1];  // GQA, G = 2 (a copy: test_configs() returns a temporary)
     ModelConfig c = config_from_flags(tc);
@@ -565,6 +580,29 @@ TEST(attention_head_ranges) {
         CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions %d and 4 differs", version);
         CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions %d and 4 differs", version);
     }
+    // dQ version 8 with version 4's dK/dV kernel (every head dim and GPU): that kernel plus its
+    // dS^T stores, so dk and dv are version 4's bit for bit; dq from its dS^T, the dQ kernel's dS
+    // wherever the tensor cores sum S^T's k16 steps as S's (always under the emulator): there the
+    // same bits, elsewhere within the bound of one bf16 rounding of dS (attention_wgmma_versions)
+    {
+        gpu::AttentionArgs v8 = one;
+        v8.dq = dq, v8.dk = dk, v8.dv = dv;
+        v8.ds_elems = gpu::attention_ds_elems(TB, H, TT);
+        cudaCheck(cudaMalloc(&v8.ds, v8.ds_elems * sizeof(gpu::floatX)));
+        gpu::attention_backward8(v8, gm.stream, 4);
+        cudaCheck(cudaStreamSynchronize(gm.stream));
+        std::vector<gpu::floatX> q8 = download(dq, BT, H * D, H * D), q4 = download(dq_f, BT, H * D, H * D);
+        CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward version 8 (dK/dV at 4) and 4 differs");
+        CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward version 8 (dK/dV at 4) and 4 differs");
+#ifdef VP_CUDA_EMU
+        CHECK(bits_equal(q8, q4), "dq of attention backward version 8 (dK/dV at 4) and 4 differs under the emulator");
+#else
+        double margin = bf16_rounding_margin(q4, q8);
+        printf("  %s: dq of version 8 (dK/dV at 4) against version 4: %.3f of its bound; bit-identical: %s\n", tc.name, margin, bits_equal(q8, q4) ? "yes" : "no");
+        CHECK(margin <= 1.0, "dq of attention backward version 8 (dK/dV at 4) is off version 4 by %.3f of its bound", margin);
+#endif
+        cudaCheck(cudaFree(v8.ds));
+    }
     // forward versions 2 and 5 (32 rows per warp) against version 4, bit for bit
     gpu::AttentionArgs f4 = full;
     cudaCheck(cudaMalloc(&f4.out, n_out * sizeof(gpu::floatX)));
@@ -621,7 +659,7 @@ TEST(attention_head_ranges) {
 
 // Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's versions 6 and 7 and the
 // backward's (their dQ and dK/dV kernels; 7 is 6 with the operand each block multiplies by every
-// tile held in registers) against the trainer's version 4 at every layer of every config with
+// tile held in registers; and the dQ kernel's 8, from the dK/dV kernel's dS^T) against the trainer's version 4 at every layer of every config with
 // D = 64, each with its layer's value-path inputs (ResFormer's mix as V is loaded,
 // SVFormer's v^0, SLA's second source, Depth's v~; the backward on a random dO, gradients into
 // fresh buffers): bit for bit under the CUDA emulator (it sums each k16 step in order for mma and
@@ -687,22 +725,29 @@ TEST(attention_wgmma_versions) {
             std::vector<gpu::floatX> h4 = get(o4, n_out), q4 = get(dq[0], n_out), k4 = get(dk[0], n_kv), v4 = get(dv[0], n_kv);
             std::vector<float> lse4(n_lse), lse6(n_lse);
             cudaCheck(cudaMemcpy(lse4.data(), l4, n_lse * 4, cudaMemcpyDeviceToHost));
-            std::vector<gpu::floatX> prev[4];  // version 6's out, dq, dk, dv: version 7 against them
+            std::vector<gpu::floatX> prev[4];  // version 6's out, dq, dk, dv: versions 7 and 8 against them
             std::vector<float> prev_lse;
-            for (int wv : {6, 7}) {
+            // version 8 (the dQ kernel only): forward and dK/dV at 6, the dK/dV kernel also writing
+            // dS^T to the scratch that the dQ kernel reads
+            bw.ds_elems = gpu::attention_ds_elems(TB, c.n_head, TT);
+            bw.ds = (gpu::floatX*)dev(bw.ds_elems * sizeof(gpu::floatX));
+            for (int wv : {6, 7, 8}) {
                 gpu::AttentionArgs a6 = a;
                 a6.out = o6, a6.lse = l6;
-                if (wv == 6) gpu::attention_forward6(a6, gm.stream);
-                else gpu::attention_forward7(a6, gm.stream);
+                if (wv == 7) gpu::attention_forward7(a6, gm.stream);
+                else gpu::attention_forward6(a6, gm.stream);
                 bw.dq = dq[1], bw.dk = dk[1], bw.dv = dv[1];
-                gpu::attention_backward6(bw, gm.stream, wv, wv);
+                gpu::attention_backward6(bw, gm.stream, wv, wv == 8 ? 6 : wv);
                 cudaCheck(cudaStreamSynchronize(gm.stream));
                 std::vector<gpu::floatX> h6 = get(o6, n_out), q6 = get(dq[1], n_out), k6 = get(dk[1], n_kv), v6 = get(dv[1], n_kv);
                 cudaCheck(cudaMemcpy(lse6.data(), l6, n_lse * 4, cudaMemcpyDeviceToHost));
                 bool fwd_same = same(h4, h6) && same_bits(lse4, lse6), dq_same = same(q4, q6), dkv_same = same(k4, k6) && same(v4, v6);
-                // version 7 against 6: the same k16 products, only A's source differs (registers or
-                // shared memory); printed, and required under the emulator (through version 4)
-                bool as_six = wv == 7 && same(prev[0], h6) && same_bits(prev_lse, lse6) && same(prev[1], q6) && same(prev[2], k6) && same(prev[3], v6);
+                // versions 7 and 8 against 6: version 7 the same k16 products, only A's source
+                // differs (registers or shared memory); version 8 the same forward and dK/dV kernel
+                // (plus the dS^T stores), and dQ from the dK/dV kernel's dS, which the emulator
+                // makes as the dQ kernel does (a GPU's tensor cores may sum S^T's k16 steps apart
+                // from S's). Printed, and required under the emulator (through version 4)
+                bool as_six = wv != 6 && same(prev[0], h6) && same_bits(prev_lse, lse6) && same(prev[1], q6) && same(prev[2], k6) && same(prev[3], v6);
                 if (wv == 6) prev[0] = h6, prev[1] = q6, prev[2] = k6, prev[3] = v6, prev_lse = lse6;
 #ifdef VP_CUDA_EMU
                 (void)as_six;
@@ -737,21 +782,11 @@ TEST(attention_wgmma_versions) {
                 for (size_t i = 0; i < h4.size(); i++)
                     worst_o = std::max(worst_o, (double)fabsf((float)h6[i] - (float)h4[i]) / (0x1p-7 * (vmax + fabsf((float)h4[i]))));
                 for (size_t i = 0; i < lse4.size(); i++) worst_l = std::max(worst_l, (double)fabsf(lse6[i] - lse4[i]) / 1e-4);
-                // |x6 - x4| / (2 x 2^-7 |x4|) in the Frobenius norm
-                auto frobenius_margin = [](const std::vector<gpu::floatX>& x4, const std::vector<gpu::floatX>& x6) {
-                    double diff = 0.0, norm = 0.0;
-                    for (size_t i = 0; i < x4.size(); i++) {
-                        double d = (double)(float)x6[i] - (double)(float)x4[i];
-                        diff += d * d;
-                        norm += (double)(float)x4[i] * (double)(float)x4[i];
-                    }
-                    return sqrt(diff) / (2 * 0x1p-7 * sqrt(norm) + 1e-30);
-                };
-                double worst_q = frobenius_margin(q4, q6), worst_k = frobenius_margin(k4, k6), worst_v = frobenius_margin(v4, v6);
+                double worst_q = bf16_rounding_margin(q4, q6), worst_k = bf16_rounding_margin(k4, k6), worst_v = bf16_rounding_margin(v4, v6);
                 printf("  %s layer %d: attention version %d against 4: out %.3f, lse %.3f, dq %.3f, dk %.3f, dv %.3f of their bounds; bit-identical: "
                        "forward %s, dq %s, dk/dv %s%s\n",
                        tc.name, l, wv, worst_o, worst_l, worst_q, worst_k, worst_v, fwd_same ? "yes" : "no", dq_same ? "yes" : "no", dkv_same ? "yes" : "no",
-                       wv == 7 ? (as_six ? "; all as version 6: yes" : "; all as version 6: no") : "");
+                       wv != 6 ? (as_six ? "; all as version 6: yes" : "; all as version 6: no") : "");
                 CHECK(worst_o <= 1.0 && worst_l <= 1.0 && worst_q <= 1.0 && worst_k <= 1.0 && worst_v <= 1.0,
                       "%s layer %d: attention version %d is off version 4 by %.3f (out), %.3f (lse), %.3f (dq), %.3f (dk), %.3f (dv) of the bounds", tc.name,
                       l, wv, worst_o, worst_l, worst_q, worst_k, worst_v);
@@ -762,7 +797,7 @@ TEST(attention_wgmma_versions) {
         for (void* p : bufs) cudaCheck(cudaFree(p));
         gpt_free(&gm);
     }
-    printf("  attention versions 6 and 7 (forward, dq, dk, dv) compared with version 4 at %d layers\n", checked);
+    printf("  attention versions 6 and 7 (forward, dq, dk, dv) and the dQ kernel's 8 compared with version 4 at %d layers\n", checked);
 #endif
 }
 
@@ -1284,6 +1319,16 @@ int main(int argc, char** argv) {
             return 2;
         }
         gpu::attention_forward_version = gpu::attention_dq_version = gpu::attention_dkdv_version = wg[0] == '1' ? 6 : wg[0] == '7' ? 7 : 4;
+    }
+    // VP_TEST_ATTENTION_DQ=8 then sets the dQ kernel alone: version 8 (dQ from the dS^T of the
+    // dK/dV kernel that the line above chose); 4, 6 or 7 as above
+    const char* tdq = getenv("VP_TEST_ATTENTION_DQ");
+    if (tdq && *tdq) {
+        if (strcmp(tdq, "4") && strcmp(tdq, "6") && strcmp(tdq, "7") && strcmp(tdq, "8")) {
+            fprintf(stderr, "VP_TEST_ATTENTION_DQ=%s: use 8 (dQ from the dK/dV kernel's dS^T), 6, 7 or 4\n", tdq);
+            return 2;
+        }
+        gpu::attention_dq_version = tdq[0] - '0';
     }
     // VP_TEST_BIAS_GRAD_EPILOGUE=1 likewise runs every test with the bias gradients from the
     // weight-gradient GEMMs' BGRADB epilogue (kernels/matmul.cuh), for the same reason

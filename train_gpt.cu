@@ -182,6 +182,7 @@ struct BackwardScratch {
     floatX* dfch;        // (B,T,FW)
     floatX* dfch_act;    // (B,T,F); not allocated for GPT-2 with VP_GELU_FUSION (the GEMM writes dfch)
     float* att_delta;    // (B,H,T) rowsum(dO * O) of the attention backward
+    floatX* att_ds;      // dQ version 8 only (attention_ds_needed): the dS^T tiles, attention_ds_elems(B, H, T)
     float* partial;      // (num_partials(BT), widest parameter-gradient row) fixed-order reduction stage 1
     double* norm_scratch;  // GLOBAL_NORM_BLOCKS partials + 1 result
     int* bucket_token;   // (BT) encoder backward: distinct tokens of the batch
@@ -311,6 +312,7 @@ inline std::vector<TensorSpec> scratch_plan(BackwardScratch& s, const ModelConfi
                                       rmsnorm_backward_partial_floats((int)BT, (int)C), gelu_backward_bias_partial_floats((int)BT, (int)F)});
     return {TENSOR(s.dresidual, BT * C), TENSOR(s.dln, BT * C),          TENSOR(s.datty, BT * H * D), TENSOR(s.dqkv, BT * W),
             TENSOR(s.dqk_rot, gpt2 ? 0 : BT * QK), TENSOR(s.dfch, BT * FW), TENSOR(s.dfch_act, gpt2 && VP_GELU_FUSION ? 0 : BT * F), TENSOR(s.att_delta, BT * H),
+            TENSOR(s.att_ds, attention_ds_needed() ? attention_ds_elems(B, c.n_head, T) : 0),
             TENSOR(s.partial, partial_floats), TENSOR(s.norm_scratch, GLOBAL_NORM_BLOCKS + 1),
             TENSOR(s.bucket_token, BT), TENSOR(s.bucket_start, BT + 1), TENSOR(s.bucket_pos, BT)};
 }
@@ -745,6 +747,8 @@ inline AttentionArgs attention_backward_args(GpuModel* m, int l) {
     OwnQKV g = own_qkv_grads(m);
     aa.dout = s.datty;
     aa.delta = s.att_delta;
+    aa.ds = s.att_ds;
+    aa.ds_elems = s.att_ds ? attention_ds_elems(m->alloc_B, c.n_head, m->alloc_T) : 0;
     aa.dq = g.q;
     aa.dk = g.k;
     aa.dq_rs = aa.dk_rs = g.qk_rs;

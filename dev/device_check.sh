@@ -693,6 +693,7 @@ if bench_part attention && unit_begin attention; then
     [ -f "$LAB" ] && while IFS= read -r t; do row "${t%%|*}" "${t#*|}"; done < <(awk '
         /^attention (forward|backward):/ { if (shape != "") print shape "|" times; shape = $1 " " $2 " " $3 " " $4 " " $5 " " $6 " " $7; times = "" }
         /^  version [0-9][^:]*: .* ms/ { sub(/^  /, ""); sub(/ \(FA2.*/, ""); times = times (times == "" ? "" : "; ") $0 }
+        /^  kernels alone: / { sub(/^  /, ""); times = times (times == "" ? "" : "; ") $0 }
         END { if (shape != "") print shape "|" times }' "$LAB")
     if [ -x $GB/dev/cuda/bf16/bench_gpt_vanilla ]; then
         ab_run "bench_gpt_vanilla --attention-version 2: A/B in one process" $GB/dev/cuda/bf16/bench_gpt_vanilla --attention-version 2
@@ -776,10 +777,11 @@ if bench_part attnprof && command -v ncu >/dev/null 2>&1 && unit_begin attnprof;
     LAB="$OUT_DIR/labs_timed.log"
     for lab in attention_forward attention_backward; do
         [ -x "$GB/dev/cuda/bf16/$lab" ] || continue
-        # 2 forward launches (versions 6, 7) or 4 backward ones (dQ and dK/dV of each) at the first shape
+        # 2 forward launches (versions 6, 7) or 6 backward ones (dQ and dK/dV of versions 6 and 7,
+        # then version 8's dK/dV kernel with its dS^T stores and its dQ kernel) at the first shape
         n=2
-        [ $lab = attention_backward ] && n=4
-        run_step "ncu detailed, $lab (wgmma kernels, first shape)" 150 "$LAB" ncu --set detailed --kernel-name regex:'attention_(forward|backward_dq|backward_dkdv)_kernel6' \
+        [ $lab = attention_backward ] && n=6
+        run_step "ncu detailed, $lab (wgmma kernels, first shape)" 150 "$LAB" ncu --set detailed --kernel-name regex:'attention_(forward|backward_dq|backward_dkdv)_kernel[68]' \
             --launch-count $n "$GB/dev/cuda/bf16/$lab" --check
         rc=$?
         row "ncu detailed sections, $lab's wgmma kernels" "$(verdict $rc) (labs_timed.log)"

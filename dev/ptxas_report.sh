@@ -43,8 +43,8 @@ for l in lines:
         cur["smem"] = int(m.group(1))
 names = subprocess.run(["c++filt"], input="\n".join(r["name"] for r in rows), capture_output=True, text=True).stdout.splitlines()
 # block sizes of the __launch_bounds__ kernels (kernels/attention.cuh: ATT2_THREADS for versions
-# 2-5, ATT6_THREADS for the forward's version 6, ATT6_DQ_THREADS and ATT6_DKDV_THREADS for its
-# backward kernels)
+# 2-5 and the dQ kernel of version 8, ATT6_THREADS for the forward's version 6, ATT6_DQ_THREADS
+# and ATT6_DKDV_THREADS for its backward kernels)
 src = open("kernels/attention.cuh").read()
 att2 = re.search(r"constexpr int ATT2_THREADS = (\d+);", src)
 att6_wg = re.search(r"constexpr int ATT6_WARPGROUPS = (\d+);", src)
@@ -59,7 +59,7 @@ def block_threads(name):
         return int(att6_dkdv.group(1)) if att6_dkdv else None
     if "kernel6" in name:
         return 128 * int(att6_wg.group(1)) if att6_wg else None
-    if "kernel2" in name:
+    if "kernel2" in name or "dq_kernel8" in name:  # version 8's dQ kernel: version 4's block
         return int(att2.group(1)) if att2 else None
     return None
 print(f"ptxas, {sys.argv[2]}, VALUE_PATH={sys.argv[3]}, {sys.argv[4]}, {sys.argv[5]}")

@@ -152,11 +152,33 @@ struct AttentionArgs {
     floatX* dk = nullptr;  // own slots: written, or added to when accumulate_dkv; rows of dk_rs; dv may be
     long dk_rs = 0;        // NULL when the layer has no value projection (SVFormer l >= 1, dv routed)
     floatX* dv = nullptr;  // dv may also be v itself (dv_rs = v_rs; Depth keeps dv~ in its v~ slot): the
-    long dv_rs = 0;        // dQ kernel runs first, and each dK/dV block writes the rows it alone reads
+    long dv_rs = 0;        // dQ kernel runs first (version 8's, after, reads no V), and each dK/dV
+                           // block writes the rows it alone reads
     bool accumulate_dkv = false;
     KVGradRoute dk_route, dv_route;  // with v_mix, dv_route's scales are 1 - lambda (own) and lambda (src)
     float* dlambda_partial = nullptr;  // with v_mix: per dK/dV block, sum of G_v (v_mix - v) (attention_dkdv_blocks)
+    // dQ version 8 only: scratch for the dS^T tiles that the dK/dV kernel writes and the dQ kernel
+    // reads back (attention_ds_elems(B, H, T) bf16 at least; attention_ds_tile)
+    floatX* ds = nullptr;
+    size_t ds_elems = 0;
 };
+
+// dQ version 8's scratch: for every (b, query head h) the causal tiles (query tile qt, key tile
+// kt <= qt) of 64 x 64, tile (qt, kt) at index qt (qt + 1) / 2 + kt of the pair's nqt (nqt + 1) / 2,
+// each dS^T (PyTorch: ds.transpose(-2, -1) of the (64 queries, 64 keys) block, rounded to bf16)
+// stored row-major: 64 key rows of 64 queries (128-byte rows), 4096 elements.
+constexpr int ATT_DS_TILE_ELEMS = 64 * 64;
+__host__ __device__ inline size_t attention_ds_tiles_per_head(int T) {
+    size_t nqt = (size_t)(T + 63) / 64;
+    return nqt * (nqt + 1) / 2;
+}
+inline size_t attention_ds_elems(int B, int H, int T) { return (size_t)B * H * attention_ds_tiles_per_head(T) * ATT_DS_TILE_ELEMS; }
+// The first element of tile (qt, kt) of (b, h) in a.ds; the tiles kt = 0..qt of one (b, h, qt)
+// follow each other.
+__device__ __forceinline__ floatX* attention_ds_tile(const AttentionArgs& a, int b, int h, int qt, int kt) {
+    size_t pair = (size_t)b * a.H + h;
+    return a.ds + (pair * attention_ds_tiles_per_head(a.T) + (size_t)qt * (qt + 1) / 2 + kt) * ATT_DS_TILE_ELEMS;
+}
 
 inline bool attention_head_dim_supported(int D) { return D == 16 || D == 32 || D == 64 || D == 128; }
 
@@ -648,6 +670,11 @@ __device__ __forceinline__ const __nv_bfloat16* frag_a_addr(const __nv_bfloat16*
 __device__ __forceinline__ const __nv_bfloat16* frag_bt_addr(const __nv_bfloat16* s, int lds, int n0, int k0, int lane) {
     // B given as rows n (e.g. keys) of K columns: regs {0,1} = n-tile n0, {2,3} = n-tile n0+8
     return s + (n0 + lane % 8 + (lane / 16) * 8) * lds + k0 + ((lane / 8) % 2) * 8;
+}
+__device__ __forceinline__ const __nv_bfloat16* frag_a_trans_addr(const __nv_bfloat16* s, int lds, int k0, int m0, int lane) {
+    // A given row-major as [K][M] (e.g. dS^T: keys x queries), loaded with .trans: regs 0..3 = the
+    // A fragment's (m0, k0), (m0 + 8, k0), (m0, k0 + 8), (m0 + 8, k0 + 8) blocks of 8 x 8
+    return s + (k0 + lane % 8 + (lane / 16) * 8) * lds + m0 + ((lane / 8) % 2) * 8;
 }
 __device__ __forceinline__ const __nv_bfloat16* frag_b_trans_addr(const __nv_bfloat16* s, int lds, int k0, int n0, int lane) {
     // B given row-major as [K][N] (e.g. V: keys x dims), loaded with .trans: regs {0,1} = n-tile n0, {2,3} = n0+8
@@ -1312,7 +1339,9 @@ __device__ __forceinline__ void att_dkdv_store_rows(const float (&dk)[D / 8][4],
 // the gradients this block alone owns passes its own (Depth-Attention's fused depth backward,
 // kernels/depth_attention.cuh): after a __syncthreads (the block's stores visible to all its
 // threads, the shared tiles free), epi.run<D>(a, b, g, first key row, the dynamic shared memory).
-template <int D, int QSTEP, bool ASYNC, class Epi>
+// STORE_DS (dQ version 8): each pair's dS^T, the bf16 A fragments of dK += dS^T Q, also goes to
+// its tile of a.ds (attention_ds_tile), for attention_backward_dq_kernel8.
+template <int D, int QSTEP, bool ASYNC, class Epi, bool STORE_DS = false>
 static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(AttentionArgs a, Epi epi) {
     static_assert(QSTEP % 16 == 0 && ATT2_TILE % QSTEP == 0, "QSTEP: whole mma k-steps that tile the query tile");
     static_assert(ATT2_THREADS >= ATT2_TILE, "one thread per query row loads lse and delta");
@@ -1410,6 +1439,13 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
                 uint32_t pa[4], sa[4];
                 att_p_fragment<2 * NPG>(pa, pt, np);
                 att_p_fragment<2 * NPG>(sa, dpt, np);
+                if constexpr (STORE_DS) {  // the warp's 16 keys x these 16 queries of tile (qt, kt)
+                    floatX* t = attention_ds_tile(a, b, h, qt, kt) + (warp * 16 + gr) * 64 + (q0 + np) * 16 + 2 * tq;
+                    *reinterpret_cast<uint32_t*>(t) = sa[0];
+                    *reinterpret_cast<uint32_t*>(t + 8 * 64) = sa[1];
+                    *reinterpret_cast<uint32_t*>(t + 8) = sa[2];
+                    *reinterpret_cast<uint32_t*>(t + 8 * 64 + 8) = sa[3];
+                }
 #pragma unroll
                 for (int dp = 0; dp < D / 16; dp++) {
                     uint32_t df[4], qf[4];
@@ -1467,6 +1503,19 @@ __device__ __forceinline__ void att_dq_store_rows(const float (&dq)[D / 8][4], i
     }
 }
 
+// dQ += dS K over keys 16 kk .. 16 kk + 15 of a K tile (rows of att2_lds(D)): sa, their dS as the
+// A fragment of the warp's 16 queries (versions 2, 4 and 8)
+template <int D>
+__device__ __forceinline__ void att_dq_add_ds_keys(float (&dq)[D / 8][4], const uint32_t (&sa)[4], const __nv_bfloat16* Ks, int kk, int lane) {
+#pragma unroll
+    for (int dd = 0; dd < D / 16; dd++) {
+        uint32_t kf[4];
+        ldsm_x4_trans(kf, frag_b_trans_addr(Ks, att2_lds(D), kk * 16, dd * 16, lane));
+        mma_bf16_16816(dq[2 * dd], sa, kf[0], kf[1]);
+        mma_bf16_16816(dq[2 * dd + 1], sa, kf[2], kf[3]);
+    }
+}
+
 // dQ: block = (b, query head h, 64-query tile), 4 warps x 16 queries; loops over the key tiles.
 // ASYNC (version 4): K/V double buffered with cp.async, as in the forward. Shared memory: Q, dO,
 // then K and V once or twice (ATT2_TILE x LDS bf16 each).
@@ -1512,13 +1561,7 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dq_kernel2(Atte
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t sa[4];
             att_p_fragment<NT>(sa, s, kk);
-#pragma unroll
-            for (int dd = 0; dd < D / 16; dd++) {
-                uint32_t kf[4];
-                ldsm_x4_trans(kf, frag_b_trans_addr(Ks, LDS, kk * 16, dd * 16, lane));
-                mma_bf16_16816(dq[2 * dd], sa, kf[0], kf[1]);
-                mma_bf16_16816(dq[2 * dd + 1], sa, kf[2], kf[3]);
-            }
+            att_dq_add_ds_keys<D>(dq, sa, Ks, kk, lane);
         }
     }
     att_dq_store_rows<D>(dq, row, tq, scale, a, b, h);
@@ -1623,7 +1666,9 @@ inline size_t att6_smem_dkdv() { return (size_t)6 * 64 * ATT6_ROW_BYTES + 4 * 64
 
 // Epi: as version 4's kernel (attention_backward_dkdv_kernel2): run by the block after its stores,
 // with the shared memory free (the last pair's wgmma waited for, no copy in flight).
-template <int D, class Epi, bool KV_FRAGS>
+// STORE_DS (dQ version 8): each pair's dS^T, the bf16 A fragments of dK += dS^T Q, also goes to
+// its tile of a.ds (attention_ds_tile), for attention_backward_dq_kernel8.
+template <int D, class Epi, bool KV_FRAGS, bool STORE_DS = false>
 static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backward_dkdv_kernel6(AttentionArgs a, Epi epi) {
     static_assert(D == 64, "version 6: rows of 64 bf16, one 128-byte swizzle atom wide");
     static_assert(ATT6_DKDV_THREADS == ATT2_THREADS && ATT2_TILE == 64, "version 4's lse and delta loaders: a thread per row");
@@ -1719,6 +1764,18 @@ static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backwar
                 att_p_fragment<NJ>(pa[kk], pt, kk);
                 att_p_fragment<NJ>(sa[kk], dpt, kk);
             }
+            if constexpr (STORE_DS) {
+                // the warp's 16 keys (rows) x these 32 queries (columns) of tile (qt, kt): each
+                // fragment register is a bf16 pair of one key and two adjacent queries
+                floatX* t = attention_ds_tile(a, b, h, qt, kt) + (warp * 16 + gr) * 64 + qc + 2 * tq;
+#pragma unroll
+                for (int kk = 0; kk < NJ / 2; kk++) {
+                    *reinterpret_cast<uint32_t*>(t + 16 * kk) = sa[kk][0];
+                    *reinterpret_cast<uint32_t*>(t + 8 * 64 + 16 * kk) = sa[kk][1];
+                    *reinterpret_cast<uint32_t*>(t + 16 * kk + 8) = sa[kk][2];
+                    *reinterpret_cast<uint32_t*>(t + 8 * 64 + 16 * kk + 8) = sa[kk][3];
+                }
+            }
             wgmma_fence_operand(dv);
             wgmma_fence_operand(dk);
             wgmma_fence();
@@ -1740,6 +1797,63 @@ static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backwar
         __syncthreads();
         epi.template run<D>(a, b, g, kt * 64, smem6);
     }
+}
+
+// dQ, version 8: dQ = dS K from the dS^T tiles that the dK/dV kernel (version 4, 6 or 7 with
+// STORE_DS) wrote to a.ds, instead of computing S, P, dP and dS a second time as versions 4-7 do
+// (of the dQ kernel's four products of 64 x 64 x 64 per tile, three and its exponentials go). The
+// price: the dS^T tiles' bytes, written once and read once (2 x 8 KiB per tile; at GPT-2 124M,
+// B = 64, T = 1024: 0.86 GB per layer each way). Version 4's dQ kernel otherwise (PyTorch:
+// dq = (ds @ k) * scale): block = (b, query head h, 64-query tile), 4 warps of 16 queries, the key
+// tiles in order with their dS^T and K tiles double buffered by cp.async into padded rows; dS's A
+// fragments by ldmatrix.trans from the dS^T tile, K's B fragments as version 4 reads them, the
+// same mma in the same order: the same bits as version 4 wherever dS is (as under the emulator).
+// Every head dim (the dS^T tiles are 64 x 64 whatever D is). Shared memory: two buffers of a dS^T
+// tile (64 rows of att2_lds(64) bf16) and a K tile (64 rows of att2_lds(D)).
+template <int D>
+inline size_t att8_smem_dq() { return (size_t)2 * ATT2_TILE * (att2_lds(64) + att2_lds(D)) * sizeof(__nv_bfloat16); }
+
+template <int D>
+__host__ __device__ constexpr int att8_buffer_elems() { return ATT2_TILE * (att2_lds(64) + att2_lds(D)); }  // dS^T, then K
+// Starts key tile kt's dS^T (the whole tile: rows past T hold zeros) and K into buffer kt % 2.
+template <int D>
+__device__ __forceinline__ void att8_dq_tile_start(__nv_bfloat16* bufs, const __nv_bfloat16* ds, const KVSource& src, int kt, int T) {
+    __nv_bfloat16* S = bufs + (kt & 1) * att8_buffer_elems<D>();
+    att2_load_tile_async<64>(S, ds + (size_t)kt * ATT_DS_TILE_ELEMS, 64, 0, ATT2_TILE);
+    att2_load_tile_async<D>(S + ATT2_TILE * att2_lds(64), src.k, src.k_rs, kt * ATT2_TILE, T);
+    cp_async_commit();
+}
+
+template <int D>
+static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_kernel8(AttentionArgs a) {
+    constexpr int LDS = att2_lds(D), LDS_S = att2_lds(64), NT = ATT2_TILE / 8;
+    extern __shared__ __align__(16) unsigned char smem8[];
+    __nv_bfloat16* bufs = reinterpret_cast<__nv_bfloat16*>(smem8);  // buffer i: dS^T at bufs + i att8_buffer_elems, K after it
+    const auto [qt, b, h, g] = att_query_block(a);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, tq = lane % 4;
+    const float scale = 1.0f / sqrtf((float)D);
+    KVSource src = attn_kv_source(a, b, g);
+    const __nv_bfloat16* ds = attention_ds_tile(a, b, h, qt, 0);  // then kt = 1..qt
+    att8_dq_tile_start<D>(bufs, ds, src, 0, a.T);
+    float dq[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        cp_async_wait<0>();  // this thread's copies of tile kt (the only group in flight)
+        __syncthreads();     // everyone's; and everyone is done with tile kt - 1, whose buffer is refilled next
+        if (kt < qt) att8_dq_tile_start<D>(bufs, ds, src, kt + 1, a.T);
+        const __nv_bfloat16* St = bufs + (kt & 1) * att8_buffer_elems<D>();
+        const __nv_bfloat16* Ks = St + ATT2_TILE * LDS_S;
+        // dQ += dS K  (k = the 64 keys), as version 4's dQ kernel
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t sa[4];
+            ldsm_x4_trans(sa, frag_a_trans_addr(St, LDS_S, kk * 16, warp * 16, lane));
+            att_dq_add_ds_keys<D>(dq, sa, Ks, kk, lane);
+        }
+    }
+    att_dq_store_rows<D>(dq, qt * ATT2_TILE + warp * 16 + gr, tq, scale, a, b, h);
 }
 
 #endif  // ENABLE_BF16
@@ -1899,13 +2013,13 @@ void attention_backward_dq2_d(const AttentionArgs& a, cudaStream_t stream) {
     attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
-template <int D, int QSTEP, bool ASYNC, class Epi = AttNoEpilogue>
+template <int D, int QSTEP, bool ASYNC, class Epi = AttNoEpilogue, bool STORE_DS = false>
 void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream, const Epi& epi = Epi()) {
     int G = a.H / a.Hkv;
     size_t smem_kv = att2_smem_dkdv(D, ASYNC);
-    auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP, ASYNC, Epi>;
+    auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP, ASYNC, Epi, STORE_DS>;
     cudaCheck(cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    attention_backward_dkdv_kernel2<D, QSTEP, ASYNC, Epi><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a, epi);
+    dkdv_kernel<<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0) / G), ATT2_THREADS, smem_kv, stream>>>(a, epi);
     cudaCheck(cudaGetLastError());
 }
 template <int D, int QSTEP, bool ASYNC, class Epi = AttNoEpilogue>
@@ -1959,7 +2073,8 @@ inline bool attention_wgmma_available() {
 // Whether version 6 (the forward, and the backward's dQ kernel) runs these arguments here.
 inline bool attention_wgmma_supported(const AttentionArgs& a) { return a.D == 64 && attention_wgmma_available(); }
 // The kernel versions that run on wgmma where attention_wgmma_supported: 6, and 7 (version 6 with
-// the operand that a block multiplies by every tile held in registers as A fragments).
+// the operand that a block multiplies by every tile held in registers as A fragments). The dQ
+// kernel's 8 runs everywhere (mma.sync, with the dK/dV kernel of version 4, 6 or 7).
 inline bool attention_version_wgmma(int version) { return version == 6 || version == 7; }
 // The version that a kernel set to `chosen` runs for these arguments (attention_tc_version 4): a
 // wgmma version where attention_wgmma_supported and version 4 where not; 4 and the forward's 5 as
@@ -2016,23 +2131,74 @@ void attention_backward_dq6_launch(const AttentionArgs& a, cudaStream_t stream) 
     kernel<<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0)), ATT6_DQ_THREADS, smem, stream>>>(a);
     cudaCheck(cudaGetLastError());
 }
-// version 6's dK/dV kernel alone, with Epi; KV_FRAGS: version 7's
-template <bool KV_FRAGS, class Epi>
+// version 6's dK/dV kernel alone, with Epi; KV_FRAGS: version 7's; STORE_DS: also writing the
+// dS^T tiles that version 8's dQ kernel reads
+template <bool KV_FRAGS, class Epi, bool STORE_DS = false>
 void attention_backward_dkdv6_launch(const AttentionArgs& a, cudaStream_t stream, const Epi& epi) {
     size_t smem = att6_smem_dkdv();
     int G = a.H / a.Hkv;
-    auto kernel = attention_backward_dkdv_kernel6<64, Epi, KV_FRAGS>;
+    auto kernel = attention_backward_dkdv_kernel6<64, Epi, KV_FRAGS, STORE_DS>;
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0) / G), ATT6_DKDV_THREADS, smem, stream>>>(a, epi);
     cudaCheck(cudaGetLastError());
 }
+// version 8's dQ kernel alone: after a dK/dV kernel with STORE_DS over the same arguments
+inline void attention_backward_dq8_launch(const AttentionArgs& a, cudaStream_t stream) {
+    with_head_dim(a.D, [&](auto d) {
+        constexpr int D = decltype(d)::value;
+        size_t smem = att8_smem_dq<D>();
+        auto kernel = attention_backward_dq_kernel8<D>;
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        kernel<<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem, stream>>>(a);
+        cudaCheck(cudaGetLastError());
+    });
+}
+// dQ version 8: version 4's delta pass, the dK/dV kernel of dkdv_version (4, or 6 and 7 where
+// attention_wgmma_supported) storing dS^T to a.ds, then version 8's dQ kernel reading it back.
+// The dK/dV kernel first: version 8's dQ kernel reads neither V nor lse (the dK/dV kernel may
+// overwrite V with dV, as Depth does).
+inline void attention_backward8_plain(AttentionArgs a, cudaStream_t stream, int dkdv_version) {
+    KERNEL_ASSERT(dkdv_version == 4 || dkdv_version == 6 || dkdv_version == 7);
+    if (dkdv_version == 4) {
+        a = attention_full_range(a);
+        attention_check_args(a, true, 2);
+    } else {
+        a = attention6_checked(a, true);
+    }
+    size_t need = attention_ds_elems(a.B, a.H, a.T);
+    KERNEL_ASSERT(aligned16(a.ds));  // 16-byte copies of its tiles
+    if (!a.ds || a.ds_elems < need)
+        runtime_error("allocate the dS scratch (attention_ds_needed before the model is built) or use dQ version 6",
+                      "dQ version 8 needs %zu bf16 of dS^T scratch at B = %d, H = %d, T = %d; the arguments give %zu", need, a.B, a.H, a.T,
+                      a.ds ? a.ds_elems : (size_t)0);
+    attention_backward_preprocess(a, stream);
+    AttNoEpilogue none;
+    if (dkdv_version == 7) attention_backward_dkdv6_launch<true, AttNoEpilogue, true>(a, stream, none);
+    else if (dkdv_version == 6) attention_backward_dkdv6_launch<false, AttNoEpilogue, true>(a, stream, none);
+    else with_head_dim(a.D, [&](auto d) { attention_backward_dkdv2_d<decltype(d)::value, 16, true, AttNoEpilogue, true>(a, stream, none); });
+    attention_backward_dq8_launch(a, stream);
+}
+// The same for any Epi of attention_backward6: none, since an epilogue runs in the dK/dV kernel,
+// before this dQ kernel writes dq, and Depth's fused backward adds its term to dq there
+// (attention_backward_tc4 runs dQ version 6 with one).
+template <class Epi = AttNoEpilogue>
+void attention_backward8(const AttentionArgs& a, cudaStream_t stream, int dkdv_version, const Epi& epi = Epi()) {
+    (void)epi;
+    if constexpr (Epi::active)
+        runtime_error("use dQ version 6 with a dK/dV epilogue", "dQ version 8 writes dq after the dK/dV kernel, whose epilogue (Depth's fused "
+                      "backward) adds to dq");
+    else
+        attention_backward8_plain(a, stream, dkdv_version);
+}
 // Version 6: the dQ and the dK/dV kernels on wgmma (head dim 64 on an H100/H200, as the forward's
 // version 6) with version 4's delta pass, in the same order (dQ first). dq_version and
 // dkdv_version choose each kernel: 6, 7 (6 with the block's own rows held as A fragments), or 4
-// (the trainer's attention_dq_version and attention_dkdv_version). epi: run by each block of the
-// dK/dV kernel, any version, after its stores (attention_backward_with_epilogue).
+// (the trainer's attention_dq_version and attention_dkdv_version), or 8 (attention_backward8).
+// epi: run by each block of the dK/dV kernel, any version, after its stores
+// (attention_backward_with_epilogue).
 template <class Epi = AttNoEpilogue>
 void attention_backward6(AttentionArgs a, cudaStream_t stream, int dq_version = 6, int dkdv_version = 6, const Epi& epi = Epi()) {
+    if (dq_version == 8) return attention_backward8(a, stream, dkdv_version, epi);
     a = attention6_checked(a, true);
     KERNEL_ASSERT((dq_version == 4 || attention_version_wgmma(dq_version)) && (dkdv_version == 4 || attention_version_wgmma(dkdv_version)));
     attention_backward_preprocess(a, stream);
@@ -2063,12 +2229,17 @@ inline int attention_tc_version = 4;
 #endif
 inline int attention_forward_version = VP_ATT_FWD_VERSION;
 // The backward's dQ kernel when attention_tc_version is 4: 6 (wgmma, where
-// attention_wgmma_supported; version 4 elsewhere), 7 (likewise), or 4. VP_ATT_DQ_VERSION, bench_gpt
-// --attention-dq.
+// attention_wgmma_supported; version 4 elsewhere), 7 (likewise), 8 (dQ from the dS^T that the
+// dK/dV kernel, of whichever version runs, writes to scratch: attention_ds_needed; every head dim
+// and GPU), or 4.
+// VP_ATT_DQ_VERSION, bench_gpt --attention-dq.
 #ifndef VP_ATT_DQ_VERSION
 #define VP_ATT_DQ_VERSION 6
 #endif
 inline int attention_dq_version = VP_ATT_DQ_VERSION;
+// Set before a model is built where some later backward of the process runs dQ version 8 while
+// attention_dq_version is another then (bench_gpt's A/B of two ways in one process).
+inline bool attention_ds_reserve = false;
 // The backward's dK/dV kernel likewise: 6, 7 or 4 (VP_ATT_DKDV_VERSION, bench_gpt --attention-dkdv).
 // A value path that extends the dK/dV kernel (Depth's fused backward) runs with either version
 // (attention_backward_dkdv_epilogue_ok).
@@ -2079,8 +2250,8 @@ inline int attention_dkdv_version = VP_ATT_DKDV_VERSION;
 // a build flag naming no kernel would otherwise run version 4 without a word
 static_assert(VP_ATT_FWD_VERSION == 4 || VP_ATT_FWD_VERSION == 5 || VP_ATT_FWD_VERSION == 6 || VP_ATT_FWD_VERSION == 7,
               "-DVP_ATT_FWD_VERSION: use 4 (mma.sync), 5 (32 query rows per warp), 6 (wgmma, the default) or 7");
-static_assert(VP_ATT_DQ_VERSION == 4 || VP_ATT_DQ_VERSION == 6 || VP_ATT_DQ_VERSION == 7,
-              "-DVP_ATT_DQ_VERSION: use 4 (mma.sync), 6 (wgmma, the default) or 7");
+static_assert(VP_ATT_DQ_VERSION == 4 || VP_ATT_DQ_VERSION == 6 || VP_ATT_DQ_VERSION == 7 || VP_ATT_DQ_VERSION == 8,
+              "-DVP_ATT_DQ_VERSION: use 4 (mma.sync), 6 (wgmma, the default), 7 or 8 (dQ from the dK/dV kernel's dS)");
 static_assert(VP_ATT_DKDV_VERSION == 4 || VP_ATT_DKDV_VERSION == 6 || VP_ATT_DKDV_VERSION == 7,
               "-DVP_ATT_DKDV_VERSION: use 4 (mma.sync), 6 (wgmma, the default) or 7");
 #ifdef ENABLE_BF16
@@ -2091,7 +2262,13 @@ static_assert(VP_ATT_DKDV_VERSION == 4 || VP_ATT_DKDV_VERSION == 6 || VP_ATT_DKD
 template <class Epi = AttNoEpilogue>
 void attention_backward_tc4(const AttentionArgs& a, cudaStream_t stream, const Epi& epi = Epi()) {
     int dq = attention_version_for(a, attention_dq_version), dkdv = attention_version_for(a, attention_dkdv_version);
-    if (dq != 4 || dkdv != 4) attention_backward6(a, stream, dq, dkdv, epi);
+    // dQ version 8 where the scratch holds this call's tiles (a call at another shape than the one
+    // the scratch was sized for, B x T within the model's and T shorter, may need more) and no
+    // epilogue adds to dq after the dK/dV kernel (Depth's fused backward does: attention_backward8);
+    // version 6 (where it runs, else 4) otherwise. No scratch at all is attention_backward8's error.
+    if (dq == 8 && (Epi::active || (a.ds && a.ds_elems < attention_ds_elems(a.B, a.H, a.T)))) dq = attention_version_for(a, 6);
+    if (dq == 8) attention_backward8(a, stream, dkdv, epi);
+    else if (dq != 4 || dkdv != 4) attention_backward6(a, stream, dq, dkdv, epi);
     else attention_backward_tc<16, true>(a, stream, epi);
 }
 #endif
@@ -2159,6 +2336,15 @@ inline int attention_dkdv_active_version(const AttentionArgs& a) {
 #else
     (void)a;
     return 0;
+#endif
+}
+// Whether a model needs dQ version 8's dS^T scratch (attention_ds_elems) in this process: the BF16
+// build at attention_tc_version 4 with dQ version 8 chosen, or reserved (attention_ds_reserve).
+inline bool attention_ds_needed() {
+#ifdef ENABLE_BF16
+    return attention_tc_version == 4 && (attention_dq_version == 8 || attention_ds_reserve);
+#else
+    return false;
 #endif
 }
 // The dynamic shared memory of the dK/dV kernel that attention_backward (and

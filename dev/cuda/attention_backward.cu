@@ -58,6 +58,17 @@ version 7: version 6 with the operand each block multiplies by every tile read o
   1 KiB, 64 B/clk. 168 registers in each kernel (3 blocks per SM as before, no spill; ptxas).
   The same products in the same order as version 6: bit-identical under the emulator, printed on a
   GPU. The timing adds each kernel at version 7 with the other at 6. Not yet timed on a GPU.
+version 8: a new dQ kernel (attention_backward_dq_kernel8) after the dK/dV kernel of version 6
+  (version 4 where 6 cannot run): the dK/dV kernel runs first and also stores each pair's dS^T,
+  the bf16 A fragments it multiplies by Q anyway, to a scratch of 64 x 64 tiles (8 KiB each,
+  0.86 GB per layer at GPT-2 124M, B = 64, T = 1024); the dQ kernel then reads them back
+  (ldmatrix.trans) and computes only dQ = dS K, version 4's mma in version 4's order, instead of
+  S, P, dP and dS again: 4 + 1 products of a tile pair instead of 4 + 4, and one exponential
+  instead of two, for 16 KiB of stores and loads. 152 registers in version 6's dK/dV kernel with
+  the stores (147 without; 168 at version 7), 48 in the dQ kernel at D = 64. Bit-identical to
+  version 2 under the emulator; with version 4's dK/dV kernel, dk and dv anywhere. The timing adds
+  the dK/dV kernel at 7 and at 4, and each kernel alone: the dQ kernel at 6 and at 8, the dK/dV
+  kernel at 6 with and without the stores. Not yet timed on a GPU.
 
 TFLOP/s below use FlashAttention-2's convention (5 GEMMs of 2*T*T*D/2 per (b, h), i.e. 2.5x the
 forward), so they compare with published FA2 numbers; we do 7/5 of that work.
@@ -127,6 +138,7 @@ static void attention_backward_version(int version, const gpu::AttentionArgs& a)
         case 4: gpu::attention_backward4(a, 0); break;
         case 6: gpu::attention_backward6(a, 0); break;
         case 7: gpu::attention_backward7(a, 0); break;
+        case 8: gpu::attention_backward8(a, 0, gpu::attention_wgmma_supported(a) ? 6 : 4); break;
 #endif
         default: runtime_error(nullptr, "no version %d in this build", version);
     }
@@ -164,6 +176,9 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     a.q_rs = a.dq_rs = (long)H * D;
     a.k_rs = a.v_rs = a.dk_rs = a.dv_rs = (long)Hkv * D;
     a.dq = d_dq, a.dk = d_dk, a.dv = d_dv;
+    a.ds_elems = gpu::attention_ds_elems(B, H, T);  // version 8's dS^T tiles
+    floatX* d_ds = dev_alloc<floatX>(a.ds_elems);
+    a.ds = d_ds;
 
     std::vector<int> versions = {1};
 #ifdef ENABLE_BF16
@@ -171,10 +186,11 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     versions.push_back(3);
     versions.push_back(4);
     if (gpu::attention_wgmma_supported(a)) versions.insert(versions.end(), {6, 7});
-    else printf(" versions 6, 7: not run (head dim %d, not a compute capability 9.0 GPU, or a build without sm_90a)\n", D);
+    else printf(" versions 6, 7: not run (head dim %d, not a compute capability 9.0 GPU, or a build without sm_90a); version 8 with version 4's dK/dV kernel\n", D);
+    versions.push_back(8);
 #endif
     bool ok = true;
-    std::vector<std::vector<float>> results[8];  // per version: dq, dk, dv as computed
+    std::vector<std::vector<float>> results[9];  // per version: dq, dk, dv as computed
     const char* names[3] = {"dq", "dk", "dv"};
     for (int ver : versions) {
         printf(" version %d\n", ver);
@@ -218,6 +234,16 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
         }
     if (!results[7].empty())  // version 6's products with A from registers
         ok &= lab_same_bits_emulated("versions 6 and 7 (dq, dk, dv)", results[6] == results[7], "A from registers or shared memory");
+    if (!results[8].empty()) {  // dQ from the dK/dV kernel's dS^T: version 4's dQ sums of that kernel's dS
+        ok &= lab_same_bits_emulated("versions 2 and 8 (dq)", results[2][0] == results[8][0], "S^T's k16 sums against S's");
+        if (!results[6].empty()) {
+            ok &= lab_same_bits_emulated("versions 6 and 8 (dk, dv)", results[6][1] == results[8][1] && results[6][2] == results[8][2], "the same dK/dV kernel plus stores");
+        } else {  // version 4's dK/dV kernel plus the stores: the same bits anywhere
+            bool same = results[2][1] == results[8][1] && results[2][2] == results[8][2];
+            printf(" versions 2 and 8 bit-identical (dk, dv): %s\n", same ? "ok" : "FAILED");
+            ok &= same;
+        }
+    }
     if (ok && !check_only) {
         double flops = 2.5 * 2.0 * 2.0 * B * H * (double)T * T * D / 2;
         for (int ver : versions) {
@@ -231,9 +257,23 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
                 printf("  version 7 %s only (%s at 6): %.3f ms, %.1f TFLOP/s (FA2 FLOP convention)\n", dq7 ? "dQ" : "dK/dV", dq7 ? "dK/dV" : "dQ", ms,
                        flops / ms / 1e9);
             }
+        if (!results[6].empty()) {  // version 8 with the dK/dV kernel at 7 and at 4, and each kernel alone
+            for (int kv : {7, 4}) {
+                float ms = benchmark_kernel(20, [&] { gpu::attention_backward8(a, 0, kv); });
+                printf("  version 8 with dK/dV at %d: %.3f ms, %.1f TFLOP/s (FA2 FLOP convention)\n", kv, ms, flops / ms / 1e9);
+            }
+            gpu::AttentionArgs full = gpu::attention_full_range(a);  // the launchers alone take the head range as given
+            gpu::attention_backward8(a, 0, 6);                       // dS^T and delta in place for the dQ kernels
+            float dq6 = benchmark_kernel(20, [&] { gpu::attention_backward_dq6_launch<false>(full, 0); });
+            float dq8 = benchmark_kernel(20, [&] { gpu::attention_backward_dq8_launch(full, 0); });
+            float kv6 = benchmark_kernel(20, [&] { gpu::attention_backward_dkdv6_launch<false>(full, 0, gpu::AttNoEpilogue()); });
+            float kv6s = benchmark_kernel(20, [&] { gpu::attention_backward_dkdv6_launch<false, gpu::AttNoEpilogue, true>(full, 0, gpu::AttNoEpilogue()); });
+            printf("  kernels alone: dQ version 6 %.3f ms, version 8 %.3f ms; dK/dV version 6 %.3f ms, with the dS^T stores %.3f ms\n", dq6, dq8, kv6, kv6s);
+        }
 #endif
     }
-    for (void* ptr : {(void*)d_q, (void*)d_k, (void*)d_v, (void*)d_out, (void*)d_dout, (void*)d_lse, (void*)d_delta, (void*)d_dq, (void*)d_dk, (void*)d_dv})
+    for (void* ptr : {(void*)d_q, (void*)d_k, (void*)d_v, (void*)d_out, (void*)d_dout, (void*)d_lse, (void*)d_delta, (void*)d_dq, (void*)d_dk, (void*)d_dv,
+                      (void*)d_ds})
         cudaCheck(cudaFree(ptr));
     return ok;
 }

@@ -30,7 +30,8 @@ so the difference in ms/step is what the asynchronous loads buy (dev/device_chec
 each attention kernel: 6 (Hopper's wgmma, head dim 64; version 4 where it cannot run) is the
 default for all three, 7 is 6 with the block's own rows held in registers (the variants att_v7 and
 att_v7_bwd), 4 is mma.sync (the variant att_v4 of dev/bench_variants.list runs all three at 4),
-5 the forward with 32 query rows per warp (the variant att_fwd5). --bias-grad-epilogue 1 takes the bias
+5 the forward with 32 query rows per warp (the variant att_fwd5), the dQ kernel's 8 dQ = dS K from
+the dS^T tiles that the dK/dV kernel (any version) writes to scratch (variants att_dq8, att_v7_dq8). --bias-grad-epilogue 1 takes the bias
 gradients from the weight-gradient GEMMs' BGRADB epilogue instead of bias_backward's own pass over
 dout (variant bias_bgradb; kernels/matmul.cuh); the BENCH line counts the GEMM shapes for which
 cuBLASLt had no such algorithm (bias_grad_refused), where the own pass stayed.
@@ -134,17 +135,22 @@ int main(int argc, char** argv) {
     gpu::attention_tc_version = attention_version;
     // the attention kernels' versions: 4 (mma.sync), 6 (wgmma, the default where it can run) or 7
     // (6 with the block's own rows as A fragments in registers); the forward also 5 (version 4
-    // with 32 query rows per warp)
-    auto kernel_version = [](const char* flag, int version, bool has5, int* dst) {
-        if (version != 4 && version != 6 && version != 7 && !(has5 && version == 5))
-            usage_error(has5 ? "use 4 (mma.sync), 5 (32 query rows per warp), 6 (wgmma, Hopper, head dim 64; the default) or 7 (6 with Q in registers)"
-                             : "use 4 (mma.sync), 6 (wgmma, Hopper, head dim 64; the default) or 7 (6 with the block's rows in registers)",
+    // with 32 query rows per warp), the dQ kernel also 8 (dQ from the dS^T that the dK/dV kernel
+    // writes to scratch)
+    enum { FORWARD, DQ, DKDV };
+    auto kernel_version = [](const char* flag, int version, int kernel, int* dst) {
+        bool ok = version == 4 || version == 6 || version == 7 || (kernel == FORWARD && version == 5) || (kernel == DQ && version == 8);
+        if (!ok)
+            usage_error(kernel == FORWARD ? "use 4 (mma.sync), 5 (32 query rows per warp), 6 (wgmma, Hopper, head dim 64; the default) or 7 (6 with Q in registers)"
+                        : kernel == DQ    ? "use 4 (mma.sync), 6 (wgmma, Hopper, head dim 64; the default), 7 (6 with the block's rows in registers) or 8 "
+                                            "(dQ from the dK/dV kernel's dS)"
+                                          : "use 4 (mma.sync), 6 (wgmma, Hopper, head dim 64; the default) or 7 (6 with the block's rows in registers)",
                         "%s %d", flag, version);
         *dst = version;
     };
-    kernel_version("--attention-forward", attention_forward, true, &gpu::attention_forward_version);
-    kernel_version("--attention-dq", attention_dq, false, &gpu::attention_dq_version);
-    kernel_version("--attention-dkdv", attention_dkdv, false, &gpu::attention_dkdv_version);
+    kernel_version("--attention-forward", attention_forward, FORWARD, &gpu::attention_forward_version);
+    kernel_version("--attention-dq", attention_dq, DQ, &gpu::attention_dq_version);
+    kernel_version("--attention-dkdv", attention_dkdv, DKDV, &gpu::attention_dkdv_version);
     // the bias gradients: 0 (bias_backward's own pass, the default) or 1 (the weight-gradient GEMM's BGRADB epilogue)
     if (bias_grad_epilogue != 0 && bias_grad_epilogue != 1)
         usage_error("--bias-grad-epilogue 0 (bias_backward, the default) or 1 (cuBLASLt's BGRADB epilogue)", "--bias-grad-epilogue %d", bias_grad_epilogue);
@@ -176,6 +182,8 @@ int main(int argc, char** argv) {
     ModelConfig c = model_config_from_flags(rc);
     GpuModel m;
     m.options.recompute = recompute;
+    // dQ version 8's scratch, in the one allocation, where either way of an A/B runs it
+    gpu::attention_ds_reserve = variant_choice.attention_dq == 8 || plain_choice.attention_dq == 8;
     gpt_build(&m, c);
     gpt_init_params(&m, 1337);
     double N = (double)params_for_flops(c, m.num_params);

@@ -193,6 +193,20 @@ def test_full_size_training_step_passes_every_launcher(path):
     assert "refused" not in p.stderr, p.stderr[-2000:]
 
 
+@pytest.mark.parametrize("path", ["vanilla", "depth"])
+def test_full_size_training_step_with_dq_version_8(path):
+    """The same dry run with the dQ kernel at version 8 (bench_gpt --attention-dq 8): the dK/dV
+    kernel with its dS^T stores (version 6, then version 4's), then version 8's dQ kernel, with the
+    scratch for T = 1024 in the model's one allocation (a missing or short scratch is an error,
+    not a fallback, here)."""
+    binary = REPO / "build" / "emu" / "dev" / "cuda" / f"bench_gpt_{path}"
+    base = ["--batch-size", "2", "--seq-len", "1024", "--steps", "1", "--warmup", "0"]
+    for dkdv in ["6", "4"]:
+        p = run(binary, base + ["--attention-dq", "8", "--attention-dkdv", dkdv], expect=0, env={"VP_EMU_DRY_RUN": "1"})
+        bench = [ln for ln in p.stdout.splitlines() if ln.startswith("BENCH ")]
+        assert len(bench) == 1 and " attention_dq=8 " in bench[0] and f" attention_dkdv={dkdv} " in bench[0], p.stdout[-2000:]
+
+
 def test_bench_ab_runs_both_ways_in_alternating_rounds():
     """bench_gpt --ab-rounds R (dev/device_check.sh's A/B of a variant that is run-time flags) under
     the emulator's dry run (nothing computed, so no times): the warmup each way, then R rounds of

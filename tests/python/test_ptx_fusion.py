@@ -75,18 +75,21 @@ def test_attention_kernels_leave_nothing_to_fuse(tmp_path):
     """The backward lab (which has every attention kernel) as nvcc -O3 compiles the trainer for
     sm_90a: no product that an add or a sub reads unrounded in any tensor-core forward kernel
     (attention_forward_kernel2: versions 2, 4, 5 at each head dim they run; attention_forward_kernel6:
-    versions 6 and 7), dQ kernel or dK/dV kernel (versions 2/3/4, 6 and 7). Before 2026-11-28
+    versions 6 and 7), dQ kernel or dK/dV kernel (versions 2/3/4, 6 and 7, and dQ version 8 with its
+    dK/dV kernels that store dS^T). Before 2026-11-28
     versions 2 and 4 of the forward had 31 such pairs a kernel and version 5 two (NVVM had fused
     the rest): that is how their lse came to differ on an H200; the dQ kernels had 32
     (s sl2 - lse), the dK/dV kernels 24 to 96 (that, and the write-out's dk scale and routed sums)."""
     ptx = tmp_path / "attention_backward.ptx"
     subprocess.run([nvcc(), "-O3", "-std=c++17", "-diag-suppress", "1675,550", "-arch=sm_90a", "-I.", "-DENABLE_BF16", "-ptx",
                     "dev/cuda/attention_backward.cu", "-o", str(ptx)], cwd=REPO, check=True, capture_output=True)
-    p = run(ptx, "--kernels", "attention_(forward|backward_dq|backward_dkdv)_kernel[26]", "--expect-none")
+    p = run(ptx, "--kernels", "attention_(forward|backward_dq|backward_dkdv)_kernel[268]", "--expect-none")
     assert p.returncode == 0, p.stdout + p.stderr
     # forward: versions 2 and 4 at head dims 16, 32, 64, 128, version 5 at 16, 32, 64 (128 runs
-    # version 4), versions 6 and 7; dQ: versions 2 and 4 at each head dim, 6 and 7; dK/dV: versions 2 (64
-    # queries a step) and 3/4 (16), each with and without cp.async where built, at each head dim, 6 and 7
+    # version 4), versions 6 and 7; dQ: versions 2 and 4 at each head dim, 6 and 7, and 8 at each head dim;
+    # dK/dV: versions 2 (64 queries a step) and 3/4 (16), each with and without cp.async where built, at each
+    # head dim, 6 and 7, and the dS^T-storing kernels of dQ version 8 (4 at each head dim, 6 and 7)
     assert p.stdout.count("attention_forward_kernel2") == 11 and p.stdout.count("attention_forward_kernel6") == 2, p.stdout
     assert p.stdout.count("attention_backward_dq_kernel2") == 8 and p.stdout.count("attention_backward_dq_kernel6") == 2, p.stdout
-    assert p.stdout.count("attention_backward_dkdv_kernel2") == 12 and p.stdout.count("attention_backward_dkdv_kernel6") == 2, p.stdout
+    assert p.stdout.count("attention_backward_dq_kernel8") == 4, p.stdout
+    assert p.stdout.count("attention_backward_dkdv_kernel2") == 16 and p.stdout.count("attention_backward_dkdv_kernel6") == 4, p.stdout
