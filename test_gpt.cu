@@ -580,7 +580,7 @@ TEST(attention_head_ranges) {
         CHECK(bits_equal(download(dk, BT, Hkv * D, Hkv * D), download(dk_f, BT, Hkv * D, Hkv * D)), "dk of attention backward versions %d and 4 differs", version);
         CHECK(bits_equal(download(dv, BT, Hkv * D, Hkv * D), download(dv_f, BT, Hkv * D, Hkv * D)), "dv of attention backward versions %d and 4 differs", version);
     }
-    // dQ version 8 with version 4's dK/dV kernel (every head dim and GPU): that kernel plus its
+    // dQ version 8 with version 4's dK/dV kernel (any head dim and GPU): that kernel plus its
     // dS^T stores, so dk and dv are version 4's bit for bit; dq from its dS^T, the dQ kernel's dS
     // wherever the tensor cores sum S^T's k16 steps as S's (always under the emulator): there the
     // same bits, elsewhere within the bound of one bf16 rounding of dS (attention_wgmma_versions)
@@ -659,12 +659,12 @@ TEST(attention_head_ranges) {
 
 // Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's versions 6 and 7 and the
 // backward's (their dQ and dK/dV kernels; 7 is 6 with the operand each block multiplies by every
-// tile held in registers; and the dQ kernel's 8, from the dK/dV kernel's dS^T) against the trainer's version 4 at every layer of every config with
-// D = 64, each with its layer's value-path inputs (ResFormer's mix as V is loaded,
-// SVFormer's v^0, SLA's second source, Depth's v~; the backward on a random dO, gradients into
-// fresh buffers): bit for bit under the CUDA emulator (it sums each k16 step in order for mma and
-// wgmma alike); on a GPU within the bounds derived below. Not run where version 6 cannot (head
-// dim, not an H100/H200).
+// tile held in registers; and the dQ kernel's 8, from the dK/dV kernel's dS^T) against the
+// trainer's version 4 at every layer of every config with D = 64, each with its layer's
+// value-path inputs (ResFormer's mix as V is loaded, SVFormer's v^0, SLA's second source, Depth's
+// v~; the backward on a random dO, gradients into fresh buffers): bit for bit under the CUDA
+// emulator (it sums each k16 step in order for mma and wgmma alike); on a GPU within the bounds
+// derived below. Not run where version 6 cannot (head dim, not an H100/H200).
 TEST(attention_wgmma_versions) {
 #ifdef ENABLE_BF16
     int checked = 0;
@@ -873,13 +873,14 @@ static std::vector<float> floatx_download(const gpu::floatX* d, size_t n) {
     for (size_t i = 0; i < n; i++) h[i] = from_floatx(x[i]);
     return h;
 }
-// n values that floatX represents exactly: scale * N(0, 1), or uniform in [lo, hi]
+// n values that floatX represents exactly: scale * N(0, 1), or uniform in [lo, hi] (the latter
+// unused in the FP32 build)
 static std::vector<float> floatx_normal(Rng* rng, size_t n, float scale) {
     std::vector<float> v(n);
     for (float& x : v) x = from_floatx(to_floatx(scale * (float)rng_normal(rng)));
     return v;
 }
-static std::vector<float> floatx_uniform(Rng* rng, size_t n, float lo, float hi) {
+[[maybe_unused]] static std::vector<float> floatx_uniform(Rng* rng, size_t n, float lo, float hi) {
     std::vector<float> v(n);
     for (float& x : v) x = from_floatx(to_floatx(lo + (hi - lo) * (float)rng_uniform(rng)));
     return v;

@@ -1826,7 +1826,7 @@ __device__ __forceinline__ void att8_dq_tile_start(__nv_bfloat16* bufs, const __
 
 template <int D>
 static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_kernel8(AttentionArgs a) {
-    constexpr int LDS = att2_lds(D), LDS_S = att2_lds(64), NT = ATT2_TILE / 8;
+    constexpr int LDS_S = att2_lds(64), NT = ATT2_TILE / 8;
     extern __shared__ __align__(16) unsigned char smem8[];
     __nv_bfloat16* bufs = reinterpret_cast<__nv_bfloat16*>(smem8);  // buffer i: dS^T at bufs + i att8_buffer_elems, K after it
     const auto [qt, b, h, g] = att_query_block(a);
