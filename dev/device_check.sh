@@ -34,7 +34,8 @@
 #      against unfused)
 #   9. if time is left: each kernel's time per step under ncu (dev/kernel_profile.py), for each path
 #      of PROFILE_PATHS (default "vanilla"; "vanilla resformer depth" to see where a path's time goes)
-#  10. if time is left: the wgmma attention kernels (versions 6 and 7: forward, dQ, dK/dV) under
+#  10. if time is left: the wgmma attention kernels (versions 6 and 7: forward, dQ, dK/dV; and
+#      version 8's two backward kernels) under
 #      ncu's detailed sections (throughput, pipes, shared memory, warp stalls) at the labs' first
 #      shape, into labs_timed.log: what limits them, for the next kernel's design
 # and prints a short table last. With $OUT set (the device tool), results go there (at most 8
@@ -679,12 +680,12 @@ EOF
 fi
 
 # 7. attention: the labs' timings per shape, every version (forward 1, 2, 4, 5, 6, 7; backward 1-4,
-# 6, 7, and the backward's kernels at 7 one at a time), and a whole training step with the
-# tensor-core kernels without cp.async (bench_gpt --attention-version 2: forward version 2,
-# backward version 3) against the trainer's kernels (version 6 at D = 64 on Hopper since
-# 2026-11-28; before, version 4, which ran 0.983x of 2/3's step on an H200 that day), as one A/B
-# in one process (ABBA rounds, as step 4b's run-time variants). Version 4 against version 6 is
-# step 4b's variant att_v4.
+# 6, 7, 8, the backward's kernels at 7 one at a time, and version 8's kernels alone), and a
+# whole training step with the tensor-core kernels without cp.async (bench_gpt
+# --attention-version 2: forward version 2, backward version 3) against the trainer's kernels
+# (version 6 at D = 64 on Hopper since 2026-11-28; before, version 4, which ran 0.983x of 2/3's
+# step on an H200 that day), as one A/B in one process (ABBA rounds, as step 4b's run-time
+# variants). Version 4 against version 6 is step 4b's variant att_v4.
 if bench_part attention && unit_begin attention; then
     LAB="$OUT_DIR/labs_timed.log"  # one file for every timed lab: the tool brings back at most 8
     for lab in attention_forward attention_backward; do
@@ -770,7 +771,8 @@ done
 # 10. what limits the wgmma attention kernels, if time is left: ncu's detailed sections (speed of
 # light, compute and memory workload with the shared-memory table, scheduler and warp-state
 # statistics with ncu's own notes on the dominant stalls, occupancy) for the first launch of each
-# version 6 and 7 kernel (forward, dQ, dK/dV) in the labs' --check runs, whose first shape is
+# version 6 and 7 kernel (forward, dQ, dK/dV) and of version 8's (its dK/dV kernel with the dS^T
+# stores, its dQ kernel) in the labs' --check runs, whose first shape is
 # GPT-2's (B=8 and B=4, T=1024, H=12, D=64), appended to labs_timed.log. The kernels' times are
 # the timed labs' (step 7); this says why they are what they are.
 if bench_part attnprof && command -v ncu >/dev/null 2>&1 && unit_begin attnprof; then

@@ -179,6 +179,15 @@ __device__ __forceinline__ floatX* attention_ds_tile(const AttentionArgs& a, int
     size_t pair = (size_t)b * a.H + h;
     return a.ds + (pair * attention_ds_tiles_per_head(a.T) + (size_t)qt * (qt + 1) / 2 + kt) * ATT_DS_TILE_ELEMS;
 }
+// The dK/dV kernels' (STORE_DS) store of one k16 step of dS^T: sa, the bf16 A fragment of the
+// warp's 16 keys (rows) x 16 queries (columns), each register a pair of one key and two adjacent
+// queries; t, the tile element at this thread's first key row and first query column
+__device__ __forceinline__ void attention_ds_store_fragment(floatX* t, const uint32_t (&sa)[4]) {
+    *reinterpret_cast<uint32_t*>(t) = sa[0];
+    *reinterpret_cast<uint32_t*>(t + 8 * 64) = sa[1];
+    *reinterpret_cast<uint32_t*>(t + 8) = sa[2];
+    *reinterpret_cast<uint32_t*>(t + 8 * 64 + 8) = sa[3];
+}
 
 inline bool attention_head_dim_supported(int D) { return D == 16 || D == 32 || D == 64 || D == 128; }
 
@@ -1439,13 +1448,8 @@ static __global__ void ATT2_BWD_LAUNCH_BOUNDS attention_backward_dkdv_kernel2(At
                 uint32_t pa[4], sa[4];
                 att_p_fragment<2 * NPG>(pa, pt, np);
                 att_p_fragment<2 * NPG>(sa, dpt, np);
-                if constexpr (STORE_DS) {  // the warp's 16 keys x these 16 queries of tile (qt, kt)
-                    floatX* t = attention_ds_tile(a, b, h, qt, kt) + (warp * 16 + gr) * 64 + (q0 + np) * 16 + 2 * tq;
-                    *reinterpret_cast<uint32_t*>(t) = sa[0];
-                    *reinterpret_cast<uint32_t*>(t + 8 * 64) = sa[1];
-                    *reinterpret_cast<uint32_t*>(t + 8) = sa[2];
-                    *reinterpret_cast<uint32_t*>(t + 8 * 64 + 8) = sa[3];
-                }
+                if constexpr (STORE_DS)  // the warp's 16 keys x these 16 queries of tile (qt, kt)
+                    attention_ds_store_fragment(attention_ds_tile(a, b, h, qt, kt) + (warp * 16 + gr) * 64 + (q0 + np) * 16 + 2 * tq, sa);
 #pragma unroll
                 for (int dp = 0; dp < D / 16; dp++) {
                     uint32_t df[4], qf[4];
@@ -1764,17 +1768,10 @@ static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backwar
                 att_p_fragment<NJ>(pa[kk], pt, kk);
                 att_p_fragment<NJ>(sa[kk], dpt, kk);
             }
-            if constexpr (STORE_DS) {
-                // the warp's 16 keys (rows) x these 32 queries (columns) of tile (qt, kt): each
-                // fragment register is a bf16 pair of one key and two adjacent queries
+            if constexpr (STORE_DS) {  // the warp's 16 keys x these 32 queries of tile (qt, kt)
                 floatX* t = attention_ds_tile(a, b, h, qt, kt) + (warp * 16 + gr) * 64 + qc + 2 * tq;
 #pragma unroll
-                for (int kk = 0; kk < NJ / 2; kk++) {
-                    *reinterpret_cast<uint32_t*>(t + 16 * kk) = sa[kk][0];
-                    *reinterpret_cast<uint32_t*>(t + 8 * 64 + 16 * kk) = sa[kk][1];
-                    *reinterpret_cast<uint32_t*>(t + 16 * kk + 8) = sa[kk][2];
-                    *reinterpret_cast<uint32_t*>(t + 8 * 64 + 16 * kk + 8) = sa[kk][3];
-                }
+                for (int kk = 0; kk < NJ / 2; kk++) attention_ds_store_fragment(t + 16 * kk, sa[kk]);
             }
             wgmma_fence_operand(dv);
             wgmma_fence_operand(dk);
@@ -1811,10 +1808,9 @@ static __global__ void __launch_bounds__(ATT6_DKDV_THREADS, 3) attention_backwar
 // Every head dim (the dS^T tiles are 64 x 64 whatever D is). Shared memory: two buffers of a dS^T
 // tile (64 rows of att2_lds(64) bf16) and a K tile (64 rows of att2_lds(D)).
 template <int D>
-inline size_t att8_smem_dq() { return (size_t)2 * ATT2_TILE * (att2_lds(64) + att2_lds(D)) * sizeof(__nv_bfloat16); }
-
-template <int D>
 __host__ __device__ constexpr int att8_buffer_elems() { return ATT2_TILE * (att2_lds(64) + att2_lds(D)); }  // dS^T, then K
+template <int D>
+inline size_t att8_smem_dq() { return (size_t)2 * att8_buffer_elems<D>() * sizeof(__nv_bfloat16); }
 // Starts key tile kt's dS^T (the whole tile: rows past T hold zeros) and K into buffer kt % 2.
 template <int D>
 __device__ __forceinline__ void att8_dq_tile_start(__nv_bfloat16* bufs, const __nv_bfloat16* ds, const KVSource& src, int kt, int T) {
@@ -2142,6 +2138,14 @@ void attention_backward_dkdv6_launch(const AttentionArgs& a, cudaStream_t stream
     kernel<<<dim3(CEIL_DIV(a.T, 64), a.B * (a.h1 - a.h0) / G), ATT6_DKDV_THREADS, smem, stream>>>(a, epi);
     cudaCheck(cudaGetLastError());
 }
+// The dK/dV kernel of version 7, 6 or 4 (version 4's cp.async kernel, 16 queries a step) alone,
+// with Epi; STORE_DS: also writing the dS^T tiles that version 8's dQ kernel reads
+template <class Epi, bool STORE_DS = false>
+void attention_backward_dkdv_launch(const AttentionArgs& a, cudaStream_t stream, int version, const Epi& epi) {
+    if (version == 7) attention_backward_dkdv6_launch<true, Epi, STORE_DS>(a, stream, epi);
+    else if (version == 6) attention_backward_dkdv6_launch<false, Epi, STORE_DS>(a, stream, epi);
+    else with_head_dim(a.D, [&](auto d) { attention_backward_dkdv2_d<decltype(d)::value, 16, true, Epi, STORE_DS>(a, stream, epi); });
+}
 // version 8's dQ kernel alone: after a dK/dV kernel with STORE_DS over the same arguments
 inline void attention_backward_dq8_launch(const AttentionArgs& a, cudaStream_t stream) {
     with_head_dim(a.D, [&](auto d) {
@@ -2172,10 +2176,7 @@ inline void attention_backward8_plain(AttentionArgs a, cudaStream_t stream, int 
                       "dQ version 8 needs %zu bf16 of dS^T scratch at B = %d, H = %d, T = %d; the arguments give %zu", need, a.B, a.H, a.T,
                       a.ds ? a.ds_elems : (size_t)0);
     attention_backward_preprocess(a, stream);
-    AttNoEpilogue none;
-    if (dkdv_version == 7) attention_backward_dkdv6_launch<true, AttNoEpilogue, true>(a, stream, none);
-    else if (dkdv_version == 6) attention_backward_dkdv6_launch<false, AttNoEpilogue, true>(a, stream, none);
-    else with_head_dim(a.D, [&](auto d) { attention_backward_dkdv2_d<decltype(d)::value, 16, true, AttNoEpilogue, true>(a, stream, none); });
+    attention_backward_dkdv_launch<AttNoEpilogue, true>(a, stream, dkdv_version, AttNoEpilogue());
     attention_backward_dq8_launch(a, stream);
 }
 // The same for any Epi of attention_backward6: none, since an epilogue runs in the dK/dV kernel,
@@ -2205,9 +2206,7 @@ void attention_backward6(AttentionArgs a, cudaStream_t stream, int dq_version = 
     if (dq_version == 7) attention_backward_dq6_launch<true>(a, stream);
     else if (dq_version == 6) attention_backward_dq6_launch<false>(a, stream);
     else attention_backward_dq2_d<64, true>(a, stream);
-    if (dkdv_version == 7) attention_backward_dkdv6_launch<true>(a, stream, epi);
-    else if (dkdv_version == 6) attention_backward_dkdv6_launch<false>(a, stream, epi);
-    else attention_backward_dkdv2_d<64, 16, true>(a, stream, epi);
+    attention_backward_dkdv_launch(a, stream, dkdv_version, epi);
 }
 inline void attention_backward7(const AttentionArgs& a, cudaStream_t stream) { attention_backward6(a, stream, 7, 7); }
 #endif  // ENABLE_BF16

@@ -31,10 +31,11 @@ each attention kernel: 6 (Hopper's wgmma, head dim 64; version 4 where it cannot
 default for all three, 7 is 6 with the block's own rows held in registers (the variants att_v7 and
 att_v7_bwd), 4 is mma.sync (the variant att_v4 of dev/bench_variants.list runs all three at 4),
 5 the forward with 32 query rows per warp (the variant att_fwd5), the dQ kernel's 8 dQ = dS K from
-the dS^T tiles that the dK/dV kernel (any version) writes to scratch (variants att_dq8, att_v7_dq8). --bias-grad-epilogue 1 takes the bias
-gradients from the weight-gradient GEMMs' BGRADB epilogue instead of bias_backward's own pass over
-dout (variant bias_bgradb; kernels/matmul.cuh); the BENCH line counts the GEMM shapes for which
-cuBLASLt had no such algorithm (bias_grad_refused), where the own pass stayed.
+the dS^T tiles that the dK/dV kernel (any version) writes to scratch (variants att_dq8,
+att_v7_dq8). --bias-grad-epilogue 1 takes the bias gradients from the weight-gradient GEMMs'
+BGRADB epilogue instead of bias_backward's own pass over dout (variant bias_bgradb;
+kernels/matmul.cuh); the BENCH line counts the GEMM shapes for which cuBLASLt had no such
+algorithm (bias_grad_refused), where the own pass stayed.
 --depth-fused-forward 1 (Depth's binary) makes the depth softmax and mix inside the attention
 forward instead of by a kernel before it, --depth-fused-backward 1 its backward inside the
 attention backward's dK/dV kernel instead of after it (kernels/depth_attention.cuh). The fused
