@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +46,7 @@
 #include "host/dataloader.h"
 #include "host/distributed.h"
 #include "host/rng.h"
+#include "host/update_guard.h"
 #include "host/utils.h"
 
 #define CHECKPOINT_MAGIC 20261101
@@ -68,7 +70,9 @@ struct CheckpointHeader {
     DataLoaderState train_data;
     uint32_t header_crc;      // version 2: CRC-32 of this header (both CRCs zero) + run_text
     uint32_t data_crc;        // version 2: CRC-32 of params [, m, v]
-    int32_t reserved[62];
+    UpdateGuardState update_guard;  // the outlier statistics of --skip-loss-z/--skip-norm-z (host/update_guard.h);
+                                    // zero where the run had them off, and in files from before 2026-11-29
+    int32_t reserved[50];
 };
 static_assert(sizeof(CheckpointHeader) == 552, "the checkpoint header's layout is the file format (dev/reference/model.py reads it)");
 
@@ -89,6 +93,7 @@ struct CheckpointMeta {
     int has_optimizer = 0;
     Rng sample_rng{};
     DataLoaderState train_data{};
+    UpdateGuardState update_guard{};
     std::string run_text;
     int version = 0;        // as read from a file (checkpoint_open); the writer always writes CHECKPOINT_VERSION
     uint32_t data_crc = 0;  // as read: the header's CRC of the tensors, checked by checkpoint_read
@@ -194,6 +199,7 @@ inline void checkpoint_writer_begin(CheckpointWriter* w, const std::string& dir,
     h.model = meta.model;
     h.sample_rng = meta.sample_rng;
     h.train_data = meta.train_data;
+    h.update_guard = meta.update_guard;
     h.header_crc = checkpoint_header_crc(h, meta.run_text);
     w->floats_expected = meta.num_params * (meta.has_optimizer ? 3 : 1);
 
@@ -319,7 +325,10 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
         runtime_error("the file was damaged after it was written (disk, copy): restore it from a copy, or move it out of the directory so that --resume takes the one before it",
                       "checkpoint '%s' is corrupt: the CRC-32 of its header does not match", path.c_str());
     }
-    if (h.num_params <= 0 || (h.has_optimizer != 0 && h.has_optimizer != 1)) {
+    const UpdateGuardState& ug = h.update_guard;
+    bool guard_ok = ug.seen >= 0 && ug.skipped >= 0 && ug.skipped <= ug.seen && std::isfinite(ug.loss_mean) && std::isfinite(ug.norm_mean) &&
+                    ug.loss_var >= 0 && ug.norm_var >= 0 && std::isfinite(ug.loss_var) && std::isfinite(ug.norm_var);
+    if (h.num_params <= 0 || (h.has_optimizer != 0 && h.has_optimizer != 1) || !guard_ok) {
         fclose(f);
         runtime_error(hint, "checkpoint '%s' has a corrupt header", path.c_str());
     }
@@ -343,6 +352,7 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
     meta->has_optimizer = h.has_optimizer;
     meta->sample_rng = h.sample_rng;
     meta->train_data = h.train_data;
+    meta->update_guard = h.update_guard;
     meta->version = h.version;
     meta->data_crc = h.data_crc;
     return f;

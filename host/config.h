@@ -74,6 +74,8 @@ struct RunConfig {
     std::string init_from;
     // optimisation
     float lr, beta1, beta2, eps, weight_decay, min_lr_frac, cooldown_frac, grad_clip;
+    float skip_loss_z, skip_norm_z;  // outlier steps whose update is skipped (host/update_guard.h)
+    int skip_window;
     std::string lr_schedule;  // cosine | linear | wsd | constant (host/schedule.h)
     int warmup_steps, max_steps, batch_size, seq_len;
     long total_batch_tokens;
@@ -147,6 +149,9 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--min-lr-frac", FLAG_FLOAT,  RC_FIELD(min_lr_frac), "0.1",   "the decay ends at lr * min-lr-frac at --max-steps (cosine, linear, wsd; constant ignores it)"},
     {"--cooldown-frac",FLAG_FLOAT, RC_FIELD(cooldown_frac),"0.2",  "wsd: the fraction of the steps after warmup that decay linearly to lr * min-lr-frac"},
     {"--grad-clip",   FLAG_FLOAT,  RC_FIELD(grad_clip),   "1.0",   "clip the global gradient norm to this (0 = off)"},
+    {"--skip-loss-z", FLAG_FLOAT,  RC_FIELD(skip_loss_z), "0",     "skip the update of a step whose loss is more than this many standard deviations above the recent steps' mean (0 = off; llm.c's -sl)"},
+    {"--skip-norm-z", FLAG_FLOAT,  RC_FIELD(skip_norm_z), "0",     "the same for the gradient norm before clipping (0 = off; llm.c's -sg)"},
+    {"--skip-window", FLAG_INT,    RC_FIELD(skip_window), "128",   "steps that the recent mean and deviation of --skip-loss-z/--skip-norm-z average over; no step is judged before this many"},
     {"--batch-size",  FLAG_INT,    RC_FIELD(batch_size),  "4",     "micro-batch size B (sequences per forward/backward)"},
     {"--seq-len",     FLAG_INT,    RC_FIELD(seq_len),     "64",    "sequence length T (at most --max-seq)"},
     {"--total-batch-tokens", FLAG_LONG, RC_FIELD(total_batch_tokens), "0", "tokens per optimizer step; a multiple of B*T, the rest is gradient accumulation (0 = B*T)"},
@@ -470,6 +475,10 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.was_given("--cooldown-frac") && shape != LR_WSD)
         usage_error("add --lr-schedule wsd, or drop --cooldown-frac", "--cooldown-frac applies only to --lr-schedule wsd (this run's is %s)", rc.lr_schedule.c_str());
     if (!(rc.grad_clip >= 0)) usage_error(nullptr, "--grad-clip must be >= 0 (0 = off)");
+    if (!(rc.skip_loss_z >= 0) || !(rc.skip_norm_z >= 0)) usage_error(nullptr, "--skip-loss-z and --skip-norm-z must be >= 0 (0 = off)");
+    if (rc.skip_window < 2) usage_error(nullptr, "--skip-window must be >= 2, got %d", rc.skip_window);
+    if (rc.was_given("--skip-window") && !(rc.skip_loss_z > 0 || rc.skip_norm_z > 0))
+        usage_error("add --skip-loss-z Z or --skip-norm-z Z, or drop --skip-window", "--skip-window applies only when --skip-loss-z or --skip-norm-z is on");
     if (rc.eval_every < 0 || rc.eval_batches < 1) usage_error(nullptr, "--eval-every must be >= 0 and --eval-batches >= 1");
     if (rc.sample_every < 0 || rc.sample_tokens < 1) usage_error(nullptr, "--sample-every must be >= 0 and --sample-tokens >= 1");
     if (!(rc.sample_temperature >= 0)) usage_error(nullptr, "--sample-temperature must be >= 0");

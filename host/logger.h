@@ -70,9 +70,10 @@ inline std::string json_escape(const std::string& s) {
 // lambdas: ResFormer's learnable lambdas after this step's update (layer 0 first), logged as
 // "resformer_lambdas" (the config line's "resformer_lambda" is the setting); empty otherwise.
 inline void logger_step(Logger* lg, int step, int max_steps, float loss, float lr, float grad_norm, double ms, double tok_per_s, double mfu,
-                        const std::vector<float>& lambdas) {
+                        const std::vector<float>& lambdas, bool update_skipped = false) {
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", step, max_steps, loss, lr, grad_norm, ms, tok_per_s);
     if (mfu > 0) printf(" | MFU %.1f%%", 100 * mfu);
+    if (update_skipped) printf(" | update skipped");
     printf("\n");
     fflush(stdout);
     char buf[256];
@@ -83,6 +84,7 @@ inline void logger_step(Logger* lg, int step, int max_steps, float loss, float l
         snprintf(buf, sizeof(buf), ",\"mfu\":%.6f", mfu);
         json += buf;
     }
+    if (update_skipped) json += ",\"skipped\":1";  // --skip-loss-z / --skip-norm-z: no AdamW update this step
     if (!lambdas.empty()) {
         json += ",\"resformer_lambdas\":[";
         for (size_t l = 0; l < lambdas.size(); l++) {

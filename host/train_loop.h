@@ -69,6 +69,7 @@
 #include "host/rng.h"
 #include "host/schedule.h"
 #include "host/tokenizer.h"
+#include "host/update_guard.h"
 #include "host/utils.h"
 
 // Independent random streams derived from --seed (see rng_stream): the init uses the
@@ -236,17 +237,22 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
     s += value_path_config_json(c.vp);
     if (resumed_from >= 0) s += ",\"resumed_from\":" + std::to_string(resumed_from);
     s += ",\"world\":" + std::to_string(dist_world()) + ",\"zero\":" + std::to_string(rc.zero);
+    if (rc.skip_loss_z > 0 || rc.skip_norm_z > 0) {  // --skip-loss-z / --skip-norm-z on (host/update_guard.h)
+        snprintf(buf, sizeof(buf), ",\"skip_loss_z\":%g,\"skip_norm_z\":%g,\"skip_window\":%d", rc.skip_loss_z, rc.skip_norm_z, rc.skip_window);
+        s += buf;
+    }
     return s + "}";
 }
 
 // train_state: the data position to record, if not train's current one (a step cut short)
 template <typename Model>
-void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, int64_t step, const Rng& sample_rng, const DataLoader* train,
-                     const DataLoaderState* train_state = nullptr) {
+void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, int64_t step, const Rng& sample_rng, const UpdateGuardState& guard,
+                     const DataLoader* train, const DataLoaderState* train_state = nullptr) {
     CheckpointMeta meta;
     meta.model = c;
     meta.step = step;
     meta.sample_rng = sample_rng;
+    meta.update_guard = guard;
     if (train_state) meta.train_data = *train_state;
     else if (train) meta.train_data = dataloader_get_state(train);  // none with --max-steps 0 and no data
     meta.run_text = run_config_to_text(rc);
@@ -323,12 +329,15 @@ int train_main_unguarded(int argc, char** argv) {
     if (dist && rc.zero) model_dist_shard_optimizer(&model);  // before a load, which then reads only this rank's slice
     int start_step = 0;
     Rng sample_rng = rng_stream(rc.seed, RNG_STREAM_SAMPLES);
+    const UpdateGuardSettings guard_settings{rc.skip_loss_z, rc.skip_norm_z, rc.skip_window};
+    UpdateGuardState guard{};  // the statistics of the steps so far; stays zero while the guard is off
     if (rc.resume) {
         model_load(&model, ckpt_path, &meta, true);
         if (!have_train) usage_error(nullptr, "--resume needs --train-data");
         dataloader_set_state(&train, &meta.train_data);
         start_step = (int)meta.step;
         sample_rng = meta.sample_rng;
+        guard = meta.update_guard;
         warn_changed_flags(meta.run_text, run_config_to_text(rc));
         printf("resuming from %s (step %d)\n", ckpt_path.c_str(), start_step);
     } else if (!rc.init_from.empty()) {
@@ -414,7 +423,7 @@ int train_main_unguarded(int argc, char** argv) {
                          ("rank " + std::to_string(dist_rank()) + " stops: " + std::to_string(failed_ranks) +
                           " other rank(s) could not read their training data").c_str());
         if (!rc.out_dir.empty() && steps_done > last_saved) {
-            save_checkpoint(&model, rc, c, steps_done, sample_rng, &train, &step_start_data);
+            save_checkpoint(&model, rc, c, steps_done, sample_rng, guard, &train, &step_start_data);
             if (rank0) printf("saved the last completed step (%d) before stopping: fix or replace the shard named in the error, then --resume 1\n", steps_done);
         }
         dist_barrier();  // every rank has spoken before the first exits (mpirun then ends the job)
@@ -466,6 +475,17 @@ int train_main_unguarded(int argc, char** argv) {
         float norm = (float)std::sqrt(sumsq);
         if (!std::isfinite(loss) || !std::isfinite(norm))
             runtime_error("lower --lr or raise --warmup-steps; the last checkpoint is intact", "step %d: the loss (%g) or gradient norm (%g) is not finite", step + 1, loss, norm);
+        // --skip-loss-z / --skip-norm-z: an outlier step keeps its batch, step count and lr, but
+        // not its update (host/update_guard.h); every rank judges the same all-reduced values
+        bool skip_update = false;
+        if (guard_settings.enabled()) {
+            const UpdateGuardState before = guard;
+            // judged on the values log.jsonl records (the loss as a float), so that the log alone
+            // can replay every verdict
+            UpdateGuardVerdict verdict = update_guard_step(&guard, guard_settings, (float)loss, norm);
+            skip_update = verdict.skip();
+            if (skip_update && rank0) update_guard_print(step + 1, verdict, guard_settings, (float)loss, norm, before);
+        }
         AdamWSettings opt;
         opt.lr = lr_at(schedule, step);
         opt.beta1 = rc.beta1;
@@ -474,21 +494,23 @@ int train_main_unguarded(int argc, char** argv) {
         opt.weight_decay = rc.weight_decay;
         opt.grad_scale = (rc.grad_clip > 0 && norm > rc.grad_clip) ? rc.grad_clip / norm : 1.0f;
         opt.lr_peak = rc.lr;
-        if (dist) model_dist_update(&model, opt, step + 1);
-        else gpt_update(&model, opt, step + 1);
+        if (!skip_update) {
+            if (dist) model_dist_update(&model, opt, step + 1);
+            else gpt_update(&model, opt, step + 1);
+        }
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         int done = step + 1;
         // MFU per device: this rank's B * T * grad_accum tokens in the step's time
         double mfu = peak_tflops > 0 ? flops_per_token * B * T * grad_accum / (ms / 1000.0) / (peak_tflops * 1e12) : 0;
         if (rank0)
             logger_step(&lg, done, rc.max_steps, (float)loss, opt.lr, norm, ms, (double)B * T * grad_accum * world / (ms / 1000.0), mfu,
-                        model_lambdas(&model));
+                        model_lambdas(&model), skip_update);
 
         bool last = done == rc.max_steps;
         if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && (!vals.empty() || !mcs.empty()))) run_evals(done);
         if (rank0 && rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, done);
         if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last)) {
-            save_checkpoint(&model, rc, c, done, sample_rng, &train);
+            save_checkpoint(&model, rc, c, done, sample_rng, guard, &train);
             last_saved = done;
         }
     }
@@ -498,8 +520,11 @@ int train_main_unguarded(int argc, char** argv) {
         // evaluated above already when --eval-every is set.
         if (rc.eval_every <= 0) run_evals(0);
         if (rank0 && rc.sample_every > 0) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, 0);
-        if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, have_train ? &train : nullptr);
+        if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, guard, have_train ? &train : nullptr);
     }
+    if (rank0 && guard.skipped > 0)
+        printf("updates skipped by --skip-loss-z/--skip-norm-z: %lld of the run's %d steps (log.jsonl marks them \"skipped\":1)\n", (long long)guard.skipped,
+               rc.max_steps);
     if (rank0) logger_close(&lg);
     gpt_free(&model);
     if (have_train) dataloader_free(&train);

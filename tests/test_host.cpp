@@ -1,7 +1,8 @@
 // tests/test_host.cpp: the host-side data path: token shards (host/dataloader.h), the
 // tokenizer that prints samples and encodes prompts (host/tokenizer.h), multiple-choice files (host/mc_eval.h),
 // and the shard layout of data-parallel
-// training (host/distributed.h dist_shard), and the CRC-32 of checkpoints (host/crc32.h).
+// training (host/distributed.h dist_shard), the CRC-32 of checkpoints (host/crc32.h), and the
+// outlier statistics of --skip-loss-z / --skip-norm-z (host/update_guard.h).
 // Build (errors throw VpError so bad inputs can be checked):
 //   g++ -O2 -std=c++17 -DVP_ERRORS_THROW -I. tests/test_host.cpp -o /tmp/test_host && /tmp/test_host
 // The fixture shards and tokenizer files are written into a fresh mkdtemp directory. The GPT-2
@@ -13,6 +14,7 @@
 #include "host/mc_eval.h"
 #include "host/rng.h"
 #include "host/tokenizer.h"
+#include "host/update_guard.h"
 #include "tests/testing.h"
 
 #include <set>
@@ -1179,6 +1181,79 @@ TEST(env_number_refuses_what_is_not_a_number_in_range) {
               "%s: code %d, '%s'", bad, e.code, e.msg.c_str());
     }
     unsetenv(name);
+}
+
+// The statistics update_guard_step should hold after the values x: for the first W, the plain
+// mean and population variance (two passes, long double); past W, mean_n = (1-a) mean_{n-1} + a x_n
+// and var_n = (1-a)(var_{n-1} + a (x_n - mean_{n-1})^2) with a = 1/W, from the exact first W.
+static void guard_reference_stats(const std::vector<double>& x, int W, double* mean, double* var) {
+    size_t head = std::min(x.size(), (size_t)W);
+    long double m = 0, q = 0;
+    for (size_t i = 0; i < head; i++) m += x[i];
+    m /= head;
+    for (size_t i = 0; i < head; i++) q += (x[i] - m) * (x[i] - m);
+    double mm = (double)m, vv = (double)(q / head);
+    for (size_t i = head; i < x.size(); i++) {
+        double a = 1.0 / W, d = x[i] - mm;
+        vv = (1 - a) * (vv + a * d * d);
+        mm = mm + a * d;
+    }
+    *mean = mm;
+    *var = vv;
+}
+
+// The guard's statistics against a direct computation: for the first W values the plain mean and
+// population variance of all of them (two passes, in long double), after that the exponential
+// average with weight 1/W, computed from its definition as a weighted sum over the whole history.
+// No verdict before W values; after, z against the statistics of the values before the step.
+TEST(update_guard_statistics_and_verdicts) {
+    const int W = 8;
+    UpdateGuardSettings g;
+    g.loss_z = 3.0;
+    g.norm_z = 2.5;
+    g.window = W;
+    UpdateGuardState s{};
+    std::vector<double> losses, norms;
+    Rng rng = rng_stream(7, 0);
+    for (int n = 1; n <= 40; n++) {
+        double loss = 3.0 + 0.1 * rng_uniform(&rng), norm = 0.5 + 0.05 * rng_uniform(&rng);
+        if (n == 20) loss = 9.0;  // a spike in the loss only
+        if (n == 30) norm = 5.0;  // and one in the norm only
+        UpdateGuardState before = s;
+        UpdateGuardVerdict v = update_guard_step(&s, g, loss, norm);
+        CHECK(v.judged == (n > W), "step %d judged %d", n, (int)v.judged);
+        if (n > W) {
+            double zl = (loss - before.loss_mean) / std::sqrt(before.loss_var), zn = (norm - before.norm_mean) / std::sqrt(before.norm_var);
+            CHECK(std::fabs(v.loss_z - zl) < 1e-12 * std::max(1.0, std::fabs(zl)) && std::fabs(v.norm_z - zn) < 1e-12 * std::max(1.0, std::fabs(zn)),
+                  "step %d z", n);
+            CHECK(v.skip_for_loss == (n == 20) && v.skip_for_norm == (n == 30), "step %d: skip loss %d norm %d (z %.2f %.2f)", n,
+                  (int)v.skip_for_loss, (int)v.skip_for_norm, v.loss_z, v.norm_z);
+        } else {
+            CHECK(!v.skip(), "step %d skipped before the window filled", n);
+        }
+        losses.push_back(loss);
+        norms.push_back(norm);
+        double lm, lv, nm, nv;
+        guard_reference_stats(losses, W, &lm, &lv);
+        guard_reference_stats(norms, W, &nm, &nv);
+        CHECK(std::fabs(s.loss_mean - lm) < 1e-12 * std::fabs(lm) && std::fabs(s.loss_var - lv) < 1e-9 * lv + 1e-15, "step %d loss stats %.17g %.17g vs %.17g %.17g", n,
+              s.loss_mean, s.loss_var, lm, lv);
+        CHECK(std::fabs(s.norm_mean - nm) < 1e-12 * std::fabs(nm) && std::fabs(s.norm_var - nv) < 1e-9 * nv + 1e-15, "step %d norm stats", n);
+    }
+    CHECK(s.seen == 40 && s.skipped == 2, "seen %lld skipped %lld", (long long)s.seen, (long long)s.skipped);
+    // only the tests that are on: the loss test off, the same norm spike is still caught, the loss one not
+    UpdateGuardSettings norm_only = g;
+    norm_only.loss_z = 0;
+    UpdateGuardState t{};
+    for (size_t i = 0; i < losses.size(); i++) {
+        UpdateGuardVerdict v = update_guard_step(&t, norm_only, losses[i], norms[i]);
+        CHECK(v.skip() == (i + 1 == 30), "norm only, step %zu", i + 1);
+    }
+    // constant values: a variance of 0 judges nothing (z = 0), whatever comes next
+    UpdateGuardState c{};
+    for (int n = 1; n <= W; n++) update_guard_step(&c, g, 2.0, 1.0);
+    UpdateGuardVerdict v = update_guard_step(&c, g, 100.0, 100.0);
+    CHECK(v.judged && !v.skip() && v.loss_z == 0 && v.norm_z == 0, "after constant values");
 }
 
 TEST_MAIN()

@@ -185,8 +185,11 @@ CHECKPOINT_VERSION_NO_CRC = 1
 _MODEL_FMT = "<10ifif" + "iifiiii9i"
 # CheckpointHeader: int32 magic, version, header_bytes, has_optimizer; int64 step, num_params,
 # run_text_bytes; ModelConfig (116); 4 bytes padding (Rng is 8-aligned); Rng {uint64 state};
-# DataLoaderState (16 uint64, 128 bytes); uint32 header_crc, data_crc; int32 reserved[62] (552 bytes)
-_HEADER_FMT = "<4i3q" + _MODEL_FMT[1:] + "4xQ16QII62i"
+# DataLoaderState (16 uint64, 128 bytes); uint32 header_crc, data_crc; UpdateGuardState (int64 seen,
+# skipped; double loss_mean, loss_var, norm_mean, norm_var: the statistics of --skip-loss-z and
+# --skip-norm-z, host/update_guard.h; all zero = none yet); int32 reserved[50] (552 bytes)
+_HEADER_FMT = "<4i3q" + _MODEL_FMT[1:] + "4xQ16QII2q4d50i"
+_NO_GUARD = [0, 0, 0.0, 0.0, 0.0, 0.0]
 _CRC_OFFSET = struct.calcsize("<4i3q" + _MODEL_FMT[1:] + "4xQ16Q")  # header_crc, then data_crc
 CHECKPOINT_HEADER_BYTES = struct.calcsize(_HEADER_FMT)
 assert struct.calcsize(_MODEL_FMT) == 116 and CHECKPOINT_HEADER_BYTES == 552
@@ -261,7 +264,7 @@ def read_checkpoint(path):
 
 def encode_checkpoint(cfg, params, step=0, run_text=""):
     """The file's bytes as [header, run text, params]: a checkpoint without optimizer state
-    (has_optimizer = 0; Rng and DataLoaderState zeroed), which the trainers accept with --init-from."""
+    (has_optimizer = 0; Rng, DataLoaderState and UpdateGuardState zeroed), which the trainers accept with --init-from."""
     cfg.validate()
     params = np.asarray(params, dtype="<f4").reshape(-1)
     if params.size != num_params(cfg):
@@ -270,8 +273,8 @@ def encode_checkpoint(cfg, params, step=0, run_text=""):
     data = params.tobytes()
     fields_before_crc = [CHECKPOINT_MAGIC, CHECKPOINT_VERSION, CHECKPOINT_HEADER_BYTES, 0, step, params.size, len(text),
                          *_config_to_fields(cfg), 0, *([0] * 16)]
-    hdr = struct.pack(_HEADER_FMT, *fields_before_crc, 0, 0, *([0] * 62))
-    hdr = struct.pack(_HEADER_FMT, *fields_before_crc, _header_crc(hdr, text), zlib.crc32(data), *([0] * 62))
+    hdr = struct.pack(_HEADER_FMT, *fields_before_crc, 0, 0, *_NO_GUARD, *([0] * 50))
+    hdr = struct.pack(_HEADER_FMT, *fields_before_crc, _header_crc(hdr, text), zlib.crc32(data), *_NO_GUARD, *([0] * 50))
     return [hdr, text, data]
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from test_trainer_cli import (PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, path_flags, pattern_tokens,  # noqa: F401
-                              read_log, trainer, write_shard)
+                              read_log, check_update_guard_run, spiky_data, trainer, write_shard)
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
@@ -85,6 +85,19 @@ def test_two_ranks_equal_one_rank_with_accumulation(tmp_path, data, path):
     cfg = read_log(tmp_path / "two_z1")[0]
     assert cfg["world"] == 2 and cfg["zero"] == 1 and cfg["tokens_per_step"] == 64
 
+
+
+def test_update_guard_under_two_ranks_with_zero_1(tmp_path, spiky_data):
+    """--skip-loss-z/--skip-norm-z judge the all-reduced loss and norm, so every rank skips the same
+    steps: under ZeRO-1 each rank updates its own shard of the AdamW state, and a rank that updated
+    where rank 0 skipped would change the gathered checkpoint or wait alone in the update's
+    all-gather (the job then times out). The skipped steps replay from the log; each leaves the
+    checkpoint's tensors as they were."""
+    out = tmp_path / "two"
+    mpirun(2, TINY_GPT2 + ["--train-data", spiky_data / "train_*.bin", "--batch-size", "2", "--lr", "1e-2", "--lr-schedule",
+                           "constant", "--max-steps", "40", "--skip-loss-z", "1.5", "--skip-norm-z", "1.5", "--skip-window", "8",
+                           "--zero", "1", "--checkpoint-every", "1", "--out-dir", out])
+    check_update_guard_run(out, 1.5, 8, 40)
 
 def test_three_ranks_uneven_shards(tmp_path, data):
     """3 ranks: the parameter count is not a multiple of 3, so the last shard is shorter than the

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_trainer_cli import checkpoint_tensors, data, read_log  # noqa: F401  (data is a fixture)
+from test_trainer_cli import check_update_guard_run, checkpoint_tensors, data, read_log, spiky_data  # noqa: F401  (fixtures)
 from test_trainer_cli import run as run_trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -302,3 +302,15 @@ def test_depth_alpha_logged_by_the_gpu_build(tmp_path, data):
     assert len(gpu) == 1 and gpu[0]["step"] == 0
     for want, got in zip(cpu["depth_alpha"], gpu[0]["depth_alpha"]):
         assert len(got) == len(want) and all(abs(g - w) <= 1e-5 for g, w in zip(got, want)), (cpu, gpu)
+
+
+def test_update_guard_in_the_gpu_build(tmp_path, spiky_data):
+    """--skip-loss-z/--skip-norm-z is host code the builds share (host/update_guard.h): in ./train
+    too the skipped steps are those the log's values put over the threshold, and they leave the
+    fp32 master weights and AdamW moments byte for byte as they were. A low threshold and a short
+    window, so that 16 emulated steps skip some."""
+    out = tmp_path / "run"
+    run(emu_trainer("bf16"), MODEL + ["--batch-size", "4", "--lr", "1e-2", "--lr-schedule", "constant", "--max-steps", "16",
+                                      "--train-data", str(spiky_data / "train_*.bin"), "--skip-loss-z", "1", "--skip-norm-z", "1",
+                                      "--skip-window", "4", "--checkpoint-every", "1", "--out-dir", out], expect=0)
+    check_update_guard_run(out, 1.0, 4, 16)

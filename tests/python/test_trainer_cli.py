@@ -121,6 +121,9 @@ def test_help_lists_every_flag_with_its_default():
     (["--lr-schedule", "step", "--train-data", "x"], "--lr-schedule must be cosine, linear, wsd or constant"),
     (["--cooldown-frac", "0.3", "--train-data", "x"], "--cooldown-frac applies only to --lr-schedule wsd"),
     (["--sample-top-k", "-1", "--train-data", "x"], "--sample-top-k must be >= 0"),
+    (["--skip-loss-z", "-1", "--train-data", "x"], "--skip-loss-z and --skip-norm-z must be >= 0"),
+    (["--skip-norm-z", "3", "--skip-window", "1", "--train-data", "x"], "--skip-window must be >= 2"),
+    (["--skip-window", "64", "--train-data", "x"], "--skip-window applies only when --skip-loss-z or --skip-norm-z is on"),
     (["--sample-prompt", "Hi", "--train-data", "x"], "--sample-prompt needs --tokenizer"),
     (["--sample-prompt", "Hi", "--tokenizer", "t.vptok", "--train-data", "x"], "--sample-prompt is only used by samples"),
     (["--arch", "gpt2", "--tie-embeddings", "1", "--train-data", "x"], "--tie-embeddings is a llama-family option"),
@@ -994,6 +997,14 @@ def test_checkpoint_with_an_invalid_header_is_refused(tmp_path, data):
         path.write_bytes(bytes(bad))
         p = run(TINY_GPT2 + ["--init-from", path, "--val-data", str(data / "val_*.bin"), "--max-steps", "0"], expect=1)
         assert "has an invalid header" in p.stderr and needle in p.stderr, (name, p.stderr)
+    # the statistics of --skip-loss-z/--skip-norm-z, after the CRCs: a negative loss variance, and
+    # more updates skipped than steps seen
+    for name, fmt, off, value in [("guard_var", "<d", 24, -1.0), ("guard_count", "<q", 8, 3)]:
+        bad = bytearray(v1)
+        struct.pack_into(fmt, bad, CRC_OFFSET + 8 + off, value)
+        (tmp_path / f"bad_{name}.bin").write_bytes(bytes(bad))
+        p = run(TINY_GPT2 + ["--init-from", tmp_path / f"bad_{name}.bin", "--max-steps", "0"], expect=1)
+        assert "has a corrupt header" in p.stderr, (name, p.stderr)
     # a config that holds together but makes another parameter count (ffn_dim)
     bad = bytearray(v1)
     struct.pack_into("<i", bad, MODEL_CONFIG_OFFSET + 24, 48)
@@ -1063,6 +1074,131 @@ def test_resume_notes_only_the_flags_that_changed(tmp_path, data):
     assert "nothing to train" in p.stdout
 
 
+
+# ---------------------------------------------------------------------------
+# --skip-loss-z / --skip-norm-z (host/update_guard.h)
+
+SKIP_W = 16  # --skip-window of the tests: short, so that spikes come after the window filled
+
+
+@pytest.fixture()
+def spiky_data(tmp_path):
+    """A stream the tiny model learns within ~100 steps (a fixed successor function, no noise),
+    with every 13th sequence of T = 8 replaced by random tokens: once the pattern is learned, a
+    batch holding one of them has a loss and gradient norm far above the rest."""
+    d = tmp_path / "spiky"
+    d.mkdir()
+    rng = np.random.default_rng(5)
+    T, nseq = 8, 400
+    toks = np.zeros(nseq * T + 1, dtype=np.int64)
+    for i in range(1, len(toks)):
+        toks[i] = (toks[i - 1] * 5 + 3) % 64
+    for s in range(nseq):
+        if s % 13 == 7:
+            toks[s * T:(s + 1) * T + 1] = rng.integers(64, size=T + 1)
+    write_shard(str(d / "train_000.bin"), toks, 1)
+    return d
+
+
+def replay_update_guard(log, loss_z, norm_z, window):
+    """The guard's verdicts, redone from log.jsonl alone with the statistics docs/formats.md and
+    host/update_guard.h define (weight 1/min(n, W), judged once W values were seen): per step,
+    (step, loss z, norm z), z against the steps before it."""
+    out, n = [], 0
+    stats = {"loss": [0.0, 0.0], "norm": [0.0, 0.0]}
+    for r in log:
+        if "train_loss" not in r:
+            continue
+        x = {"loss": r["train_loss"], "norm": r["grad_norm"]}
+        z = {}
+        for k in x:
+            mean, var = stats[k]
+            z[k] = (x[k] - mean) / var ** 0.5 if n >= window and var > 0 else None
+        out.append((r["step"], z["loss"], z["norm"]))
+        n += 1
+        a = 1.0 / min(n, window)
+        for k in x:
+            mean, var = stats[k]
+            d = x[k] - mean
+            stats[k] = [mean + a * d, (1 - a) * (var + a * d * d)]
+    return out
+
+
+
+def check_update_guard_run(out, z, window, max_steps):
+    """For a run of --skip-loss-z z --skip-norm-z z --skip-window window --checkpoint-every 1 in
+    `out`: some steps were skipped, exactly those the log's own values put over z, and each left
+    the checkpoint's tensors as they were while every other step changed them. Returns them."""
+    log = read_log(out)
+    skipped = {r["step"] for r in log if r.get("skipped") == 1}
+    over = {step for step, zl, zn in replay_update_guard(log, z, z, window) if (zl or 0) > z or (zn or 0) > z}
+    assert skipped and skipped == over, f"skipped {skipped}, replayed {over}"
+    for s in range(2, max_steps + 1):
+        same = checkpoint_tensors(out / f"ckpt_{s:08d}.bin") == checkpoint_tensors(out / f"ckpt_{s - 1:08d}.bin")
+        assert same == (s in skipped), f"step {s}: skipped {s in skipped}"
+    return skipped
+
+def test_outlier_steps_skip_their_update(tmp_path, spiky_data):
+    """The steps marked skipped are exactly those whose loss or norm z (replayed from the log) is
+    over its threshold; a skipped step leaves the weights and AdamW moments byte for byte as they
+    were, every other step changes them; and --resume continues the guard's statistics: a run
+    stopped 3 steps before a skip (inside the window) skips it again."""
+    out = tmp_path / "straight"
+    z_loss, z_norm = 3.0, 3.0
+    common = TINY_GPT2 + ["--batch-size", "4", "--lr", "1e-2", "--lr-schedule", "constant", "--max-steps", "200",
+                          "--train-data", str(spiky_data / "train_*.bin"), "--skip-loss-z", str(z_loss), "--skip-norm-z", str(z_norm),
+                          "--skip-window", str(SKIP_W), "--checkpoint-every", "1"]
+    p = run(common + ["--out-dir", out], expect=0)
+    log = read_log(out)
+    steps = [r for r in log if "train_loss" in r]
+    assert [r["step"] for r in steps] == list(range(1, 201))
+    skipped = {r["step"] for r in steps if r.get("skipped") == 1}
+    # the replay: over the threshold = skipped, except within rounding of the threshold itself
+    by_loss, by_norm = set(), set()
+    for step, zl, zn in replay_update_guard(log, z_loss, z_norm, SKIP_W):
+        if step <= SKIP_W:
+            assert zl is None and step not in skipped
+            continue
+        if any(z is not None and abs(z - t) < 1e-9 for z, t in [(zl, z_loss), (zn, z_norm)]):
+            continue
+        over = (zl is not None and zl > z_loss) or (zn is not None and zn > z_norm)
+        assert over == (step in skipped), f"step {step}: z {zl}, {zn}; skipped {step in skipped}"
+        if zl is not None and zl > z_loss:
+            by_loss.add(step)
+        if zn is not None and zn > z_norm:
+            by_norm.add(step)
+    assert by_loss - by_norm and by_norm - by_loss, f"the data should spike each test alone: loss {by_loss}, norm {by_norm}"
+    assert len(skipped) < 20, skipped  # spikes, not the run
+    assert re.search(rf"updates skipped by --skip-loss-z/--skip-norm-z: {len(skipped)} of the run's 200 steps", p.stdout)
+    for step in sorted(skipped)[:3]:
+        assert re.search(rf"step +{step}: update skipped: .*sd above the recent mean", p.stdout)
+    # the weights: unchanged by exactly the skipped steps
+    tensors = {s: checkpoint_tensors(out / f"ckpt_{s:08d}.bin") for s in range(1, 201)}
+    for s in range(2, 201):
+        assert (tensors[s] == tensors[s - 1]) == (s in skipped), f"step {s}: skipped {s in skipped}"
+    # resume 3 steps before a skip past the first window: the restored statistics judge it at once
+    k = min(s for s in skipped if s > SKIP_W + 5)
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    for s in range(k - 2, 201):
+        (broken / f"ckpt_{s:08d}.bin").unlink()
+    p2 = run(common + ["--out-dir", broken, "--resume", "1"], expect=0)
+    assert f"(step {k - 3})" in p2.stdout
+    log2 = read_log(broken)
+    start = max(i for i, r in enumerate(log2) if r.get("event") == "config" and r.get("resumed_from") == k - 3) + 1
+    after = lambda rows: [(r["step"], r["train_loss"], r["grad_norm"], r.get("skipped")) for r in rows if "train_loss" in r and r["step"] > k - 3]
+    assert after(log2[start:]) == after(log)
+    assert checkpoint_tensors(broken / "ckpt_00000200.bin") == tensors[200]
+    # off (the default): nothing is skipped, and up to the first skip (included: it is the update
+    # that differs, not the step) the losses are the guarded run's, bit for bit
+    plain = tmp_path / "plain"
+    run(TINY_GPT2 + ["--batch-size", "4", "--lr", "1e-2", "--lr-schedule", "constant", "--max-steps", "200",
+                     "--train-data", str(spiky_data / "train_*.bin"), "--out-dir", plain], expect=0)
+    plain_steps = [r for r in read_log(plain) if "train_loss" in r]
+    first = min(skipped)
+    assert not any("skipped" in r for r in plain_steps)
+    assert [(r["train_loss"], r["grad_norm"]) for r in plain_steps[:first]] == [(r["train_loss"], r["grad_norm"]) for r in steps[:first]]
+    assert plain_steps[first]["train_loss"] != steps[first]["train_loss"]
 
 def test_zero_1_in_one_process_says_it_does_nothing(data):
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--zero", "1"], expect=0)
