@@ -286,11 +286,14 @@ void checkpoint_save_streamed(const std::string& dir, const CheckpointMeta& meta
     if (failed != 0.0) runtime_error(CHECKPOINT_WRITE_HINT, "rank %d: rank 0 could not write the checkpoint (its message says why)", dist_rank());
 }
 
-// Removes all but the newest `keep` checkpoints (keep = 0: keep all).
-inline void checkpoint_prune(const std::string& dir, int keep) {
+// Removes all but the newest `keep` checkpoints (keep = 0: keep all) and, with keep_every > 0, the
+// checkpoints whose step is a multiple of keep_every (kept for good: a long run's snapshots for
+// later evaluation, llm.c's "major" checkpoints).
+inline void checkpoint_prune(const std::string& dir, int keep, int keep_every = 0) {
     if (keep <= 0) return;
     std::vector<int64_t> steps = checkpoint_list_steps(dir);
-    for (size_t i = 0; i + keep < steps.size(); i++) unlink(checkpoint_path(dir, steps[i]).c_str());
+    for (size_t i = 0; i + keep < steps.size(); i++)
+        if (keep_every <= 0 || steps[i] % keep_every != 0) unlink(checkpoint_path(dir, steps[i]).c_str());
 }
 
 // Reads and checks the header and run text; leaves the file positioned at the parameters.

@@ -92,7 +92,7 @@ struct RunConfig {
     std::string sample_prompt;  // text the samples continue (encoded with --tokenizer)
     // checkpoints and logs
     std::string out_dir;
-    int checkpoint_every, resume, keep_checkpoints;
+    int checkpoint_every, resume, keep_checkpoints, keep_checkpoints_every;
     // data parallel (mpirun; host/distributed.h)
     int zero;
     int recompute;  // GPU build: activation recomputation level (the CPU build keeps every activation)
@@ -174,6 +174,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--out-dir",     FLAG_STRING, RC_FIELD(out_dir),     "",      "directory for checkpoints and log.jsonl (empty: no checkpoints, no log file)"},
     {"--checkpoint-every",FLAG_INT,RC_FIELD(checkpoint_every),"0", "write a checkpoint every N steps (and always at the end when --out-dir is set)"},
     {"--keep-checkpoints",FLAG_INT,RC_FIELD(keep_checkpoints),"0", "keep only the newest N checkpoints (0 = keep all)"},
+    {"--keep-checkpoints-every",FLAG_INT,RC_FIELD(keep_checkpoints_every),"0", "with --keep-checkpoints N: also keep, for good, every checkpoint whose step is a multiple of this (0 = none; llm.c's major checkpoints)"},
     {"--resume",      FLAG_INT,    RC_FIELD(resume),      "0",     "1 = continue from the newest checkpoint in --out-dir (bit-exact)"},
     {"--zero",        FLAG_INT,    RC_FIELD(zero),        "0",     "data parallel under mpirun: 0 = every rank keeps the whole AdamW state, 1 = ZeRO-1 (sharded over the ranks)"},
     {"--overlap-reduce",FLAG_INT,  RC_FIELD(overlap_reduce),"1",   "GPU data parallel: 1 = sum each layer's gradients over the ranks during the backward; 0 = after it (identical results; to measure the overlap)"},
@@ -485,7 +486,11 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.sample_top_k < 0) usage_error(nullptr, "--sample-top-k must be >= 0 (0 = no limit), got %d", rc.sample_top_k);
     if (!rc.sample_prompt.empty() && rc.tokenizer.empty()) usage_error("add --tokenizer (the .vptok file beside the shards)", "--sample-prompt needs --tokenizer to encode the prompt");
     if (!rc.sample_prompt.empty() && rc.sample_every == 0) usage_error("add --sample-every N", "--sample-prompt is only used by samples, and --sample-every is 0 (no samples)");
-    if (rc.checkpoint_every < 0 || rc.keep_checkpoints < 0) usage_error(nullptr, "--checkpoint-every and --keep-checkpoints must be >= 0");
+    if (rc.checkpoint_every < 0 || rc.keep_checkpoints < 0 || rc.keep_checkpoints_every < 0)
+        usage_error(nullptr, "--checkpoint-every, --keep-checkpoints and --keep-checkpoints-every must be >= 0");
+    if (rc.keep_checkpoints_every > 0 && rc.keep_checkpoints == 0)
+        usage_error("add --keep-checkpoints N (the newest N are kept besides), or drop --keep-checkpoints-every",
+                    "--keep-checkpoints-every applies only with --keep-checkpoints N (without it every checkpoint is kept)");
     if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
     if (rc.zero != 0 && rc.zero != 1) usage_error(nullptr, "--zero must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded over the ranks)");
     if (rc.recompute < 0 || rc.recompute > 2) usage_error(nullptr, "--recompute must be 0, 1 or 2, got %d", rc.recompute);

@@ -258,7 +258,7 @@ void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, in
     meta.run_text = run_config_to_text(rc);
     model_save(model, rc.out_dir, &meta);  // every rank: collective under ZeRO-1; rank 0 writes
     if (dist_rank() != 0) return;
-    checkpoint_prune(rc.out_dir, rc.keep_checkpoints);
+    checkpoint_prune(rc.out_dir, rc.keep_checkpoints, rc.keep_checkpoints_every);
     printf("checkpoint: %s\n", checkpoint_path(rc.out_dir, step).c_str());
 }
 

@@ -166,6 +166,10 @@ class Run:
     def step_numbers(self):
         return sorted(self.steps)
 
+    def skipped_steps(self):
+        """Steps whose update --skip-loss-z/--skip-norm-z left out ("skipped": 1), ascending."""
+        return [s for s in self.step_numbers() if self.steps[s].get("skipped")]
+
     def series(self, key):
         return [self.steps[s][key] for s in self.step_numbers()]
 
@@ -326,8 +330,10 @@ def table(runs, baseline=None, mc_metric="acc_norm"):
         c = r.config
         steps = r.step_numbers()
         last = steps[-1] if steps else None
+        skipped = r.skipped_steps()
         cells = [r.label, c["value_path"], c.get("arch", "-"), f"{c['num_params']:,}",
-                 f"{last if last is not None else 0}/{c['max_steps']}", f"{r.tokens_at(last) if last else 0:,}",
+                 f"{last if last is not None else 0}/{c['max_steps']}" + (f" ({len(skipped)} skipped)" if skipped else ""),
+                 f"{r.tokens_at(last) if last else 0:,}",
                  fmt(r.steps[last]["train_loss"] if steps else None, ".4f")]
         for k in val_keys + mc_keys:
             s, values = r.val_curve(k)
@@ -537,6 +543,12 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
         for panel, key in (("lr", "lr"), ("norm", "grad_norm"), ("speed", "tok_per_s")):
             if panel in axes:
                 axes[panel].plot(x, run.series(key), color=colour, label=label, linewidth=1.0)
+        # steps whose update --skip-loss-z/--skip-norm-z left out: a cross on the raw value
+        skipped = run.skipped_steps()
+        for panel, key in (("train", "train_loss"), ("norm", "grad_norm")):
+            if skipped and panel in axes:
+                axes[panel].plot(run.x_of(skipped, x_axis), [run.steps[s][key] for s in skipped], "x", color=colour, markersize=5,
+                                 label=None if label is None else f"{label}: update skipped")
         if "lambda" in axes and run.lambda_layers() > 1:
             plot_layer_lines(axes["lambda"], run, run.lambda_layers() - 1, run.lambda_curve, x_axis, colour)
         base = baseline_run_for(run, baseline) if "delta" in axes else None

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_trainer_cli import PATHS, REPO, TINY_GPT2, data, read_log, run, write_shard, pattern_tokens  # noqa: F401
+from test_trainer_cli import PATHS, REPO, TINY_GPT2, data, read_log, run, spiky_data, write_shard, pattern_tokens  # noqa: F401
 
 SCRIPT = REPO / "scripts" / "plot_runs.py"
 _spec = importlib.util.spec_from_file_location("plot_runs", SCRIPT)
@@ -237,6 +237,27 @@ def test_table_holds_the_logs_last_values(straight_and_resumed):
     # ms/step: the median of every step but the first (warm-up)
     assert rows["a"]["ms/step"] == f"{statistics.median(r['ms'] for r in steps[1:]):.1f}"
 
+
+
+def test_skipped_updates_are_marked_in_the_panels_and_counted_in_the_table(tmp_path, spiky_data):
+    """A run with --skip-loss-z/--skip-norm-z: the table's steps cell counts the skipped updates,
+    and the train loss and gradient norm panels put a cross on each, at the log's values."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "guarded"
+    run(TINY_GPT2 + ["--batch-size", "4", "--lr", "1e-2", "--lr-schedule", "constant", "--max-steps", "60",
+                     "--train-data", str(spiky_data / "train_*.bin"), "--skip-loss-z", "1", "--skip-norm-z", "1",
+                     "--skip-window", "4", "--out-dir", out], expect=0)
+    steps = [r for r in read_log(out) if "train_loss" in r]
+    skipped = [r for r in steps if r.get("skipped") == 1]
+    assert 0 < len(skipped) < len(steps)
+    assert table_rows(plot([out, "--table"], expect=0).stdout)["guarded"]["steps"] == f"60/60 ({len(skipped)} skipped)"
+    run_ = plot_runs.Run("guarded", out / "log.jsonl")
+    fig, axes = plot_runs.make_figure([run_], plot_runs.PANELS, "step", 0.9)
+    for panel, key in (("train", "train_loss"), ("norm", "grad_norm")):
+        marks = [l for l in axes[panel].lines if l.get_label() == "guarded: update skipped"]
+        assert len(marks) == 1 and marks[0].get_marker() == "x"
+        np.testing.assert_array_equal(marks[0].get_xdata(), [r["step"] for r in skipped])
+        np.testing.assert_array_equal(marks[0].get_ydata(), [r[key] for r in skipped])
 
 def test_table_has_an_mfu_column_only_when_a_run_logged_mfu(straight_and_resumed, tmp_path):
     """The GPU build logs "mfu" per step where the device's peak is known (docs/formats.md): the

@@ -122,6 +122,8 @@ def test_help_lists_every_flag_with_its_default():
     (["--cooldown-frac", "0.3", "--train-data", "x"], "--cooldown-frac applies only to --lr-schedule wsd"),
     (["--sample-top-k", "-1", "--train-data", "x"], "--sample-top-k must be >= 0"),
     (["--skip-loss-z", "-1", "--train-data", "x"], "--skip-loss-z and --skip-norm-z must be >= 0"),
+    (["--keep-checkpoints-every", "5", "--train-data", "x"], "--keep-checkpoints-every applies only with --keep-checkpoints N"),
+    (["--keep-checkpoints", "2", "--keep-checkpoints-every", "-5", "--train-data", "x"], "--keep-checkpoints-every must be >= 0"),
     (["--skip-norm-z", "3", "--skip-window", "1", "--train-data", "x"], "--skip-window must be >= 2"),
     (["--skip-window", "64", "--train-data", "x"], "--skip-window applies only when --skip-loss-z or --skip-norm-z is on"),
     (["--sample-prompt", "Hi", "--train-data", "x"], "--sample-prompt needs --tokenizer"),
@@ -619,6 +621,25 @@ def test_resume_is_bit_exact(tmp_path, data, family, path):
     assert [s for s in samples(p1.stdout) if int(s[0]) > 5] == samples(p2.stdout)
     # the final weights and AdamW moments, byte for byte (the stored command lines differ: --out-dir, --resume)
     assert checkpoint_tensors(straight / "ckpt_00000012.bin") == checkpoint_tensors(broken / "ckpt_00000012.bin")
+
+
+def test_keep_checkpoints_prunes_all_but_the_newest_and_the_kept_multiples(tmp_path, data):
+    """--keep-checkpoints N leaves the newest N; --keep-checkpoints-every M also every multiple of
+    M, for good. A run resumed from such a directory continues from its newest and prunes the same
+    way; nothing else in the directory is touched."""
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--checkpoint-every", "1", "--keep-checkpoints", "2"]
+    names = lambda d: sorted(p.name for p in Path(d).glob("ckpt_*.bin"))
+    run(base + ["--max-steps", "12", "--out-dir", tmp_path / "newest"], expect=0)
+    assert names(tmp_path / "newest") == ["ckpt_00000011.bin", "ckpt_00000012.bin"]
+    out = tmp_path / "kept"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    run(base + ["--max-steps", "12", "--keep-checkpoints-every", "5", "--out-dir", out], expect=0)
+    assert names(out) == ["ckpt_00000005.bin", "ckpt_00000010.bin", "ckpt_00000011.bin", "ckpt_00000012.bin"]
+    p = run(base + ["--max-steps", "16", "--keep-checkpoints-every", "5", "--out-dir", out, "--resume", "1"], expect=0)
+    assert "(step 12)" in p.stdout
+    assert names(out) == ["ckpt_00000005.bin", "ckpt_00000010.bin", "ckpt_00000015.bin", "ckpt_00000016.bin"]
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_new_run_refuses_a_directory_with_checkpoints(tmp_path, data):
