@@ -78,6 +78,7 @@ struct RunConfig {
     int skip_window;
     std::string lr_schedule;  // cosine | linear | wsd | constant (host/schedule.h)
     int warmup_steps, max_steps, batch_size, seq_len;
+    int overfit_batch;  // 1 = every step trains on the first step's batch (a debugging check)
     long total_batch_tokens;
     uint64_t seed;
     // data
@@ -157,6 +158,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--total-batch-tokens", FLAG_LONG, RC_FIELD(total_batch_tokens), "0", "tokens per optimizer step; a multiple of B*T, the rest is gradient accumulation (0 = B*T)"},
     {"--max-steps",   FLAG_INT,    RC_FIELD(max_steps),   "50",    "optimizer steps to train (0 = no training: evaluate and sample the initial weights, or a checkpoint given by --init-from)"},
     {"--seed",        FLAG_U64,    RC_FIELD(seed),        "1337",  "seed for the init, the data shuffling and the samples"},
+    {"--overfit-batch",FLAG_INT,   RC_FIELD(overfit_batch),"0",    "1 = every step trains on the first step's batch (all its micro-batches): the loss should fall towards 0, a check that a model or value path can learn at all (llm.c's -a)"},
     // data
     {"--train-data",  FLAG_STRING, RC_FIELD(train_data),  "",      "glob of training shards (llm.c .bin format), e.g. 'data/tinyshakespeare/*_train.bin'"},
     {"--val-data",    FLAG_VALSETS,RC_FIELD(val_data),    "",      "glob of validation shards, or NAME=GLOB; repeat for one val loss per named set"},
@@ -492,6 +494,7 @@ inline void validate_run_flags(const RunConfig& rc) {
         usage_error("add --keep-checkpoints N (the newest N are kept besides), or drop --keep-checkpoints-every",
                     "--keep-checkpoints-every applies only with --keep-checkpoints N (without it every checkpoint is kept)");
     if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
+    if (rc.overfit_batch != 0 && rc.overfit_batch != 1) usage_error(nullptr, "--overfit-batch must be 0 or 1, got %d", rc.overfit_batch);
     if (rc.zero != 0 && rc.zero != 1) usage_error(nullptr, "--zero must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded over the ranks)");
     if (rc.recompute < 0 || rc.recompute > 2) usage_error(nullptr, "--recompute must be 0, 1 or 2, got %d", rc.recompute);
     if (rc.overlap_reduce != 0 && rc.overlap_reduce != 1) usage_error(nullptr, "--overlap-reduce must be 0 or 1, got %d", rc.overlap_reduce);

@@ -237,6 +237,7 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
     s += value_path_config_json(c.vp);
     if (resumed_from >= 0) s += ",\"resumed_from\":" + std::to_string(resumed_from);
     s += ",\"world\":" + std::to_string(dist_world()) + ",\"zero\":" + std::to_string(rc.zero);
+    if (rc.overfit_batch) s += ",\"overfit_batch\":1";  // a debugging run: every step on one batch
     if (rc.skip_loss_z > 0 || rc.skip_norm_z > 0) {  // --skip-loss-z / --skip-norm-z on (host/update_guard.h)
         snprintf(buf, sizeof(buf), ",\"skip_loss_z\":%g,\"skip_norm_z\":%g,\"skip_window\":%d", rc.skip_loss_z, rc.skip_norm_z, rc.skip_window);
         s += buf;
@@ -433,6 +434,13 @@ int train_main_unguarded(int argc, char** argv) {
     const LrSchedule schedule = run_lr_schedule(rc);
     const double peak_tflops = model_peak_tflops(&model), flops_per_token = training_flops_per_token(c, model.num_params, T);
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    // --overfit-batch 1: the first step's micro-batches, kept and reused by every later step. The
+    // loader goes back to where they start, so checkpoints record that position and a resumed run
+    // reads the same batch again.
+    std::vector<std::vector<int>> overfit_inputs, overfit_targets;
+    const DataLoaderState overfit_start = have_train ? dataloader_get_state(&train) : DataLoaderState{};
+    if (rank0 && rc.overfit_batch && start_step < rc.max_steps)
+        printf("note: --overfit-batch 1: every step trains on the same %ld tokens; the loss should fall towards 0\n", (long)B * T * grad_accum * world);
     for (int step = start_step; step < rc.max_steps; step++) {
         auto t0 = std::chrono::steady_clock::now();
         if (have_train) step_start_data = dataloader_get_state(&train);
@@ -440,12 +448,20 @@ int train_main_unguarded(int argc, char** argv) {
         double loss = 0;
         std::unique_ptr<CapturedError> data_error;  // this rank's, if its data failed this step
         for (int micro = 0; micro < grad_accum; micro++) {
-            if (!data_error) {
+            if (rc.overfit_batch && overfit_inputs.size() == (size_t)grad_accum) {
+                inputs = overfit_inputs[micro];
+                targets = overfit_targets[micro];
+            } else if (!data_error) {
                 try {
                     ErrorCapture capture;
                     dataloader_next_batch(&train, inputs.data(), targets.data());
                 } catch (const CapturedError& e) {
                     data_error.reset(new CapturedError(e));
+                }
+                if (rc.overfit_batch && !data_error) {
+                    overfit_inputs.push_back(inputs);
+                    overfit_targets.push_back(targets);
+                    if (overfit_inputs.size() == (size_t)grad_accum) dataloader_set_state(&train, &overfit_start);
                 }
             }
             if (data_error) break;  // model_dist_reduce_grads still makes every collective the others make

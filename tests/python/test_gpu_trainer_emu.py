@@ -314,3 +314,14 @@ def test_update_guard_in_the_gpu_build(tmp_path, spiky_data):
                                       "--train-data", str(spiky_data / "train_*.bin"), "--skip-loss-z", "1", "--skip-norm-z", "1",
                                       "--skip-window", "4", "--checkpoint-every", "1", "--out-dir", out], expect=0)
     check_update_guard_run(out, 1.0, 4, 16)
+
+
+def test_overfit_batch_in_the_gpu_build(tmp_path, data):
+    """--overfit-batch is host code the builds share: at lr 0 ./train's every step has the first
+    step's loss and norm (the same two micro-batches), where the stream's differ."""
+    flat = lambda out: [(r["train_loss"], r["grad_norm"]) for r in read_log(out) if "train_loss" in r]
+    base = MODEL + ["--train-data", str(data / "train_*.bin"), "--total-batch-tokens", "64", "--batch-size", "2", "--lr", "0", "--max-steps", "3"]
+    run(emu_trainer("bf16"), base + ["--overfit-batch", "1", "--out-dir", tmp_path / "same"], expect=0)
+    run(emu_trainer("bf16"), base + ["--out-dir", tmp_path / "stream"], expect=0)
+    same, stream = flat(tmp_path / "same"), flat(tmp_path / "stream")
+    assert len(set(same)) == 1 and len(same) == 3 and same[0] == stream[0] and len(set(stream)) == 3

@@ -122,6 +122,7 @@ def test_help_lists_every_flag_with_its_default():
     (["--cooldown-frac", "0.3", "--train-data", "x"], "--cooldown-frac applies only to --lr-schedule wsd"),
     (["--sample-top-k", "-1", "--train-data", "x"], "--sample-top-k must be >= 0"),
     (["--skip-loss-z", "-1", "--train-data", "x"], "--skip-loss-z and --skip-norm-z must be >= 0"),
+    (["--overfit-batch", "2", "--train-data", "x"], "--overfit-batch must be 0 or 1"),
     (["--keep-checkpoints-every", "5", "--train-data", "x"], "--keep-checkpoints-every applies only with --keep-checkpoints N"),
     (["--keep-checkpoints", "2", "--keep-checkpoints-every", "-5", "--train-data", "x"], "--keep-checkpoints-every must be >= 0"),
     (["--skip-norm-z", "3", "--skip-window", "1", "--train-data", "x"], "--skip-window must be >= 2"),
@@ -1220,6 +1221,36 @@ def test_outlier_steps_skip_their_update(tmp_path, spiky_data):
     assert not any("skipped" in r for r in plain_steps)
     assert [(r["train_loss"], r["grad_norm"]) for r in plain_steps[:first]] == [(r["train_loss"], r["grad_norm"]) for r in steps[:first]]
     assert plain_steps[first]["train_loss"] != steps[first]["train_loss"]
+
+
+def test_overfit_batch_trains_every_step_on_the_first_batch(tmp_path, data):
+    """--overfit-batch 1: at lr 0 every step's loss and norm are the first step's (the same
+    micro-batches, both of them under accumulation), where the normal stream's differ; at a real lr
+    the loss falls towards 0, far below what the stream allows; and a resumed run overfits the same
+    batch, bit for bit."""
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--batch-size", "4", "--total-batch-tokens", "64"]
+    flat = lambda out: [(r["train_loss"], r["grad_norm"]) for r in read_log(out) if "train_loss" in r]
+    run(base + ["--lr", "0", "--max-steps", "6", "--overfit-batch", "1", "--out-dir", tmp_path / "lr0"], expect=0)
+    run(base + ["--lr", "0", "--max-steps", "6", "--out-dir", tmp_path / "lr0_stream"], expect=0)
+    same, stream = flat(tmp_path / "lr0"), flat(tmp_path / "lr0_stream")
+    assert len(same) == 6 and len(set(same)) == 1 and same[0] == stream[0]
+    assert len(set(stream)) == 6
+    assert read_log(tmp_path / "lr0")[0]["overfit_batch"] == 1 and "overfit_batch" not in read_log(tmp_path / "lr0_stream")[0]
+    p = run(base + ["--lr", "1e-2", "--max-steps", "150", "--overfit-batch", "1", "--out-dir", tmp_path / "fit"], expect=0)
+    assert "note: --overfit-batch 1: every step trains on the same 64 tokens" in p.stdout
+    run(base + ["--lr", "1e-2", "--max-steps", "150", "--out-dir", tmp_path / "fit_stream"], expect=0)
+    fit, fit_stream = flat(tmp_path / "fit"), flat(tmp_path / "fit_stream")
+    assert fit[-1][0] < 0.05 * fit[0][0] and fit[-1][0] < 0.2 * fit_stream[-1][0], (fit[-1], fit_stream[-1])
+    # resume: 12 straight against 5, stop, 7 more
+    common = base + ["--lr", "1e-2", "--max-steps", "12", "--overfit-batch", "1", "--checkpoint-every", "5"]
+    run(common + ["--out-dir", tmp_path / "straight"], expect=0)
+    run(common + ["--out-dir", tmp_path / "broken"], expect=0)
+    for name in ["ckpt_00000010.bin", "ckpt_00000012.bin"]:
+        (tmp_path / "broken" / name).unlink()
+    run(common + ["--out-dir", tmp_path / "broken", "--resume", "1"], expect=0)
+    straight, broken = flat(tmp_path / "straight"), flat(tmp_path / "broken")
+    assert broken[-7:] == straight[-7:]
+    assert checkpoint_tensors(tmp_path / "straight" / "ckpt_00000012.bin") == checkpoint_tensors(tmp_path / "broken" / "ckpt_00000012.bin")
 
 def test_zero_1_in_one_process_says_it_does_nothing(data):
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--zero", "1"], expect=0)
