@@ -1,6 +1,7 @@
 // host/update_guard.h: skip the optimizer update of a step whose loss or gradient norm is an
-// outlier against the recent steps (llm.c's -sl / -sg; PaLM restarted from a checkpoint and
-// skipped the batches around a spike, which is what this does without the restart).
+// outlier against the recent steps (llm.c's -sl / -sg). PaLM's remedy for a spike was heavier:
+// restart from a checkpoint before it and skip the few hundred batches around it. This leaves out
+// only the outlier step's own update, without a restart.
 //
 // Off by default. --skip-loss-z Z skips a step whose loss is more than Z standard deviations above
 // the recent mean, --skip-norm-z Z the same for the gradient norm (before clipping). A skipped
