@@ -25,7 +25,8 @@ pos=()
 for a in "$@"; do
   case "$a" in
     --copy) copy=1 ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    # the comment block under the shebang, up to the first line that is not a comment
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) pos+=("$a") ;;
   esac
 done

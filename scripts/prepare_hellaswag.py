@@ -63,13 +63,20 @@ def read_records(path: str, limit):
     """The split's records, checked: a damaged line is an error naming the line."""
     records = []
     try:
-        f = open(path, "r", encoding="utf-8")
+        # bytes, decoded line by line: a damaged byte is then an error naming its line, not a
+        # UnicodeDecodeError from the middle of the file iterator
+        f = open(path, "rb")
     except OSError as e:
         raise DataError(f"cannot open {path}: {e.strerror}") from None
     with f:
-        for n, line in enumerate(f, 1):
+        for n, raw in enumerate(f, 1):
             if limit is not None and len(records) >= limit:
                 break
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{n}: invalid UTF-8 at byte {e.start} of the line; delete the file from "
+                                f"the cache and re-run to fetch it again") from None
             if not line.strip():
                 continue
             try:
@@ -80,6 +87,11 @@ def read_records(path: str, limit):
             missing = [k for k in need if k not in r] if isinstance(r, dict) else list(need)
             if missing:
                 raise DataError(f"{path}:{n}: not a HellaSwag record (missing {', '.join(missing)})")
+            # both renderings concatenate these: a null or a number would be a TypeError there
+            for k in ("ctx", "ctx_a", "ctx_b", "activity_label"):
+                if not isinstance(r[k], str):
+                    raise DataError(f"{path}:{n}: {k!r} is {json.dumps(r[k])[:40]}, not a string; not a HellaSwag "
+                                    f"record")
             if r["label"] == "" or r["label"] is None:
                 raise DataError(f"{path}:{n}: no label (HellaSwag's test split has none; use --split val)")
             endings = r["endings"]

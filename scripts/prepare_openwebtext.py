@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     src.add_argument("--download-procs", type=cli.positive_int, default=None,
                      help="parallel downloads / Arrow conversion in load_dataset (default: datasets' default)")
     ap.add_argument("--val-fraction", type=cli.fraction, default=0.0005, help="fraction of documents for val (default 0.0005)")
-    ap.add_argument("--seed", type=int, default=2357, help="key of the val hash (default 2357, nanoGPT's seed)")
+    ap.add_argument("--seed", type=cli.integer, default=2357, help="key of the val hash (default 2357, nanoGPT's seed)")
     ap.add_argument("--max-tokens", type=cli.positive_int, help="stop after about this many train tokens")
     cli.add_common_args(ap, out_dir="data/openwebtext", tokenizer="gpt2", shard_size=100_000_000)
     args = ap.parse_args(argv)
@@ -130,7 +130,10 @@ def main(argv=None) -> int:
         route=lambda doc: "val" if cli.hash01(doc.text, args.seed) < args.val_fraction else "train",
         targets=["train"],
     )
-    return job.run([source])
+    code = job.run([source])
+    if code == 0 and args.val_fraction > 0:
+        cli.warn_if_no_val(job, "raise --val-fraction")
+    return code
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def main(argv=None) -> int:
                     help="--val-split head: number of val tokens (default 1,048,576)")
     ap.add_argument("--val-fraction", type=cli.fraction, default=0.005,
                     help="--val-split hash: fraction of documents for val (default 0.005)")
-    ap.add_argument("--seed", type=int, default=2357, help="key of the --val-split hash (default 2357)")
+    ap.add_argument("--seed", type=cli.integer, default=2357, help="key of the --val-split hash (default 2357)")
     ap.add_argument("--max-tokens", type=cli.positive_int,
                     help="stop after about this many tokens (whole documents; train only with --val-split hash)")
     cli.add_common_args(ap, out_dir="data/<name>", tokenizer="gpt2", shard_size=100_000_000)
@@ -152,6 +152,8 @@ def main(argv=None) -> int:
     code = job.run([source])
     if code == 0 and args.val_split == "head":
         cli.warn_if_all_val(job, args.val_tokens, "lower --val-tokens or use --val-split hash")
+    if code == 0 and args.val_split == "hash" and args.val_fraction > 0:
+        cli.warn_if_no_val(job, "raise --val-fraction or use --val-split head")
     return code
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import os
 import re
 import sys
@@ -11,23 +12,45 @@ import sys
 from . import DataError
 
 
-def positive_int(s: str) -> int:
+def integer(s: str) -> int:
+    """A whole number, also written 1e8 / 20e9 / 2.5e9 (token counts are given that way). inf, nan
+    and fractions such as 1.5 are refused rather than truncated."""
     try:
-        v = int(float(s))  # accept 1e8 / 20e9
+        return int(s)  # exact, however large
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+        pass
+    try:
+        f = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number (e.g. 1000 or 1e9), got {s!r}") from None
+    if not math.isfinite(f) or not f.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number (e.g. 1000 or 1e9), got {s!r}")
+    return int(f)
+
+
+def positive_int(s: str) -> int:
+    v = integer(s)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {s!r}")
     return v
 
 
 def nonneg_int(s: str) -> int:
-    try:
-        v = int(float(s))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    v = integer(s)
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s!r}")
+    return v
+
+
+def shard_size_arg(s: str) -> int:
+    """Checked here, not at the first full shard: the header holds the token count as an int32,
+    and the last shard of a split may grow by a folded tail (pipeline.FOLD_MAX)."""
+    from .pipeline import MAX_SHARD_SIZE
+
+    v = positive_int(s)
+    if v > MAX_SHARD_SIZE:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SHARD_SIZE:,} tokens (the shard header's count is an "
+                                         f"int32), got {s!r}; the default 1e8 is a good size")
     return v
 
 
@@ -49,7 +72,7 @@ def add_common_args(ap: argparse.ArgumentParser, *, out_dir: str, tokenizer: str
     g.add_argument("--tokenizer", default=tokenizer, help=f"gpt2 | neox | llama2 (default {tokenizer})")
     g.add_argument("--tokenizer-path", help="tokenizer file (tokenizer.json / tokenizer.model) or, for gpt2, the "
                    "directory with encoder.json + vocab.bpe; default: the cache ($VALUEPATH_CACHE/tokenizers/...)")
-    g.add_argument("--shard-size", type=positive_int, default=shard_size,
+    g.add_argument("--shard-size", type=shard_size_arg, default=shard_size,
                    help=f"tokens per shard (default {shard_size:,}; the last shard of a split is smaller)")
     g.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="tokenizer processes (default: number of CPUs; 1 = no pool); the output does not depend on it")
@@ -115,6 +138,11 @@ def run(main, argv=None) -> int:
         print(f"error: {e.strerror or e} ({e.filename or 'no file named'}); check the paths and free space, "
               f"or choose another --out-dir", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C outside Job.run's main loop (loading a tokenizer or a dataset, checking old shards):
+        # nothing half-written is left (shards and the manifest are written atomically).
+        print("\ninterrupted; finished shards are kept; re-run the same command to resume", file=sys.stderr)
+        return 130
 
 
 def warn_if_all_val(job, val_tokens: int, fix: str) -> None:
@@ -123,3 +151,10 @@ def warn_if_all_val(job, val_tokens: int, fix: str) -> None:
     if not any(s == "train" for s in job.outputs()):
         print(f"warning: all {job.totals()['tokens']:,} tokens went to val (--val-tokens {val_tokens:,}); {fix}",
               file=sys.stderr)
+
+
+def warn_if_no_val(job, fix: str) -> None:
+    """A val split was asked for (a hash fraction > 0, a validation split) but no document went
+    to it: training works, but without a val loss, which is easy to miss in a long run."""
+    if not any(s.startswith("val") for s in job.outputs()):
+        print(f"warning: no document went to val, so no val shard was written; {fix}", file=sys.stderr)

@@ -15,7 +15,7 @@ import argparse
 import hashlib
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass, field
 
 from . import DataError, cache, cli, tokenizer
@@ -73,6 +73,10 @@ class Corpus:
                 except ValueError:
                     named = ", ".join(list(self.mixes) + ["natural"])
                     raise DataError(f"bad --mix {spec!r}: expected {named} or 'name=weight,...'") from None
+        # a negative weight used to be dropped and the rest renormalised without a word
+        odd = [f"{k}={v}" for k, v in weights.items() if not (v >= 0 and v != float("inf"))]
+        if odd:
+            raise DataError(f"--mix {spec!r}: weights must be finite and >= 0 (got {', '.join(odd)})")
         total = sum(weights.values())
         if total <= 0:
             raise DataError(f"--mix {spec!r}: weights must sum to > 0")
@@ -189,16 +193,36 @@ class HubFiles:
 
 def prefetched(files: list, locate):
     """Yield locate(f) for each file, fetching the next file in a background thread while
-    the current one is being tokenized (downloads would otherwise leave the pool idle)."""
+    the current one is being tokenized (downloads would otherwise leave the pool idle).
+
+    The thread is a daemon that nobody waits for: once a budget is met the reader closes this
+    generator, and the next file's download (2 GB for FineWeb) is abandoned rather than awaited,
+    here or at interpreter exit (which a ThreadPoolExecutor's thread would hold up)."""
+
+    def start(rel):
+        box: dict = {}
+
+        def work():
+            try:
+                box["path"] = locate(rel)
+            except BaseException as e:  # handed to the consumer, which raises it
+                box["error"] = e
+
+        t = threading.Thread(target=work, name="prefetch", daemon=True)
+        t.start()
+        return t, box
+
     if not files:
         return
-    with ThreadPoolExecutor(max_workers=1) as ex:
-        fut = ex.submit(locate, files[0])
-        for i in range(len(files)):
-            path = fut.result()
-            if i + 1 < len(files):
-                fut = ex.submit(locate, files[i + 1])
-            yield path
+    job = start(files[0])
+    for i in range(len(files)):
+        t, box = job
+        t.join()
+        if "error" in box:
+            raise box["error"]
+        if i + 1 < len(files):
+            job = start(files[i + 1])
+        yield box["path"]
 
 
 def files_digest(files: list, locate=None) -> dict:
@@ -229,8 +253,7 @@ def add_args(ap: argparse.ArgumentParser, corpus: Corpus) -> None:
                      f"is a bad record){example}")
     mixes = ", ".join(list(corpus.mixes) + ["natural"])
     ap.add_argument("--budget", type=cli.positive_int, help="train tokens to take (e.g. 20e9); default: all")
-    ap.add_argument("--mix", default=corpus.default_mix,
-                    help=f"with --budget: {mixes} or 'name=weight,...' (default {corpus.default_mix})")
+    ap.add_argument("--mix", help=f"with --budget: {mixes} or 'name=weight,...' (default {corpus.default_mix})")
     ap.add_argument("--domains", help="comma-separated domains to keep (default: all, or the --mix ones)")
     ap.add_argument("--val-by-domain", type=int, choices=(0, 1), default=int(corpus.val_by_domain),
                     help=f"1 = one val set per domain, 0 = one val set (default {int(corpus.val_by_domain)})")
@@ -239,7 +262,7 @@ def add_args(ap: argparse.ArgumentParser, corpus: Corpus) -> None:
                     "0 = the whole validation split)")
     ap.add_argument("--val-fraction", type=cli.fraction, default=0.001,
                     help="only if the input has no validation split: fraction of train documents for val")
-    ap.add_argument("--seed", type=int, default=2357, help="key of the --val-fraction hash")
+    ap.add_argument("--seed", type=cli.integer, default=2357, help="key of the --val-fraction hash")
     cli.add_common_args(ap, out_dir=f"data/{corpus.name}", tokenizer=corpus.tokenizer, shard_size=100_000_000)
 
 
@@ -249,7 +272,14 @@ def main(corpus: Corpus, doc: str, argv=None) -> int:
     add_args(ap, corpus)
     args = ap.parse_args(argv)
 
-    mix = corpus.parse_mix(args.mix) if args.budget else None
+    if args.mix is not None and not args.budget:
+        # a mix divides the --budget among domains; without one it used to be ignored silently
+        ap.error("--mix needs --budget (the train tokens the mix divides among domains); add --budget N or "
+                 "drop --mix")
+    try:
+        mix = corpus.parse_mix(args.mix or corpus.default_mix) if args.budget else None
+    except DataError as e:  # a bad flag value: a usage error, as argparse's own
+        ap.error(str(e))
     if args.domains:
         domains = [corpus.full(d.strip()) for d in args.domains.split(",") if d.strip()]
     elif mix is not None:
@@ -279,13 +309,16 @@ def main(corpus: Corpus, doc: str, argv=None) -> int:
     train_files = listing["train"][: args.max_train_files] if args.max_train_files else listing["train"]
     val_files = listing["validation"][: args.max_val_files] if args.max_val_files else listing["validation"]
     hash_val = not val_files
+    # A record's domain only matters to per-domain val sets, a --mix budget and a --domains filter;
+    # otherwise any directory of Parquet/JSON lines works, with or without the domain field.
+    key_required = default_domain is None and bool(args.val_by_domain or mix is not None or domains is not None)
 
     def open_files(files):
         def open_docs(bad):
             for path in prefetched(files, locate):  # lazily: a budget met early downloads less
                 reader = read_parquet if detect_format(path) == "parquet" else read_jsonl
                 for doc in reader(path, bad, text_field=args.text_field, key_field=args.domain_field,
-                                  key_required=default_domain is None):
+                                  key_required=key_required):
                     if doc.key is None:
                         doc.key = default_domain
                     yield doc
@@ -366,6 +399,9 @@ def main(corpus: Corpus, doc: str, argv=None) -> int:
         **cli.job_kwargs(args),
     )
     code = job.run(sources)
+    if code == 0 and (val_files or args.val_fraction > 0):
+        cli.warn_if_no_val(job, "raise --val-fraction" if hash_val else
+                           "check that the validation files hold the --domains you keep")
     if code == 0:
         vals = [s for s in job.outputs() if s.startswith("val")]
         if args.val_by_domain and vals:

@@ -31,10 +31,11 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import numpy as np
@@ -42,7 +43,7 @@ import numpy as np
 from . import DataError
 from .cache import sha256_file
 from .readers import BadRecords, Doc, normalize_newlines, strip_gutenberg
-from .shards import HEADER_BYTES, make_header, read_header, version_for_vocab, write_atomic
+from .shards import HEADER_BYTES, make_header, read_header, read_shard, version_for_vocab, write_atomic
 from .tokenizer import VPTOK_VERSION, TokenizerSpec, build, export_vptok, vptok_version
 
 MANIFEST_FORMAT = "valuepath-shards-manifest"
@@ -50,6 +51,19 @@ MANIFEST_VERSION = 1
 DEFAULT_SHARD_SIZE = 100_000_000  # tokens per shard, as llm.c's fineweb.py
 BATCH_DOCS = 256  # documents per task sent to a worker
 BATCH_CHARS = 4_000_000  # ... or this many characters, whichever comes first
+# A split's last shard is whatever is left over: with a budget that is a multiple of --shard-size,
+# only the last document's overshoot. The trainer refuses a shard with fewer than T+1 tokens and
+# T can be up to 2^20 (MAX_SEQ in host/config.h), so a tail below fold_limit() is appended to the
+# previous shard of the same split instead: 2^20 tokens is about 1% of the default shard, and half
+# a shard bounds the growth for the small --shard-size values tests use.
+FOLD_MAX = 2**20
+# The header's token count is an int32, and a shard can grow by up to FOLD_MAX tokens.
+MAX_SHARD_SIZE = 2**31 - 1 - FOLD_MAX
+
+
+def fold_limit(shard_size: int) -> int:
+    """A last shard with fewer tokens than this goes into the previous one."""
+    return min(FOLD_MAX + 1, shard_size // 2)
 
 
 class StopRequested(Exception):
@@ -171,9 +185,23 @@ class Stream:
         if self.finished:
             return
         if self.fill:
+            prev = self.shards[-1] if self.shards else None
+            if (prev is not None and prev["split"] == self.split_name(self._index())
+                    and self.fill < fold_limit(self.job.shard_size)):
+                self._fold_into(prev)
             self._flush(None)
         self.finished = True
         self.job.save_manifest()
+
+    def _fold_into(self, prev: dict) -> None:
+        """Put the previous shard's tokens back in front of the tail, so that the next _flush
+        rewrites that shard (atomically, under the same name) with the tail appended. An
+        interruption in between leaves a shard that disagrees with the manifest, which the
+        next run redoes from the shard before it: the result is the same bytes."""
+        toks = np.array(read_shard(os.path.join(self.job.out_dir, prev["file"])))
+        self.shards.pop()
+        self.parts.insert(0, toks)
+        self.fill += len(toks)
 
     # -- manifest
     def to_json(self) -> dict:
@@ -220,7 +248,32 @@ class Source:
     name: str
     open: Callable[[BadRecords], Iterator[Doc]]  # called lazily: a skipped source costs nothing
     route: Callable[[Doc], str | None]  # stream name, or None to drop the document
-    targets: list | None = None  # streams it feeds; once all are full the source stops early
+    # Budgeted streams: once all are full the source stops early, for every stream it feeds
+    # (see Job._consume). They only decide where it stops; which streams a source feeds is
+    # whatever its route returns, recorded as it reads (SourceState.fed).
+    targets: list | None = None
+
+
+@dataclass
+class SourceState:
+    """What the manifest remembers about one source between runs."""
+
+    # The position of the document after which every target was full: later documents of the
+    # source go to no stream. Fixed in consumption order, so it does not depend on --workers,
+    # and kept so that a resumed run stops at the same place.
+    stop: tuple | None = None
+    done: bool = False  # read to its end (or to `stop`) in some run
+    fed: set = field(default_factory=set)  # every stream a document was routed to
+
+    def to_json(self) -> dict:
+        return {"stop": list(self.stop) if self.stop else None, "done": self.done, "fed": sorted(self.fed)}
+
+    @classmethod
+    def from_json(cls, d) -> "SourceState":
+        if not isinstance(d, dict):
+            return cls()
+        stop = d.get("stop")
+        return cls(stop=tuple(stop) if stop else None, done=bool(d.get("done")), fed=set(d.get("fed") or ()))
 
 
 # ---------------------------------------------------------------- workers
@@ -316,6 +369,7 @@ class Job:
         self.tf = (bool(strip_gutenberg), bool(normalize_newlines))
         self.progress_total = progress_total
         self.streams: dict[str, Stream] = {}
+        self.sources: dict[int, SourceState] = {}
         self.stats = Stats()
         self.reused = 0
         self.bar = None
@@ -345,12 +399,13 @@ class Job:
 
     # -- manifest
     def _own_files(self) -> list:
+        """This dataset's shards (and debris of interrupted writes): exactly the names Stream.filename
+        makes. A bare prefix match would take another dataset's files whose name starts with ours
+        (dataset `web` and `web_c4_train_000000.bin`), and --overwrite would delete them."""
         if not os.path.isdir(self.out_dir):
             return []
-        pre = self.prefix + "_"
-        return sorted(
-            f for f in os.listdir(self.out_dir) if f.startswith(pre) and (f.endswith(".bin") or f.endswith(".bin.tmp"))
-        )
+        own = re.compile(rf"{re.escape(self.prefix)}_(?:train|val|val_[a-z0-9]+)_\d{{6}}\.bin(?:\.tmp)?")
+        return sorted(f for f in os.listdir(self.out_dir) if own.fullmatch(f))
 
     def _load_manifest(self) -> None:
         os.makedirs(self.out_dir, exist_ok=True)
@@ -358,43 +413,67 @@ class Job:
         for f in self._own_files():
             if f.endswith(".tmp"):
                 os.remove(os.path.join(self.out_dir, f))
-        m = None
+        m, unreadable = None, None
         if os.path.exists(self.manifest_path):
             try:
                 with open(self.manifest_path) as f:
                     m = json.load(f)
-                if m.get("format") != MANIFEST_FORMAT:
+                if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT:
                     raise ValueError("not a valuepath manifest")
-            except ValueError as e:
-                raise DataError(f"{self.manifest_path}: unreadable ({e}); delete it or pass --overwrite") from None
-        if m is not None and m.get("fingerprint") != self.fingerprint and not self.overwrite:
+            except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError too
+                m, unreadable = None, str(e)
+        if unreadable is not None and not self.overwrite:
+            raise DataError(f"{self.manifest_path}: unreadable ({unreadable}); pass --overwrite to start over "
+                            f"(it replaces the '{self.prefix}' shards beside it)")
+        stale = unreadable is not None or (m is not None and m.get("fingerprint") != self.fingerprint)
+        if stale and not self.overwrite:
             raise DataError(
                 f"{self.out_dir} already holds '{self.prefix}' shards made from different inputs or flags "
                 f"(see {self.manifest_path}); pass --overwrite to replace them, or use another --out-dir/--name"
             )
-        if m is None and self._own_files() and not self.overwrite:
+        own = [f for f in self._own_files() if f.endswith(".bin")]
+        if m is None and own and not self.overwrite:
+            listed = ", ".join(own[:3]) + (f" and {len(own) - 3} more" if len(own) > 3 else "")
             raise DataError(
-                f"{self.out_dir} holds {self.prefix}_*.bin files but no manifest to resume from; "
+                f"{self.out_dir} holds shards of '{self.prefix}' ({listed}) but no manifest to resume from; "
                 f"pass --overwrite to replace them"
             )
-        if self.overwrite and (m is None or m.get("fingerprint") != self.fingerprint):
-            for f in self._own_files():
-                os.remove(os.path.join(self.out_dir, f))
-            if os.path.exists(self.manifest_path):
-                os.remove(self.manifest_path)
+        if self.overwrite and (m is None or stale):
+            self._remove_own()
             m = None
         if m is None:
             return
+        try:
+            all_kept = self._restore(m)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            # valid JSON of the right format, but not the structure this code writes (edited by hand)
+            if not self.overwrite:
+                raise DataError(f"{self.manifest_path}: damaged ({type(e).__name__}: {e}); pass --overwrite to "
+                                f"start over (it replaces the '{self.prefix}' shards beside it)") from None
+            self.streams, self.sources, self.reused = {}, {}, 0
+            self._remove_own()
+            return
+        self.complete = bool(m.get("complete")) and all_kept
+        if not all_kept:
+            print(f"note: some shards listed in {self.manifest_path} are missing or damaged; redoing them",
+                  file=sys.stderr)
+
+    def _remove_own(self) -> None:
+        for f in self._own_files():
+            os.remove(os.path.join(self.out_dir, f))
+        if os.path.exists(self.manifest_path):
+            os.remove(self.manifest_path)
+
+    def _restore(self, m: dict) -> bool:
+        """Streams and sources from a manifest; True when every shard it lists was kept."""
         all_kept = True
+        self.sources = {int(k): SourceState.from_json(v) for k, v in (m.get("sources") or {}).items()}
         for name, st in m.get("streams", {}).items():
             s = self.stream(name)
             kept = s.restore(st, self.out_dir)
             self.reused += kept
             all_kept &= kept == len(st.get("shards", []))
-        self.complete = bool(m.get("complete")) and all_kept
-        if not all_kept:
-            print(f"note: some shards listed in {self.manifest_path} are missing or damaged; redoing them",
-                  file=sys.stderr)
+        return all_kept
 
     def save_manifest(self, stats: dict | None = None) -> None:
         m = {
@@ -412,6 +491,7 @@ class Job:
             },
             "config": self.config,
             "streams": {n: s.to_json() for n, s in sorted(self.streams.items())},
+            "sources": {str(k): v.to_json() for k, v in sorted(self.sources.items())},
         }
         if stats is not None:
             m["stats"] = stats
@@ -469,11 +549,24 @@ class Job:
             export_vptok(self.tok, os.path.join(self.out_dir, self.vptok_name))
             self._open_bar()
             for sno, src in enumerate(sources):
-                if src.targets is not None and all(self.stream(t).full() for t in src.targets):
+                st = self.sources.setdefault(sno, SourceState())
+                # Skip a source only when every stream it fed is finished: a source whose budgeted
+                # streams are full may still owe documents to another (a val split read in the
+                # same pass), which an interruption between two streams' last shards loses.
+                if st.done and all(self.stream(n).finished for n in st.fed):
                     continue
                 self._run_source(sno, src, pool)
+                st.done = True
             for s in list(self.streams.values()):
                 s.finish()
+            if not self.totals()["tokens"]:
+                # Not a success: a trainer pointed at this directory would only say "no shards match".
+                st = self.stats
+                raise DataError(
+                    f"no tokens to write: {st.read:,} document(s) read, {self.bad.count:,} bad record(s) skipped, "
+                    f"{st.empty:,} empty, {st.dropped:,} left out by the split or domain filter; check the inputs "
+                    f"and the flags that pick the text (--text-field, --format, --doc-split, --domains)"
+                )
             self.complete = True
             seconds = time.time() - t0
             self.save_manifest(stats={**self.totals(), "seconds": round(seconds, 3)})
@@ -526,15 +619,20 @@ class Job:
 
     def _batches(self, sno: int, src: Source):
         meta, texts, chars = [], [], 0
-        targets = [self.stream(t) for t in src.targets] if src.targets is not None else None
+        st = self.sources[sno]
         for dno, doc in enumerate(src.open(self.bad)):
+            pos = (sno, dno)
+            # The stop is found while consuming, which lags reading by a few batches; what was
+            # read past it is dropped in _consume.
+            if st.stop is not None and pos > st.stop:
+                break
             self.stats.read += 1
             name = src.route(doc)
             if name is None:
                 self.stats.dropped += 1
                 continue
             s = self.stream(name)
-            pos = (sno, dno)
+            st.fed.add(name)
             if s.finished:
                 continue
             if s.resume_pos is not None:
@@ -548,12 +646,12 @@ class Job:
             if len(texts) >= BATCH_DOCS or chars >= BATCH_CHARS:
                 yield meta, texts
                 meta, texts, chars = [], [], 0
-                if targets is not None and all(t.full() for t in targets):
-                    break
         if texts:
             yield meta, texts
 
     def _run_source(self, sno: int, src: Source, pool) -> None:
+        st = self.sources[sno]
+        targets = [self.stream(t) for t in src.targets] if src.targets else None
         pending = collections.deque()
         window = 2 * self.workers + 2
         for meta, texts in self._batches(sno, src):
@@ -563,14 +661,16 @@ class Job:
                 pending.append((meta, _Done(_encode_batch(texts))))
             # Consume strictly in order: output order never depends on worker timing.
             while pending and (len(pending) > window or pending[0][1].ready()):
-                self._consume(*pending.popleft())
+                self._consume(st, targets, *pending.popleft())
         while pending:
-            self._consume(*pending.popleft())
+            self._consume(st, targets, *pending.popleft())
 
-    def _consume(self, meta, result) -> None:
+    def _consume(self, st: SourceState, targets, meta, result) -> None:
         arrays = result.get()
         ntok = 0
         for (pos, s, key), toks in zip(meta, arrays):
+            if st.stop is not None and pos > st.stop:
+                break  # read ahead of the stop (positions only grow within a source)
             if toks is None:
                 self.stats.empty += 1
                 continue
@@ -580,6 +680,7 @@ class Job:
                     s.resume_pos = None
                     s.append(toks[off:], pos, off)  # accepted and counted before the interruption
                     ntok += len(toks) - off
+                    self._check_stop(st, targets, s, pos)
                     continue
                 if pos > s.resume_pos:
                     raise DataError(
@@ -592,10 +693,18 @@ class Job:
                 continue
             s.append(toks, pos, 0)
             ntok += len(toks)
+            self._check_stop(st, targets, s, pos)
         self.stats.tokens_this_run += ntok
         if self.bar is not None:
             self.bar.update(ntok)
             self.bar.set_postfix_str(f"docs read {self.stats.read:,}", refresh=False)
+
+    @staticmethod
+    def _check_stop(st: SourceState, targets, s: Stream, pos: tuple) -> None:
+        """After document `pos` went to stream `s`: if that filled the last budgeted stream, it is
+        where the source stops. Decided here, in input order, never from how far reading got."""
+        if st.stop is None and targets and s in targets and all(t.full() for t in targets):
+            st.stop = pos
 
     def _summary(self, t0: float, note: str | None = None) -> None:
         seconds = time.time() - t0

@@ -186,7 +186,9 @@ def _text_and_key(rec, where, text_field, key_field, key_required, bad):
             key = _get_field(rec, key_field)
         except KeyError:
             if key_required:
-                bad(where, f"record has no field {key_field!r}")
+                # only domain-tagged corpora ask for a key (domains.py): say how to do without it
+                bad(where, f"record has no field {key_field!r} (pass --default-domain NAME to use NAME for "
+                           f"such records, or --domain-field to name the field)")
                 return None
             key = None
         if key is not None and not isinstance(key, str):
@@ -444,26 +446,40 @@ INPUT_SUFFIXES = (".txt", ".text", ".md", ".jsonl", ".json", ".ndjson", ".parque
 
 def expand_inputs(inputs: list[str]) -> list[str]:
     """Files, directories (searched recursively for known suffixes) and globs, in a
-    deterministic order: the order given, each directory/glob sorted by path."""
+    deterministic order: the order given, each directory/glob sorted by path. A directory a glob
+    matches is searched like a directory given by name."""
     import glob as globmod
+
+    def walk(d):
+        found = []
+        for root, dirs, files in os.walk(d):
+            dirs.sort()
+            for f in files:
+                if base_name(f).lower().endswith(INPUT_SUFFIXES):
+                    found.append(os.path.join(root, f))
+        return sorted(found)
 
     out = []
     for inp in inputs:
         if os.path.isdir(inp):
-            found = []
-            for root, dirs, files in os.walk(inp):
-                dirs.sort()
-                for f in files:
-                    if base_name(f).lower().endswith(INPUT_SUFFIXES):
-                        found.append(os.path.join(root, f))
+            found = walk(inp)
             if not found:
                 raise DataError(f"no input files ({', '.join(INPUT_SUFFIXES)}, optionally .gz/.zst) under {inp}")
-            out.extend(sorted(found))
+            out.extend(found)
         elif os.path.exists(inp):
             out.append(inp)
         else:
             hits = sorted(globmod.glob(inp, recursive=True))
             if not hits:
                 raise DataError(f"input not found: {inp}")
-            out.extend(h for h in hits if os.path.isfile(h))
-    return out
+            for h in hits:
+                if os.path.isdir(h):
+                    out.extend(walk(h))
+                elif os.path.isfile(h):
+                    out.append(h)
+    if not out:
+        raise DataError(f"no input files ({', '.join(INPUT_SUFFIXES)}, optionally .gz/.zst) in "
+                        f"{' '.join(inputs)}")
+    # 'corpus/**' matches a directory and the files in it: read each file once
+    seen = set()
+    return [f for f in out if not (os.path.abspath(f) in seen or seen.add(os.path.abspath(f)))]

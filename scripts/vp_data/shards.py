@@ -209,19 +209,36 @@ def _expand(patterns):
 
 def _manifest_hashes(files) -> dict:
     """{absolute shard path: sha256} from the pipeline's manifests (*.manifest.json) in the shards'
-    directories; shards no manifest lists (llm.c's, hand-made) are simply not in it."""
+    directories; shards no manifest lists (llm.c's, hand-made) are simply not in it.
+
+    A manifest that lists one of `files` also says whether its set is whole: a run that was
+    interrupted (not "complete"), or a split of which a listed shard is missing, would otherwise
+    pass as valid and train on part of the data."""
     hashes = {}
+    given = {os.path.abspath(f) for f in files}
     for d in sorted({os.path.dirname(os.path.abspath(f)) for f in files}):
         for m in sorted(glob.glob(os.path.join(d, "*.manifest.json"))):
             try:
                 with open(m) as f:
-                    streams = json.load(f).get("streams", {})
-            except (OSError, ValueError, AttributeError) as e:
+                    man = json.load(f)
+                listed = [e for st in man.get("streams", {}).values() for e in st.get("shards", [])]
+                entries = [(os.path.join(d, e["file"]), e.get("split"), e.get("sha256")) for e in listed]
+            except (OSError, ValueError, AttributeError, KeyError, TypeError) as e:
                 raise DataError(f"{m}: unreadable manifest ({e}); move it away to validate without it") from None
-            for st in streams.values():
-                for e in st.get("shards", []):
-                    if e.get("sha256"):
-                        hashes[os.path.join(d, e["file"])] = e["sha256"]
+            ours = {split for path, split, _ in entries if path in given}
+            if not ours:
+                continue  # another data set's manifest
+            if not man.get("complete"):
+                raise DataError(f"{m}: the run that writes these shards did not finish (the manifest says it is "
+                                f"incomplete); re-run the same prepare command, which resumes it")
+            for path, split, sha in entries:
+                if split in ours and path not in given:
+                    raise DataError(f"{path}: listed in {m} but not among the shards given"
+                                    f"{' (it is missing)' if not os.path.exists(path) else ''}; re-run the "
+                                    f"prepare command that wrote it, which re-creates it, or validate the whole "
+                                    f"split")
+                if sha:
+                    hashes[path] = sha
     return hashes
 
 
@@ -258,6 +275,10 @@ def main(argv=None) -> int:
                 )
                 print(f"  first {len(head)} tokens: {head}")
                 if pieces is not None:
+                    top = max(head, default=-1)
+                    if top >= len(pieces):
+                        raise DataError(f"{path}: token id {top} is not in {args.vptok} ({len(pieces):,} tokens); "
+                                        f"pass the .vptok written beside these shards by the prepare script")
                     text = b"".join(pieces[t] for t in head).decode("utf-8", errors="replace")
                     print(f"  decoded: {text!r}")
         else:

@@ -143,6 +143,19 @@ def _byte_level_to_bytes(token: str, where: str) -> bytes:
         raise DataError(f"{where}: token {token!r} is not byte-level BPE (char {e.args[0]!r})") from None
 
 
+def replace_surrogates(text: str) -> str:
+    """Each lone surrogate (U+D800..U+DFFF, which JSON's \\ud800 escapes can produce, but UTF-8 cannot
+    encode) becomes U+FFFD. This is what tiktoken, and so our GPT-2 tokenizer, does, by the same
+    round trip through UTF-16 (a surrogate pair left as two code points becomes its character);
+    HF tokenizers and SentencePiece raise instead, so NeoX and Llama-2 call this first and every
+    tokenizer sees the same text."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 class Tokenizer:
     name: str
     vocab_size: int
@@ -248,7 +261,7 @@ class NeoXTokenizer(Tokenizer):
         self._path = path
 
     def encode(self, text):
-        return self.tk.encode(text, add_special_tokens=False).ids
+        return self.tk.encode(replace_surrogates(text), add_special_tokens=False).ids
 
     def decode(self, ids):
         return self.tk.decode(list(ids), skip_special_tokens=False)
@@ -349,7 +362,7 @@ class Llama2Tokenizer(Tokenizer):
         self.eot_text = self.sp.id_to_piece(self.eot)
 
     def encode(self, text):
-        return self.sp.encode(text)
+        return self.sp.encode(replace_surrogates(text))
 
     def decode(self, ids):
         return self.sp.decode(list(int(i) for i in ids))
@@ -407,6 +420,12 @@ class Llama2Tokenizer(Tokenizer):
 _BUILT: dict = {}
 
 
+# (vocabulary size, delimiter id) of each named tokenizer. The NeoX file in the cache has no
+# pinned hash (cache.py), and any --tokenizer-path can be the wrong file: a different vocabulary
+# would make shards that a model of this tokenizer reads as garbage, so build() checks these.
+VOCAB_FACTS = {"gpt2": (50257, 50256), "neox": (50277, 0), "llama2": (32000, 1)}
+
+
 def build(spec: TokenizerSpec) -> Tokenizer:
     """Build (once per process: tokenizers are read-only after construction) the
     tokenizer described by `spec`."""
@@ -419,6 +438,12 @@ def build(spec: TokenizerSpec) -> Tokenizer:
             tok = NeoXTokenizer(spec.files[0])
         else:
             tok = Llama2Tokenizer(spec.files[0])
+        want = VOCAB_FACTS[spec.name]
+        if (tok.vocab_size, tok.eot) != want:
+            raise DataError(f"{spec.files[0]}: vocabulary of {tok.vocab_size:,} with delimiter id {tok.eot}, but the "
+                            f"{spec.name} tokenizer has {want[0]:,} with delimiter id {want[1]}: the wrong file; "
+                            f"replace it (in the cache: delete it and re-run, or refill the cache) or fix "
+                            f"--tokenizer-path")
         _BUILT[key] = tok
     return tok
 
@@ -473,8 +498,11 @@ def vptok_version(path: str) -> int:
 def read_vptok(path: str) -> dict:
     """A vptok file (version 1 or 2) as {"vocab_size", "eot", "pieces", "kind"} plus, for an
     encoder, "merges"/"added"/"nfc" (kind 1) or "scores"/"types"/"add_dummy_prefix"/"unk" (kind 2)."""
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise DataError(f"cannot read vptok file {path}: {e.strerror}") from None
     if len(data) < VPTOK_HEADER_INTS * 4:
         raise DataError(f"{path}: too short for a vptok header")
     header = np.frombuffer(data[: VPTOK_HEADER_INTS * 4], dtype="<i4")
@@ -536,6 +564,9 @@ def main(argv=None) -> int:
             print(f"{tok.name}: vocab {tok.vocab_size}, delimiter {tok.eot} {tok.eot_text!r}, dtype {tok.dtype.name}")
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # e.g. --out in a directory that does not exist
+        print(f"error: {e.strerror} ({e.filename}); check the path", file=sys.stderr)
         return 1
     return 0
 

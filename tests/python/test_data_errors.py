@@ -152,13 +152,20 @@ def test_slimpajama_broken_chunk_names_file(tmp_path, run_script):
     assert "bad records skipped 1" in r.out and "documents 8," in r.out
 
 
+# the flags --help must list: every script that writes token shards takes the shard ones;
+# prepare_hellaswag writes one .vpmc file (no shards, no worker pool), inspect_shard reads shards
+SHARD_FLAGS = ("--out-dir", "--tokenizer", "--shard-size", "--workers", "--skip-bad-records", "--no-progress")
+HELP_FLAGS = {"prepare_hellaswag": ("--out-dir", "--tokenizer", "--tokenizer-path", "--split", "--input", "--no-progress"),
+              "inspect_shard": ()}
+
+
 @pytest.mark.parametrize("script", ["prepare_tinyshakespeare", "prepare_text", "prepare_openwebtext",
-                                    "prepare_slimpajama", "prepare_pile", "inspect_shard"])
+                                    "prepare_slimpajama", "prepare_pile", "prepare_fineweb", "prepare_hellaswag",
+                                    "inspect_shard"])
 def test_help(script):
     r = subprocess.run([sys.executable, os.path.join(SCRIPTS, f"{script}.py"), "--help"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "usage:" in r.stdout
-    if script != "inspect_shard":
-        for flag in ("--out-dir", "--tokenizer", "--shard-size", "--workers", "--skip-bad-records", "--no-progress"):
-            assert flag in r.stdout, (script, flag)
+    for flag in HELP_FLAGS.get(script, SHARD_FLAGS):
+        assert flag in r.stdout, (script, flag)

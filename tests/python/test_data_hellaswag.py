@@ -112,6 +112,16 @@ def test_bad_inputs_are_clear_errors(tmp_path, run_script, hs_cache):
     bad.write_text(json.dumps({"ctx": "x"}) + "\n")
     r = run_script("prepare_hellaswag", "--input", bad, "--out-dir", tmp_path, expect=1)
     assert "not a HellaSwag record (missing ctx_a" in r.err
+    # damaged files used to end in a traceback (UnicodeDecodeError, TypeError)
+    bad.write_bytes(json.dumps(RECORDS[0]).encode() + b"\n" + json.dumps(RECORDS[0]).encode()[:30] + b"\xff\xfe\n")
+    r = run_script("prepare_hellaswag", "--input", bad, "--out-dir", tmp_path, expect=1)
+    assert "bad.jsonl:2: invalid UTF-8 at byte 30" in r.err and "Traceback" not in r.err
+    bad.write_text(json.dumps(dict(RECORDS[0], ctx=None)) + "\n")
+    r = run_script("prepare_hellaswag", "--input", bad, "--out-dir", tmp_path, expect=1)
+    assert "bad.jsonl:1: 'ctx' is null, not a string" in r.err
+    bad.write_text(json.dumps(dict(RECORDS[0], activity_label=5)) + "\n")
+    r = run_script("prepare_hellaswag", "--input", bad, "--out-dir", tmp_path, "--render", "harness", expect=1)
+    assert "bad.jsonl:1: 'activity_label' is 5, not a string" in r.err
     # the train split is not in the cache, and the tests are offline
     r = run_script("prepare_hellaswag", "--split", "train", "--out-dir", tmp_path, expect=1)
     assert "hellaswag_train.jsonl is not in the cache and we are offline" in r.err

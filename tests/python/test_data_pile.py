@@ -86,7 +86,7 @@ def test_budget_takes_the_first_tokens_and_resumes(tmp_path, pile_tree, run_scri
     assert all_files_digest(tmp_path / "part") == all_files_digest(tmp_path / "full")
 
 
-def test_domain_mix_and_bad_names(tmp_path, pile_tree, run_script, ref_encode):
+def test_domain_mix_and_bad_names(tmp_path, pile_tree, run_script, ref_encode, capsys):
     root, layout = pile_tree
     out = tmp_path / "m"
     r = run_script("prepare_pile", "--input-dir", root, "--out-dir", out, "--budget", "4000",
@@ -98,9 +98,14 @@ def test_domain_mix_and_bad_names(tmp_path, pile_tree, run_script, ref_encode):
     # val: only the mixed domains' documents
     want = [rec["text"] for rec in layout["val"] if domain(rec) in quota]
     assert np.array_equal(read_tokens(out, "pile", "val"), expected_stream(ref_encode, "neox", want))
-    r = run_script("prepare_pile", "--input-dir", root, "--out-dir", tmp_path / "x", "--budget", "10",
-                   "--mix", "c4=1", expect=1)
-    assert "unknown Pile domain 'c4'; use one of pilecc, pubmedcentral" in r.err
+    # a bad --mix is a usage error (exit 2), like argparse's own
+    from conftest import load_script
+
+    with pytest.raises(SystemExit) as e:
+        load_script("prepare_pile").main(["--input-dir", str(root), "--out-dir", str(tmp_path / "x"),
+                                          "--budget", "10", "--mix", "c4=1"])
+    assert e.value.code == 2
+    assert "unknown Pile domain 'c4'; use one of pilecc, pubmedcentral" in capsys.readouterr().err
 
 
 def test_hub_mode_reads_the_cache_offline(tmp_path, pile_tree, run_script, vp_cache):

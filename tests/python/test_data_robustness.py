@@ -1,0 +1,402 @@
+"""Resuming, budgets, shard tails, --overwrite and other edges of the data pipeline that an
+audit found: each test here failed before its fix."""
+
+import json
+import os
+
+import pytest
+
+from vptest import all_files_digest
+
+
+@pytest.fixture(scope="module")
+def lines_txt(tmp_path_factory, vp_cache):
+    """The first 3,000 lines of Tiny Shakespeare (about 25k GPT-2 tokens as one document per line)."""
+    with open(os.path.join(vp_cache, "tinyshakespeare", "input.txt"), encoding="utf-8") as f:
+        text = "".join(f.readlines()[:3000])
+    p = tmp_path_factory.mktemp("lines") / "lines.txt"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def text_args(inp, *extra):
+    return [inp, "--doc-split", "line", "--name", "r", "--workers", "1", *extra]
+
+
+def resume_at_every_shard(run_script, args, out):
+    """Run `args` one new shard at a time until it finishes; return how many runs it took."""
+    for runs in range(1, 100):
+        r = run_script("prepare_text", *args, "--out-dir", out, "--stop-after-shards", "1", expect=None)
+        if r.code == 0:
+            return runs
+        assert r.code == 3, r
+    raise AssertionError("did not finish")
+
+
+@pytest.mark.parametrize("budget", [[], ["--max-tokens", "12000"]])
+def test_hash_split_resumed_at_every_shard_keeps_val(tmp_path, run_script, lines_txt, budget):
+    # The source feeds train and val; a run stopped after train's last shard but before val's
+    # used to skip the source on resume (its only target, train, was full) and lose val.
+    args = text_args(lines_txt, "--val-split", "hash", "--val-fraction", "0.2", "--shard-size", "4000", *budget)
+    ref = tmp_path / "ref"
+    run_script("prepare_text", *args, "--out-dir", ref)
+    want = all_files_digest(ref)
+    assert "r_val_000000.bin" in want and "r_train_000002.bin" in want
+    if budget:  # 12,000 train tokens: three shards, the overshoot folded into the third
+        assert "r_train_000003.bin" not in want
+    out = tmp_path / "out"
+    runs = resume_at_every_shard(run_script, args, out)
+    assert runs >= len([f for f in want if f.endswith(".bin")])
+    assert all_files_digest(out) == want
+    with open(out / "r.manifest.json") as f:
+        assert json.load(f)["complete"] is True
+
+
+def test_budget_stop_does_not_depend_on_workers(tmp_path, run_script, lines_txt):
+    # Val documents after the one that filled the train budget used to be taken or not depending
+    # on how far reading had got ahead of the pool when that was noticed.
+    args = text_args(lines_txt, "--val-split", "hash", "--val-fraction", "0.3", "--max-tokens", "6000")
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_script("prepare_text", *args, "--out-dir", a)
+    run_script("prepare_text", *args, "--workers", "2", "--out-dir", b)  # the last --workers wins
+    assert all_files_digest(a) == all_files_digest(b)
+    with open(a / "r.manifest.json") as f:
+        m = json.load(f)
+    # stopped in the middle of the input, at the document that filled the budget
+    stop = m["sources"]["0"]["stop"]
+    assert stop is not None and 0 < stop[1] < 2900
+
+
+def test_budget_that_is_a_multiple_of_the_shard_size_leaves_no_tiny_shard(tmp_path, run_script, lines_txt):
+    # The last shard used to hold only the last document's overshoot of the budget (a few tokens),
+    # which the trainer refuses (a shard needs T+1 tokens); it now goes into the shard before.
+    from vp_data.shards import read_header, read_shard
+
+    args = text_args(lines_txt, "--val-split", "none", "--max-tokens", "8000")
+    one, cut = tmp_path / "one", tmp_path / "cut"
+    run_script("prepare_text", *args, "--out-dir", one)
+    run_script("prepare_text", *args, "--shard-size", "4000", "--out-dir", cut)
+    whole = read_shard(str(one / "r_train_000000.bin"))
+    assert 8000 < len(whole) < 8000 + 200  # overshoot by part of one line
+    assert sorted(f for f in os.listdir(cut) if f.endswith(".bin")) == ["r_train_000000.bin", "r_train_000001.bin"]
+    assert read_header(str(cut / "r_train_000000.bin")).num_tokens == 4000
+    assert read_header(str(cut / "r_train_000001.bin")).num_tokens == len(whole) - 4000
+    joined = list(read_shard(str(cut / "r_train_000000.bin"))) + list(read_shard(str(cut / "r_train_000001.bin")))
+    assert joined == list(whole)
+    # a tail of half a shard or more stays a shard of its own
+    run_script("prepare_text", *args, "--shard-size", "3000", "--out-dir", tmp_path / "keep")
+    assert read_header(str(tmp_path / "keep" / "r_train_000002.bin")).num_tokens == len(whole) - 6000
+
+
+def test_overwrite_leaves_datasets_with_a_longer_name_alone(tmp_path, run_script, lines_txt):
+    out = tmp_path / "o"
+    args = text_args(lines_txt, "--val-split", "none", "--max-tokens", "500", "--out-dir", out)
+    run_script("prepare_text", *args, "--name", "web_c4")
+    theirs = all_files_digest(out)
+    # `web` has no manifest yet: the other dataset's shards are not taken for stale ones of ours
+    run_script("prepare_text", *args, "--name", "web")
+    run_script("prepare_text", *args, "--name", "web", "--max-tokens", "400", "--overwrite")
+    now = all_files_digest(out)
+    assert {k: now.get(k) for k in theirs} == theirs
+    assert "web_train_000000.bin" in now
+    # shards of ours without a manifest: the refusal names them, and only them
+    os.remove(out / "web.manifest.json")
+    r = run_script("prepare_text", *args, "--name", "web", expect=1)
+    assert "web_train_000000.bin" in r.err and "web_c4" not in r.err and "--overwrite" in r.err
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--max-tokens", "inf", "expected a whole number"),
+    ("--val-tokens", "1.5", "expected a whole number"),
+    ("--workers", "nan", "expected a whole number"),
+    ("--shard-size", "1e10", "at most 2,146,435,071 tokens"),
+    ("--shard-size", "2147483647", "at most 2,146,435,071 tokens"),
+])
+def test_bad_numbers_are_usage_errors(tmp_path, flag, value, message, capsys):
+    # inf used to raise OverflowError (a traceback), and a --shard-size too big for the header was
+    # only refused when the first shard was full, after all the tokenizing up to it.
+    from conftest import load_script
+
+    with pytest.raises(SystemExit) as e:
+        load_script("prepare_text").main(["in.txt", "--out-dir", str(tmp_path), flag, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: {message}" in err and "Traceback" not in err
+
+
+def test_number_forms():
+    from vp_data import cli
+
+    assert cli.positive_int("1e8") == 100_000_000 and cli.positive_int("2.5e9") == 2_500_000_000
+    assert cli.integer("-7") == -7 and cli.integer("1e3") == 1000  # --seed
+    assert cli.nonneg_int("12345678901234567891") == 12345678901234567891  # no float rounding
+    assert cli.shard_size_arg("2146435071") == 2146435071
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"\xff\xfe", b'{"format": "valuepath-shards-manifest", '
+                                     b'"fingerprint": "x", "streams": {"main": {"shards": [{"tokens": 1}]}}}'])
+def test_damaged_manifest_is_an_error_that_overwrite_gets_past(tmp_path, run_script, lines_txt, content):
+    out = tmp_path / "o"
+    args = text_args(lines_txt, "--val-split", "none", "--max-tokens", "500", "--out-dir", out)
+    run_script("prepare_text", *args)
+    want = all_files_digest(out)
+    (out / "r.manifest.json").write_bytes(content)
+    r = run_script("prepare_text", *args, expect=1)
+    assert "r.manifest.json" in r.err and "--overwrite" in r.err and "Traceback" not in r.err
+    assert all_files_digest(out) == want  # refusing touches nothing
+    run_script("prepare_text", *args, "--overwrite")
+    assert all_files_digest(out) == want
+    with open(out / "r.manifest.json") as f:
+        assert json.load(f)["complete"] is True
+
+
+def test_damaged_manifest_with_our_fingerprint(tmp_path, run_script, lines_txt):
+    # right format and fingerprint, wrong structure (a hand edit): --overwrite starts over
+    out = tmp_path / "o"
+    args = text_args(lines_txt, "--val-split", "none", "--max-tokens", "500", "--out-dir", out)
+    run_script("prepare_text", *args)
+    want = all_files_digest(out)
+    with open(out / "r.manifest.json") as f:
+        m = json.load(f)
+    m["streams"]["main"]["shards"] = [{"tokens": 1}]
+    (out / "r.manifest.json").write_text(json.dumps(m))
+    r = run_script("prepare_text", *args, expect=1)
+    assert "damaged (KeyError" in r.err and "--overwrite" in r.err
+    run_script("prepare_text", *args, "--overwrite")
+    assert all_files_digest(out) == want
+
+
+def test_validate_refuses_an_unfinished_or_partial_set(tmp_path, run_script, lines_txt, capsys):
+    from vp_data import shards
+
+    out = tmp_path / "o"
+    args = text_args(lines_txt, "--val-tokens", "3000", "--shard-size", "4000", "--max-tokens", "12000",
+                     "--out-dir", out)
+    run_script("prepare_text", *args, "--stop-after-shards", "2", expect=3)
+    capsys.readouterr()
+    assert shards.main(["validate", str(out / "*.bin")]) == 1
+    err = capsys.readouterr().err
+    assert "did not finish" in err and "re-run the same prepare command" in err
+
+    run_script("prepare_text", *args)
+    capsys.readouterr()
+    assert shards.main(["validate", str(out / "*.bin")]) == 0
+    assert "3 shard(s)" in capsys.readouterr().out
+    assert shards.main(["validate", str(out / "r_train_*.bin")]) == 0  # one whole split
+    capsys.readouterr()
+    os.remove(out / "r_train_000001.bin")
+    assert shards.main(["validate", str(out / "r_train_*.bin")]) == 1
+    err = capsys.readouterr().err
+    assert "r_train_000001.bin: listed in" in err and "(it is missing)" in err
+
+
+def test_no_tokens_is_an_error_and_an_empty_val_a_warning(tmp_path, run_script, lines_txt):
+    (tmp_path / "empty.txt").write_text("")
+    r = run_script("prepare_text", tmp_path / "empty.txt", "--name", "e", "--out-dir", tmp_path / "e", expect=1)
+    assert "no tokens to write: 1 document(s) read" in r.err and "1 empty" in r.err
+    assert "went to val" not in r.err  # the old, wrong advice
+    # every record bad and skipped: still nothing to train on
+    (tmp_path / "bad.jsonl").write_text('{"txt": "a"}\n{"txt": "b"}\n')
+    r = run_script("prepare_text", tmp_path / "bad.jsonl", "--skip-bad-records", "--name", "b",
+                   "--out-dir", tmp_path / "b", expect=1)
+    assert "no tokens to write" in r.err and "2 bad record(s) skipped" in r.err
+    # a hash split that drew no document: a warning, the train shards are fine
+    r = run_script("prepare_text", *text_args(lines_txt, "--val-split", "hash", "--val-fraction", "0.00001",
+                                              "--max-tokens", "300", "--out-dir", tmp_path / "h"))
+    assert "warning: no document went to val" in r.err and "--val-fraction" in r.err
+    assert os.listdir(tmp_path / "h").count("r_train_000000.bin") == 1
+
+
+def test_fineweb_reads_records_without_a_dump_field(tmp_path, run_script, lines_txt):
+    # Any directory of Parquet/JSON lines works: the domain is needed only for per-domain val sets,
+    # a --mix or --domains. It used to be required unless --default-domain was given.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paras = lines_txt.read_text(encoding="utf-8").split("\n\n")[:60]
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(pa.table({"text": paras}), d / "000_00000.parquet")
+    base = ["prepare_fineweb", "--input-dir", d, "--val-fraction", "0.2", "--workers", "1"]
+    r = run_script(*base, "--out-dir", tmp_path / "a")
+    assert "fineweb_val_000000.bin" in os.listdir(tmp_path / "a") and "train: 1 shard(s)" in r.out
+    r = run_script(*base, "--out-dir", tmp_path / "b", "--val-by-domain", "1", expect=1)
+    assert "row 0: record has no field 'dump'" in r.err and "--default-domain" in r.err
+    run_script(*base, "--out-dir", tmp_path / "c", "--val-by-domain", "1", "--default-domain", "CC-MAIN-2024-10")
+    assert "fineweb_val_ccmain202410_000000.bin" in os.listdir(tmp_path / "c")
+
+
+def test_budget_met_does_not_wait_for_the_next_download():
+    # Closing the file iterator (the budget is met) used to wait for the prefetched next file in
+    # ThreadPoolExecutor's exit, and so would the interpreter at exit: a 2 GB download for nothing.
+    import subprocess
+    import sys
+    import time
+
+    from vptest import SCRIPTS
+
+    code = ("import time\n"
+            "from vp_data.domains import prefetched\n"
+            "def locate(rel):\n"
+            "    if rel == 'b':\n"
+            "        time.sleep(30)\n"
+            "    return '/data/' + rel\n"
+            "g = prefetched(['a', 'b', 'c'], locate)\n"
+            "assert next(g) == '/data/a'\n"
+            "t = time.time(); g.close(); print(round(time.time() - t, 3))\n")
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=25,
+                       env={**os.environ, "PYTHONPATH": SCRIPTS})
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) < 0.5 and time.time() - t0 < 10
+
+
+def test_prefetch_order_and_errors():
+    from vp_data import DataError
+    from vp_data.domains import prefetched
+
+    assert list(prefetched(["x", "y"], lambda rel: rel.upper())) == ["X", "Y"]
+
+    def locate(rel):
+        if rel == "y":
+            raise DataError("y is not cached and we are offline")
+        return rel
+
+    g = prefetched(["x", "y"], locate)
+    assert next(g) == "x"
+    with pytest.raises(DataError, match="not cached"):
+        next(g)
+
+
+def test_ctrl_c_before_the_main_loop(tmp_path, monkeypatch, capsys, lines_txt):
+    # A KeyboardInterrupt while loading the tokenizer or the dataset used to end in a traceback.
+    from conftest import load_script
+    from vp_data import cli, pipeline
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "build", interrupt)
+    text = load_script("prepare_text")
+    assert cli.run(text.main, [str(lines_txt), "--out-dir", str(tmp_path / "t"), "--no-progress"]) == 130
+    owt = load_script("prepare_openwebtext")
+    monkeypatch.setattr(owt, "load_hf", interrupt)
+    assert cli.run(owt.main, ["--out-dir", str(tmp_path / "o"), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("interrupted; finished shards are kept; re-run the same command to resume") == 2
+
+
+@pytest.mark.parametrize("name", ["gpt2", "neox", "llama2"])
+def test_lone_surrogates_become_replacement_characters(name, tmp_path, run_script, ref_encode):
+    # "\ud800" is valid JSON but not valid Unicode text: NeoX and Llama-2 used to crash with a
+    # traceback; GPT-2 (tiktoken) replaced it with U+FFFD. Every tokenizer now does what GPT-2 does.
+    from vptest import expected_stream, read_tokens
+
+    (tmp_path / "s.jsonl").write_text('{"text": "hello \\ud800 world"}\n{"text": "pair \\ud83d\\ude00 \\udfff"}\n')
+    out = tmp_path / "o"
+    run_script("prepare_text", tmp_path / "s.jsonl", "--name", "s", "--out-dir", out, "--val-split", "none",
+               "--tokenizer", name, "--workers", "1")
+    want = expected_stream(ref_encode, name, ["hello \ufffd world", "pair \U0001F600 \ufffd"])
+    assert list(read_tokens(out, "s", "train")) == list(want)
+
+
+def test_inspect_with_a_missing_or_wrong_vptok(tmp_path, capsys):
+    # a missing --vptok used to be a FileNotFoundError traceback, a token past its vocabulary an IndexError
+    import numpy as np
+
+    from vp_data import shards
+    from vp_data.tokenizer import VPTOK_HEADER_INTS, VPTOK_MAGIC
+
+    shard = tmp_path / "s.bin"
+    shards.write_shard(str(shard), np.array([1, 2, 40000]), 1)
+    assert shards.main(["inspect", str(shard), "--vptok", str(tmp_path / "none.vptok")]) == 1
+    assert "cannot read vptok file" in capsys.readouterr().err
+    small = tmp_path / "small.vptok"  # a version-1 vptok of 3 one-byte tokens
+    header = np.zeros(VPTOK_HEADER_INTS, dtype="<i4")
+    header[:4] = [VPTOK_MAGIC, 1, 3, 0]
+    small.write_bytes(header.tobytes() + b"".join(b"\x01\x00\x00\x00" + c for c in (b"a", b"b", b"c")))
+    assert shards.main(["inspect", str(shard), "--vptok", str(small), "-n", "2"]) == 0
+    assert "decoded: 'bc'" in capsys.readouterr().out
+    assert shards.main(["inspect", str(shard), "--vptok", str(small)]) == 1
+    assert "token id 40000 is not in" in capsys.readouterr().err
+
+
+def test_tokenizer_export_to_a_missing_directory(tmp_path, capsys):
+    from vp_data import tokenizer
+
+    assert tokenizer.main(["export", "--out", str(tmp_path / "no" / "x.vptok")]) == 1
+    err = capsys.readouterr().err
+    assert "No such file or directory" in err and str(tmp_path / "no") in err
+
+
+def test_a_glob_of_directories_is_searched(tmp_path, run_script):
+    # a glob that matched only directories used to leave no files (IndexError traceback)
+    from vp_data import DataError
+    from vp_data.readers import expand_inputs
+
+    for sub, name in (("a", "x.txt"), ("b/deep", "y.jsonl"), ("b", "notes.bin")):
+        (tmp_path / sub).mkdir(parents=True, exist_ok=True)
+        (tmp_path / sub / name).write_text('{"text": "y"}\n' if name.endswith("jsonl") else "x\n")
+    (tmp_path / "c").mkdir()
+    want = [str(tmp_path / "a" / "x.txt"), str(tmp_path / "b" / "deep" / "y.jsonl")]
+    assert expand_inputs([str(tmp_path / "*")]) == want
+    # each file once (a file a glob names is taken whatever its suffix)
+    assert expand_inputs([str(tmp_path / "**")]) == want + [str(tmp_path / "b" / "notes.bin")]
+    with pytest.raises(DataError, match="no input files"):
+        expand_inputs([str(tmp_path / "c*")])
+    r = run_script("prepare_text", tmp_path / "c*", "--out-dir", tmp_path / "o", expect=1)
+    assert "no input files" in r.err
+    r = run_script("prepare_text", tmp_path / "[ab]", "--name", "g", "--val-split", "none",
+                   "--out-dir", tmp_path / "o")
+    assert "documents 2," in r.out
+
+
+def test_a_wrong_neox_tokenizer_in_the_cache_is_refused(tmp_path, monkeypatch, vp_cache):
+    # The cached NeoX file has no pinned hash; a different tokenizer.json was used without a word.
+    import shutil
+
+    from vp_data import DataError, tokenizer
+
+    d = tmp_path / "c" / "tokenizers" / "gpt-neox-20b"
+    d.mkdir(parents=True)
+    real = os.path.join(vp_cache, "tokenizers", "gpt-neox-20b", "tokenizer.json")
+    with open(real, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["added_tokens"].append(dict(doc["added_tokens"][-1], id=50277, content="<|extra|>"))
+    (d / "tokenizer.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("VALUEPATH_CACHE", str(tmp_path / "c"))
+    with pytest.raises(DataError, match=r"vocabulary of 50,278 with delimiter id 0, but the neox tokenizer has "
+                                        r"50,277 with delimiter id 0: the wrong file"):
+        tokenizer.build(tokenizer.resolve("neox"))
+    shutil.copy(real, d / "tokenizer.json")
+    assert tokenizer.build(tokenizer.resolve("neox")).vocab_size == 50277
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--mix", "arxiv=1"], "--mix needs --budget"),
+    (["--budget", "100", "--mix", "arxiv=1,c4=-0.5"], "weights must be finite and >= 0 (got c4=-0.5)"),
+    (["--budget", "100", "--mix", "arxiv=inf"], "weights must be finite and >= 0 (got arxiv=inf)"),
+])
+def test_mix_mistakes_are_usage_errors(tmp_path, capsys, flags, message):
+    # --mix without --budget used to be ignored, and a negative weight dropped (the rest renormalised)
+    from conftest import load_script
+
+    with pytest.raises(SystemExit) as e:
+        load_script("prepare_slimpajama").main(["--input-dir", str(tmp_path), "--out-dir", str(tmp_path / "o"),
+                                                *flags])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_fill_cache_help_is_the_comment_block():
+    # it printed a fixed range of lines, which had grown to include `set -euo pipefail`
+    import subprocess
+
+    from vptest import SCRIPTS
+
+    r = subprocess.run(["bash", os.path.join(SCRIPTS, "fill_cache_from_shared.sh"), "--help"], capture_output=True,
+                       text=True, check=True)
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("Fill a valuepath download cache")
+    assert lines[-1].startswith("in the shared MANIFEST's SHA256SUMS") and "set -e" not in r.stdout
