@@ -110,6 +110,7 @@ CPP_TESTS := build/tests/test_gemm build/tests/test_host build/tests/test_gpt_cp
 	build/tests/test_reference_states
 
 # Every suite prints "N passed, N failed"; tests/run_all.sh adds them up and fails if any failed.
+# Where nvidia-smi sees a GPU, VP_REQUIRE_GPU=1 makes test_gpt fail, not skip, if CUDA finds none.
 # every path's trainer: the CLI tests train and resume each one
 PATH_TRAINERS := $(addprefix build/,$(addsuffix /train_cpu,$(VALUE_PATHS)))
 # every path's MPI trainer, where mpicxx and mpirun exist (tests/python/test_distributed.py)
@@ -123,7 +124,7 @@ test:
 	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) test-build || exit 1; \
 		echo "(the build took $$(($$(date +%s) - start))s)"
 	@$(if $(HAVE_MPI),true,echo "✗ no mpicxx/mpirun: the distributed tests are skipped (apt-get install libopenmpi-dev openmpi-bin)")
-	@bash tests/run_all.sh $(CPP_TESTS) $(FUZZ_REPLAY_RUN) $(GPU_TEST_RUN) --jobs $(TEST_JOBS) $(EMU_CI_RUN)
+	@$(if $(HAVE_GPU),VP_REQUIRE_GPU=1) bash tests/run_all.sh $(CPP_TESTS) $(FUZZ_REPLAY_RUN) $(GPU_TEST_RUN) --jobs $(TEST_JOBS) $(EMU_CI_RUN)
 
 .PHONY: test-build
 test-build: $(CPP_TESTS) build/tests/encode_text $(FUZZ_REPLAYS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) $(EMU_CI_TARGETS) venv

@@ -25,6 +25,18 @@ source_hash() {
         -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name '*.mk' -o -name Makefile -o -name '*.list' \) -print0 |
         LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 }
+case "${1:-}" in
+    "" | --hash) ;;
+    -h | --help)
+        sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)  # anything else starts no ten-minute build by mistake
+        echo "error: unknown argument '$1'" >&2
+        echo "---> HINT: bash dev/device_bundle.sh (build the bundle), --hash or --help" >&2
+        exit 2
+        ;;
+esac
 if [ "${1:-}" = --hash ]; then
     source_hash
     exit 0

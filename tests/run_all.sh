@@ -11,7 +11,9 @@
 # and every one before it have ended, and each gets OMP_NUM_THREADS = cores / N unless it is set.
 # Each C++ suite ends with "N passed, N failed"; pytest ends with its own summary. A suite that
 # crashes or exits nonzero counts as a failure even if its counts look fine. The last line is
-# the total, "N passed, N failed", and the exit code is nonzero if anything failed.
+# the total, "N passed, N failed, N skipped" (skipped: a GPU suite without a GPU counts one, and
+# pytest's skipped tests each count one; pytest runs with -rs, so it lists why each was skipped),
+# and the exit code is nonzero if anything failed; a skip never changes it.
 set -u
 cd "$(dirname "$0")/.."
 total_pass=0
@@ -20,7 +22,7 @@ total_skip=0
 failed_suites=()
 
 SECONDS=0  # bash's own clock: each suite's line gives its seconds, the last line the total (CI's budget)
-add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file, $4 = seconds it took
+add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file, $4 = seconds it took[, $5 = its skipped tests]
     local p f
     p=$(grep -Eo '[0-9]+ passed' "$3" | tail -1 | grep -Eo '[0-9]+' || true)
     f=$(grep -Eo '[0-9]+ failed' "$3" | tail -1 | grep -Eo '[0-9]+' || true)
@@ -31,7 +33,7 @@ add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file, $4 = seconds i
     total_pass=$((total_pass + p))
     total_fail=$((total_fail + f))
     [ "$f" -ne 0 ] && failed_suites+=("$1")
-    echo "== $1: $p passed, $f failed (${4}s)"
+    echo "== $1: $p passed, $f failed${5:+, $5 skipped} (${4}s)"
 }
 
 run_python=1
@@ -143,8 +145,14 @@ elif [ -x .venv/bin/python ]; then
     fi
     echo "== running pytest tests/python dev/reference ${workers[*]:-}"
     t0=$SECONDS
-    .venv/bin/python -m pytest -q --durations=5 "${workers[@]}" tests/python dev/reference 2>&1 | tee "$log"
-    add_counts "pytest tests/python" "${PIPESTATUS[0]}" "$log" $((SECONDS - t0))
+    .venv/bin/python -m pytest -q -rs --durations=5 "${workers[@]}" tests/python dev/reference 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    # pytest's skips join the total: its summary is the last line with its counts ("3 passed,
+    # 1 skipped in 2.0s"); a skip reason above it may say "skipped" too, so only that line counts
+    skipped=$(grep -E '[0-9]+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed)' "$log" | tail -1 | grep -Eo '[0-9]+ skipped' | grep -Eo '[0-9]+' || true)
+    skipped=${skipped:-0}
+    total_skip=$((total_skip + skipped))
+    add_counts "pytest tests/python" "$rc" "$log" $((SECONDS - t0)) "$skipped"
     rm -f "$log"
 else
     echo "!! no .venv: run 'make venv' (make test does it) to run the Python tests"

@@ -3,14 +3,15 @@
 // dev/reference/model.py implements both families and all five value paths from
 // docs/value_paths.md and the papers, in PyTorch, not translated from this code base;
 // dev/reference/make_states.py wrote one state per (family x path) into tests/reference_states/:
-// parameters, a batch, the logits, the loss, every gradient, and a 10-step AdamW trajectory,
-// computed in float64. This test loads each state into GPT<real, Vp*> and compares, in float32
-// (the trainer's precision) and in float64 (where only the states' float32 storage limits the
-// agreement). A missing or unreadable state is a failure, never a skip.
+// parameters, a batch, the logits, the loss, every gradient, and (16 of the 18 states: all but the
+// two extreme-regime ones below, "train": null) a 10-step AdamW trajectory, computed in float64.
+// This test loads each state into GPT<real, Vp*> and compares, in float32 (the trainer's
+// precision) and in float64 (where only the states' float32 storage limits the agreement). A
+// missing or unreadable state is a failure, never a skip.
 //
 // The metric for arrays is the scaled error max|a - ref| / max|ref| per tensor. Bounds:
 //   float32 run. The same PyTorch reference evaluated in float32 differs from its float64 self by
-//     at most (over the 15 states with a trajectory; see "fp32_noise" in each state's JSON): logits 8.7e-7,
+//     at most (over the 16 states with a trajectory; see "fp32_noise" in each state's JSON): logits 8.7e-7,
 //     per-tensor gradients 4.9e-6, gradient norms along the trajectory 1.1e-5, 10-step losses
 //     1.1e-6 (states are drawn so that AdamW does not amplify rounding: make_states.py). The
 //     largest three are the tied llama's; without it they were 3.7e-6, 7.8e-6 and 1.1e-6.
@@ -41,6 +42,10 @@
 //     embedding, lambda_0, SLA dead slices of section 4b) must be exactly 0.
 #define TESTING
 #include "train_gpt_cpu.cpp"
+
+#include <dirent.h>
+
+#include <set>
 
 #include "dev/reference/reference_state.h"
 #include "tests/testing.h"
@@ -218,15 +223,68 @@ static void check_state(const char* name) {
     }
 }
 
-// Every expected state is there (and nothing else): a state that disappears must fail the suite.
+// The states that have a STATE_TEST below, noted as each registers (before main runs).
+static std::vector<std::string>& state_tests() {
+    static std::vector<std::string> names;
+    return names;
+}
+struct StateTestNoted {
+    explicit StateTestNoted(const char* name) { state_tests().push_back(name); }
+};
+
+// Every expected state is there and nothing else, and each has its comparison test: the
+// directory, ref_state_names() and the STATE_TEST list below are three lists kept by hand, so a
+// state that disappears, a file no test reads, or a state added without its test each fail here.
 TEST(reference_states_all_present) {
     std::vector<std::string> names = ref_state_names();
     CHECK(names.size() == 18, "expected 18 states (2 families x 7 path settings, the tied llama, 2 extreme-regime states, the wide-head Qwen3)");
+    std::set<std::string> known(names.begin(), names.end());
+    CHECK(known.size() == names.size(), "ref_state_names() lists a state twice");
     for (const std::string& n : names) {
         FILE* f = fopen((std::string(REFERENCE_STATES_DIR) + "/" + n + ".bin").c_str(), "rb");
         CHECK(f != nullptr, "missing reference state %s/%s.bin", REFERENCE_STATES_DIR, n.c_str());
         if (f) fclose(f);
     }
+    DIR* dir = opendir(REFERENCE_STATES_DIR);
+    REQUIRE(dir != nullptr, "cannot list %s", REFERENCE_STATES_DIR);
+    size_t files = 0;
+    for (struct dirent* e; (e = readdir(dir)) != nullptr;) {
+        std::string f = e->d_name;
+        if (f == "." || f == "..") continue;
+        files++;
+        bool is_state = f.size() > 4 && f.compare(f.size() - 4, 4, ".bin") == 0 && known.count(f.substr(0, f.size() - 4));
+        CHECK(is_state, "%s/%s is not a state of ref_state_names() (a stale state, or a new one the reader does not know)", REFERENCE_STATES_DIR,
+              f.c_str());
+    }
+    closedir(dir);
+    CHECK(files == names.size(), "%s holds %zu files, ref_state_names() %zu states", REFERENCE_STATES_DIR, files, names.size());
+    std::set<std::string> tested(state_tests().begin(), state_tests().end());
+    CHECK(tested.size() == state_tests().size(), "a state has two STATE_TESTs");
+    for (const std::string& n : names) CHECK(tested.count(n), "state %s has no STATE_TEST: nothing compares against it", n.c_str());
+    for (const std::string& n : tested) CHECK(known.count(n), "STATE_TEST(%s) is not in ref_state_names()", n.c_str());
+}
+
+// ref_scaled_err: a NaN or inf anywhere is an infinite error at its index, whatever comes after it
+// (after a NaN every comparison is false, so a running maximum once let a later element win).
+TEST(ref_scaled_err_catches_nan_and_inf) {
+    const float ref[4] = {1, 2, 3, 4};
+    struct Case {
+        float a[4];
+        size_t at;
+    };
+    const Case cases[] = {{{NAN, 2, 3, 4.0001f}, 0}, {{1, NAN, 3, 4}, 1}, {{1, 2, 3, NAN}, 3}, {{1, 2, INFINITY, 4}, 2}, {{1, -INFINITY, 3, 4}, 1}};
+    for (const Case& c : cases) {
+        size_t wi = 99;
+        double e = ref_scaled_err(c.a, ref, 4, &wi);
+        CHECK(std::isinf(e) && wi == c.at, "{%g,%g,%g,%g}: error %g at %zu, want inf at %zu", c.a[0], c.a[1], c.a[2], c.a[3], e, wi, c.at);
+    }
+    const float a[4] = {1, 2, 3, 4}, bad_ref[4] = {1, 2, NAN, 4};
+    size_t wi = 99;
+    double e = ref_scaled_err(a, bad_ref, 4, &wi);
+    CHECK(std::isinf(e) && wi == 2, "a NaN in the reference: error %g at %zu, want inf at 2", e, wi);
+    const double d[4] = {1, 2.5, 3, 4};
+    e = ref_scaled_err(d, ref, 4, &wi);
+    CHECK(e == 0.5 / 4 && wi == 1, "finite: error %g at %zu, want 0.125 at 1", e, wi);
 }
 
 // The reader refuses damaged states (so a corrupted file cannot pass by comparing nothing).
@@ -260,7 +318,9 @@ TEST(reference_state_reader_refuses_damage) {
     CHECK(!ref_state_read(std::string(REFERENCE_STATES_DIR) + "/no_such_state.bin", &s, &err), "a missing file was accepted");
 }
 
-#define STATE_TEST(n) \
+// each one also notes its state for reference_states_all_present
+#define STATE_TEST(n)                            \
+    static StateTestNoted n##_noted(#n);         \
     TEST(reference_##n) { check_state(#n); }
 STATE_TEST(gpt2_vanilla)
 STATE_TEST(gpt2_resformer_fixed)

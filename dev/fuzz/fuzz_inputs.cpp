@@ -28,6 +28,7 @@
 #include "train_gpt_cpu.cpp"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -417,8 +418,30 @@ static void fuzz_make_seeds(const std::string& dir) {
 #endif
 }
 
+// An input to replay must be a regular file that opens: why not, in *why. fuzz_read_file reads a
+// missing file as no bytes, so a mistyped corpus path used to replay one empty input, "1 passed".
+static bool fuzz_replayable(const std::string& path, std::string* why) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+        *why = strerror(errno);
+        return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        *why = "neither a regular file nor a directory that opens";
+        return false;
+    }
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) {
+        *why = strerror(errno);
+        return false;
+    }
+    fclose(f);
+    return true;
+}
+
 // make test: every file named (or every file in every directory named) runs once; exit 0 if none
-// crashed (a crash ends the process with the sanitizer's report and a nonzero code).
+// crashed (a crash ends the process with the sanitizer's report and a nonzero code). A path that
+// does not exist or cannot be read is an error (exit 1, naming it), never an input.
 int main(int argc, char** argv) {
     if (argc == 3 && std::string(argv[1]) == "--make-seeds") {
         fuzz_setup();
@@ -441,6 +464,11 @@ int main(int argc, char** argv) {
             files.push_back(argv[a]);
         }
         for (const std::string& f : files) {
+            std::string why;
+            if (!fuzz_replayable(f, &why)) {
+                fprintf(stderr, "cannot replay '%s': %s\n", f.c_str(), why.c_str());
+                return 1;
+            }
             std::vector<uint8_t> bytes = fuzz_read_file(f);
             LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
             runs++;

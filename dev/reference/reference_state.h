@@ -420,19 +420,26 @@ inline std::vector<std::string> ref_state_names() {
 
 // max_i |a_i - ref_i| / max_i |ref_i|: the error relative to the tensor's scale (the metric of
 // every array comparison against the states). *worst gets the index of the largest difference.
+// A NaN or inf on either side is INFINITY at the first such index: it returns at once, because
+// every comparison with a NaN is false, so a running maximum would let a later finite difference
+// replace it ({NaN,2,3,4.0001} vs {1,2,3,4} came out 2.5e-5, {1,NaN,3,4} came out 0).
 template <typename A>
 inline double ref_scaled_err(const A* a, const float* ref, size_t n, size_t* worst = nullptr) {
-    double scale = 0, maxd = -1;
+    double scale = 0, maxd = 0;
     size_t wi = 0;
     for (size_t i = 0; i < n; i++) {
-        scale = std::max(scale, std::fabs((double)ref[i]));
-        double d = std::fabs((double)a[i] - (double)ref[i]);
-        if (!(d <= maxd)) {  // also catches NaN
+        double x = (double)a[i], r = (double)ref[i];
+        if (!std::isfinite(x) || !std::isfinite(r)) {
+            if (worst) *worst = i;
+            return INFINITY;
+        }
+        scale = std::max(scale, std::fabs(r));
+        double d = std::fabs(x - r);
+        if (d > maxd) {
             maxd = d;
             wi = i;
         }
     }
     if (worst) *worst = wi;
-    if (std::isnan(maxd)) return INFINITY;
     return scale > 0 ? maxd / scale : maxd;
 }

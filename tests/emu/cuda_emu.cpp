@@ -1255,9 +1255,23 @@ const char* cudaGetErrorString(cudaError_t err) {
         case cudaErrorMemoryAllocation: return "out of memory";
         case cudaErrorInvalidConfiguration: return "invalid configuration argument";
         case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
         case cudaErrorInvalidDevice: return "invalid device ordinal";
         case cudaErrorNotReady: return "device not ready";
         default: return "unspecified launch failure";
+    }
+}
+const char* cudaGetErrorName(cudaError_t err) {
+    switch (err) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+        case cudaErrorNoDevice: return "cudaErrorNoDevice";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorNotReady: return "cudaErrorNotReady";
+        default: return "cudaErrorLaunchFailure";
     }
 }
 cudaError_t cudaGetLastError() {

@@ -183,6 +183,7 @@ enum cudaError_t {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
+    cudaErrorInsufficientDriver = 35,
     cudaErrorInvalidDevice = 101,
     cudaErrorNoDevice = 100,
     cudaErrorNotReady = 600,
@@ -215,6 +216,7 @@ struct cudaDeviceProp {
 };
 
 const char* cudaGetErrorString(cudaError_t err);
+const char* cudaGetErrorName(cudaError_t err);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 cudaError_t cudaMalloc(void** p, size_t bytes);

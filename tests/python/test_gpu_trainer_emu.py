@@ -300,6 +300,9 @@ def test_depth_alpha_logged_by_the_gpu_build(tmp_path, data):
                                                     "--val-data", data / "val_*.bin", "--eval-batches", "2", "--out-dir", gpu_out], expect=0)
     gpu = [r for r in read_log(gpu_out) if "depth_alpha" in r]
     assert len(gpu) == 1 and gpu[0]["step"] == 0
+    # as many rows as the CPU's (one, checked above): zip stops at the shorter list, so an empty
+    # or short GPU depth_alpha would otherwise compare nothing and pass
+    assert len(gpu[0]["depth_alpha"]) == len(cpu["depth_alpha"]) > 0, (cpu, gpu)
     for want, got in zip(cpu["depth_alpha"], gpu[0]["depth_alpha"]):
         assert len(got) == len(want) and all(abs(g - w) <= 1e-5 for g, w in zip(got, want)), (cpu, gpu)
 

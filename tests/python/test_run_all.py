@@ -1,6 +1,6 @@
-"""tests/run_all.sh, the runner behind `make test`, on stub suites: its totals, its exit code (a
-failure, a crash, a suite that ran no test, a failing pytest), the order it prints in with --jobs,
-and pytest after the binaries. The stubs are shell scripts in a copy of the runner's tree, with a
+"""tests/run_all.sh, the runner behind `make test`, on stub suites: its totals (pytest's skips and
+a GPU suite without a GPU among the skipped), its exit code (a failure, a crash, a suite that ran
+no test, a failing pytest), the order it prints in with --jobs, and pytest after the binaries. The stubs are shell scripts in a copy of the runner's tree, with a
 stub `.venv/bin/python` for pytest, so nothing here runs a real suite."""
 import os
 import re
@@ -60,10 +60,10 @@ def test_serial_totals_and_pytest_last(tree):
     b = suite(tree, "b", 'echo "got $1"; echo "4 passed, 0 failed"')
     rc, out = run(tree, a, f"{b}@only_this")
     assert rc == 0, out
-    assert total(out) == (9, 0, 0)
+    assert total(out) == (9, 0, 1)  # the stub pytest's "1 skipped" is in the total
     assert "got only_this" in out  # BINARY@FILTER passes FILTER
     assert out.index("== bin/a: 2 passed") < out.index("== bin/b@only_this: 4 passed") < out.index("== running pytest tests/python dev/reference")
-    assert "== pytest tests/python: 3 passed, 0 failed" in out
+    assert "== pytest tests/python: 3 passed, 0 failed, 1 skipped" in out
 
 
 def test_a_failure_a_crash_and_a_silent_suite_each_fail_the_run(tree):
@@ -100,22 +100,38 @@ sleep 0.5; echo "omp=$OMP_NUM_THREADS"; echo "1 passed, 0 failed"
     rc, out = run(tree, first, "--jobs", "2", slow, fast)
     assert rc == 0, out
     assert "pytest ran first" not in out
-    assert total(out) == (7, 0, 0), out
+    assert total(out) == (7, 0, 1), out
     order = [out.index(s) for s in ("== bin/first:", "== bin/slow:", "== bin/fast:", "== pytest tests/python:")]
     assert order == sorted(order), out
     # the --jobs suites get cores / N threads each; pytest keeps the caller's setting (unset here)
     assert f"omp={max(1, (os.cpu_count() or 2) // 2)}" in out, out
     # one pytest worker per core (pytest-xdist)
     cores = str(len(os.sched_getaffinity(0)))
-    assert (tree / "pytest.args").read_text().split() == ["-m", "pytest", "-q", "--durations=5", "-n", cores, "tests/python", "dev/reference",
+    assert (tree / "pytest.args").read_text().split() == ["-m", "pytest", "-q", "-rs", "--durations=5", "-n", cores, "tests/python", "dev/reference",
                                                           "omp=unset"]
 
 
 def test_pytest_without_xdist_runs_one_test_at_a_time_and_says_so(tree):
     rc, out = run(tree, suite(tree, "a", 'echo "1 passed, 0 failed"'), env={"NO_XDIST": "1"})
     assert rc == 0, out
-    assert "pytest-xdist is not installed" in out and total(out) == (4, 0, 0), out
-    assert (tree / "pytest.args").read_text().split() == ["-m", "pytest", "-q", "--durations=5", "tests/python", "dev/reference", "omp=unset"]
+    assert "pytest-xdist is not installed" in out and total(out) == (4, 0, 1), out
+    assert (tree / "pytest.args").read_text().split() == ["-m", "pytest", "-q", "-rs", "--durations=5", "tests/python", "dev/reference", "omp=unset"]
+
+
+def test_pytest_skips_join_the_total_and_never_fail_the_run(tree):
+    # pytest's skipped count (from its summary line only: a skip reason printed by -rs may say
+    # "skipped" too) adds to the GPU suites skipped without a GPU; a skip leaves the exit code alone
+    ok = suite(tree, "ok", 'echo "1 passed, 0 failed"')
+    gpu = suite(tree, "gpu", 'echo "skipped: no CUDA device (stub)"')
+    says = "SKIPPED [2] tests/python/test_x.py:9: 7 skipped upstream\n5 passed, 2 skipped, 1 warning in 0.5s"
+    rc, out = run(tree, ok, gpu, env={"PYTEST_SAYS": says})
+    assert rc == 0, out
+    assert total(out) == (6, 0, 3), out
+    assert "== pytest tests/python: 5 passed, 0 failed, 2 skipped" in out, out
+    rc, out = run(tree, ok, env={"PYTEST_SAYS": "1 failed, 2 passed, 4 skipped in 0.1s", "PYTEST_RC": "1"})
+    assert rc != 0 and total(out) == (3, 1, 4), out
+    rc, out = run(tree, ok, env={"PYTEST_SAYS": "a test's output: 9 skipped rows\n2 passed in 0.1s"})
+    assert rc == 0 and total(out) == (3, 0, 0), out
 
 
 def test_no_python_and_no_venv(tree):
