@@ -336,6 +336,7 @@ struct GpuModel {
     float* adam_m = nullptr;
     float* adam_v = nullptr;
     size_t shard_offset = 0, shard_count = 0;
+    double* weights_sumsq_scratch = nullptr;  // GLOBAL_NORM_BLOCKS partials + 1 result: model_weights_sumsq
     bool has_optimizer_state = false;  // false until the first update (or a load with optimizer state), as the CPU build
     bool zero_shard = false;
     ParamTensors<floatX> params;
@@ -468,6 +469,7 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     m->grads_memory = (float*)model_device_alloc(m, n * sizeof(float), "gradients");
     m->adam_m = (float*)model_device_alloc(m, sc * sizeof(float), "AdamW m");
     m->adam_v = (float*)model_device_alloc(m, sc * sizeof(float), "AdamW v");
+    m->weights_sumsq_scratch = (double*)model_device_alloc(m, (GLOBAL_NORM_BLOCKS + 1) * sizeof(double), "weights check");
     cudaCheck(cudaMemset(m->params_memory, 0, n_padded * sizeof(floatX)));
     if (!FLOATX_IS_FLOAT) cudaCheck(cudaMemset(m->master, 0, sc * sizeof(float)));
     cudaCheck(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
@@ -556,6 +558,7 @@ inline void gpt_free(GpuModel* m) {
     cudaCheck(cudaFree(m->grads_memory));
     cudaCheck(cudaFree(m->adam_m));
     cudaCheck(cudaFree(m->adam_v));
+    cudaCheck(cudaFree(m->weights_sumsq_scratch));
     cudaCheck(cudaFree(m->rope_cos));
     cudaCheck(cudaFree(m->rope_sin));
     cudaCheck(cudaFree(m->acts_memory));
@@ -1220,6 +1223,19 @@ inline double gpt_grad_sumsq(GpuModel* m, size_t off, size_t count) {
     cudaCheck(cudaMemcpyAsync(m->h_norm, result, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
     return *m->h_norm;
+}
+
+// Sum of the squared fp32 master weights this rank holds (all of them, or its ZeRO-1 shard), in
+// double: finite exactly when every weight is (a float's square is at most 1.2e77), so the trainer
+// can refuse to evaluate, sample or save weights that an update made NaN or inf
+// (host/train_loop.h). Its own scratch, so that it runs before the first forward (after a load).
+inline double model_weights_sumsq(GpuModel* m) {
+    double* result = m->weights_sumsq_scratch + GLOBAL_NORM_BLOCKS;
+    global_norm_squared(result, m->weights_sumsq_scratch, m->master, m->shard_count, m->stream);
+    double h = 0;
+    cudaCheck(cudaMemcpyAsync(&h, result, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    return h;
 }
 
 // Global L2 norm of all gradients. PyTorch: torch.nn.utils.clip_grad_norm_'s total norm.

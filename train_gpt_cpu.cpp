@@ -884,6 +884,24 @@ double gpt_grad_sumsq(const GPT<real, VP>* m, size_t off, size_t count) {
     return total;
 }
 
+// Sum of the squared weights (every rank holds them all, ZeRO-1 or not), in double: finite exactly
+// when every weight is, so the trainer can refuse to evaluate, sample or save weights that an update
+// made NaN or inf (host/train_loop.h).
+template <typename real, typename VP>
+double model_weights_sumsq(const GPT<real, VP>* m) {
+    const size_t chunk = 1 << 16, nchunks = CEIL_DIV(m->num_params, chunk);
+    std::vector<double> partial(nchunks);
+#pragma omp parallel for
+    for (size_t ci = 0; ci < nchunks; ci++) {
+        double s = 0;
+        for (size_t i = ci * chunk; i < std::min(m->num_params, (ci + 1) * chunk); i++) s += (double)m->params_memory[i] * m->params_memory[i];
+        partial[ci] = s;
+    }
+    double total = 0;
+    for (double s : partial) total += s;
+    return total;
+}
+
 // Global L2 norm of all gradients. PyTorch: torch.nn.utils.clip_grad_norm_'s total norm.
 template <typename real, typename VP>
 double gpt_grad_norm(const GPT<real, VP>* m) {

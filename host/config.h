@@ -147,7 +147,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--weight-decay",FLAG_FLOAT,  RC_FIELD(weight_decay),"0.1",   "AdamW decoupled weight decay, applied to matrices only (not to biases or norm gains)"},
     {"--lr-schedule", FLAG_STRING, RC_FIELD(lr_schedule), "cosine","after warmup: cosine or linear decay to lr * min-lr-frac at --max-steps; wsd (stable at lr, then a linear decay over the last --cooldown-frac); constant"},
     {"--warmup-steps",FLAG_INT,    RC_FIELD(warmup_steps),"0",     "linear warmup steps before the schedule"},
-    {"--min-lr-frac", FLAG_FLOAT,  RC_FIELD(min_lr_frac), "0.1",   "the decay ends at lr * min-lr-frac at --max-steps (cosine, linear, wsd; constant ignores it)"},
+    {"--min-lr-frac", FLAG_FLOAT,  RC_FIELD(min_lr_frac), "0.1",   "the decay ends at lr * min-lr-frac at --max-steps (cosine, linear, wsd; not constant)"},
     {"--cooldown-frac",FLAG_FLOAT, RC_FIELD(cooldown_frac),"0.2",  "wsd: the fraction of the steps after warmup that decay linearly to lr * min-lr-frac"},
     {"--grad-clip",   FLAG_FLOAT,  RC_FIELD(grad_clip),   "1.0",   "clip the global gradient norm to this (0 = off)"},
     {"--skip-loss-z", FLAG_FLOAT,  RC_FIELD(skip_loss_z), "0",     "skip the update of a step whose loss is more than this many standard deviations above the recent steps' mean (0 = off; llm.c's -sl)"},
@@ -160,7 +160,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--seed",        FLAG_U64,    RC_FIELD(seed),        "1337",  "seed for the init, the data shuffling and the samples"},
     {"--overfit-batch",FLAG_INT,   RC_FIELD(overfit_batch),"0",    "1 = every step trains on the first step's batch (all its micro-batches): the loss should fall towards 0, a check that a model or value path can learn at all (llm.c's -a)"},
     // data
-    {"--train-data",  FLAG_STRING, RC_FIELD(train_data),  "",      "glob of training shards (llm.c .bin format), e.g. 'data/tinyshakespeare/*_train.bin'"},
+    {"--train-data",  FLAG_STRING, RC_FIELD(train_data),  "",      "glob of training shards (llm.c .bin format), e.g. 'data/tinyshakespeare/tinyshakespeare_train_*.bin'"},
     {"--val-data",    FLAG_VALSETS,RC_FIELD(val_data),    "",      "glob of validation shards, or NAME=GLOB; repeat for one val loss per named set"},
     {"--eval-every",  FLAG_INT,    RC_FIELD(eval_every),  "0",     "evaluate (val loss, --eval-mc) every N steps and at the end (0 = only at the end, if --val-data or --eval-mc is set)"},
     {"--eval-batches",FLAG_INT,    RC_FIELD(eval_batches),"20",    "micro-batches per val set per evaluation (fewer if the set is smaller)"},
@@ -233,6 +233,8 @@ inline void flag_set_value(const FlagSpec& f, const char* value) {
             if (!*value || *end || !std::isfinite(v)) usage_error(nullptr, "%s expects a number, got '%s'", f.name, value);
             // the flag is stored as a float: 1e39 is a finite double but an infinite float
             if (!std::isfinite((float)v)) usage_error(nullptr, "%s value '%s' is out of range (at most %g)", f.name, value, (double)FLT_MAX);
+            // and 1e-50 a float 0, which turns off what 0 means off (--grad-clip, --skip-loss-z)
+            if (v != 0 && (float)v == 0) usage_error(nullptr, "%s value '%s' is below the smallest float (%g): it would be 0", f.name, value, (double)FLT_TRUE_MIN);
             *reinterpret_cast<float*>(base) = (float)v;
             break;
         }
@@ -409,6 +411,7 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     c.padded_vocab_size = CEIL_DIV(c.vocab_size, 128) * 128;
     c.vp = value_path_config_from_flags(rc.vp_flags, c.n_layer, c.n_head, c.n_kv_head);
     std::string problem = model_config_problem(c);  // every rule above should have caught it first
+    if (problem.empty()) problem = value_path_config_problem(c.vp, c.n_head, c.n_kv_head);
     if (!problem.empty()) usage_error(nullptr, "the shape flags give an invalid model: %s", problem.c_str());
     return c;
 }
@@ -422,10 +425,28 @@ inline void check_shape_flags_match(const RunConfig& rc, const ModelConfig& c, c
         {"--max-seq", rc.max_seq, c.max_seq_len}, {"--qk-norm", rc.qk_norm, c.qk_norm},
         {"--tie-embeddings", rc.tie_embeddings, c.tie_embeddings},
     };
-    for (auto& r : rows)
-        if (rc.was_given(r.flag) && r.asked != r.have)
+    for (auto& r : rows) {
+        // 0 asks for the default of --kv-heads (= --heads), --ffn-dim and --head-dim: check the
+        // default the checkpoint's shape implies, as the same flags would derive it
+        if (!rc.was_given(r.flag)) continue;
+        bool derived = r.asked == 0 && (!strcmp(r.flag, "--kv-heads") || !strcmp(r.flag, "--ffn-dim") || !strcmp(r.flag, "--head-dim"));
+        if (derived) {
+            long want = !strcmp(r.flag, "--kv-heads") ? c.n_head
+                      : !strcmp(r.flag, "--head-dim") ? c.n_embd / c.n_head
+                      : c.arch == ARCH_GPT2 ? 4L * c.n_embd : CEIL_DIV(8L * c.n_embd / 3, 64) * 64;
+            if (want != r.have)
+                runtime_error("drop the shape flags (the checkpoint fixes the shape) or use a matching checkpoint",
+                              "%s 0 (the default, %ld here) does not match %s, which has %ld", r.flag, want, source, r.have);
+            continue;
+        }
+        if (r.asked != r.have)
             runtime_error("drop the shape flags (the checkpoint fixes the shape) or use a matching checkpoint",
                           "%s %ld does not match %s, which has %ld", r.flag, r.asked, source, r.have);
+    }
+    if (c.arch == ARCH_GPT2)  // llama-family flags, which a new gpt2 model refuses (model_config_from_flags)
+        for (const char* flag : {"--rope-theta", "--tie-embeddings", "--qk-norm"})
+            if (rc.was_given(flag))
+                runtime_error("drop it: the checkpoint fixes the model, a gpt2", "%s is a llama-family option, and %s is a gpt2 model", flag, source);
     if (rc.was_given("--arch") && rc.arch != arch_name(c.arch))
         runtime_error("drop --arch or use a matching checkpoint", "--arch %s does not match %s, which is %s", rc.arch.c_str(), source, arch_name(c.arch));
     if (rc.was_given("--rope-theta") && rc.rope_theta != c.rope_theta)
@@ -477,6 +498,9 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (!(rc.cooldown_frac >= 0 && rc.cooldown_frac <= 1)) usage_error(nullptr, "--cooldown-frac must be in [0, 1]");
     if (rc.was_given("--cooldown-frac") && shape != LR_WSD)
         usage_error("add --lr-schedule wsd, or drop --cooldown-frac", "--cooldown-frac applies only to --lr-schedule wsd (this run's is %s)", rc.lr_schedule.c_str());
+    if (rc.was_given("--min-lr-frac") && shape == LR_CONSTANT)
+        usage_error("drop --min-lr-frac, or choose a schedule that decays (--lr-schedule cosine, linear or wsd)",
+                    "--min-lr-frac has no effect with --lr-schedule constant (the lr stays at --lr)");
     if (!(rc.grad_clip >= 0)) usage_error(nullptr, "--grad-clip must be >= 0 (0 = off)");
     if (!(rc.skip_loss_z >= 0) || !(rc.skip_norm_z >= 0)) usage_error(nullptr, "--skip-loss-z and --skip-norm-z must be >= 0 (0 = off)");
     if (rc.skip_window < 2) usage_error(nullptr, "--skip-window must be >= 2, got %d", rc.skip_window);
@@ -488,6 +512,14 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.sample_top_k < 0) usage_error(nullptr, "--sample-top-k must be >= 0 (0 = no limit), got %d", rc.sample_top_k);
     if (!rc.sample_prompt.empty() && rc.tokenizer.empty()) usage_error("add --tokenizer (the .vptok file beside the shards)", "--sample-prompt needs --tokenizer to encode the prompt");
     if (!rc.sample_prompt.empty() && rc.sample_every == 0) usage_error("add --sample-every N", "--sample-prompt is only used by samples, and --sample-every is 0 (no samples)");
+    // the other sample flags, likewise: a flag that changes nothing is a mistake worth hearing of
+    for (const char* flag : {"--sample-tokens", "--sample-temperature", "--sample-top-k", "--tokenizer"})
+        if (rc.was_given(flag) && rc.sample_every == 0)
+            usage_error("add --sample-every N, or drop it", "%s is only used by samples, and --sample-every is 0 (no samples)", flag);
+    if (rc.eval_every > 0 && rc.val_data.empty() && rc.eval_mc.empty())
+        usage_error("add --val-data GLOB or --eval-mc FILE, or drop --eval-every", "--eval-every %d: there is nothing to evaluate (no --val-data, no --eval-mc)", rc.eval_every);
+    if (rc.was_given("--eval-batches") && rc.val_data.empty())
+        usage_error("add --val-data GLOB, or drop --eval-batches", "--eval-batches sizes the val loss, and there is no --val-data");
     if (rc.checkpoint_every < 0 || rc.keep_checkpoints < 0 || rc.keep_checkpoints_every < 0)
         usage_error(nullptr, "--checkpoint-every, --keep-checkpoints and --keep-checkpoints-every must be >= 0");
     if (rc.keep_checkpoints_every > 0 && rc.keep_checkpoints == 0)
@@ -501,6 +533,9 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.resume && rc.out_dir.empty()) usage_error(nullptr, "--resume 1 needs --out-dir (where the checkpoints are)");
     if (rc.resume && !rc.init_from.empty()) usage_error(nullptr, "--resume and --init-from cannot be combined (resume continues a run; init-from starts a new one)");
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");
+    if ((rc.keep_checkpoints || rc.keep_checkpoints_every) && rc.out_dir.empty())
+        usage_error("add --out-dir DIR, or drop it", "--keep-checkpoints%s prunes the checkpoints of --out-dir, and there is none (no checkpoints are written)",
+                    rc.keep_checkpoints ? "" : "-every");
     if (rc.was_given("--val-data") && rc.val_data.empty())
         usage_error("drop --val-data for no evaluation, or give a GLOB (is the shell variable you passed set?)", "--val-data is empty");
     if (rc.was_given("--eval-mc") && rc.eval_mc.empty())

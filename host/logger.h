@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -64,6 +65,16 @@ inline std::string json_escape(const std::string& s) {
     return out + "\"";
 }
 
+// A number for log.jsonl: %.9g (every bit of a float), or null for NaN and inf, which JSON has no
+// word for (the trainer stops on a non-finite loss, norm or val loss before logging it; this keeps
+// the file readable should any other value ever be one).
+inline std::string json_number(double v, const char* format = "%.9g") {
+    if (!std::isfinite(v)) return "null";
+    char buf[64];
+    snprintf(buf, sizeof(buf), format, v);
+    return buf;
+}
+
 // %.9g keeps every bit of a float, so losses in the log can be compared exactly between runs.
 // mfu: model FLOPs utilisation in [0, 1] (host/params.h training_flops_per_token over the device's
 // peak), printed and logged when > 0 (a GPU with a known peak).
@@ -88,8 +99,7 @@ inline void logger_step(Logger* lg, int step, int max_steps, float loss, float l
     if (!lambdas.empty()) {
         json += ",\"resformer_lambdas\":[";
         for (size_t l = 0; l < lambdas.size(); l++) {
-            snprintf(buf, sizeof(buf), "%s%.9g", l ? "," : "", lambdas[l]);
-            json += buf;
+            json += (l ? "," : "") + json_number(lambdas[l]);
         }
         json += "]";
     }
@@ -128,8 +138,7 @@ inline void logger_val(Logger* lg, int step, const std::vector<NamedLoss>& losse
     printf("step %5d | %s", step, losses.empty() ? "eval" : "val");
     for (const NamedLoss& nl : losses) {
         std::string key = nl.name.empty() ? "val_loss" : "val_loss_" + nl.name;
-        snprintf(buf, sizeof(buf), "%.9g", nl.loss);
-        json += ",\"" + key + "\":" + buf;
+        json += ",\"" + key + "\":" + json_number(nl.loss);
         printf(" | %s %.6f", key.c_str(), nl.loss);
     }
     for (const NamedMc& mc : mcs) {

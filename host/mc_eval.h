@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -281,5 +282,10 @@ template <typename Model>
 McResult evaluate_mc(Model* model, const McSet& set, int B, int T) {
     std::vector<double> sums;
     mc_row_losses(model, set, B, T, &sums);
+    // a NaN sum loses every comparison, so the first ending would win: an accuracy made up
+    for (double v : sums)
+        if (!std::isfinite(v))
+            runtime_error("lower --lr or raise --warmup-steps (the training diverged), or use a checkpoint of a run that did not",
+                          "multiple choice%s%s: an ending's log-likelihood is %g: the weights give a non-finite loss", set.name.empty() ? "" : " ", set.name.c_str(), v);
     return mc_accuracies(set, sums, T);
 }

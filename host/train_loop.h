@@ -13,6 +13,7 @@
 //   void  gpt_zero_grad(Model*)
 //   void  gpt_backward(Model*, float loss_scale)             accumulate gradients of loss * loss_scale
 //   double gpt_grad_sumsq(Model*, size_t off, size_t count)  sum of squares of gradients [off, off + count), in double
+//   double model_weights_sumsq(Model*)                       sum of squares of the (master) weights this rank holds, in double
 //   void  gpt_update(Model*, const AdamWSettings&, int step) step is 1-based
 //   void  gpt_last_logits(Model*, const int* tokens, int T, std::vector<float>* logits)
 //                                                            forward one sequence (no targets); the logits of its
@@ -176,6 +177,10 @@ std::vector<int> generate_tokens(Model* model, const std::vector<int>& context, 
     for (int i = 0; i < n; i++) {
         int ctx = std::min((int)seq.size(), T);
         gpt_last_logits(model, seq.data() + seq.size() - ctx, ctx, &logits);
+        for (int v = 0; v < model->config.vocab_size; v++)
+            if (!std::isfinite(logits[(size_t)v]))
+                runtime_error("lower --lr or raise --warmup-steps (the training diverged), or use a checkpoint of a run that did not",
+                              "a sample's logit for token %d is %g: the weights give non-finite logits", v, logits[(size_t)v]);
         seq.push_back(sample_token(logits.data(), model->config.vocab_size, settings, rng));
     }
     return std::vector<int>(seq.begin() + context.size(), seq.end());
@@ -245,10 +250,42 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
     return s + "}";
 }
 
+// Weights that an update made NaN or inf are never evaluated, sampled or saved (a checkpoint of
+// them would be worse than none: --resume would diverge again at once). Collective: every rank
+// calls it at the same point and stops alike. what: whose weights, for the message.
+template <typename Model>
+void check_weights_finite(Model* model, const std::string& what, const std::string& hint) {
+    double sumsq = model_weights_sumsq(model);
+    dist_allreduce_sum(&sumsq, 1);  // a no-op in one process
+    if (!std::isfinite(sumsq)) runtime_error(hint.c_str(), "the weights %s are NaN or inf", what.c_str());
+}
+
+// What to do after the training diverged at a step: a lower lr, from the newest checkpoint left.
+inline std::string diverged_hint(const RunConfig& rc) {
+    std::vector<int64_t> kept = rc.out_dir.empty() ? std::vector<int64_t>{} : checkpoint_list_steps(rc.out_dir);
+    std::string hint = "lower --lr or raise --warmup-steps";
+    if (!kept.empty()) hint += ", then --resume 1 continues from the newest checkpoint (step " + std::to_string(kept.back()) + ")";
+    else if (!rc.out_dir.empty()) hint += ", and start again (no good checkpoint is left)";
+    return hint;
+}
+
+// --keep-checkpoints N: the newest N are kept, and besides them every multiple of
+// --keep-checkpoints-every. A checkpoint just written is not yet known to be good: weights can be
+// finite and still give a NaN loss at the next step (whose check then moves the checkpoint aside).
+// So until the next step's loss is seen to be finite it does not count among the N (the run keeps
+// N + 1 meanwhile), and a run that diverges still has N good checkpoints to resume from.
+// confirmed: the newest checkpoint is known good (the step after it was finite), or the run ends.
+inline void prune_checkpoints(const RunConfig& rc, bool confirmed) {
+    if (dist_rank() != 0 || rc.out_dir.empty() || rc.keep_checkpoints <= 0) return;
+    checkpoint_prune(rc.out_dir, rc.keep_checkpoints + (confirmed ? 0 : 1), rc.keep_checkpoints_every);
+}
+
 // train_state: the data position to record, if not train's current one (a step cut short)
+// confirmed: see prune_checkpoints
 template <typename Model>
 void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, int64_t step, const Rng& sample_rng, const UpdateGuardState& guard,
-                     const DataLoader* train, const DataLoaderState* train_state = nullptr) {
+                     const DataLoader* train, bool confirmed, const DataLoaderState* train_state = nullptr) {
+    check_weights_finite(model, "after step " + std::to_string(step) + " (not saved: the training diverged)", diverged_hint(rc));
     CheckpointMeta meta;
     meta.model = c;
     meta.step = step;
@@ -259,7 +296,7 @@ void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, in
     meta.run_text = run_config_to_text(rc);
     model_save(model, rc.out_dir, &meta);  // every rank: collective under ZeRO-1; rank 0 writes
     if (dist_rank() != 0) return;
-    checkpoint_prune(rc.out_dir, rc.keep_checkpoints, rc.keep_checkpoints_every);
+    prune_checkpoints(rc, confirmed);
     printf("checkpoint: %s\n", checkpoint_path(rc.out_dir, step).c_str());
 }
 
@@ -321,12 +358,31 @@ int train_main_unguarded(int argc, char** argv) {
     Tokenizer tok;
     bool have_tok = !rc.tokenizer.empty();
     if (have_tok) tokenizer_init(&tok, rc.tokenizer.c_str());
+    // a tokenizer of more tokens than the model's vocabulary is not the model's: its samples would
+    // be decoded into another tokenizer's text (fewer is fine: a vocabulary padded, as llm.c's 50304)
+    if (have_tok && tok.vocab_size > c.vocab_size)
+        usage_error("pass the tokenizer the model was trained with (the .vptok beside its shards)",
+                    "--tokenizer '%s' has %d tokens, more than the model's vocabulary of %d: the tokenizer does not match the model", rc.tokenizer.c_str(),
+                    tok.vocab_size, c.vocab_size);
     std::vector<int> sample_start = sample_context(rc, have_tok ? &tok : nullptr, c.vocab_size, T);
 
     if (dist) model_dist_init((const Model*)nullptr);  // collective; the GPU build picks its device here
     Model model;
     model_set_run_options(&model, rc);
     gpt_build(&model, c);
+    // Where errors throw (VP_ERRORS_THROW: the tests and the fuzzers call train_main in-process), an
+    // error after this point unwinds through here: the model, the loaders and the tokenizer are
+    // freed then, as at the end of a run. Elsewhere an error ends the process, and this never runs.
+    auto free_all = [&] {
+        gpt_free(&model);
+        if (have_train) dataloader_free(&train);
+        for (ValSet& vs : vals) dataloader_free(&vs.loader);
+        if (have_tok) tokenizer_free(&tok);
+    };
+    struct FreeOnUnwind {
+        decltype(free_all)* free;
+        ~FreeOnUnwind() { if (free) (*free)(); }
+    } free_on_unwind{&free_all};
     if (dist && rc.zero) model_dist_shard_optimizer(&model);  // before a load, which then reads only this rank's slice
     int start_step = 0;
     Rng sample_rng = rng_stream(rc.seed, RNG_STREAM_SAMPLES);
@@ -347,8 +403,18 @@ int train_main_unguarded(int argc, char** argv) {
     } else {
         gpt_init_params(&model, rc.seed);
     }
+    // a checkpoint of NaN weights (written by other software, or by an older valuepath, which saved
+    // them) would give a NaN loss, val loss or sample with no word on why
+    if (rc.resume || !rc.init_from.empty())
+        check_weights_finite(&model, "of checkpoint '" + ckpt_path + "'",
+                             rc.resume ? "it cannot be trained on: move it aside (then --resume 1 takes the one before it), or start again"
+                                       : "use a checkpoint of a run that did not diverge");
     if (start_step > rc.max_steps)
         usage_error("raise --max-steps to continue training", "the checkpoint is at step %d, beyond --max-steps %d", start_step, rc.max_steps);
+    // a step is judged once --skip-window values came before it: a run too short judges none
+    if (guard_settings.enabled() && rank0 && start_step < rc.max_steps && guard.seen + (rc.max_steps - start_step) - 1 < rc.skip_window)
+        printf("note: --skip-loss-z/--skip-norm-z judge no step of this run: a step is judged after --skip-window %d steps, and the run ends at step %d\n",
+               rc.skip_window, rc.max_steps);
     if (rc.resume && start_step == rc.max_steps && rank0)
         printf("note: the checkpoint is at step %d = --max-steps: nothing to train (raise --max-steps to train on)\n", start_step);
 
@@ -392,6 +458,11 @@ int train_main_unguarded(int argc, char** argv) {
             alpha.count = alpha.sum.back();
             alpha.sum.pop_back();
         }
+        // finite weights can still overflow in the forward: a val loss of inf or NaN is not a result
+        for (const NamedLoss& nl : losses)
+            if (!std::isfinite(nl.loss))
+                runtime_error(diverged_hint(rc).c_str(), "step %d: the val loss%s%s is %g: the weights give a non-finite loss, the training diverged", step,
+                              nl.name.empty() ? "" : " of ", nl.name.c_str(), nl.loss);
         std::vector<std::vector<double>> depth_alpha = depth_alpha_means(alpha, c.vp, c.n_layer);
         std::vector<NamedMc> mc_results;
         for (const McSet& mc : mcs) {
@@ -416,6 +487,9 @@ int train_main_unguarded(int argc, char** argv) {
     // does: the GPU build's model_dist_reduce_grads), and its failure rides in the loss sum that
     // every rank makes anyway.
     int last_saved = start_step;
+    int last_saved_here = -1;  // the step of the newest checkpoint this process wrote, if any
+    // the newest checkpoint is not yet known good (prune_checkpoints): a resumed run's may be one
+    bool prune_pending = rc.resume != 0;
     DataLoaderState step_start_data{};
     auto stop_for_data_error = [&](int steps_done, const CapturedError* own, int failed_ranks) {
         // the reason first: should the save fail too (a full disk), its message adds to this one
@@ -424,7 +498,8 @@ int train_main_unguarded(int argc, char** argv) {
                          ("rank " + std::to_string(dist_rank()) + " stops: " + std::to_string(failed_ranks) +
                           " other rank(s) could not read their training data").c_str());
         if (!rc.out_dir.empty() && steps_done > last_saved) {
-            save_checkpoint(&model, rc, c, steps_done, sample_rng, guard, &train, &step_start_data);
+            save_checkpoint(&model, rc, c, steps_done, sample_rng, guard, &train, false, &step_start_data);
+            last_saved_here = steps_done;
             if (rank0) printf("saved the last completed step (%d) before stopping: fix or replace the shard named in the error, then --resume 1\n", steps_done);
         }
         dist_barrier();  // every rank has spoken before the first exits (mpirun then ends the job)
@@ -489,8 +564,26 @@ int train_main_unguarded(int argc, char** argv) {
         }
         loss /= grad_accum * world;
         float norm = (float)std::sqrt(sumsq);
-        if (!std::isfinite(loss) || !std::isfinite(norm))
-            runtime_error("lower --lr or raise --warmup-steps; the last checkpoint is intact", "step %d: the loss (%g) or gradient norm (%g) is not finite", step + 1, loss, norm);
+        if (!std::isfinite(loss) || !std::isfinite(norm)) {
+            // The weights at the start of this step give it. If this run saved them (the checkpoint
+            // of the step before), that checkpoint is of no use: resumed, it gives the same NaN at
+            // once, whatever the lr. It is moved aside (kept, not deleted) so that --resume 1
+            // takes the one before it, which prune_checkpoints kept for this.
+            std::string moved;
+            if (last_saved_here == step && rank0) {
+                std::string path = checkpoint_path(rc.out_dir, step);
+                moved = path + ".diverged";
+                if (rename(path.c_str(), moved.c_str()) != 0) moved.clear();
+                else printf("moved the checkpoint of step %d, whose weights give this, aside: %s\n", step, moved.c_str());
+            }
+            std::string hint = diverged_hint(rc);
+            if (last_saved_here != step && step == start_step && rc.resume)
+                hint = "the checkpoint resumed from gives it at once: move it aside (then --resume 1 takes the one before it) and lower --lr";
+            runtime_error(hint.c_str(), "step %d: the loss (%g) or gradient norm (%g) is not finite: the training diverged", step + 1, loss, norm);
+        }
+        // this step's loss is finite, so the newest checkpoint (its starting weights) is good
+        if (prune_pending) prune_checkpoints(rc, true);
+        prune_pending = false;
         // --skip-loss-z / --skip-norm-z: an outlier step keeps its batch, step count and lr, but
         // not its update (host/update_guard.h); every rank judges the same all-reduced values
         bool skip_update = false;
@@ -523,11 +616,19 @@ int train_main_unguarded(int argc, char** argv) {
                         model_lambdas(&model), skip_update);
 
         bool last = done == rc.max_steps;
-        if ((rc.eval_every > 0 && done % rc.eval_every == 0) || (last && (!vals.empty() || !mcs.empty()))) run_evals(done);
-        if (rank0 && rc.sample_every > 0 && (done % rc.sample_every == 0 || last)) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, done);
-        if (!rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last)) {
-            save_checkpoint(&model, rc, c, done, sample_rng, guard, &train);
-            last_saved = done;
+        bool evals_now = (rc.eval_every > 0 && done % rc.eval_every == 0) || (last && (!vals.empty() || !mcs.empty()));
+        bool sample_now = rc.sample_every > 0 && (done % rc.sample_every == 0 || last);
+        bool save_now = !rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last);
+        // the update may have made the weights NaN (the next step's loss would say so, but there
+        // may be none, or an eval or a sample first): checked before any of these use them
+        if (evals_now || sample_now || save_now) check_weights_finite(&model, "after step " + std::to_string(done), diverged_hint(rc));
+        if (evals_now) run_evals(done);
+        if (rank0 && sample_now) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, done);
+        if (save_now) {
+            // the last step's checkpoint is confirmed by nothing more: the run keeps N
+            save_checkpoint(&model, rc, c, done, sample_rng, guard, &train, last);
+            last_saved = last_saved_here = done;
+            prune_pending = !last;
         }
     }
     if (rc.max_steps == start_step && !rc.resume) {
@@ -536,16 +637,14 @@ int train_main_unguarded(int argc, char** argv) {
         // evaluated above already when --eval-every is set.
         if (rc.eval_every <= 0) run_evals(0);
         if (rank0 && rc.sample_every > 0) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, 0);
-        if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, guard, have_train ? &train : nullptr);
+        if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, guard, have_train ? &train : nullptr, true);
     }
     if (rank0 && guard.skipped > 0)
         printf("updates skipped by --skip-loss-z/--skip-norm-z: %lld of the run's %d steps (log.jsonl marks them \"skipped\":1)\n", (long long)guard.skipped,
                rc.max_steps);
     if (rank0) logger_close(&lg);
-    gpt_free(&model);
-    if (have_train) dataloader_free(&train);
-    for (ValSet& vs : vals) dataloader_free(&vs.loader);
-    if (have_tok) tokenizer_free(&tok);
+    free_on_unwind.free = nullptr;
+    free_all();
     if (dist) model_dist_finalize((const Model*)nullptr);
     dist_finalize();
     return 0;

@@ -8,6 +8,8 @@
 // docs/value_paths.md; this file is only the configuration.
 #pragma once
 
+#include <cfloat>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -153,7 +155,9 @@ inline ValuePathConfig value_path_config_from_flags(const ValuePathFlags& f, int
     if (!f.resformer_lambda_lr.empty()) {
         char* end = nullptr;
         double v = strtod(f.resformer_lambda_lr.c_str(), &end);
-        if (*end || !(v >= 0) || !std::isfinite(v)) usage_error(nullptr, "--resformer-lambda-lr expects a number >= 0, got '%s'", f.resformer_lambda_lr.c_str());
+        // stored as a float: 1e39 is a finite double but an infinite float
+        if (*end || !(v >= 0) || !std::isfinite((float)v)) usage_error(nullptr, "--resformer-lambda-lr expects a number >= 0 and at most %g, got '%s'", (double)FLT_MAX, f.resformer_lambda_lr.c_str());
+        if (v > 0 && (float)v == 0) usage_error(nullptr, "--resformer-lambda-lr %s is below the smallest float (%g): it would be 0", f.resformer_lambda_lr.c_str(), (double)FLT_TRUE_MIN);
         if (!c.resformer_learn) usage_error(nullptr, "--resformer-lambda-lr only applies with --resformer-lambda learn");
         c.resformer_lambda_lr = (float)v;
     }

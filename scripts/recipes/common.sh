@@ -16,6 +16,9 @@
 #              EXTRA="--eval-mc hellaswag=data/hellaswag/hellaswag_val_neox.vpmc" for HellaSwag at
 #              every eval (scripts/prepare_hellaswag.py --tokenizer neox; gpt2 for the GPT-2 recipes)
 #   SEED       the seed of the init, the data order and the samples (1337), the same for every path
+#   KEEP_EVERY checkpoints kept for good besides the newest two, for evaluating a run later: every
+#              one whose step is a multiple of this (default: the largest multiple of the recipe's
+#              CHECKPOINT_EVERY up to a quarter of STEPS, so about four per run; 0 = none)
 #   DRY_RUN=1  print the commands, build and run nothing
 #
 # Re-running a recipe resumes every run from its newest checkpoint (--resume 1: bit-exact),
@@ -55,6 +58,26 @@ recipe_batch() {
 recipe_data() {
     [ "$DRY_RUN" = 1 ] && return 0
     compgen -G "$1" >/dev/null || recipe_die "no shards match '$1'" "prepare them first: $2 (or set DATA to where they are)"
+}
+
+# recipe_checkpoint_flags: sets the array CHECKPOINT_FLAGS: a checkpoint every CHECKPOINT_EVERY
+# steps, the newest two kept (enough to resume, when the last one's write was cut off), and every
+# KEEP_EVERY-th step's kept for good (the trainer's --keep-checkpoints-every: llm.c's major checkpoints)
+recipe_checkpoint_flags() {
+    [[ "$CHECKPOINT_EVERY" =~ ^[1-9][0-9]*$ ]] || recipe_die "CHECKPOINT_EVERY must be a positive integer, got '$CHECKPOINT_EVERY'" "e.g. CHECKPOINT_EVERY=1000"
+    local every=${KEEP_EVERY:-}
+    if [ -z "$every" ]; then
+        every=$((STEPS / 4 / CHECKPOINT_EVERY * CHECKPOINT_EVERY))
+        [ "$every" -lt "$CHECKPOINT_EVERY" ] && every=$CHECKPOINT_EVERY
+    fi
+    [[ "$every" =~ ^(0|[1-9][0-9]*)$ ]] || recipe_die "KEEP_EVERY must be a non-negative integer, got '$every'" "e.g. KEEP_EVERY=5000, or 0 to keep only the newest two checkpoints"
+    if [ "$every" -gt 0 ] && [ $((every % CHECKPOINT_EVERY)) -ne 0 ]; then
+        recipe_die "KEEP_EVERY=$every is not a multiple of CHECKPOINT_EVERY=$CHECKPOINT_EVERY: no checkpoint but the last would be kept" \
+            "choose a multiple of $CHECKPOINT_EVERY, or 0"
+    fi
+    CHECKPOINT_FLAGS=(--checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 2)
+    [ "$every" -gt 0 ] && CHECKPOINT_FLAGS+=(--keep-checkpoints-every "$every")
+    return 0
 }
 
 # recipe_domain_vals DIR PREFIX: sets the array VAL_FLAGS to one named --val-data set per domain

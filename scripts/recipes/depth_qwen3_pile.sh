@@ -59,6 +59,7 @@ DEPTH_FLAGS=()
 [[ "$MODEL" == *"$shape"* ]] && DEPTH_FLAGS=(--depth-stride "$stride")
 
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
+recipe_checkpoint_flags
 recipe_data "$DATA/pile_train_*.bin" ".venv/bin/python scripts/prepare_pile.py --budget 32e9"
 # the one Pile val set that scripts/prepare_pile.py writes, or (--val-by-domain 1) one per domain
 if compgen -G "$DATA/pile_val_[0-9]*.bin" >/dev/null; then
@@ -75,6 +76,6 @@ for path in $PATHS; do
     recipe_run "$path" $MODEL "${extra[@]}" \
         --train-data "$DATA/pile_train_*.bin" "${VAL_FLAGS[@]}" \
         --eval-every "$EVAL_EVERY" --eval-batches 10 "${samples[@]}" \
-        --checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 2
+        "${CHECKPOINT_FLAGS[@]}"
 done
 recipe_report

@@ -29,6 +29,7 @@ EVAL_EVERY=${EVAL_EVERY:-250}
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
 
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
+recipe_checkpoint_flags
 recipe_data "$DATA/openwebtext_train_*.bin" ".venv/bin/python scripts/prepare_openwebtext.py"
 samples=()  # decoded samples need the tokenizer file that prepare_openwebtext.py writes
 [ -e "$DATA/gpt2.vptok" ] && samples=(--sample-every $((EVAL_EVERY * 8)) --tokenizer "$DATA/gpt2.vptok")
@@ -37,6 +38,6 @@ for path in $PATHS; do
     recipe_run "$path" $MODEL \
         --train-data "$DATA/openwebtext_train_*.bin" --val-data "$DATA/openwebtext_val_*.bin" \
         --eval-every "$EVAL_EVERY" --eval-batches 20 "${samples[@]}" \
-        --checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 2
+        "${CHECKPOINT_FLAGS[@]}"
 done
 recipe_report

@@ -40,6 +40,7 @@ esac
 MODEL=${MODEL:-"--arch llama $shape --vocab 50277 --rope-theta 10000 --max-seq $T"}
 
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
+recipe_checkpoint_flags
 recipe_data "$DATA/slimpajama_train_*.bin" ".venv/bin/python scripts/prepare_slimpajama.py --budget 20e9 --mix resformer"
 # one val set per domain that scripts/prepare_slimpajama.py wrote
 recipe_domain_vals "$DATA" slimpajama
@@ -48,6 +49,6 @@ for path in $PATHS; do
     recipe_run "$path" $MODEL \
         --train-data "$DATA/slimpajama_train_*.bin" "${VAL_FLAGS[@]}" \
         --eval-every "$EVAL_EVERY" --eval-batches 10 \
-        --checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 2
+        "${CHECKPOINT_FLAGS[@]}"
 done
 recipe_report

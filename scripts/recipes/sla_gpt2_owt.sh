@@ -31,6 +31,7 @@ EVAL_EVERY=${EVAL_EVERY:-250}
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
 
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
+recipe_checkpoint_flags
 recipe_data "$DATA/openwebtext_train_*.bin" ".venv/bin/python scripts/prepare_openwebtext.py"
 for path in $PATHS; do
     path_flags=()
@@ -38,6 +39,6 @@ for path in $PATHS; do
     # shellcheck disable=SC2086
     recipe_run "$path" $MODEL "${path_flags[@]}" \
         --train-data "$DATA/openwebtext_train_*.bin" --val-data "$DATA/openwebtext_val_*.bin" \
-        --eval-every "$EVAL_EVERY" --eval-batches 8 --checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 2
+        --eval-every "$EVAL_EVERY" --eval-batches 8 "${CHECKPOINT_FLAGS[@]}"
 done
 recipe_report

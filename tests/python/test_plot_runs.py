@@ -149,6 +149,7 @@ def test_resformer_lambdas_panel_draws_each_layer(tmp_path, data, straight_and_r
     segment spliced in), none for the vanilla run; without such a run there is no lambda panel."""
     out = tmp_path / "res"
     args = [("3" if prev == "--layers" else a) for prev, a in zip([None] + COMMON, COMMON)]
+    del args[args.index("--eval-every"):args.index("--eval-every") + 2]  # nothing to evaluate: no val set
     args += ["--train-data", data / "train_*.bin", "--resformer-lambda", "learn", "--out-dir", out]
     run(args, expect=0, path="resformer")
     (out / "ckpt_00000012.bin").unlink()

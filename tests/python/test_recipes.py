@@ -55,6 +55,25 @@ def test_gpt2_owt_runs_each_path_with_its_settings_and_resumes(tmp_path):
         assert [r["step"] for r in read_log(out / path) if "train_loss" in r] == [1, 2, 3, 4, 5, 6]
 
 
+def checkpoint_steps(d):
+    return sorted(int(f.name[5:-4]) for f in d.glob("ckpt_*.bin"))
+
+
+def test_recipes_keep_the_newest_two_checkpoints_and_every_quarter_of_the_run(tmp_path):
+    data = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
+    env = {**SMALL, "STEPS": 8, "CHECKPOINT_EVERY": 1, "DATA": data, "MODEL": "--arch gpt2 " + TINY}
+    # by default every checkpoint at a multiple of a quarter of the steps (8 / 4 = 2) is kept for good
+    for keep_every, kept in [(None, [2, 4, 6, 7, 8]), (3, [3, 6, 7, 8]), (0, [7, 8])]:
+        out = tmp_path / f"out{keep_every}"
+        recipe("gpt2_124m_owt.sh", {**env, "OUT": out, **({} if keep_every is None else {"KEEP_EVERY": keep_every})})
+        assert checkpoint_steps(out / "vanilla") == kept, keep_every
+    # the default is rounded down to a multiple of CHECKPOINT_EVERY, and is at least one of them
+    p = recipe("gpt2_124m_owt.sh", {"DRY_RUN": 1, "TRAINER": ""})  # 18000 steps, a checkpoint every 1000
+    assert "--checkpoint-every 1000 --keep-checkpoints 2 --keep-checkpoints-every 4000" in p.stdout
+    p = recipe("gpt2_124m_owt.sh", {"DRY_RUN": 1, "TRAINER": "", "STEPS": 100})
+    assert "--keep-checkpoints 2 --keep-checkpoints-every 1000" in p.stdout
+
+
 def test_sla_recipe_uses_nine_skip_layers_and_heads(tmp_path):
     data = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
     out = tmp_path / "out"
@@ -133,6 +152,9 @@ def test_full_size_commands_for_eight_gpus():
     ("resformer_llama_slimpajama.sh", {"DATA": "/nonexistent"}, "prepare_slimpajama.py --budget 20e9 --mix resformer"),
     ("depth_qwen3_pile.sh", {"SIZE": "7B"}, "SIZE must be 360M, 500M, 710M, 1.5B or 3B"),
     ("depth_qwen3_pile.sh", {"DATA": "/nonexistent"}, "prepare them first: .venv/bin/python scripts/prepare_pile.py --budget 32e9"),
+    ("gpt2_124m_owt.sh", {"KEEP_EVERY": 1500}, "KEEP_EVERY=1500 is not a multiple of CHECKPOINT_EVERY=1000"),
+    ("sla_gpt2_owt.sh", {"KEEP_EVERY": "-1"}, "KEEP_EVERY must be a non-negative integer, got '-1'"),
+    ("depth_qwen3_pile.sh", {"CHECKPOINT_EVERY": 0}, "CHECKPOINT_EVERY must be a positive integer, got '0'"),
 ])
 def test_bad_settings_stop_before_anything_runs(tmp_path, name, env, needle):
     p = recipe(name, {"OUT": tmp_path / "out", **env}, expect=2)

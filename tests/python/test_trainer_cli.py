@@ -147,6 +147,17 @@ def test_help_lists_every_flag_with_its_default():
     (["--batch-size", "2000000000", "--seq-len", "8", "--train-data", "x"], "tokens per micro-batch; at most"),
     (["--dim", "1048576", "--heads", "1", "--train-data", "x"], "--dim must be at most 65536"),
     (["--vocab", "2000000000", "--train-data", "x"], "--vocab must be at most"),
+    # a nonzero value that is a float 0 would turn off what 0 means off
+    (["--grad-clip", "1e-46", "--train-data", "x"], "--grad-clip value '1e-46' is below the smallest float"),
+    # flags that would change nothing are mistakes worth hearing of
+    (["--sample-top-k", "5", "--train-data", "x"], "--sample-top-k is only used by samples"),
+    (["--sample-temperature", "0.5", "--train-data", "x"], "--sample-temperature is only used by samples"),
+    (["--sample-tokens", "9", "--train-data", "x"], "--sample-tokens is only used by samples"),
+    (["--tokenizer", "t.vptok", "--train-data", "x"], "--tokenizer is only used by samples"),
+    (["--eval-every", "5", "--train-data", "x"], "--eval-every 5: there is nothing to evaluate"),
+    (["--eval-batches", "5", "--eval-mc", "a.vpmc", "--train-data", "x"], "--eval-batches sizes the val loss, and there is no --val-data"),
+    (["--keep-checkpoints", "2", "--train-data", "x"], "--keep-checkpoints prunes the checkpoints of --out-dir"),
+    (["--min-lr-frac", "0.5", "--lr-schedule", "constant", "--train-data", "x"], "--min-lr-frac has no effect with --lr-schedule constant"),
 ])
 def test_usage_errors_exit_2_with_a_message(args, needle):
     p = run(args, expect=2)
@@ -423,7 +434,8 @@ def test_depth_alpha_is_logged_at_each_eval(tmp_path, data):
     """Depth-Attention's mean weights per (layer, source) over each evaluation's val batches, as
     the paper's analysis takes them: one row per layer 1..L-1 with |S(l)| + 1 entries (anchors,
     then the own value), each a distribution; near uniform at init (the logits q.k/sqrt(D) of a
-    fresh model are small), and printed per layer on the console. No val set, no weights."""
+    fresh model are small), and printed per layer on the console. No val set (evaluations of a
+    multiple-choice set only), no weights."""
     out = tmp_path / "run"
     # 4 layers; no QK-norm, which would scale q and k up to norm sqrt(D) and make the init's logits large
     model = [{"--layers": "4", "--qk-norm": "0"}.get(prev, a) for prev, a in zip([None] + TINY_LLAMA, TINY_LLAMA)]
@@ -442,9 +454,11 @@ def test_depth_alpha_is_logged_at_each_eval(tmp_path, data):
     own = re.findall(r"^step +20 \| depth alpha on the own value, layers 1\.\.3 \| ([0-9.]+) ([0-9.]+) ([0-9.]+)$", p.stdout, re.M)
     assert own and [float(x) for x in own[0]] == [round(row[-1], 3) for row in evals[-1]["depth_alpha"]]
     quiet = tmp_path / "quiet"
-    run(model + ["--train-data", str(data / "train_*.bin"), "--max-steps", "2", "--eval-every", "1", "--out-dir", str(quiet)],
-        expect=0, path="depth")
-    assert not any("depth_alpha" in r for r in read_log(quiet))
+    write_mc(tmp_path / "mc.vpmc", successor_mc_examples(4))
+    run(model + ["--train-data", str(data / "train_*.bin"), "--max-steps", "2", "--eval-every", "1", "--eval-mc", str(tmp_path / "mc.vpmc"),
+                 "--out-dir", str(quiet)], expect=0, path="depth")
+    evals = [r for r in read_log(quiet) if "mc_acc" in r]
+    assert [r["step"] for r in evals] == [0, 1, 2] and not any("depth_alpha" in r for r in read_log(quiet))
 
 
 def test_eval_mc_bad_files_stop_before_training(tmp_path, data):
@@ -542,10 +556,10 @@ def test_sample_prompt(tmp_path, data, ref_gpt2):
     # not UTF-8 (the surrogate escape is the byte 0xFF on the command line)
     p = run(base[:-1] + ["bad \udcff", "--tokenizer", str(tmp_path / "gpt2.vptok")], expect=2)
     assert "--sample-prompt is not valid UTF-8" in p.stderr
-    # a tokenizer bigger than the model: the prompt's ids do not fit its vocabulary
+    # a tokenizer bigger than the model: not the model's (the prompt's ids would not fit its vocabulary)
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--sample-every", "1",
                          "--sample-prompt", prompt, "--tokenizer", str(tmp_path / "gpt2.vptok")], expect=2)
-    assert "outside the model's vocabulary of 64" in p.stderr
+    assert "has 50257 tokens, more than the model's vocabulary of 64" in p.stderr
 
 
 def test_sample_top_k_end_to_end(tmp_path, data):
@@ -641,6 +655,105 @@ def test_keep_checkpoints_prunes_all_but_the_newest_and_the_kept_multiples(tmp_p
     assert "(step 12)" in p.stdout
     assert names(out) == ["ckpt_00000005.bin", "ckpt_00000010.bin", "ckpt_00000015.bin", "ckpt_00000016.bin"]
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_diverged_run_keeps_good_checkpoints_to_resume_from(tmp_path, data):
+    """At lr 30 the loss grows until a step's (or its gradient norm) is NaN. The weights that give it are those of the
+    checkpoint written just before: resumed, it would give the same NaN at once. So that checkpoint
+    is moved aside (not deleted), and --keep-checkpoints 1 has kept the one before it (a checkpoint
+    counts among the kept only once the next step's loss is finite), from which --resume 1
+    continues: to the step moved aside, it writes the same weights and moments again."""
+    # a constant lr: the same at each step whatever --max-steps, which the resumed run changes
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--checkpoint-every", "1", "--keep-checkpoints", "1",
+                        "--lr-schedule", "constant", "--out-dir", tmp_path / "run", "--max-steps", "40"]
+    p = run(base + ["--lr", "30"], expect=1)
+    m = re.search(r"error: step (\d+): the loss \(.*\) or gradient norm \(.*\) is not finite", p.stderr)
+    assert m, p.stderr
+    bad = int(m.group(1)) - 1  # the step whose checkpoint holds the weights that gave it
+    assert bad >= 2
+    names = sorted(f.name for f in (tmp_path / "run").glob("ckpt_*"))
+    assert names == [f"ckpt_{bad - 1:08d}.bin", f"ckpt_{bad:08d}.bin.diverged"]
+    assert f"--resume 1 continues from the newest checkpoint (step {bad - 1})" in p.stderr
+    p = run(base[:-2] + ["--max-steps", bad, "--lr", "30", "--resume", "1"], expect=0)
+    assert f"(step {bad - 1})" in p.stdout
+    assert sorted(f.name for f in (tmp_path / "run").glob("ckpt_*")) == [f"ckpt_{bad:08d}.bin", f"ckpt_{bad:08d}.bin.diverged"]
+    assert checkpoint_tensors(tmp_path / "run" / f"ckpt_{bad:08d}.bin") == checkpoint_tensors(tmp_path / "run" / f"ckpt_{bad:08d}.bin.diverged")
+
+
+def test_nan_weights_are_never_evaluated_sampled_or_saved(tmp_path, data):
+    """An update to NaN or inf weights at the last step (no next step's loss to see it) stops the run
+    before its evaluation, its sample and its checkpoint use them; a checkpoint of such weights
+    (other software may write one) is refused, and so is one whose weights are finite but give a
+    non-finite loss: at the val loss, the multiple-choice scores and the sample alike."""
+    common = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1"]
+    for i, extra in enumerate([["--val-data", str(data / "val_*.bin")], ["--sample-every", "1"], []]):
+        out = tmp_path / f"out{i}"
+        # lr and decay near the largest float: the weights overflow to inf and NaN in one update
+        p = run(common + extra + ["--lr", "3e38", "--weight-decay", "3e38", "--out-dir", out], expect=1)
+        assert "the weights after step 1 are NaN or inf" in p.stderr, p.stderr
+        assert "---- sample" not in p.stdout and "val_loss" not in p.stdout
+        assert not list(out.glob("ckpt_*")), "a checkpoint of NaN weights was written"
+        assert all(json.loads(line) for line in (out / "log.jsonl").read_text().splitlines())
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from vp_data.checkpoint import read_checkpoint, write_checkpoint
+    run(common + ["--out-dir", tmp_path / "good"], expect=0)
+    cfg, params, _ = read_checkpoint(tmp_path / "good" / "ckpt_00000001.bin")
+    nan_ckpt, huge_ckpt = tmp_path / "nan.bin", tmp_path / "huge.bin"
+    write_checkpoint(nan_ckpt, cfg, np.where(np.arange(params.size) == 100, np.nan, params))
+    write_checkpoint(huge_ckpt, cfg, np.full_like(params, 3e38))  # finite, but every forward overflows
+    init = ["--max-steps", "0", "--seq-len", "8"]
+    p = run(init + ["--init-from", nan_ckpt, "--val-data", str(data / "val_*.bin")], expect=1)
+    assert f"the weights of checkpoint '{nan_ckpt}' are NaN or inf" in p.stderr
+    p = run(init + ["--init-from", huge_ckpt, "--val-data", str(data / "val_*.bin")], expect=1)
+    assert "the val loss is nan: the weights give a non-finite loss" in p.stderr.replace("-nan", "nan"), p.stderr
+    mc = tmp_path / "mc.vpmc"
+    write_mc(mc, successor_mc_examples(8))
+    p = run(init + ["--init-from", huge_ckpt, "--eval-mc", mc], expect=1)
+    assert "an ending's log-likelihood is" in p.stderr and "the weights give a non-finite loss" in p.stderr, p.stderr
+    p = run(init + ["--init-from", huge_ckpt, "--sample-every", "1"], expect=1)
+    assert "a sample's logit for token" in p.stderr and "---- sample" not in p.stdout, p.stderr
+    # resumed (a training checkpoint, with AdamW's moments: one weight made NaN, its CRC made
+    # right again), the message says what to do with it
+    import zlib
+    raw = bytearray((tmp_path / "good" / "ckpt_00000001.bin").read_bytes())
+    hb, tb = checkpoint_regions(raw)
+    struct.pack_into("<f", raw, hb + tb + 4 * 100, float("nan"))
+    struct.pack_into("<I", raw, CRC_OFFSET + 4, zlib.crc32(raw[hb + tb:]))
+    (tmp_path / "good" / "ckpt_00000001.bin").write_bytes(raw)
+    p = run(common[:-2] + ["--max-steps", "3", "--out-dir", tmp_path / "good", "--resume", "1"], expect=1)
+    assert "are NaN or inf" in p.stderr and "move it aside (then --resume 1 takes the one before it)" in p.stderr
+
+
+def test_shape_flags_against_a_checkpoint_take_0_as_the_default(tmp_path, data):
+    """0 asks for the derived --kv-heads, --ffn-dim and --head-dim: a checkpoint of those shapes is
+    taken, one of others refused; llama-family flags are refused against a gpt2 checkpoint, as they
+    are for a new gpt2 model."""
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--out-dir", tmp_path / "g"], expect=0)
+    run(TINY_LLAMA + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--out-dir", tmp_path / "l"], expect=0)
+    init = ["--max-steps", "0", "--seq-len", "8", "--val-data", str(data / "val_*.bin")]
+    g, l = tmp_path / "g" / "ckpt_00000001.bin", tmp_path / "l" / "ckpt_00000001.bin"
+    for flag in ["--kv-heads", "--ffn-dim", "--head-dim"]:
+        run(init + ["--init-from", g, flag, "0"], expect=0)
+    run(init + ["--init-from", l, "--ffn-dim", "0"], expect=1)  # TINY_LLAMA's 24 is not 16's default (64)
+    p = run(init + ["--init-from", l, "--kv-heads", "0"], expect=1)
+    assert "--kv-heads 0 (the default, 4 here) does not match" in p.stderr and "which has 2" in p.stderr
+    for flag, value in [("--rope-theta", "10000"), ("--tie-embeddings", "0"), ("--qk-norm", "0")]:
+        p = run(init + ["--init-from", g, flag, value], expect=1)
+        assert f"{flag} is a llama-family option, and {g} is a gpt2 model" in p.stderr
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path, data):
+    """GPT-2's tokenizer (50,257 tokens) cannot be a 64-token model's: its samples would be another
+    tokenizer's text. A guard that can judge no step in the run says so."""
+    enc = SHARED / "tokenizers" / "gpt2" / "encoder.json"
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--sample-every", "1",
+                         "--tokenizer", enc], expect=2)
+    assert "has 50257 tokens, more than the model's vocabulary of 64" in p.stderr
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "5", "--skip-loss-z", "3", "--skip-window", "5"], expect=0)
+    assert "judge no step of this run" in p.stdout
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "6", "--skip-loss-z", "3", "--skip-window", "5"], expect=0)
+    assert "judge no step" not in p.stdout
 
 
 def test_new_run_refuses_a_directory_with_checkpoints(tmp_path, data):
@@ -990,11 +1103,11 @@ def test_total_batch_tokens_beyond_int_accumulation_is_a_usage_error(data):
 
 def test_tokenizer_must_be_a_regular_file(tmp_path, data):
     for bad in (tmp_path, ):  # a directory (fopen would succeed, ftell would say LONG_MAX)
-        p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--tokenizer", bad], expect=1)
+        p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--sample-every", "1", "--tokenizer", bad], expect=1)
         assert "is not a regular file (a directory)" in p.stderr
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # would block fopen forever
-    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--tokenizer", fifo], expect=1, timeout=30)
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--sample-every", "1", "--tokenizer", fifo], expect=1, timeout=30)
     assert "is not a regular file (a pipe or device)" in p.stderr
 
 
