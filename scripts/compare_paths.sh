@@ -54,6 +54,10 @@ if [[ "$TRAINER" == build/*/train_cpu || "$TRAINER" == "build/{path}/train_cpu" 
     make -s $(for p in $PATHS; do echo "build/$p/train_cpu"; done)
 fi
 
+# $OUT.NAME.log lies beside $OUT: on a fresh checkout neither runs/ nor $OUT exists yet, and the
+# trainer's output redirect would fail before it starts, its error naming a log never written
+mkdir -p "$OUT" || { echo "error: cannot create $OUT; set OUT to a directory you can write, e.g. OUT=/tmp/compare_paths" >&2; exit 1; }
+
 dirs=()
 run_dirs=()
 for path in $PATHS; do

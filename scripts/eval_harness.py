@@ -50,6 +50,15 @@ def resolve_checkpoint(run: str) -> str:
 
 
 def main(argv=None) -> int:
+    try:
+        return evaluate(argv)
+    except OSError as e:
+        # cli.run's own message for this names --out-dir, which this script does not have
+        raise DataError(f"{e.strerror or e} ({e.filename or 'no file named'}); check the runs, --out, free space "
+                        "and the temporary directory (TMPDIR) the models are exported to") from None
+
+
+def evaluate(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="RUN", help="run directories or checkpoint files")
     ap.add_argument("--tasks", required=True, help="comma-separated lm-eval task names, e.g. hellaswag,arc_easy")
@@ -61,22 +70,32 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="eval_harness.json", help="where to write all results (default eval_harness.json)")
     args = ap.parse_args(argv)
 
-    # Everything that can be wrong with the inputs is found before the (slow) evaluation starts.
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks:
+        ap.error("--tasks names no task")
+    # Everything that can be wrong with the inputs is found before the (slow) evaluation starts:
+    # what hf.export would refuse halfway through the runs (a tokenizer of another vocabulary, its
+    # files missing from the cache, NaN weights), and an --out that cannot be written, which would
+    # otherwise lose every finished evaluation at the very end.
+    check_out(args.out)
     jobs = []
     for run in args.runs:
         ckpt = resolve_checkpoint(run)
         try:
-            cfg, _, meta = read_checkpoint(ckpt)
+            cfg, params, meta = read_checkpoint(ckpt)
         except (OSError, ValueError) as e:
             raise DataError(f"cannot read {ckpt}: {e}") from None
         tok = args.tokenizer or VOCAB_TOKENIZER.get(cfg.vocab_size)
         if tok is None:
             raise DataError(f"{ckpt}: a vocabulary of {cfg.vocab_size} is none of {sorted(VOCAB_TOKENIZER)}; pass "
                             f"--tokenizer (lm-eval needs the text tokenizer the model was trained with)")
+        try:
+            hf.tokenizer_files(tok, cfg.vocab_size)
+        except DataError as e:
+            raise DataError(f"{ckpt}: {e}") from None
+        hf.check_finite(ckpt, cfg, params)
+        del params  # one run's weights at a time: the checks hold none of them for the evaluation
         jobs.append((run, ckpt, cfg, meta["step"], tok))
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    if not tasks:
-        ap.error("--tasks names no task")
     try:
         import lm_eval
         from lm_eval.tasks import TaskManager
@@ -105,10 +124,43 @@ def main(argv=None) -> int:
             v, se = r.get(metric), r.get(metric + "_stderr")
             return "" if v is None else f"{v:.4f}" + (f" ± {se:.4f}" if isinstance(se, float) else "")
         print(f"| {r['run']} | {r['value_path']} | {r['step']} | {r['task']} | {r['n']} | {fmt('acc')} | {fmt('acc_norm')} |")
-    with open(args.out, "w") as f:
-        json.dump({"tasks": tasks, "limit": args.limit, "batch_size": args.batch_size, "results": results}, f, indent=2)
+    write_results(args.out, {"tasks": tasks, "limit": args.limit, "batch_size": args.batch_size, "results": results})
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def check_out(out: str) -> None:
+    """A DataError unless `out` can be written: its directory exists and is writable, and `out`
+    itself is not a directory."""
+    directory = os.path.dirname(os.path.abspath(out))
+    if os.path.isdir(out):
+        raise DataError(f"--out {out} is a directory; give a file name, e.g. {os.path.join(out, 'eval_harness.json')}")
+    if not os.path.isdir(directory):
+        raise DataError(f"--out {out}: no directory {directory}; create it or choose another --out")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise DataError(f"--out {out}: cannot write in {directory}; choose another --out")
+
+
+def write_results(out: str, obj) -> None:
+    """The JSON under a temporary name beside `out`, renamed over it: an existing file is replaced
+    only by a complete one. An error names --out (cli.run's generic one would say --out-dir)."""
+    directory = os.path.dirname(os.path.abspath(out))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".eval_harness.", suffix=".json", dir=directory)
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the results from the group
+        os.replace(tmp, out)
+    except OSError as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise DataError(f"cannot write --out {out}: {e.strerror or e}; the table above holds the results; "
+                        "free space or choose another --out") from None
 
 
 if __name__ == "__main__":

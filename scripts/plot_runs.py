@@ -14,7 +14,9 @@ are superseded by the resumed ones, so the curves are those of an uninterrupted 
 valuepath's bit-exact resume, identical to them).
 
 Seeds (--group): runs labelled SETTING@SEED (vanilla@1337, vanilla@1338, ...) are one setting
-under several --seed values; their configs must agree but for the seed. A second table gives each
+under several --seed values; their configs must agree but for the seed, and they must end (and
+last evaluate) at one step, which the table shows: a mean of step-2 and step-4 losses, or a
+paired difference at another step than the setting's, is refused (exit 1). A second table gives each
 setting's mean and standard deviation over its seeds and, with --baseline SETTING, the paired
 difference of the final val loss against the baseline's run of the same seed (the same init of
 every shared tensor and the same data order): its mean, a 95% Student-t interval, and in how
@@ -25,18 +27,23 @@ many seeds it is lower. The plot draws all seeds of a setting in its colour.
 The table (markdown, on stdout) needs only the standard library; the plot needs matplotlib
 (requirements.txt). Panels: train loss (smoothed by a debiased EMA, raw behind it), val loss
 (every named set, where a run evaluated), learning rate, gradient norm, throughput, with --baseline each run's val
-loss minus the baseline's at the steps both evaluated, for ResFormer runs with learnable
+loss minus the baseline's at the steps both evaluated (on the baseline's first val set, for every
+run; the column names it), for ResFormer runs with learnable
 lambdas (--resformer-lambda learn) each layer's lambda (layers 1..L-1; layer 0's never moves),
 for runs with --eval-mc (HellaSwag, ...) each set's accuracy (--mc-metric picks which of the
 three the trainer logs; the table has a column per set), and for Depth-Attention runs with val
 sets the weight each layer puts on its own value at each evaluation (1 - that is what it reads
 from its anchors).
+Runs whose configs (newer trainers') say they were evaluated on other val data, batches or
+--eval-mc sets, or started from another --init-from, are not compared (exit 2). A value the log
+holds as null (the trainer's word for a non-finite one) is nan in the tables and a gap in a curve.
 The file is written under a temporary name and renamed, so an existing plot is replaced only by
 a complete one.
 
 Exit codes as the trainers: 0 success, 1 a missing or damaged log, 2 a usage error.
 """
 import argparse
+import bisect
 import json
 import math
 import os
@@ -67,12 +74,27 @@ def ema(values, weight):
     """Exponential moving average, debiased as Adam's moments are: with a = weight,
     s_t = a s_{t-1} + (1 - a) x_t from s_{-1} = 0, reported as s_t / (1 - a^(t+1)).
     weight 0 returns the values unchanged. (TensorBoard's smoothing slider, without its
-    time-gap rescaling: every logged step counts as one.)"""
-    out, s = [], 0.0
-    for t, x in enumerate(values):
+    time-gap rescaling: every logged step counts as one.) A NaN (a null in the log) stays NaN,
+    a gap in the curve, and is left out of the average: one bad value must not blank the rest."""
+    out, s, t = [], 0.0, 0
+    for x in values:
+        if not math.isfinite(x):
+            out.append(x)
+            continue
         s = weight * s + (1.0 - weight) * x
-        out.append(s / (1.0 - weight ** (t + 1)) if weight > 0 else x)
+        t += 1
+        out.append(s / (1.0 - weight ** t) if weight > 0 else x)
     return out
+
+
+def is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# the fields of a step line (host/logger.h logger_step writes all five on every step)
+STEP_KEYS = ("train_loss", "lr", "grad_norm", "ms", "tok_per_s")
+# config fields that must be whole numbers (the x axis, the table's columns and splicing use them)
+CONFIG_INTS = ("tokens_per_step", "num_params", "max_steps")
 
 
 class Run:
@@ -86,7 +108,12 @@ class Run:
         self.evals = {}              # step -> eval record (val_loss, val_loss_NAME...)
         self.tokens_per_step = {}    # step -> tokens per step of the segment that logged it
         self.segment_first = set()   # the first step each segment logged (its ms includes warm-up)
+        self._cumulative = None      # (steps, tokens, minutes) running sums for tokens_at/minutes_at
         self._read()
+        if self.config is None:
+            # the first line was cut off mid-write (a run killed at its start): nothing to read
+            raise LogError(f"{self.log_path}: no complete config line (the run was killed while writing its first line?); "
+                           "re-run it, or leave it out")
 
     def _read(self):
         try:
@@ -123,13 +150,16 @@ class Run:
                 continue  # an event this script does not know: written by a newer trainer
             elif "train_loss" in record:
                 step = self._step_of(record, number)
+                self._check_step(record, number)
                 self.steps[step] = record
                 self.tokens_per_step[step] = self.config["tokens_per_step"]
                 if segment_first_pending:
                     self.segment_first.add(step)
                     segment_first_pending = False
             elif any(k == "val_loss" or k.startswith(("val_loss_", "mc_acc")) for k in record):
-                self.evals[self._step_of(record, number)] = record
+                step = self._step_of(record, number)
+                self._check_eval(record, number)
+                self.evals[step] = record
             else:
                 raise LogError(f"{self.log_path}:{number}: neither a step nor an eval record: {line[:120]!r}")
 
@@ -138,17 +168,65 @@ class Run:
             if key not in record:
                 raise LogError(f"{self.log_path}:{number}: the config line has no \"{key}\"; "
                                "was it written by an older trainer? re-run it, or add the field by hand")
+        for key in CONFIG_INTS:
+            if not isinstance(record[key], int) or isinstance(record[key], bool) or record[key] < 0:
+                raise LogError(f"{self.log_path}:{number}: the config line's \"{key}\" is not a whole number: "
+                               f"{record[key]!r}; the log is damaged: fix that field by hand")
+        if not isinstance(record["value_path"], str):
+            raise LogError(f"{self.log_path}:{number}: the config line's \"value_path\" is not a string: "
+                           f"{record['value_path']!r}; the log is damaged: fix that field by hand")
         if number > 1:
             if "resumed_from" not in record:
                 raise LogError(f"{self.log_path}:{number}: a second config line without \"resumed_from\": "
                                "two runs wrote to one log; split the file at that line")
-            resumed = int(record["resumed_from"])
+            resumed = record["resumed_from"]
+            if not isinstance(resumed, int) or isinstance(resumed, bool) or resumed < 0:
+                raise LogError(f"{self.log_path}:{number}: \"resumed_from\" is not a step number: {resumed!r}; "
+                               "the log is damaged: split the file at that line")
             # what the interrupted segment logged after its checkpoint is replaced by the resumed one
             self.steps = {s: r for s, r in self.steps.items() if s <= resumed}
             self.evals = {s: r for s, r in self.evals.items() if s <= resumed}
             self.tokens_per_step = {s: t for s, t in self.tokens_per_step.items() if s <= resumed}
             self.segment_first = {s for s in self.segment_first if s <= resumed}
         self.config = record
+
+    def _numbers(self, record, number, key, value):
+        """value as a float, null read as NaN (the trainer writes null for a non-finite value)."""
+        if value is None:
+            return math.nan
+        if not is_number(value):
+            raise LogError(f"{self.log_path}:{number}: \"{key}\" is not a number: {value!r}; "
+                           "the log is damaged: delete that line to plot the rest")
+        return float(value)
+
+    def _check_step(self, record, number):
+        """Type-check a step line in place: the five fields present and numbers (null -> NaN)."""
+        for key in STEP_KEYS:
+            if key not in record:
+                raise LogError(f"{self.log_path}:{number}: a step line without \"{key}\"; "
+                               "the log is damaged: delete that line to plot the rest")
+            record[key] = self._numbers(record, number, key, record[key])
+        if "mfu" in record:
+            record["mfu"] = self._numbers(record, number, "mfu", record["mfu"])
+        if "resformer_lambdas" in record:
+            lambdas = record["resformer_lambdas"]
+            if not isinstance(lambdas, list):
+                raise LogError(f"{self.log_path}:{number}: \"resformer_lambdas\" is not a list: {lambdas!r}; "
+                               "the log is damaged: delete that line to plot the rest")
+            record["resformer_lambdas"] = [self._numbers(record, number, "resformer_lambdas", x) for x in lambdas]
+
+    def _check_eval(self, record, number):
+        """Type-check an eval line in place: losses and accuracies numbers (null -> NaN),
+        depth_alpha a list of non-empty lists of numbers."""
+        for key in list(record):
+            if key == "val_loss" or key.startswith(("val_loss_", "mc_")):
+                record[key] = self._numbers(record, number, key, record[key])
+        if "depth_alpha" in record:
+            rows = record["depth_alpha"]
+            if not isinstance(rows, list) or not all(isinstance(row, list) and row for row in rows):
+                raise LogError(f"{self.log_path}:{number}: \"depth_alpha\" is not a list of rows: {rows!r}; "
+                               "the log is damaged: delete that line to plot the rest")
+            record["depth_alpha"] = [[self._numbers(record, number, "depth_alpha", x) for x in row] for row in rows]
 
     def _step_of(self, record, number):
         step = record.get("step")
@@ -173,20 +251,34 @@ class Run:
     def series(self, key):
         return [self.steps[s][key] for s in self.step_numbers()]
 
+    def cumulative(self):
+        """(logged steps, tokens after each, minutes after each): running sums built once, so
+        that --x tokens/time costs one pass over the log, not one per point (quadratic on a long run)."""
+        if self._cumulative is None:
+            steps, tokens, minutes = self.step_numbers(), [], []
+            total, ms, previous = 0, 0.0, 0
+            for s in steps:
+                total += (s - previous) * self.tokens_per_step[s]
+                previous = s
+                ms += self.steps[s]["ms"] if math.isfinite(self.steps[s]["ms"]) else 0.0  # a null ms: no time known, none added
+                tokens.append(total)
+                minutes.append(ms / 60000.0)
+            self._cumulative = (steps, tokens, minutes)
+        return self._cumulative
+
     def tokens_at(self, step):
         """Tokens trained on after `step` optimizer steps. Steps missing from the log (none, for a
         complete one) count with the tokens per step of the next logged step."""
-        total, previous = 0, 0
-        for s in self.step_numbers():
-            if s > step:
-                break
-            total += (s - previous) * self.tokens_per_step[s]
-            previous = s
+        steps, tokens, _ = self.cumulative()
+        i = bisect.bisect_right(steps, step)
+        total, previous = (tokens[i - 1], steps[i - 1]) if i else (0, 0)
         return total + (step - previous) * self.config["tokens_per_step"]
 
     def minutes_at(self, step):
         """Training time (the steps' own ms, no evals or checkpoints) up to `step`, in minutes."""
-        return sum(self.steps[s]["ms"] for s in self.steps if s <= step) / 60000.0
+        steps, _, minutes = self.cumulative()
+        i = bisect.bisect_right(steps, step)
+        return minutes[i - 1] if i else 0.0
 
     def x_of(self, steps, axis):
         if axis == "step":
@@ -289,11 +381,23 @@ def baseline_label(baseline):
     return baseline.label if isinstance(baseline, Run) else baseline[0].group
 
 
-def baseline_delta(run, base):
-    """(steps, run's val loss - base's) at the steps where both evaluated the first of base's val
-    sets that run has too; ([], []) without a base or a set in common."""
-    key = next((k for k in base.val_sets() if k in run.val_sets()), None) if base is not None else None
-    if key is None:
+def baseline_key(baseline):
+    """The val set every Δ is taken on: the baseline's first (with --group, that of the first of
+    its runs that has one). One set for the whole column and panel, so that no two runs' Δ are on
+    different data; None where the baseline has no val set."""
+    runs = [baseline] if isinstance(baseline, Run) else (baseline or [])
+    return next((r.val_sets()[0] for r in runs if r.val_sets()), None)
+
+
+def set_name(key):
+    """"val_loss" -> "val", "val_loss_NAME" -> "val NAME": how headers and titles name a set."""
+    return key.replace("val_loss_", "val ").replace("val_loss", "val")
+
+
+def baseline_delta(run, base, key):
+    """(steps, run's val loss - base's) on val set `key` at the steps where both evaluated it;
+    ([], []) without a base, or where either has not evaluated that set."""
+    if base is None or key is None or key not in run.val_sets() or key not in base.val_sets():
         return [], []
     steps, losses = run.val_curve(key)
     base_steps, base_losses = base.val_curve(key)
@@ -303,7 +407,8 @@ def baseline_delta(run, base):
 
 
 def fmt(x, spec):
-    return "-" if x is None else format(x, spec)
+    # a NaN (a null in the log: a non-finite value) prints as nan, never as a missing '-'
+    return "-" if x is None else "nan" if not math.isfinite(x) else format(x, spec)
 
 
 def mc_label(key, metric):
@@ -321,8 +426,9 @@ def table(runs, baseline=None, mc_metric="acc_norm"):
     head = ["run", "path", "arch", "params", "steps", "tokens", "train loss"]
     head += [k.replace("val_loss_", "val ").replace("val_loss", "val loss") for k in val_keys]
     head += [mc_label(k, mc_metric) for k in mc_keys]
+    delta_key = baseline_key(baseline) if baseline else None
     if baseline:
-        head += [f"Δ val vs {baseline_label(baseline)}"]
+        head += [f"Δ {set_name(delta_key or 'val_loss')} vs {baseline_label(baseline)}"]
     with_mfu = any("mfu" in rec for r in runs for rec in r.steps.values())  # GPU runs on a device of known peak
     head += ["ms/step", "tok/s"] + (["MFU"] if with_mfu else []) + ["settings"]
     rows = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 3 else "---:" for i in range(len(head) - 1)) + "|---|"]
@@ -339,14 +445,16 @@ def table(runs, baseline=None, mc_metric="acc_norm"):
             s, values = r.val_curve(k)
             cells.append(fmt(values[-1] if values else None, ".4f"))
         if baseline:
-            d_steps, deltas = baseline_delta(r, baseline_run_for(r, baseline))
+            d_steps, deltas = baseline_delta(r, baseline_run_for(r, baseline), delta_key)
             cells.append(fmt(deltas[-1], "+.4f") + f" @{d_steps[-1]}" if deltas else "-")
         # the first step of each segment pays for warm-up (allocation, page faults): left out
         timed = [r.steps[s] for s in steps if s not in r.segment_first] or [r.steps[s] for s in steps]
-        cells.append(fmt(statistics.median(x["ms"] for x in timed) if timed else None, ".1f"))
-        cells.append(fmt(statistics.median(x["tok_per_s"] for x in timed) if timed else None, ",.0f"))
+        # medians over the finite values: a NaN (null) would make the sort, and so the median, arbitrary
+        for key, spec in (("ms", ".1f"), ("tok_per_s", ",.0f")):
+            values = [x[key] for x in timed if math.isfinite(x[key])]
+            cells.append(fmt(statistics.median(values) if values else None, spec))
         if with_mfu:
-            mfus = [x["mfu"] for x in timed if "mfu" in x]
+            mfus = [x["mfu"] for x in timed if "mfu" in x and math.isfinite(x["mfu"])]
             cells.append(fmt(100 * statistics.median(mfus), ".1f") + "%" if mfus else "-")
         cells.append(", ".join(f"{k}={v}" for k, v in r.settings().items()) or "-")
         rows.append("| " + " | ".join(cells) + " |")
@@ -358,6 +466,35 @@ def table(runs, baseline=None, mc_metric="acc_norm"):
 
 # config fields that may differ between the seeds of one setting (the rest must agree)
 SEED_FREE_KEYS = {"event", "seed", "resumed_from"}
+# config fields newer trainers write and older logs lack: a missing one is unknown, so they are
+# compared only where both logs have them. What a val loss is measured on (data, batches, the
+# --eval-mc sets) and where the weights started: two runs that differ in one are not comparable,
+# neither as seeds of one setting nor against a --baseline.
+EVAL_KEYS = ("val_data", "eval_batches", "eval_mc", "init_from")
+
+
+def eval_difference(a, b):
+    """The first of EVAL_KEYS both runs' configs have and differ in, as (key, a's, b's), or None."""
+    for k in EVAL_KEYS:
+        if k in a.config and k in b.config and a.config[k] != b.config[k]:
+            return k, a.config[k], b.config[k]
+    return None
+
+
+def check_baseline_comparable(runs, baseline):
+    """A usage error (exit 2) where a run's val loss is on other data or from another start than
+    its baseline's, so that their difference would not be the path's or the setting's."""
+    for r in runs:
+        base = baseline_run_for(r, baseline)
+        if base is None and not isinstance(baseline, Run):
+            base = baseline[0]  # no run of this seed: the setting is still measured against the baseline's data
+        if base is None or base is r:
+            continue
+        d = eval_difference(r, base)
+        if d:
+            fail(f"--baseline: {r.label} and {base.label} differ in '{d[0]}' ({d[1]!r} vs {d[2]!r}): "
+                 "their val losses are not comparable", "compare runs evaluated alike (--val-data, --eval-batches, "
+                 "--eval-mc, --init-from), or leave that run out", 2)
 
 
 def student_t_central(t, df):
@@ -409,7 +546,9 @@ def group_runs(runs):
         first = members[0]
         seeds = [m.config.get("seed") for m in members]
         for m in members[1:]:
-            keys = sorted((set(first.config) | set(m.config)) - SEED_FREE_KEYS)
+            keys = sorted((set(first.config) | set(m.config)) - SEED_FREE_KEYS - set(EVAL_KEYS))
+            # a key only one log has is unknown for the other: compared only where both have it
+            keys += [k for k in EVAL_KEYS if k in first.config and k in m.config]
             differ = [k for k in keys if first.config.get(k) != m.config.get(k)]
             if differ:
                 k = differ[0]
@@ -429,9 +568,52 @@ def same_seed_run(run, baseline_group):
 def mean_sd(values, spec=".4f"):
     if not values:
         return "-"
+    if not all(math.isfinite(v) for v in values):
+        return "nan"  # a seed's value is null in its log: no mean over the others passes for the setting's
     if len(values) == 1:
         return format(values[0], spec)
     return f"{format(statistics.mean(values), spec)} ± {format(statistics.stdev(values), spec)}"
+
+
+def last_eval_step(run, key):
+    """The last step at which `run` evaluated val set `key`, or None."""
+    steps = run.val_curve(key)[0]
+    return steps[-1] if steps else None
+
+
+def check_equal_lengths(groups, baseline=None):
+    """A damaged-data error (exit 1) where the seed table would mix steps: the runs of a setting
+    end at different steps or evaluated a val set last at different steps (a mean would average
+    step-2 and step-4 losses), or a setting's last evaluation is not its baseline's (the paired
+    differences would be taken at another step than the setting's). Every value in the table is
+    therefore at one step per setting, the one its "steps" column shows."""
+    def describe(members, of):
+        return ", ".join(f"{r.label} at {'no step' if of(r) is None else f'step {of(r)}'}" for r in members)
+
+    hint = "compare runs of one length: wait for the shorter ones to finish, or leave them out"
+    val_keys = []
+    for members in groups.values():
+        for r in members:
+            val_keys += [k for k in r.val_sets() if k not in val_keys]
+    for name, members in groups.items():
+        last = lambda r: r.step_numbers()[-1] if r.steps else None  # noqa: E731
+        if len({last(r) for r in members}) > 1:
+            fail(f"--group: the runs of '{name}' end at different steps ({describe(members, last)}): "
+                 "their mean would mix losses of different steps", hint, 1)
+        for k in val_keys:
+            if len({last_eval_step(r, k) for r in members}) > 1:
+                fail(f"--group: the runs of '{name}' last evaluated {set_name(k)} at different steps "
+                     f"({describe(members, lambda r: last_eval_step(r, k))})", hint, 1)
+    key = baseline_key(groups[baseline]) if baseline else None
+    if key is None:
+        return
+    base_step = last_eval_step(groups[baseline][0], key)
+    for name, members in groups.items():
+        step = last_eval_step(members[0], key)
+        if name != baseline and step is not None and step != base_step:
+            fail(f"--group: '{name}' last evaluated {set_name(key)} at step {step}, its baseline '{baseline}' at "
+                 f"{'no step' if base_step is None else f'step {base_step}'}: the paired differences would be "
+                 "taken at another step than the setting's", hint, 1)
 
 
 def seed_table(groups, baseline=None):
@@ -443,8 +625,9 @@ def seed_table(groups, baseline=None):
             val_keys += [k for k in r.val_sets() if k not in val_keys]
     head = ["setting", "path", "runs", "seeds", "steps", "train loss"]
     head += [k.replace("val_loss_", "val ").replace("val_loss", "val loss") for k in val_keys]
+    delta_key = baseline_key(groups[baseline]) if baseline else None
     if baseline:
-        head += [f"Δ val vs {baseline} (paired)", "95% CI", "lower in"]
+        head += [f"Δ {set_name(delta_key or 'val_loss')} vs {baseline} (paired)", "95% CI", "lower in"]
     rows = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
     for name, members in groups.items():
         c = members[0].config
@@ -454,10 +637,13 @@ def seed_table(groups, baseline=None):
         for k in val_keys:
             cells.append(mean_sd([r.val_curve(k)[1][-1] for r in members if r.val_curve(k)[1]]))
         if baseline:
-            deltas = [baseline_delta(r, baseline_run_for(r, groups[baseline]))[1] for r in members]
+            deltas = [baseline_delta(r, baseline_run_for(r, groups[baseline]), delta_key)[1] for r in members]
             diffs = [d[-1] for d in deltas if d]
             if name == baseline or not diffs:
                 cells += ["-", "-", "-"]
+            elif not all(math.isfinite(d) for d in diffs):
+                # a null val loss in a log: no mean or interval, and not one over the other seeds
+                cells += [f"nan (n={len(diffs)})", "nan", "-"]
             else:
                 mean, half = paired_difference(diffs)
                 cells.append(f"{mean:+.4f} (n={len(diffs)})")
@@ -493,14 +679,23 @@ def plot_layer_lines(ax, run, layers, curve, x_axis, colour, **style):
                     xytext=(2, 0), textcoords="offset points", va="center")
 
 
+def applicable_panels(runs, panels, baseline, mc_metric):
+    """(the panels that apply to these runs, {panel left out: why})."""
+    why = {"delta": None if baseline is not None else "it needs --baseline",
+           "lambda": None if any(r.lambda_layers() > 1 for r in runs) else "no run logs ResFormer's learnable lambdas",
+           "val": None if any(r.val_sets() for r in runs) else "no run has a val set (--val-data)",
+           "mc": None if any(r.mc_sets(mc_metric) for r in runs) else f"no run logs --eval-mc accuracies ({mc_metric})",
+           "depth": None if any(r.depth_layers() for r in runs) else "no Depth-Attention run with val sets"}
+    return [p for p in panels if why.get(p) is None], {p: why[p] for p in panels if why.get(p)}
+
+
 def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, logx=False, mc_metric="acc_norm", group=False):
     """The figure; one axis per panel, each run one colour in every panel (group: each setting one
     colour, its seeds' lines labelled once). baseline: a run, or with group a setting's runs.
     Returns (fig, {panel: ax})."""
     plt = import_pyplot()
-    shown = {"delta": baseline is not None, "lambda": any(r.lambda_layers() > 1 for r in runs), "val": any(r.val_sets() for r in runs),
-             "mc": any(r.mc_sets(mc_metric) for r in runs), "depth": any(r.depth_layers() for r in runs)}
-    panels = [p for p in panels if shown.get(p, True)]
+    panels, _ = applicable_panels(runs, panels, baseline, mc_metric)
+    delta_key = baseline_key(baseline) if baseline is not None else None
     cols = 2 if len(panels) > 1 else 1
     rows = math.ceil(len(panels) / cols)
     fig, grid = plt.subplots(rows, cols, figsize=(6.4 * cols, 3.6 * rows), squeeze=False)
@@ -530,9 +725,9 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
         if "val" in axes:
             for k, key in enumerate(run.val_sets()):
                 vs, losses = run.val_curve(key)
-                set_name = key.replace("val_loss_", "").replace("val_loss", "val")
+                name_of_set = key.replace("val_loss_", "").replace("val_loss", "val")
                 axes["val"].plot(run.x_of(vs, x_axis), losses, styles[k % len(styles)], marker="o", markersize=3,
-                                 color=colour, label=label if set_name == "val" or label is None else f"{label} {set_name}")
+                                 color=colour, label=label if name_of_set == "val" or label is None else f"{label} {name_of_set}")
         if "depth" in axes and run.depth_layers():
             plot_layer_lines(axes["depth"], run, run.depth_layers(), run.depth_own_curve, x_axis, colour, marker="o", markersize=2)
         if "mc" in axes:
@@ -553,12 +748,13 @@ def make_figure(runs, panels, x_axis, smooth, baseline=None, loss_ylim=None, log
             plot_layer_lines(axes["lambda"], run, run.lambda_layers() - 1, run.lambda_curve, x_axis, colour)
         base = baseline_run_for(run, baseline) if "delta" in axes else None
         if base is not run:
-            ds, deltas = baseline_delta(run, base)
+            ds, deltas = baseline_delta(run, base, delta_key)
             if deltas:
                 axes["delta"].plot(run.x_of(ds, x_axis), deltas, marker="o", markersize=3, color=colour, label=label)
     titles = {"train": f"train loss (EMA {smooth})" if smooth > 0 else "train loss", "val": "val loss",
               "lr": "learning rate", "norm": "gradient norm (before clipping)", "speed": "tokens/s",
-              "delta": f"val loss − {baseline_label(baseline) if baseline else ''}'s" + (" (same seed)" if group else ""), "lambda": "ResFormer lambda per layer",
+              "delta": f"{set_name(delta_key or 'val_loss')} loss − {baseline_label(baseline) if baseline else ''}'s"
+                       + (" (same seed)" if group else ""), "lambda": "ResFormer lambda per layer",
               "mc": f"multiple choice: {mc_metric}", "depth": "Depth-Attention: weight on the own value per layer"}
     for panel, ax in axes.items():
         ax.set_title(titles[panel])
@@ -652,6 +848,17 @@ def main(argv=None):
         if baseline is None:
             fail(f"--baseline '{a.baseline}' is none of the runs' labels ({', '.join(r.label for r in runs)})",
                  "give one of those labels, or label a run with NAME=RUN", 2)
+    if baseline is not None:
+        check_baseline_comparable(runs, baseline)
+    if groups is not None:
+        check_equal_lengths(groups, a.baseline)
+    if not a.table:
+        # checked before anything is printed: a figure without a panel is no plot
+        kept, dropped = applicable_panels(runs, a.panels, baseline, a.mc_metric)
+        if not kept:
+            fail("--panels: none of " + ", ".join(a.panels) + " applies to these runs: "
+                 + "; ".join(f"{p}: {why}" for p, why in dropped.items()),
+                 "choose panels these runs have (train, lr, norm and speed always apply), or use --table", 2)
     for r in runs:
         if not r.steps:
             warn(f"{r.log_path}: no step logged yet; its row is empty and it is left out of the plot")

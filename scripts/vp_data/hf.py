@@ -76,6 +76,32 @@ TOKENIZERS = {
 }
 
 
+# Every file an export may write besides config.json and model.safetensors: with --force, those of
+# an earlier export that this one does not write are removed, so that a model never sits beside
+# another tokenizer's files (AutoTokenizer would load those) or the remote code of another export.
+EXPORT_EXTRA_FILES = sorted({dest for _, files, *_ in TOKENIZERS.values() for _, dest in files}
+                            | {"tokenizer_config.json"} | {dest for _, dest in REMOTE_CODE_FILES})
+
+
+def tokenizer_files(tokenizer: str, vocab_size: int) -> tuple:
+    """(canonical name, [(cached file, name in the model dir)], tokenizer_config fields, bos, eos) of
+    `tokenizer` for a model of `vocab_size`; a DataError if the name is unknown, its vocabulary is
+    another, or its files are not in the cache and cannot be fetched."""
+    from .tokenizer import canonical_name
+    name = canonical_name(tokenizer)
+    n, files, tok_config, bos, eos = TOKENIZERS[name]
+    if n != vocab_size:
+        raise DataError(f"--tokenizer {name} has {n} ids but the model's vocabulary is {vocab_size}; "
+                        f"pass the tokenizer the training shards were made with, or none")
+    return name, [(cache.fetch(key), dest) for key, dest in files], tok_config, bos, eos
+
+
+def check_finite(ckpt: str, cfg: Config, params: np.ndarray) -> None:
+    if not np.all(np.isfinite(params)):
+        bad = [name for name, t in _flat_view(cfg, params).items() if not np.all(np.isfinite(t))]
+        raise DataError(f"{ckpt}: NaN or Inf in {', '.join(bad)}; export a checkpoint from before the run diverged")
+
+
 def _flat_view(cfg: Config, params: np.ndarray) -> dict:
     """{name: view of the flat parameters with its host/params.h shape}, for the tensors that exist."""
     return {name: params[off:off + n].reshape(shape) for name, shape, off, n in param_offsets(cfg)[0]}
@@ -179,21 +205,13 @@ def export(ckpt: str, out_dir: str, tokenizer: str | None = None, force: bool = 
         cfg, params, meta = read_checkpoint(ckpt)
     except (OSError, ValueError) as e:
         raise DataError(f"cannot export: {e}") from None
-    if not np.all(np.isfinite(params)):
-        bad = [name for name, t in _flat_view(cfg, params).items() if not np.all(np.isfinite(t))]
-        raise DataError(f"{ckpt}: NaN or Inf in {', '.join(bad)}; export a checkpoint from before the run diverged")
+    check_finite(ckpt, cfg, params)
     remote_code = remote_code or cfg.path != "vanilla"
     sd, config = (remote_state_and_config if remote_code else hf_state_and_config)(cfg, params)
     code_files = REMOTE_CODE_FILES if remote_code else []
     tok_files = []
     if tokenizer is not None:
-        from .tokenizer import canonical_name
-        name = canonical_name(tokenizer)
-        n, files, tok_config, bos, eos = TOKENIZERS[name]
-        if n != cfg.vocab_size:
-            raise DataError(f"--tokenizer {name} has {n} ids but the model's vocabulary is {cfg.vocab_size}; "
-                            f"pass the tokenizer the training shards were made with, or none")
-        tok_files = [(cache.fetch(key), dest) for key, dest in files]
+        _, tok_files, tok_config, bos, eos = tokenizer_files(tokenizer, cfg.vocab_size)
         config.update({"bos_token_id": bos, "eos_token_id": eos})
     targets = (["config.json", "model.safetensors"] + [d for _, d in tok_files + code_files]
                + (["tokenizer_config.json"] if tok_files else []))
@@ -214,6 +232,11 @@ def export(ckpt: str, out_dir: str, tokenizer: str | None = None, force: bool = 
         for src, dest in tok_files:
             shutil.copyfile(src, os.path.join(out_dir, dest))
         _write_json(os.path.join(out_dir, "tokenizer_config.json"), {**tok_config, "model_max_length": cfg.max_seq_len})
+    # only now, the new model complete: an earlier export's files this one did not write (another
+    # tokenizer's, none at all asked for, remote code for a now-native model) would be read with it
+    for stale in EXPORT_EXTRA_FILES:
+        if stale not in targets and os.path.exists(os.path.join(out_dir, stale)):
+            os.remove(os.path.join(out_dir, stale))
     return config
 
 
@@ -322,13 +345,17 @@ def config_from_hf(hf: dict, max_seq: int | None = None) -> Config:
             cfg = Config(**need("valuepath"))
         except TypeError as e:
             raise DataError(f"config.json's 'valuepath' block does not match this version's Config: {e}") from None
-        refuse_if(max_seq is not None and max_seq != cfg.max_seq_len, "a fixed max_seq_len (drop --max-seq)")
+        if max_seq is not None and max_seq != cfg.max_seq_len:
+            # not refuse_if: nothing here is beyond valuepath's math; the exported Config fixes the length
+            raise DataError(f"--max-seq {max_seq}: this model was exported from a valuepath checkpoint with max_seq_len "
+                            f"{cfg.max_seq_len}, which import keeps as it was; drop --max-seq")
     else:
         raise DataError(f"model_type '{mt}' cannot be imported; valuepath's families map to gpt2, llama and qwen3 "
                         f"(and valuepath, which export writes for the other value paths)")
     if max_seq is not None and mt != "valuepath":
-        refuse_if(cfg.arch == "gpt2" and max_seq > cfg.max_seq_len,
-                  f"only {cfg.max_seq_len} learned positions (--max-seq {max_seq} asks for more)")
+        if cfg.arch == "gpt2" and max_seq > cfg.max_seq_len:
+            raise DataError(f"--max-seq {max_seq}: this GPT-2 model has only {cfg.max_seq_len} learned positions; "
+                            f"give --max-seq {cfg.max_seq_len} or less")
         cfg.max_seq_len = max_seq
     cfg.padded_vocab_size = -(-cfg.vocab_size // 128) * 128
     try:

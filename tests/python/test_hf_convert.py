@@ -596,3 +596,35 @@ def test_exported_tokenizer_encodes_as_the_pipeline(tok, vocab, tmp_path, vp_cac
         assert differ and all("  " in d for d in differ), differ[:3]
     else:
         assert differ == []
+
+
+def test_export_force_leaves_no_file_of_an_earlier_export(tmp_path):
+    """--force over an earlier export: its tokenizer and remote-code files that this export does
+    not write are removed (AutoTokenizer would load them beside the new model), files of the
+    user's own are kept, and without --force nothing is touched."""
+    cfg = make_config("gpt2", 1, 1, 8, 50257, 8)
+    write_checkpoint(str(tmp_path / "a.bin"), cfg, random_params(cfg, 0))
+    d = tmp_path / "hf"
+    convert("export", tmp_path / "a.bin", d, "--tokenizer", "gpt2", "--remote-code")
+    assert {"vocab.json", "merges.txt", "tokenizer_config.json", "modeling_valuepath.py"} <= set(os.listdir(d))
+    (d / "README.md").write_text("mine")
+    convert("export", tmp_path / "a.bin", d, expect=1)  # no --force: refused, the earlier export intact
+    assert "vocab.json" in os.listdir(d)
+    convert("export", tmp_path / "a.bin", d, "--force")
+    assert sorted(os.listdir(d)) == ["README.md", "config.json", "model.safetensors"]
+    assert json.loads((d / "config.json").read_text())["model_type"] == "gpt2"
+
+
+def test_flag_errors_are_usage_errors_with_plain_messages(tmp_path):
+    """An unknown --tokenizer is a bad flag (exit 2), and --max-seq on a model whose length is fixed
+    says so in plain words, not as a feature valuepath's model lacks."""
+    cfg = small_config("gpt2")
+    write_checkpoint(str(tmp_path / "a.bin"), cfg, random_params(cfg, 0))
+    _, _, err = convert("export", tmp_path / "a.bin", tmp_path / "x", "--tokenizer", "foo", expect=2)
+    assert "unknown tokenizer 'foo'" in err and not (tmp_path / "x").exists()
+    convert("export", tmp_path / "a.bin", tmp_path / "rc", "--remote-code")
+    _, _, err = convert("import", tmp_path / "rc", tmp_path / "b.bin", "--max-seq", "8", expect=1)
+    assert "import keeps as it was; drop --max-seq" in err and "does not implement" not in err
+    convert("export", tmp_path / "a.bin", tmp_path / "hf")
+    _, _, err = convert("import", tmp_path / "hf", tmp_path / "c.bin", "--max-seq", str(T + 1), expect=1)
+    assert f"has only {T} learned positions; give --max-seq {T} or less" in err and "does not implement" not in err

@@ -186,3 +186,69 @@ def test_compare_paths_adds_the_downstream_table(tmp_path, vp_cache):
     results = json.loads((tmp_path / "cmp.eval.json").read_text())["results"]
     assert [(r["value_path"], r["step"], r["n"]) for r in results] == [("vanilla", 2, 40), ("depth", 2, 40)]
     assert f"| {out / 'vanilla'} | vanilla | 2 | vp_hellaswag_local | 40 |" in p.stdout
+
+
+def fake_lm_eval(monkeypatch):
+    """lm_eval stood in for by a stub (CI has no lm-eval): simple_evaluate records its calls and
+    returns fixed accuracies, so that eval_harness.py's own checks and output can be tested."""
+    import sys
+    import types
+
+    calls = []
+
+    def simple_evaluate(model, model_args, tasks, batch_size, device, limit, task_manager):
+        calls.append(model_args)
+        return {"results": {t: {"acc,none": 0.25, "acc_stderr,none": 0.01, "acc_norm,none": 0.3, "acc_norm_stderr,none": 0.02,
+                                "sample_len": 40} for t in tasks}}
+
+    lm_eval, tasks = types.ModuleType("lm_eval"), types.ModuleType("lm_eval.tasks")
+    lm_eval.simple_evaluate, lm_eval.tasks = simple_evaluate, tasks
+    tasks.TaskManager = lambda include_path=None: None
+    monkeypatch.setitem(sys.modules, "lm_eval", lm_eval)
+    monkeypatch.setitem(sys.modules, "lm_eval.tasks", tasks)
+    return calls
+
+
+def test_eval_harness_checks_everything_before_the_first_evaluation(tmp_path, monkeypatch):
+    """A tokenizer of another vocabulary, NaN weights or an --out that cannot be written are found
+    before any run is evaluated, not after the good runs' (slow) evaluations; the results are
+    written whole or not at all, and an error names --out, the flag the script has."""
+    import numpy as np
+
+    calls = fake_lm_eval(monkeypatch)
+    mod = load_script("eval_harness")
+    cfg = make_config("gpt2", 1, 1, 8, 50257, 8)
+    write_checkpoint(str(tmp_path / "good.bin"), cfg, random_params(cfg, 0))
+    nan = random_params(cfg, 1)
+    nan[5] = np.nan
+    write_checkpoint(str(tmp_path / "nan.bin"), cfg, nan)
+    err = io.StringIO()
+
+    def run(*argv):
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            return cli.run(mod.main, [str(a) for a in argv])
+
+    neox = make_config("gpt2", 1, 1, 8, 50277, 8)
+    write_checkpoint(str(tmp_path / "neox.bin"), neox, random_params(neox, 2))
+    out = tmp_path / "r.json"
+    # each time the first run is fine and the second is not: the first must not be evaluated either
+    assert run(tmp_path / "good.bin", tmp_path / "neox.bin", "--tokenizer", "gpt2", "--tasks", "t", "--out", out) == 1
+    assert "neox.bin: --tokenizer gpt2 has 50257 ids but the model's vocabulary is 50277" in err.getvalue() and calls == []
+    assert run(tmp_path / "good.bin", tmp_path / "nan.bin", "--tasks", "t", "--out", out) == 1
+    assert "nan.bin: NaN or Inf in" in err.getvalue() and calls == []
+    assert run(tmp_path / "good.bin", "--tasks", "t", "--out", tmp_path / "no" / "r.json") == 1
+    assert "--out" in err.getvalue() and "no directory" in err.getvalue()
+    assert calls == [] and not out.exists() and "--out-dir" not in err.getvalue()
+
+    assert run(tmp_path / "good.bin", "--tasks", "t", "--out", out) == 0 and len(calls) == 1
+    before = out.read_bytes()
+    assert json.loads(before)["results"][0]["acc"] == 0.25
+
+    def full_disk(obj, f, **kw):
+        f.write('{"tasks": ')
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mod.json, "dump", full_disk)
+    assert run(tmp_path / "good.bin", "--tasks", "t", "--out", out) == 1
+    assert "cannot write --out" in err.getvalue() and "No space left" in err.getvalue()
+    assert out.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["good.bin", "nan.bin", "neox.bin", "r.json"]

@@ -546,3 +546,170 @@ def test_compare_paths_over_seeds(tmp_path):
     assert final["vanilla@5"] != final["vanilla@6"]  # the seed reached the trainer
     p, _ = compare_paths(tmp_path, PATHS="vanilla resformer", SEEDS="5 x")
     assert p.returncode == 2 and "SEEDS holds 'x', not a seed" in p.stderr
+
+
+# ---------------------------------------------------------------------------
+# hand-written logs: each case in a few lines, no trainer run
+
+def write_log(directory, steps=2, evals=(2,), val=4.0, seed=1, path="vanilla", config=None, step_extra=None, eval_records=None):
+    """A log.jsonl as the trainer writes it: the config line (updated by `config`), steps 1..steps
+    (each updated by step_extra), and a val loss at each of `evals` (or eval_records as given)."""
+    directory.mkdir(parents=True)
+    c = {"event": "config", "arch": "gpt2", "layers": 2, "tokens_per_step": 16, "max_steps": 8, "seed": seed,
+         "num_params": 1000, "value_path": path, "world": 1, **(config or {})}
+    lines = [c] + [{"step": s, "train_loss": 5.0 - s / 10, "lr": 1e-3, "grad_norm": 1.0, "ms": 10.0, "tok_per_s": 1600.0,
+                    **(step_extra or {})} for s in range(1, steps + 1)]
+    lines += eval_records if eval_records is not None else [{"step": s, "val_loss": val} for s in evals]
+    (directory / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return directory
+
+
+def test_seed_table_refuses_runs_that_end_at_different_steps(tmp_path):
+    """A mean over seeds, or a paired difference, is only over values of one step: a setting whose
+    runs end (or last evaluated) at different steps, or whose last evaluation is not its baseline's,
+    is refused with the runs and their steps named, before any table is printed."""
+    base = [f"base@{s}={write_log(tmp_path / f'b{s}', seed=s, steps=4, evals=(2, 4))}" for s in (1, 2)]
+    short = f"x@2={write_log(tmp_path / 'x2', seed=2, steps=2, evals=(2,))}"
+    full = f"x@1={write_log(tmp_path / 'x1', seed=1, steps=4, evals=(2, 4), val=4.1)}"
+    p = plot(base + [full, short, "--group", "--baseline", "base", "--table"], expect=1)
+    assert "the runs of 'x' end at different steps (x@1 at step 4, x@2 at step 2)" in p.stderr
+    assert p.stdout == "" and "Traceback" not in p.stderr and "HINT" in p.stderr
+    # as long, but evaluated last at another step
+    late = f"x@2={write_log(tmp_path / 'x2e', seed=2, steps=4, evals=(2,))}"
+    p = plot(base + [full, late, "--group", "--table"], expect=1)
+    assert "the runs of 'x' last evaluated val at different steps (x@1 at step 4, x@2 at step 2)" in p.stderr
+    # a setting of equal runs, but shorter than its baseline: its Δ would be at another step
+    s1, s2 = (f"x@{s}={write_log(tmp_path / f'xs{s}', seed=s, steps=2, evals=(2,))}" for s in (1, 2))
+    p = plot(base + [s1, s2, "--group", "--baseline", "base", "--table"], expect=1)
+    assert "'x' last evaluated val at step 2, its baseline 'base' at step 4" in p.stderr
+    # without --baseline they stand on their own: one step per setting, shown in its column
+    p = plot(base + [s1, s2, "--group", "--table"], expect=0)
+    assert tables(p.stdout)[1]["x"]["steps"] == "2" and tables(p.stdout)[1]["base"]["steps"] == "4"
+
+
+def test_runs_evaluated_on_other_data_are_not_compared(tmp_path):
+    """val_data, eval_batches, eval_mc and init_from (newer trainers' config keys) must agree
+    between seeds of a setting and between a run and its --baseline; a log without the key (an
+    older trainer) is not refused for lacking it."""
+    new = {"val_data": ["v_*.bin"], "eval_batches": 4, "eval_mc": [], "init_from": ""}
+    a1 = write_log(tmp_path / "a1", seed=1, config=new)
+    a2 = write_log(tmp_path / "a2", seed=2, config={**new, "val_data": ["web=w_*.bin"]})
+    p = plot([f"a@1={a1}", f"a@2={a2}", "--group", "--table"], expect=2)
+    assert "a@1 and a@2 differ in 'val_data' (['v_*.bin'] vs ['web=w_*.bin'])" in p.stderr
+    b = write_log(tmp_path / "b", config={**new, "eval_batches": 8})
+    p = plot([f"a={a1}", f"b={b}", "--baseline", "a", "--table"], expect=2)
+    assert "--baseline: b and a differ in 'eval_batches' (8 vs 4)" in p.stderr and "Traceback" not in p.stderr
+    # across settings under --group: the same seed's baseline run
+    b1 = write_log(tmp_path / "b1", seed=1, config={**new, "init_from": "ckpt.bin"})
+    p = plot([f"a@1={a1}", f"b@1={b1}", "--group", "--baseline", "a", "--table"], expect=2)
+    assert "b@1 and a@1 differ in 'init_from' ('ckpt.bin' vs '')" in p.stderr
+    # an old log (no such keys) beside a new one: unknown, so compared in nothing but the rest
+    old = write_log(tmp_path / "old", seed=2)
+    plot([f"a@1={a1}", f"a@2={old}", "--group", "--table"], expect=0)
+    plot([f"a={a1}", f"o={old}", "--baseline", "a", "--table"], expect=0)
+
+
+def test_null_values_are_nan_in_the_tables_and_gaps_in_the_curves(tmp_path):
+    """The trainer writes null for a non-finite value: read as NaN, printed as nan (never '-', which
+    means 'not logged'), a gap in a curve, and a nan Δ or statistic, never a traceback."""
+    base = [write_log(tmp_path / f"b{s}", seed=s, val=4.0) for s in (1, 2)]
+    nulls = write_log(tmp_path / "n1", seed=1, eval_records=[{"step": 2, "val_loss": None}],
+                      step_extra={"train_loss": None})
+    fine = write_log(tmp_path / "n2", seed=2, val=4.2)
+    p = plot([f"b={base[0]}", f"n={nulls}", "--baseline", "b", "--table"], expect=0)
+    row = table_rows(p.stdout)["n"]
+    assert (row["train loss"], row["val loss"], row["Δ val vs b"]) == ("nan", "nan", "nan @2")
+    args = [f"b@1={base[0]}", f"b@2={base[1]}", f"n@1={nulls}", f"n@2={fine}", "--group", "--baseline", "b"]
+    p = plot(args + ["--table"], expect=0)
+    n = tables(p.stdout)[1]["n"]
+    assert (n["train loss"], n["val loss"], n["Δ val vs b (paired)"], n["95% CI"]) == ("nan", "nan", "nan (n=2)", "nan")
+    assert "Traceback" not in p.stderr
+    plot(args + ["--out", tmp_path / "n.png"], expect=0)
+    # the EMA leaves a null out: a gap at its step, the values after it smoothed as if it were absent
+    got = plot_runs.ema([1.0, float("nan"), 3.0], 0.5)
+    assert np.isnan(got[1]) and got[0] == 1.0 and got[2] == pytest.approx(plot_runs.ema([1.0, 3.0], 0.5)[1])
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.split("\n")[0][:30], "no complete config line"),
+    (lambda t: t + t.split("\n")[0][:-1] + ', "resumed_from": null}\n', '"resumed_from" is not a step number: None'),
+    (lambda t: t + t.split("\n")[0][:-1] + ', "resumed_from": "x"}\n', "\"resumed_from\" is not a step number: 'x'"),
+    (lambda t: t.replace(', "ms": 10.0', "", 1), ':2: a step line without "ms"'),
+    (lambda t: t.replace('"tok_per_s": 1600.0}', '"tok_per_s": 1600.0, "resformer_lambdas": 0.5}', 1),
+     ':2: "resformer_lambdas" is not a list'),
+    (lambda t: t.replace('"tokens_per_step": 16', '"tokens_per_step": "16"'), "\"tokens_per_step\" is not a whole number: '16'"),
+    (lambda t: t.replace('"num_params": 1000', '"num_params": null'), '"num_params" is not a whole number: None'),
+    (lambda t: t.replace('"val_loss": 4.0', '"val_loss": [1, 2]'), ':4: "val_loss" is not a number'),
+])
+def test_malformed_fields_are_clear_errors(tmp_path, change, message):
+    d = write_log(tmp_path / "r")
+    (d / "log.jsonl").write_text(change((d / "log.jsonl").read_text()))
+    p = plot([d, "--table"], expect=1)
+    assert message in p.stderr and "log.jsonl" in p.stderr and "HINT" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_panels_that_apply_to_no_run_are_a_usage_error(tmp_path):
+    pytest.importorskip("matplotlib")
+    d = write_log(tmp_path / "v")
+    for panels, why in [("delta", "delta: it needs --baseline"),
+                        ("lambda,mc", "lambda: no run logs ResFormer's learnable lambdas; mc: no run logs --eval-mc")]:
+        p = plot([d, "--panels", panels, "--out", tmp_path / "p.png"], expect=2)
+        assert why in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "p.png").exists()
+    # one of them applying is enough: the others are left out as before
+    plot([d, "--panels", "delta,train", "--out", tmp_path / "p.png"], expect=0)
+
+
+def test_delta_column_is_on_the_baselines_first_set(tmp_path):
+    """Every Δ in the column (and the panel) is on one set, the baseline's first, named in the header;
+    a run that did not evaluate that set gets '-', not its Δ on some other set."""
+    def sets(web, code):
+        return [{"step": 2, **({"val_loss_web": web} if web is not None else {}), "val_loss_code": code}]
+    base = write_log(tmp_path / "base", eval_records=sets(4.0, 6.0))
+    both = write_log(tmp_path / "both", eval_records=sets(4.1, 6.3))
+    code_only = write_log(tmp_path / "code", eval_records=sets(None, 5.5))
+    p = plot([base, both, code_only, "--baseline", "base", "--table"], expect=0)
+    rows = table_rows(p.stdout)
+    assert rows["both"]["Δ val web vs base"] == "+0.1000 @2"
+    assert rows["code"]["Δ val web vs base"] == "-"
+    pytest.importorskip("matplotlib")
+    runs = [plot_runs.Run(d.name, str(d / "log.jsonl")) for d in (base, both, code_only)]
+    _, axes = plot_runs.make_figure(runs, ["delta"], "step", 0.0, baseline=runs[0])
+    assert axes["delta"].get_title() == "val web loss − base's"
+    assert [list(line.get_ydata()) for line in axes["delta"].lines if line.get_marker() == "o"] == [pytest.approx([0.1])]
+
+
+def test_tokens_and_minutes_are_running_sums(tmp_path):
+    """--x tokens/time: a gap in the steps counts with the next logged step's tokens per step;
+    minutes add the steps' own ms (a null ms adds nothing)."""
+    d = write_log(tmp_path / "r", steps=5)
+    lines = (d / "log.jsonl").read_text().splitlines()
+    del lines[3]  # step 3 missing
+    lines[3] = lines[3].replace('"ms": 10.0', '"ms": null')  # step 4 (now the 4th line)
+    (d / "log.jsonl").write_text("\n".join(lines) + "\n")
+    r = plot_runs.Run("r", str(d / "log.jsonl"))
+    assert [r.tokens_at(s) for s in (0, 1, 2, 3, 4, 5, 7)] == [0, 16, 32, 48, 64, 80, 112]
+    assert [r.minutes_at(s) * 60000 for s in (0, 1, 3, 4, 5)] == pytest.approx([0, 10, 20, 20, 30])
+
+
+def test_compare_paths_creates_its_output_directory(tmp_path):
+    """On a fresh checkout runs/ does not exist: OUT's parent is made before the first log goes beside it."""
+    out = tmp_path / "fresh" / "runs" / "cmp"
+    shards = tmp_path / "ts"
+    shards.mkdir()
+    write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
+    write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
+    # a trainer that fails at once (no make: TRAINER is not a build/ path): the error names a log that exists
+    env = {**os.environ, "STEPS": "2", "EVAL_BATCHES": "1", "DATA": str(shards), "OUT": str(out), "PATHS": "vanilla",
+           "TRAINER": "false"}
+    p = subprocess.run(["bash", str(REPO / "scripts" / "compare_paths.sh")], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=60)
+    assert p.returncode == 1 and f"see {out}.vanilla.log" in p.stderr, p.stderr
+    assert (tmp_path / "fresh" / "runs" / "cmp.vanilla.log").is_file()
+    # the real trainer (built already; an absolute path runs no make) writes its run there
+    env["TRAINER"] = str(REPO / "build" / "{path}" / "train_cpu")
+    p = subprocess.run(["bash", str(REPO / "scripts" / "compare_paths.sh")], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert table_rows(p.stdout)["vanilla"]["steps"] == "2/2"
