@@ -429,11 +429,13 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     if (c.vp.path == VP_DEPTH && depth_num_sources(c, c.n_layer - 1) > DEPTH_MAX_SOURCES)
         usage_error("raise --depth-stride", "the GPU Depth-Attention kernels read at most %d anchors per layer; --depth-stride %d on %d layers gives %d",
                     DEPTH_MAX_SOURCES, c.vp.depth_stride, c.n_layer, depth_num_sources(c, c.n_layer - 1));
+    // (a checkpoint's shape cannot be changed by flags: the hint says what else to do with it)
     if (!attention_head_dim_supported(c.head_dim))
-        usage_error("choose --dim and --heads (or, for llama, --head-dim) so that the head dim is one of these", "the GPU attention kernels support head dims 16, 32, 64 and 128; this model has %d",
-                    c.head_dim);
+        usage_error("choose --dim and --heads (or, for llama, --head-dim) so that the head dim is one of these; a checkpoint of another head dim runs in ./train_cpu",
+                    "the GPU attention kernels support head dims 16, 32, 64 and 128; this model has %d", c.head_dim);
     if (c.n_embd % 8 || c.ffn_dim % 8)
-        usage_error(nullptr, "the GPU kernels need --dim (%d) and --ffn-dim (%d) to be multiples of 8", c.n_embd, c.ffn_dim);
+        usage_error("choose them so; a checkpoint of such a shape runs in ./train_cpu", "the GPU kernels need --dim (%d) and --ffn-dim (%d) to be multiples of 8",
+                    c.n_embd, c.ffn_dim);
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0)
         runtime_error("run on a machine with an NVIDIA GPU, or use ./train_cpu", "no CUDA device found");

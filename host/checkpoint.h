@@ -379,7 +379,10 @@ void checkpoint_read_stream(const std::string& path, CheckpointMeta* meta, bool 
         runtime_error("the checkpoint does not belong to this model shape", "checkpoint '%s' holds %lld parameters, the model has %zu", path.c_str(),
                       (long long)meta->num_params, model_params);
     }
-    if (with_optimizer && !meta->has_optimizer) {
+    // at step 0 the AdamW moments are zero by definition: a checkpoint of the initial weights
+    // (--max-steps 0 --out-dir D writes one, without them) resumes like any other, its moments
+    // left at zero by the caller; only a later step's checkpoint without them cannot be resumed
+    if (with_optimizer && !meta->has_optimizer && meta->step != 0) {
         fclose(f);
         runtime_error("resume from a training checkpoint, or use --init-from", "checkpoint '%s' has no optimizer state", path.c_str());
     }

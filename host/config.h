@@ -307,7 +307,7 @@ inline bool parse_command_line(RunConfig* rc, int argc, char** argv) {
         bool is_vp_flag = !f && value_path_is_flag(name.c_str());
         if (!f && !is_vp_flag) {
             if (value_path_flag_of_other_path(name.c_str()))
-                usage_error("rebuild with the matching VALUE_PATH (make train_cpu VALUE_PATH=...) or drop the flag",
+                usage_error("rebuild with the matching VALUE_PATH (make train_cpu VALUE_PATH=..., or make train VALUE_PATH=... for the GPU trainer) or drop the flag",
                             "%s belongs to another value path; this binary was built with VALUE_PATH=%s",
                             name.c_str(), value_path_name(VALUE_PATH_ID));
             usage_error(nullptr, "unknown flag '%s'", name.c_str());

@@ -239,6 +239,15 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
     // the strings outside the fixed buffer: a glob has no length limit
     std::string s = buf;
     s += "\"lr_schedule\":" + json_escape(rc.lr_schedule) + ",\"train_data\":" + json_escape(rc.train_data) + ",";
+    // what the run is evaluated on and started from: runs compared side by side (plot_runs.py
+    // --group and --baseline) must agree on these too, not only on the training setup
+    auto sets_json = [](const std::vector<NamedGlob>& sets) {
+        std::string a = "[";
+        for (size_t i = 0; i < sets.size(); i++) a += (i ? "," : "") + json_escape(sets[i].name.empty() ? sets[i].glob : sets[i].name + "=" + sets[i].glob);
+        return a + "]";
+    };
+    s += "\"val_data\":" + sets_json(rc.val_data) + ",\"eval_batches\":" + std::to_string(rc.eval_batches) + ",\"eval_mc\":" + sets_json(rc.eval_mc) +
+         ",\"init_from\":" + json_escape(rc.init_from) + ",";
     s += value_path_config_json(c.vp);
     if (resumed_from >= 0) s += ",\"resumed_from\":" + std::to_string(resumed_from);
     s += ",\"world\":" + std::to_string(dist_world()) + ",\"zero\":" + std::to_string(rc.zero);
@@ -325,6 +334,21 @@ int train_main_unguarded(int argc, char** argv) {
     // The run text in checkpoints records the shape the model has, not the flags' defaults, so
     // that a resumed run (whose shape comes from the checkpoint) is not told its shape changed.
     run_config_set_shape(&rc, c);
+    // Every rank must run the same command line: a rank with another --lr or --seed would train
+    // another model in lockstep (exit 0, results wrong), another shape or --zero would hang in a
+    // collective. The flags as resolved (with the shape a checkpoint fixed) are compared by their
+    // CRC-32, each rank's in its own slot of a sum (exact in double: below 2^32).
+    if (dist) {
+        std::string text = run_config_to_text(rc);
+        std::vector<double> crcs((size_t)world, 0.0);
+        crcs[(size_t)dist_rank()] = (double)crc32_update(0, text.data(), text.size());
+        dist_allreduce_sum(crcs.data(), world);
+        for (int r = 1; r < world; r++)
+            if (crcs[(size_t)r] != crcs[0])
+                usage_error("start every rank with the same command line (mpirun -np N ./train FLAGS)",
+                            "rank %d was started with other flags than rank 0 (the CRC-32 of the resolved flags: %08x, rank 0's %08x)", r,
+                            (unsigned)crcs[(size_t)r], (unsigned)crcs[0]);
+    }
     if (!rc.resume && !rc.out_dir.empty() && !checkpoint_list_steps(rc.out_dir).empty())
         usage_error("pass --resume 1 to continue that run, or choose another --out-dir",
                     "--out-dir '%s' already holds checkpoints; a new run there would overwrite them", rc.out_dir.c_str());
@@ -429,6 +453,11 @@ int train_main_unguarded(int argc, char** argv) {
     printf("batch %d x %d tokens x %d accumulation x %d ranks = %ld tokens per step, %d steps\n", B, T, grad_accum, world, (long)B * T * grad_accum * world,
            rc.max_steps);
     if (dist) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
+    // SLA with n_l >= L (the default round(3L/4) is L for L = 2) or no skip head is vanilla's
+    // computation exactly (value_paths.md section 10): allowed, but a comparison run should know
+    if (c.vp.path == VP_SLA && (c.vp.sla_layers >= c.n_layer || c.vp.sla_heads == 0) && rank0)
+        printf("note: SLA with n_l = %d of %d layers and %d skip heads skips nothing: this run computes what vanilla does (lower --sla-layers, raise --sla-heads)\n",
+               c.vp.sla_layers, c.n_layer, c.vp.sla_heads);
     // the activations for the training shape now, before a forward of another shape (a multiple-
     // choice batch, a sample) would size them first; a device without the memory says so here
     gpt_ensure_activations(&model, B, T);
@@ -579,6 +608,8 @@ int train_main_unguarded(int argc, char** argv) {
             std::string hint = diverged_hint(rc);
             if (last_saved_here != step && step == start_step && rc.resume)
                 hint = "the checkpoint resumed from gives it at once: move it aside (then --resume 1 takes the one before it) and lower --lr";
+            if (step == start_step && !rc.init_from.empty())
+                hint = "the --init-from checkpoint's weights give it at once (finite, but the forward overflows): use a checkpoint of a run that did not diverge";
             runtime_error(hint.c_str(), "step %d: the loss (%g) or gradient norm (%g) is not finite: the training diverged", step + 1, loss, norm);
         }
         // this step's loss is finite, so the newest checkpoint (its starting weights) is good

@@ -194,7 +194,7 @@ inline int value_path_num_lambdas(const ValuePathConfig& c, int L) { return (c.p
 // A checkpoint's value path must be this binary's. Flags given explicitly must match its settings.
 inline void value_path_check_checkpoint(const ValuePathConfig& ckpt, const char* source) {
     if (ckpt.path != VALUE_PATH_ID)
-        runtime_error("build the binary of the checkpoint's path (make train_cpu VALUE_PATH=...) or start a new run",
+        runtime_error("build the binary of the checkpoint's path (make train_cpu VALUE_PATH=..., or make train VALUE_PATH=... for the GPU trainer) or start a new run",
                       "%s was written by a VALUE_PATH=%s build, but this binary is VALUE_PATH=%s",
                       source, value_path_name(ckpt.path), value_path_name(VALUE_PATH_ID));
 }

@@ -295,6 +295,22 @@ def test_total_batch_tokens_must_divide_by_ranks(tmp_path, data):
     assert p.returncode != 0 and "not a multiple of 4 x 8 x 2 ranks" in p.stderr
 
 
+def test_ranks_started_with_other_flags_stop_at_once(tmp_path, data):
+    """mpirun's MPMD form can start ranks with other flags. Another --lr or --seed trained another
+    model in lockstep with exit 0, another --layers or --zero hung in a collective: each is now a
+    usage error on every rank before anything is built, naming the rank."""
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "2"]
+    for a, b in [(["--lr", "1e-3"], ["--lr", "1e-1"]), (["--seed", "1"], ["--seed", "2"]), (["--layers", "2"], ["--layers", "3"]),
+                 (["--zero", "1"], ["--zero", "0"])]:
+        a_args = [str(x) for x in common[:common.index("--layers")] + common[common.index("--layers") + 2:]] if "--layers" in a else [str(x) for x in common]
+        cmd = mpirun_cmd(1, a_args + a)
+        cmd += [":", "-np", "1", str(mpi_trainer("vanilla"))] + a_args + b
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert p.returncode != 0, (a, b)
+        assert "usage error: rank 1 was started with other flags than rank 0" in p.stderr, (a, b, p.stderr[-2000:])
+    mpirun(2, common, expect=0)  # the same flags: no complaint
+
+
 def rank_pids(tag):
     """pid of each rank of the job whose processes carry VP_TEST_TAG=tag."""
     out = {}

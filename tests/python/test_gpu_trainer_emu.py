@@ -328,3 +328,38 @@ def test_overfit_batch_in_the_gpu_build(tmp_path, data):
     run(emu_trainer("bf16"), base + ["--out-dir", tmp_path / "stream"], expect=0)
     same, stream = flat(tmp_path / "same"), flat(tmp_path / "stream")
     assert len(set(same)) == 1 and len(same) == 3 and same[0] == stream[0] and len(set(stream)) == 3
+
+
+@pytest.mark.parametrize("prec", ["bf16", "fp32"])
+def test_nan_weights_in_the_gpu_build(tmp_path, data, prec):
+    """The GPU build's own weights check (model_weights_sumsq over the fp32 master weights, a
+    kernel of its own): an update to NaN weights at the last step is never saved, and a checkpoint
+    with one NaN weight is refused, as in the CPU build."""
+    import sys
+    sys.path.insert(0, str(REPO / "scripts"))
+    import numpy as np
+    from vp_data.checkpoint import read_checkpoint, write_checkpoint
+    base = MODEL + ["--train-data", str(data / "train_*.bin"), "--batch-size", "2", "--max-steps", "1"]
+    p = run(emu_trainer(prec), base + ["--lr", "3e38", "--weight-decay", "3e38", "--out-dir", tmp_path / "nan"], expect=1)
+    assert "the weights after step 1 are NaN or inf" in p.stderr, p.stderr
+    assert not list((tmp_path / "nan").glob("ckpt_*"))
+    run(emu_trainer(prec), base + ["--out-dir", tmp_path / "good"], expect=0)
+    cfg, params, _ = read_checkpoint(tmp_path / "good" / "ckpt_00000001.bin")
+    params[len(params) // 2] = np.nan
+    write_checkpoint(tmp_path / "nan.bin", cfg, params)
+    p = run(emu_trainer(prec), ["--init-from", tmp_path / "nan.bin", "--max-steps", "0", "--seq-len", "16",
+                                "--val-data", str(data / "val_*.bin")], expect=1)
+    assert f"the weights of checkpoint '{tmp_path / 'nan.bin'}' are NaN or inf" in p.stderr, p.stderr
+    # and a good checkpoint still loads and evaluates
+    write_checkpoint(tmp_path / "ok.bin", cfg, np.nan_to_num(params))
+    run(emu_trainer(prec), ["--init-from", tmp_path / "ok.bin", "--max-steps", "0", "--seq-len", "16",
+                            "--val-data", str(data / "val_*.bin")], expect=0)
+
+
+def test_a_step_0_checkpoint_resumes_as_a_fresh_run_in_the_gpu_build(tmp_path, data):
+    """As in the CPU build: the moments of a step-0 checkpoint (saved without them) are zero."""
+    base = MODEL + ["--train-data", str(data / "train_*.bin"), "--batch-size", "2", "--lr", "3e-3"]
+    run(emu_trainer("bf16"), base + ["--max-steps", "0", "--out-dir", tmp_path / "d"], expect=0)
+    run(emu_trainer("bf16"), base + ["--max-steps", "2", "--out-dir", tmp_path / "d", "--resume", "1"], expect=0)
+    run(emu_trainer("bf16"), base + ["--max-steps", "2", "--out-dir", tmp_path / "fresh"], expect=0)
+    assert train_losses(tmp_path / "d") == train_losses(tmp_path / "fresh") and len(train_losses(tmp_path / "fresh")) == 2

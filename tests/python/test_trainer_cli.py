@@ -1386,3 +1386,27 @@ def test_bad_train_shard_mid_run_saves_the_last_completed_step(tmp_path, data):
     losses = lambda text: dict(re.findall(r"step +(\d+)/\d+ \| loss (\S+)", text))
     after = {s: l for s, l in losses(ref.stdout).items() if int(s) > n}
     assert losses(resumed.stdout) == after and len(after) == 150 - n
+
+
+def test_sla_that_skips_nothing_says_so(tmp_path, data):
+    """SLA's default n_l = round(3L/4) is L at L = 2: every layer its own, vanilla's computation
+    exactly. Allowed (value_paths.md section 10), but said, so that a comparison is not misread."""
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1"]
+    p = run(base, expect=0, path="sla")
+    assert "note: SLA with n_l = 2 of 2 layers and 2 skip heads skips nothing" in p.stdout, p.stdout
+    p = run(base + ["--sla-layers", "1"], expect=0, path="sla")
+    assert "skips nothing" not in p.stdout
+
+
+def test_a_step_0_checkpoint_resumes_as_a_fresh_run(tmp_path, data):
+    """--max-steps 0 --out-dir D saves the initial weights without AdamW's moments (zero at step 0
+    by definition). --resume 1 from it trains as a run started afresh does, bit for bit; before,
+    it was refused (no optimizer state) while a new run refused the directory (it holds a checkpoint)."""
+    common = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--lr", "3e-3"]
+    run(common + ["--max-steps", "0", "--out-dir", tmp_path / "d"], expect=0)
+    p = run(common + ["--max-steps", "3", "--out-dir", tmp_path / "d", "--resume", "1"], expect=0)
+    assert "(step 0)" in p.stdout
+    run(common + ["--max-steps", "3", "--out-dir", tmp_path / "fresh"], expect=0)
+    steps = lambda d: [(r["step"], r["train_loss"], r["grad_norm"]) for r in read_log(d) if "train_loss" in r]
+    assert steps(tmp_path / "d") == steps(tmp_path / "fresh") and len(steps(tmp_path / "fresh")) == 3
+    assert checkpoint_tensors(tmp_path / "d" / "ckpt_00000003.bin") == checkpoint_tensors(tmp_path / "fresh" / "ckpt_00000003.bin")
