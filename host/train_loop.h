@@ -362,6 +362,8 @@ int train_main_unguarded(int argc, char** argv) {
                     rc.total_batch_tokens, rc.total_batch_tokens / rank_tokens, B, T, world, INT32_MAX);
     int grad_accum = rc.total_batch_tokens ? (int)(rc.total_batch_tokens / rank_tokens) : 1;
     if (rank0 && rc.zero && !dist) printf("note: --zero 1 has no effect in one process (the optimizer state has nothing to be sharded over)\n");
+    if (rank0 && rc.was_given("--overlap-reduce") && !dist)
+        printf("note: --overlap-reduce has no effect in one process (there is no reduce over ranks to overlap)\n");
 
     // data first: a bad shard should fail before minutes of model setup
     DataLoader train;

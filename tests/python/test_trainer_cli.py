@@ -1356,6 +1356,10 @@ def test_overfit_batch_trains_every_step_on_the_first_batch(tmp_path, data):
 def test_zero_1_in_one_process_says_it_does_nothing(data):
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--zero", "1"], expect=0)
     assert "note: --zero 1 has no effect in one process" in p.stdout
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--overlap-reduce", "0"], expect=0)
+    assert "note: --overlap-reduce has no effect in one process" in p.stdout
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1"], expect=0)
+    assert "no effect" not in p.stdout
 
 
 def test_bad_train_shard_mid_run_saves_the_last_completed_step(tmp_path, data):
