@@ -865,18 +865,17 @@ void gpt_backward(GPT<real, VP>* m, real loss_scale) {
     encoder_backward(g.wte, g.wpe, s.dresidual, m->inputs.data(), B, T, C);
 }
 
-// Sum of the squared gradients [off, off + count), in double over fixed chunks from off, then the
-// chunks in order, so the result does not depend on the thread count. Data parallel adds the
-// ranks' shards of it (host/train_loop.h).
-template <typename real, typename VP>
-double gpt_grad_sumsq(const GPT<real, VP>* m, size_t off, size_t count) {
+// Sum of the squares of x[off, off + count), in double over fixed chunks from off, then the chunks
+// in order, so the result does not depend on the thread count.
+template <typename real>
+double sumsq_fixed_chunks(const real* x, size_t off, size_t count) {
     const size_t chunk = 1 << 16;
     size_t end = off + count, nchunks = CEIL_DIV(count, chunk);
     std::vector<double> partial(nchunks);
 #pragma omp parallel for
     for (size_t ci = 0; ci < nchunks; ci++) {
         double s = 0;
-        for (size_t i = off + ci * chunk; i < std::min(end, off + (ci + 1) * chunk); i++) s += (double)m->grads_memory[i] * m->grads_memory[i];
+        for (size_t i = off + ci * chunk; i < std::min(end, off + (ci + 1) * chunk); i++) s += (double)x[i] * x[i];
         partial[ci] = s;
     }
     double total = 0;
@@ -884,22 +883,19 @@ double gpt_grad_sumsq(const GPT<real, VP>* m, size_t off, size_t count) {
     return total;
 }
 
+// Sum of the squared gradients [off, off + count). Data parallel adds the ranks' shards of it
+// (host/train_loop.h).
+template <typename real, typename VP>
+double gpt_grad_sumsq(const GPT<real, VP>* m, size_t off, size_t count) {
+    return sumsq_fixed_chunks(m->grads_memory, off, count);
+}
+
 // Sum of the squared weights (every rank holds them all, ZeRO-1 or not), in double: finite exactly
 // when every weight is, so the trainer can refuse to evaluate, sample or save weights that an update
 // made NaN or inf (host/train_loop.h).
 template <typename real, typename VP>
 double model_weights_sumsq(const GPT<real, VP>* m) {
-    const size_t chunk = 1 << 16, nchunks = CEIL_DIV(m->num_params, chunk);
-    std::vector<double> partial(nchunks);
-#pragma omp parallel for
-    for (size_t ci = 0; ci < nchunks; ci++) {
-        double s = 0;
-        for (size_t i = ci * chunk; i < std::min(m->num_params, (ci + 1) * chunk); i++) s += (double)m->params_memory[i] * m->params_memory[i];
-        partial[ci] = s;
-    }
-    double total = 0;
-    for (double s : partial) total += s;
-    return total;
+    return sumsq_fixed_chunks(m->params_memory, 0, m->num_params);
 }
 
 // Global L2 norm of all gradients. PyTorch: torch.nn.utils.clip_grad_norm_'s total norm.

@@ -66,6 +66,9 @@ struct NamedGlob {
     std::string glob;  // --val-data: a glob of shards; --eval-mc: one file
 };
 
+// A set as its flag gave it: "GLOB", or "NAME=GLOB" (checkpoints' run text, log.jsonl's config line)
+inline std::string named_glob_text(const NamedGlob& ng) { return ng.name.empty() ? ng.glob : ng.name + "=" + ng.glob; }
+
 struct RunConfig {
     // model shape (ignored where a checkpoint supplies it, but an explicit conflicting flag is an error)
     std::string arch;
@@ -359,6 +362,10 @@ inline std::string model_config_problem(const ModelConfig& c) {
 }
 
 // Model config from the shape flags. Usage errors for shapes that do not fit together.
+// --ffn-dim 0: the family's default, 4C for gpt2 and round_up(8C/3, 64) for llama (SwiGLU's
+// two thirds of 4C, as Llama rounds it); a checkpoint's shape is checked against the same rule
+inline int default_ffn_dim(int32_t arch, int C) { return arch == ARCH_GPT2 ? 4 * C : CEIL_DIV(8 * C / 3, 64) * 64; }
+
 inline ModelConfig model_config_from_flags(const RunConfig& rc) {
     ModelConfig c;
     memset(&c, 0, sizeof(c));
@@ -402,11 +409,11 @@ inline ModelConfig model_config_from_flags(const RunConfig& rc) {
         if (rc.was_given("--tie-embeddings"))
             usage_error("drop --tie-embeddings: gpt2's output head is always its token embedding", "--tie-embeddings is a llama-family option");
         if (rc.was_given("--rope-theta")) usage_error("use --arch llama for RoPE", "--rope-theta is a llama-family option (gpt2 learns its positions)");
-        c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : 4 * c.n_embd;
+        c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : default_ffn_dim(c.arch, c.n_embd);
     } else {
         if (c.head_dim % 2) usage_error(nullptr, "RoPE needs an even head dim; %s = %d", rc.head_dim > 0 ? "--head-dim" : "--dim/--heads", c.head_dim);
         if (!(c.rope_theta > 0)) usage_error(nullptr, "--rope-theta must be > 0");
-        c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : CEIL_DIV(8 * c.n_embd / 3, 64) * 64;
+        c.ffn_dim = rc.ffn_dim > 0 ? rc.ffn_dim : default_ffn_dim(c.arch, c.n_embd);
     }
     c.padded_vocab_size = CEIL_DIV(c.vocab_size, 128) * 128;
     c.vp = value_path_config_from_flags(rc.vp_flags, c.n_layer, c.n_head, c.n_kv_head);
@@ -431,9 +438,7 @@ inline void check_shape_flags_match(const RunConfig& rc, const ModelConfig& c, c
         if (!rc.was_given(r.flag)) continue;
         bool derived = r.asked == 0 && (!strcmp(r.flag, "--kv-heads") || !strcmp(r.flag, "--ffn-dim") || !strcmp(r.flag, "--head-dim"));
         if (derived) {
-            long want = !strcmp(r.flag, "--kv-heads") ? c.n_head
-                      : !strcmp(r.flag, "--head-dim") ? c.n_embd / c.n_head
-                      : c.arch == ARCH_GPT2 ? 4L * c.n_embd : CEIL_DIV(8L * c.n_embd / 3, 64) * 64;
+            long want = !strcmp(r.flag, "--kv-heads") ? c.n_head : !strcmp(r.flag, "--head-dim") ? c.n_embd / c.n_head : default_ffn_dim(c.arch, c.n_embd);
             if (want != r.have)
                 runtime_error("drop the shape flags (the checkpoint fixes the shape) or use a matching checkpoint",
                               "%s 0 (the default, %ld here) does not match %s, which has %ld", r.flag, want, source, r.have);
@@ -571,7 +576,7 @@ inline std::string run_config_to_text(const RunConfig& rc_in) {
             case FLAG_FLOAT: snprintf(buf, sizeof(buf), "%.9g", *reinterpret_cast<const float*>(base)); value = buf; break;
             case FLAG_STRING: value = *reinterpret_cast<const std::string*>(base); break;
             case FLAG_VALSETS:
-                for (const NamedGlob& ng : *reinterpret_cast<const std::vector<NamedGlob>*>(base)) value += (ng.name.empty() ? ng.glob : ng.name + "=" + ng.glob) + ";";
+                for (const NamedGlob& ng : *reinterpret_cast<const std::vector<NamedGlob>*>(base)) value += named_glob_text(ng) + ";";
                 break;
         }
         s += f.name;

@@ -68,10 +68,10 @@ inline std::string json_escape(const std::string& s) {
 // A number for log.jsonl: %.9g (every bit of a float), or null for NaN and inf, which JSON has no
 // word for (the trainer stops on a non-finite loss, norm or val loss before logging it; this keeps
 // the file readable should any other value ever be one).
-inline std::string json_number(double v, const char* format = "%.9g") {
+inline std::string json_number(double v) {
     if (!std::isfinite(v)) return "null";
     char buf[64];
-    snprintf(buf, sizeof(buf), format, v);
+    snprintf(buf, sizeof(buf), "%.9g", v);
     return buf;
 }
 

@@ -243,7 +243,7 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
     // --group and --baseline) must agree on these too, not only on the training setup
     auto sets_json = [](const std::vector<NamedGlob>& sets) {
         std::string a = "[";
-        for (size_t i = 0; i < sets.size(); i++) a += (i ? "," : "") + json_escape(sets[i].name.empty() ? sets[i].glob : sets[i].name + "=" + sets[i].glob);
+        for (size_t i = 0; i < sets.size(); i++) a += (i ? "," : "") + json_escape(named_glob_text(sets[i]));
         return a + "]";
     };
     s += "\"val_data\":" + sets_json(rc.val_data) + ",\"eval_batches\":" + std::to_string(rc.eval_batches) + ",\"eval_mc\":" + sets_json(rc.eval_mc) +
@@ -261,12 +261,12 @@ std::string config_json(const RunConfig& rc, const ModelConfig& c, size_t num_pa
 
 // Weights that an update made NaN or inf are never evaluated, sampled or saved (a checkpoint of
 // them would be worse than none: --resume would diverge again at once). Collective: every rank
-// calls it at the same point and stops alike. what: whose weights, for the message.
+// calls it at the same point, and all get the same answer.
 template <typename Model>
-void check_weights_finite(Model* model, const std::string& what, const std::string& hint) {
+bool weights_finite(Model* model) {
     double sumsq = model_weights_sumsq(model);
     dist_allreduce_sum(&sumsq, 1);  // a no-op in one process
-    if (!std::isfinite(sumsq)) runtime_error(hint.c_str(), "the weights %s are NaN or inf", what.c_str());
+    return std::isfinite(sumsq);
 }
 
 // What to do after the training diverged at a step: a lower lr, from the newest checkpoint left.
@@ -294,7 +294,6 @@ inline void prune_checkpoints(const RunConfig& rc, bool confirmed) {
 template <typename Model>
 void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, int64_t step, const Rng& sample_rng, const UpdateGuardState& guard,
                      const DataLoader* train, bool confirmed, const DataLoaderState* train_state = nullptr) {
-    check_weights_finite(model, "after step " + std::to_string(step) + " (not saved: the training diverged)", diverged_hint(rc));
     CheckpointMeta meta;
     meta.model = c;
     meta.step = step;
@@ -431,10 +430,10 @@ int train_main_unguarded(int argc, char** argv) {
     }
     // a checkpoint of NaN weights (written by other software, or by an older valuepath, which saved
     // them) would give a NaN loss, val loss or sample with no word on why
-    if (rc.resume || !rc.init_from.empty())
-        check_weights_finite(&model, "of checkpoint '" + ckpt_path + "'",
-                             rc.resume ? "it cannot be trained on: move it aside (then --resume 1 takes the one before it), or start again"
-                                       : "use a checkpoint of a run that did not diverge");
+    if ((rc.resume || !rc.init_from.empty()) && !weights_finite(&model))
+        runtime_error(rc.resume ? "it cannot be trained on: move it aside (then --resume 1 takes the one before it), or start again"
+                                : "use a checkpoint of a run that did not diverge",
+                      "the weights of checkpoint '%s' are NaN or inf", ckpt_path.c_str());
     if (start_step > rc.max_steps)
         usage_error("raise --max-steps to continue training", "the checkpoint is at step %d, beyond --max-steps %d", start_step, rc.max_steps);
     // a step is judged once --skip-window values came before it: a run too short judges none
@@ -529,6 +528,9 @@ int train_main_unguarded(int argc, char** argv) {
                          ("rank " + std::to_string(dist_rank()) + " stops: " + std::to_string(failed_ranks) +
                           " other rank(s) could not read their training data").c_str());
         if (!rc.out_dir.empty() && steps_done > last_saved) {
+            // the last completed step's update is not yet checked (this step's loss would have)
+            if (!weights_finite(&model))
+                runtime_error(diverged_hint(rc).c_str(), "the weights after step %d are NaN or inf (not saved: the training diverged)", steps_done);
             save_checkpoint(&model, rc, c, steps_done, sample_rng, guard, &train, false, &step_start_data);
             last_saved_here = steps_done;
             if (rank0) printf("saved the last completed step (%d) before stopping: fix or replace the shard named in the error, then --resume 1\n", steps_done);
@@ -600,12 +602,9 @@ int train_main_unguarded(int argc, char** argv) {
             // of the step before), that checkpoint is of no use: resumed, it gives the same NaN at
             // once, whatever the lr. It is moved aside (kept, not deleted) so that --resume 1
             // takes the one before it, which prune_checkpoints kept for this.
-            std::string moved;
             if (last_saved_here == step && rank0) {
-                std::string path = checkpoint_path(rc.out_dir, step);
-                moved = path + ".diverged";
-                if (rename(path.c_str(), moved.c_str()) != 0) moved.clear();
-                else printf("moved the checkpoint of step %d, whose weights give this, aside: %s\n", step, moved.c_str());
+                std::string path = checkpoint_path(rc.out_dir, step), aside = path + ".diverged";
+                if (rename(path.c_str(), aside.c_str()) == 0) printf("moved the checkpoint of step %d, whose weights give this, aside: %s\n", step, aside.c_str());
             }
             std::string hint = diverged_hint(rc);
             if (last_saved_here != step && step == start_step && rc.resume)
@@ -654,7 +653,8 @@ int train_main_unguarded(int argc, char** argv) {
         bool save_now = !rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last);
         // the update may have made the weights NaN (the next step's loss would say so, but there
         // may be none, or an eval or a sample first): checked before any of these use them
-        if (evals_now || sample_now || save_now) check_weights_finite(&model, "after step " + std::to_string(done), diverged_hint(rc));
+        if ((evals_now || sample_now || save_now) && !weights_finite(&model))
+            runtime_error(diverged_hint(rc).c_str(), "the weights after step %d are NaN or inf", done);
         if (evals_now) run_evals(done);
         if (rank0 && sample_now) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, done);
         if (save_now) {

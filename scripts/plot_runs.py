@@ -91,6 +91,11 @@ def is_number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def is_count(x):
+    """A whole number >= 0 (JSON's true and false are not one, though Python's bool is an int)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
 # the fields of a step line (host/logger.h logger_step writes all five on every step)
 STEP_KEYS = ("train_loss", "lr", "grad_norm", "ms", "tok_per_s")
 # config fields that must be whole numbers (the x axis, the table's columns and splicing use them)
@@ -169,7 +174,7 @@ class Run:
                 raise LogError(f"{self.log_path}:{number}: the config line has no \"{key}\"; "
                                "was it written by an older trainer? re-run it, or add the field by hand")
         for key in CONFIG_INTS:
-            if not isinstance(record[key], int) or isinstance(record[key], bool) or record[key] < 0:
+            if not is_count(record[key]):
                 raise LogError(f"{self.log_path}:{number}: the config line's \"{key}\" is not a whole number: "
                                f"{record[key]!r}; the log is damaged: fix that field by hand")
         if not isinstance(record["value_path"], str):
@@ -180,7 +185,7 @@ class Run:
                 raise LogError(f"{self.log_path}:{number}: a second config line without \"resumed_from\": "
                                "two runs wrote to one log; split the file at that line")
             resumed = record["resumed_from"]
-            if not isinstance(resumed, int) or isinstance(resumed, bool) or resumed < 0:
+            if not is_count(resumed):
                 raise LogError(f"{self.log_path}:{number}: \"resumed_from\" is not a step number: {resumed!r}; "
                                "the log is damaged: split the file at that line")
             # what the interrupted segment logged after its checkpoint is replaced by the resumed one
