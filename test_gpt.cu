@@ -1381,6 +1381,150 @@ TEST(flag_wait_gives_up) {
 #endif  // VP_CUDA_EMU
 #endif
 
+// The kernels' index and launch limits (check_gpu_index_limits): a shape at each limit passes, one
+// past it is a usage error that names the limit, and the model refuses it before allocating for it
+// (gpt_build for the run's shape, the first forward for its own). The limits are exact: at the
+// widest --dim the norms' backward launches, one grain wider the launch itself fails; and
+// tests/python/test_gpu_trainer_emu.py trains a step at the tokens limit of QK-norm's gain
+// gradients through the emulator's launch checks, and is refused one sequence past it.
+
+// The message of check_gpu_index_limits' usage error for (c, B, T); "" if the shape passes.
+static std::string index_limit_error(const ModelConfig& c, int B, int T) {
+    try {
+        gpu::check_gpu_index_limits(c, B, T);
+    } catch (const VpError& e) {
+        CHECK(e.code == VP_EXIT_USAGE, "a kernel limit is a usage error (exit %d), got exit %d: %s", VP_EXIT_USAGE, e.code, e.what());
+        return e.what();
+    }
+    return "";
+}
+
+TEST(index_limits) {
+    auto config = [](const char* arch, bool qk_norm) {
+        std::vector<const char*> flags = {"--arch", arch, "--layers", "2", "--heads", "2", "--dim", "32", "--vocab", "64", "--max-seq", "64"};
+        if (qk_norm) flags.insert(flags.end(), {"--qk-norm", "1"});
+        return config_from_flags({"limits", flags});
+    };
+    ModelConfig gpt2 = config("gpt2", false), llama = config("llama", false), qkn = config("llama", true);
+
+    // tokens per micro-batch: 65535 block rows (gridDim.y) of the parameter-gradient sums, of 256
+    // rows of B*T (GPT-2's bias gradients, QK-norm's gains) or 64 (GELU's backward with the fc
+    // bias gradient: GPT-2 without the DGELU epilogue, e.g. the FP32 build); a Llama without
+    // QK-norm launches no such grid, and only the int row count bounds it. The attention kernels
+    // take one block row per (sequence, head): B x H at most 65535 (here H = 2), whatever T.
+    struct Case {
+        const char* name;
+        const ModelConfig* c;
+        int B, T;          // at the limit
+        int past_B, past_T;  // the least step past it
+        const char* says;
+    };
+    const bool gelu_fusion = [] {
+        using namespace gpu;  // VP_GELU_FUSION names gpu::FLOATX_IS_FLOAT unqualified
+        return (bool)(VP_GELU_FUSION);
+    }();
+    const int gpt2_rows = gelu_fusion ? gpu::PARTIAL_ROWS : gpu::FUSED_PARTIAL_ROWS;
+    const int max_rows = (int)gpu::CUDA_MAX_GRID_Y;
+    const Case cases[] = {
+        {"gpt2", &gpt2, 1, max_rows * gpt2_rows, 1, max_rows * gpt2_rows + 1,
+         gelu_fusion ? "tokens per micro-batch; the GPU build sums the bias gradients over blocks of 256 tokens"
+                     : "tokens per micro-batch; the GPU build sums the fc bias gradient in GELU's backward over blocks of 64 tokens"},
+        {"llama --qk-norm 1", &qkn, 1, max_rows * 256, 1, max_rows * 256 + 1, "tokens per micro-batch; the GPU build sums QK-norm's gain gradients over blocks of 256 tokens"},
+        {"llama", &llama, 1, INT32_MAX, 2, 1 << 30, "tokens per micro-batch; the GPU kernels count them in 32 bits"},
+        {"gpt2 attention", &gpt2, max_rows / 2, 64, max_rows / 2 + 1, 64, "--batch-size 32768 x 2 heads = 65536 attention blocks in CUDA's grid y, at most 65535"},
+        {"llama attention", &llama, max_rows / 2, 1, max_rows / 2 + 1, 1, "attention blocks in CUDA's grid y, at most 65535: --batch-size at most 32767"},
+    };
+    for (const Case& k : cases) {
+        std::string at = index_limit_error(*k.c, k.B, k.T), past = index_limit_error(*k.c, k.past_B, k.past_T);
+        printf("  %s: %d x %d tokens pass; %d x %d: %s\n", k.name, k.B, k.T, k.past_B, k.past_T, past.c_str());
+        CHECK(at.empty(), "%s: %d x %d tokens is within the limits, refused: %s", k.name, k.B, k.T, at.c_str());
+        CHECK(past.find(k.says) != std::string::npos, "%s: %d x %d tokens: no usage error saying '%s': '%s'", k.name, k.past_B, k.past_T, k.says,
+              past.c_str());
+    }
+    CHECK(index_limit_error(llama, 1, max_rows * 256 + 1).empty(), "a llama without QK-norm has no gridDim.y limit on the tokens");
+
+    // shared memory: the widest --dim whose norm backward keeps its nacc fp32 column sums of one
+    // warp in a block (LayerNorm 3, RMSNorm 1) passes and launches; one grain (a 16-byte chunk per
+    // lane) wider is refused, and its launch fails. The models' other tensors play no part, so
+    // only the config's width changes.
+    const int optin = gpu::cuda_max_smem_optin(), grain = 32 * gpu::x128::size;
+    for (const ModelConfig* base : {&gpt2, &llama}) {
+        bool ln = base->arch == ARCH_GPT2;
+        int nacc = ln ? 3 : 1, widest = optin / (nacc * (int)sizeof(float) * grain) * grain;
+        ModelConfig c = *base;
+        c.n_embd = widest;
+        std::string at = index_limit_error(c, 0, 0);
+        c.n_embd = widest + grain;
+        std::string past = index_limit_error(c, 0, 0);
+        printf("  %s backward: --dim %d passes; %d: %s\n", ln ? "LayerNorm" : "RMSNorm", widest, widest + grain, past.c_str());
+        CHECK(at.empty(), "--dim %d fits the %s backward's %d bytes of shared memory, refused: %s", widest, ln ? "LayerNorm" : "RMSNorm", optin, at.c_str());
+        CHECK(past.find(ln ? "LayerNorm backward" : "RMSNorm backward") != std::string::npos && past.find("shared memory") != std::string::npos,
+              "--dim %d: no usage error naming the norm's shared memory: '%s'", widest + grain, past.c_str());
+        // one row through the norm's backward at both widths (zeros: only the launch matters)
+        size_t n = (size_t)widest + grain;
+        gpu::floatX *x = nullptr, *w = nullptr, *dx = nullptr;
+        float *stats = nullptr, *grads = nullptr, *partial = nullptr;
+        size_t partial_floats = std::max(gpu::layernorm_backward_partial_floats(1, (int)n), gpu::rmsnorm_backward_partial_floats(1, (int)n));
+        cudaCheck(cudaMalloc((void**)&x, n * sizeof(gpu::floatX)));
+        cudaCheck(cudaMalloc((void**)&w, n * sizeof(gpu::floatX)));
+        cudaCheck(cudaMalloc((void**)&dx, n * sizeof(gpu::floatX)));
+        cudaCheck(cudaMalloc((void**)&stats, 2 * sizeof(float)));
+        cudaCheck(cudaMalloc((void**)&grads, 3 * n * sizeof(float)));
+        cudaCheck(cudaMalloc((void**)&partial, partial_floats * sizeof(float)));
+        cudaCheck(cudaMemset(x, 0, n * sizeof(gpu::floatX)));
+        cudaCheck(cudaMemset(w, 0, n * sizeof(gpu::floatX)));
+        cudaCheck(cudaMemset(dx, 0, n * sizeof(gpu::floatX)));
+        cudaCheck(cudaMemset(stats, 0, 2 * sizeof(float)));
+        cudaCheck(cudaMemset(grads, 0, 3 * n * sizeof(float)));
+        for (int C : {widest, widest + grain}) {
+            std::string err;
+            try {
+                if (ln) gpu::layernorm_backward(dx, grads, grads + n, grads + 2 * n, x, x, w, stats, stats + 1, partial, 1, C, 0);
+                else gpu::rmsnorm_backward(dx, grads, x, x, w, stats, partial, 1, C, 0);
+                cudaCheck(cudaDeviceSynchronize());
+            } catch (const VpError& e) {
+                err = e.what();
+                (void)cudaGetLastError();  // the failed attribute call is not sticky; clear it for the launches that follow
+            }
+            CHECK((C == widest) == err.empty(), "the %s backward at --dim %d: %s", ln ? "LayerNorm" : "RMSNorm", C,
+                  err.empty() ? "launched, past the shared memory the check allows" : err.c_str());
+        }
+        for (void* p : std::initializer_list<void*>{x, w, dx, stats, grads, partial}) cudaCheck(cudaFree(p));
+    }
+
+    // gpt_build refuses the run's shape (model_set_run_options) before its first allocation, and
+    // the first forward its own before allocating the activations: GPT-2 (every path's first
+    // config, --max-seq 96) at T = 64 and one sequence past the tokens limit (which at this T is
+    // also past the attention's B x H, checked first)
+    ModelConfig c = config_from_flags(test_configs()[0]);
+    const int T = 64, B = max_rows * gpt2_rows / T + 1;
+    size_t free0 = 0, free1 = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free0, &total));
+    GpuModel refused;
+    refused.options.batch_size = B;
+    refused.options.seq_len = T;
+    std::string msg;
+    try {
+        gpt_build(&refused, c);
+    } catch (const VpError& e) {
+        msg = e.what();
+    }
+    cudaCheck(cudaMemGetInfo(&free1, &total));
+    CHECK(msg.find("attention blocks in CUDA's grid y") != std::string::npos && refused.bytes_allocated == 0 && free1 == free0,
+          "gpt_build: '%s', %zu bytes allocated, %zu bytes less free", msg.c_str(), refused.bytes_allocated, free0 - free1);
+    GpuModel gm;
+    gpt_build(&gm, c);
+    std::vector<int> tokens((size_t)B * T, 0);
+    msg.clear();
+    try {
+        gpt_forward(&gm, tokens.data(), tokens.data(), B, T);
+    } catch (const VpError& e) {
+        msg = e.what();
+    }
+    CHECK(msg.find("attention blocks in CUDA's grid y") != std::string::npos && gm.acts_memory == nullptr, "the first forward: '%s'", msg.c_str());
+    gpt_free(&gm);
+}
+
 // Too little device memory must be a clear error that names the bytes needed.
 TEST(out_of_memory_message) {
     ModelConfig c = config_from_flags(test_configs()[0]);

@@ -136,6 +136,10 @@ struct GpuOptions {
     bool overlap_reduce = true;  // data parallel: each layer's gradient all-reduce during the backward (--overlap-reduce)
     bool zero1 = false;  // data parallel --zero 1: gpt_build keeps the master weights and AdamW m, v of this rank's shard only
     bool gelu_forward_fusion = VP_GELU_FORWARD_FUSION;  // GPT-2 at recompute 0: GELU in the fc GEMM's epilogue (above)
+    // the run's micro-batch shape where it is known before gpt_build (model_set_run_options), so
+    // that gpt_build refuses a shape past the kernels' limits before it allocates anything
+    // (check_gpu_index_limits); 0: not known (the tests and the benchmark: checked at the first forward)
+    int batch_size = 0, seq_len = 0;
 };
 
 // Parameters: the layout, init and per-layer views are host/params.h, shared with the CPU build.
@@ -388,6 +392,54 @@ inline void check_device_memory(size_t needed, const char* what, const char* hin
                       human_bytes(free_b).c_str(), human_bytes(total_b).c_str());
 }
 
+// The GPU kernels' index and launch limits, checked before anything is allocated. Tensors are
+// addressed with 64-bit offsets (B*T*Vp logits, B*T*F activations, 8e9 parameters and the
+// per-layer slices of them: audited at GPT-2 1.5B, B=128, T=4096, and a Llama-3-8B shape at
+// B=8, T=8192), so what bounds a shape is what stays 32-bit or lands in a bounded launch setting:
+//   - B*T: the kernels take the rows as int (the trainer's flag check bounds it too; the tests
+//     and the benchmark call the model directly);
+//   - B x heads, at most 65535: the attention kernels' gridDim.y, one block row per (sequence,
+//     head) (attention_grid_fits);
+//   - gridDim.y, at most 65535, also in the fixed-order parameter-gradient sums (kernels/reduce.cuh) give
+//     each block row of their stage-1 grid PARTIAL_ROWS = 256 rows of B*T (bias_backward: GPT-2's
+//     biases; qknorm_backward: QK-norm's gains), and GELU's backward with the fc bias gradient
+//     FUSED_PARTIAL_ROWS = 64 (GPT-2 where GELU's backward is not in the GEMM's epilogue: the FP32
+//     build, -DVP_GELU_FUSION=0): at most 16,776,960 and 4,194,240 tokens a micro-batch;
+//   - shared memory: the norms' backward keeps nacc fp32 column sums of C per warp (one warp at
+//     least): LayerNorm's 3, RMSNorm's 1: C <= 19200 (19328 in FP32) and 58112 on an H100 (227 KiB).
+// A shape past one is a usage error naming the limit. B = T = 0: the model's own limits only
+// (gpt_build before the batch shape is known). Any other limit of the kernels belongs here too.
+inline void check_gpu_index_limits(const ModelConfig& c, int B, int T) {
+    bool gpt2 = c.arch == ARCH_GPT2;
+    int C = c.n_embd, nacc = gpt2 ? 3 : 1;  // LayerNorm: dw, db and the column sums of dinp (a bias gradient); RMSNorm: dw
+    size_t smem = (size_t)fused_block_warps(nacc, C) * nacc * fused_padded_cols(C) * sizeof(float);
+    if (smem > (size_t)cuda_max_smem_optin())
+        usage_error("choose a smaller --dim; a checkpoint of such a width runs in ./train_cpu",
+                    "the GPU %s backward keeps %d fp32 sum%s per column of --dim %d for each warp in shared memory: %zu bytes, more than the %d "
+                    "bytes a block may have on this GPU",
+                    gpt2 ? "LayerNorm" : "RMSNorm", nacc, nacc == 1 ? "" : "s", C, smem, cuda_max_smem_optin());
+    if (B <= 0 || T <= 0) return;
+    long bt = (long)B * T;
+    const char* hint = "lower --batch-size or --seq-len (--total-batch-tokens accumulates the gradients of several micro-batches)";
+    if (bt > INT32_MAX)
+        usage_error(hint, "--batch-size %d x --seq-len %d = %ld tokens per micro-batch; the GPU kernels count them in 32 bits: at most %d", B, T, bt,
+                    INT32_MAX);
+    if (!attention_grid_fits(B, c.n_head))  // one block row per (sequence, head) in the attention kernels' grid y
+        usage_error("lower --batch-size (--total-batch-tokens accumulates the gradients of several micro-batches)",
+                    "--batch-size %d x %d heads = %ld attention blocks in CUDA's grid y, at most %ld: --batch-size at most %ld", B, c.n_head,
+                    (long)B * c.n_head, CUDA_MAX_GRID_Y, CUDA_MAX_GRID_Y / c.n_head);
+    int rows = 0;  // rows of B*T per block row of the widest such grid this model launches
+    const char* sums = nullptr;
+    if (gpt2 && !VP_GELU_FUSION) rows = FUSED_PARTIAL_ROWS, sums = "the fc bias gradient in GELU's backward";
+    else if (gpt2) rows = PARTIAL_ROWS, sums = "the bias gradients";
+    else if (c.qk_norm) rows = PARTIAL_ROWS, sums = "QK-norm's gain gradients";
+    if (rows && bt > CUDA_MAX_GRID_Y * rows)
+        usage_error(hint,
+                    "--batch-size %d x --seq-len %d = %ld tokens per micro-batch; the GPU build sums %s over blocks of %d tokens, at most %ld of them "
+                    "(CUDA's gridDim.y limit): at most %ld tokens",
+                    B, T, bt, sums, rows, CUDA_MAX_GRID_Y, CUDA_MAX_GRID_Y * rows);
+}
+
 inline void* model_device_alloc(GpuModel* m, size_t bytes, const char* what) {
     void* p = cuda_malloc_check(bytes, what);
     m->bytes_allocated += bytes;
@@ -439,6 +491,7 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0)
         runtime_error("run on a machine with an NVIDIA GPU, or use ./train_cpu", "no CUDA device found");
+    check_gpu_index_limits(c, m->options.batch_size, m->options.seq_len);  // before the first allocation
     m->config = c;
     m->specs = param_specs(c);
     m->num_params = 0;
@@ -584,6 +637,7 @@ inline void gpt_ensure_activations(GpuModel* m, int B, int T) {
     }
     const ModelConfig& c = m->config;
     if (T > c.max_seq_len) runtime_error("lower --seq-len", "T=%d exceeds the model's max sequence length %d", T, c.max_seq_len);
+    check_gpu_index_limits(c, B, T);
     std::vector<TensorSpec> plan = activation_plan(m->acts, c, B, T, m->options.recompute);
     std::vector<TensorSpec> splan = scratch_plan(m->scratch, c, B, T), vplan = value_path_plan(m->vpb, c, B, T);
     plan.insert(plan.end(), splan.begin(), splan.end());
@@ -1116,13 +1170,14 @@ inline void gpt_forward(GpuModel* m, const int* inputs, const int* targets, int 
     encoder_buckets(inputs, BT, V, &m->bucket_token, &m->bucket_start, &m->bucket_pos, &m->bucket_count);
     m->num_buckets = (int)m->bucket_token.size();
     int* hb = m->h_buckets;
+    int* hb_pos = hb + 2 * (size_t)BT + 1;  // (2 BT + 1 passes int from B*T = 2^30 on)
     memcpy(hb, m->bucket_token.data(), m->num_buckets * sizeof(int));
     memcpy(hb + BT, m->bucket_start.data(), (m->num_buckets + 1) * sizeof(int));
-    memcpy(hb + 2 * BT + 1, m->bucket_pos.data(), BT * sizeof(int));
+    memcpy(hb_pos, m->bucket_pos.data(), BT * sizeof(int));
     BackwardScratch& s = m->scratch;
     cudaCheck(cudaMemcpyAsync(s.bucket_token, hb, m->num_buckets * sizeof(int), cudaMemcpyHostToDevice, st));
     cudaCheck(cudaMemcpyAsync(s.bucket_start, hb + BT, (m->num_buckets + 1) * sizeof(int), cudaMemcpyHostToDevice, st));
-    cudaCheck(cudaMemcpyAsync(s.bucket_pos, hb + 2 * BT + 1, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+    cudaCheck(cudaMemcpyAsync(s.bucket_pos, hb_pos, BT * sizeof(int), cudaMemcpyHostToDevice, st));
     cudaCheck(cudaStreamSynchronize(st));  // the losses are on the host, the pinned staging buffers free again
     depth_forward_check(m);
     double loss = 0;  // summed in double in position order, as the CPU reference
@@ -1330,11 +1385,14 @@ inline std::vector<float> model_lambdas(const GpuModel* m) {
     return out;
 }
 
-// Flags of the shared CLI that only this build uses: --recompute (activation memory).
+// Flags of the shared CLI that only this build uses: --recompute (activation memory); and the
+// micro-batch shape, for gpt_build's check of the kernels' limits.
 inline void model_set_run_options(GpuModel* m, const RunConfig& rc) {
     m->options.recompute = rc.recompute;
     m->options.overlap_reduce = rc.overlap_reduce != 0;
     m->options.zero1 = rc.zero == 1 && dist_active();
+    m->options.batch_size = rc.batch_size;
+    m->options.seq_len = rc.seq_len;
 }
 
 // fp32 tensors of num_params floats between host and device

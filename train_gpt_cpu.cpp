@@ -624,8 +624,8 @@ void gpt_build(GPT<real, VP>* m, const ModelConfig& c) {
         for (int t = 0; t < c.max_seq_len; t++)
             for (int i = 0; i < half; i++) {
                 double freq = std::pow((double)c.rope_theta, -2.0 * i / c.head_dim);
-                m->rope_cos[t * half + i] = (real)std::cos(t * freq);
-                m->rope_sin[t * half + i] = (real)std::sin(t * freq);
+                m->rope_cos[(size_t)t * half + i] = (real)std::cos(t * freq);  // maxT * D/2 may pass 2^31 (--max-seq 2^20)
+                m->rope_sin[(size_t)t * half + i] = (real)std::sin(t * freq);
             }
     }
 }
@@ -969,10 +969,11 @@ template <typename real, typename VP>
 bool model_depth_alpha_add(GPT<real, VP>* m, DepthAlphaSums* a) {  // not const: see host/train_loop.h
     if constexpr (VP::id == VP_DEPTH) {
         const ModelConfig& c = m->config;
-        int mc = m->vp.max_cands, rows = m->B * m->T * c.n_kv_head;
-        size_t layer = (size_t)rows * mc;  // each layer's block, at this forward's B x T (cpu/vp_depth.h)
+        int mc = m->vp.max_cands;
+        size_t rows = (size_t)m->B * m->T * c.n_kv_head;  // B x T is an int, times Hkv may not be
+        size_t layer = rows * mc;  // each layer's block, at this forward's B x T (cpu/vp_depth.h)
         for (int l = 1; l < c.n_layer; l++)
-            for (int r = 0; r < rows; r++)
+            for (size_t r = 0; r < rows; r++)
                 for (int n = 0; n <= depth_num_sources(c.vp, l); n++) a->sum[(size_t)l * mc + n] += m->vp.alpha[l * layer + (size_t)r * mc + n];
         a->count += rows;
         return true;

@@ -235,8 +235,10 @@ inline void dl_validate_shard(const char* path, int T, uint64_t* n_tokens, int* 
                       "shard '%s' has unknown version %d", path, version);
     }
     int32_t n = dl_read_le32(header + 8);
-    if (n < 0) {
-        runtime_error(remake, "shard '%s' has a negative token count %d in its header", path, n);
+    if (n < 0) {  // a count of 2^31 or more, as a writer that stores it unsigned would put it
+        runtime_error("write shards of at most 2^31-1 tokens (the prepare scripts cut the data into several with --shard-size)",
+                      "shard '%s' has a token count of %u in its header (%d as the int32 the format stores): more than the format's limit of 2^31-1 tokens",
+                      path, (unsigned)n, n);
     }
     int tb = version == 1 ? 2 : 4;
     uint64_t expected = (uint64_t)SHARD_HEADER_BYTES + (uint64_t)n * (uint64_t)tb;
@@ -317,7 +319,14 @@ inline void dl_load_shard(DataLoader* dl, int fi) {
     size_t bytes = (size_t)(n * (uint64_t)tb);
     if (bytes > dl->tokens_capacity) {
         free(dl->tokens);
-        dl->tokens = (unsigned char*)malloc_check(bytes, "a token shard");
+        dl->tokens_capacity = 0;
+        dl->tokens = (unsigned char*)malloc(bytes);  // on failure nullptr, not the freed buffer (dataloader_free frees it)
+        // the whole shard is held (and, in a data-parallel job, by every rank): a shard of 2^31-1
+        // uint32 tokens is 8 GiB per rank, so the way out is smaller shards, not a smaller batch
+        if (!dl->tokens)
+            runtime_error("every rank holds one whole shard in memory: write smaller shards (the prepare scripts' --shard-size) or use a machine with more memory",
+                          "out of memory allocating %s for shard '%s' (%llu tokens of %d bytes)", human_bytes(bytes).c_str(), path,
+                          (unsigned long long)n, tb);
         dl->tokens_capacity = bytes;
     }
     dl->loaded_file = -1;  // until fully read and validated
@@ -424,7 +433,8 @@ inline void dataloader_init(DataLoader* dl, const char* pattern, int B, int T, i
     globfree(&g);
     // our own byte order, not the locale's collation, so every machine agrees on the order
     std::sort(dl->files.begin(), dl->files.end(), [](const std::string& a, const std::string& b) { return strcmp(a.c_str(), b.c_str()) < 0; });
-    if (dl->files.size() > 0xFFFFFFFFull) runtime_error(nullptr, "too many shards match '%s'", pattern);
+    // a file index is an int (loaded_file, dl_file_at) and the shard order a uint32 permutation
+    if (dl->files.size() > (size_t)INT32_MAX) runtime_error("write fewer, larger shards", "%zu shards match '%s', more than %d", dl->files.size(), pattern, INT32_MAX);
 
     dl->num_tokens = 0;
     dl->num_seqs = 0;

@@ -13,6 +13,14 @@
 // Segments: the flat array of n floats is cut into `world` contiguous slices, dist_shard(n, r);
 // ZeRO-1 uses the same slices for the optimizer state.
 //
+// Sizes: MPI's counts and displacements are int. Where world x slot is below 2^31 floats, every
+// count and displacement of the reduce-scatter and the all-gather fits one, and each is a single
+// MPI_Alltoallv or MPI_Allgatherv. A larger vector (an 8e9-parameter model has displacements up
+// to 8e9 even where each rank's count fits) moves in pieces: piece q of every rank's shard in one
+// exchange, point to point, each part addressed by a pointer instead of an int displacement
+// (dist_piece_floats, dist_piece_part). The sums add the same numbers in the same rank order, so
+// the result does not depend on the pieces; VP_DIST_PIECE=k (floats; tests) forces pieces of k.
+//
 // Failure: the communicator returns errors (MPI_ERRORS_RETURN) and each one is turned into a
 // runtime_error (exit 1). A rank that dies makes OpenMPI's mpirun end the job; a rank that hangs
 // would block the others forever, so a watchdog thread ends a process whose collective has
@@ -27,6 +35,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "host/utils.h"
@@ -77,12 +86,53 @@ inline void dist_for_each_owner_part(size_t a, size_t count, size_t n, int world
     }
 }
 
+// MPI's counts and displacements are int: what one call can address, in elements.
+constexpr size_t DIST_MAX_COUNT = 2147483647;
+
+// The piece length (floats per rank and message) of the reduce-scatter and all-gather of n floats
+// over `world` ranks: 0 when one MPI call carries them (world * slot bounds every count and
+// displacement, and the reduce-scatter's receive buffer, of world copies of one shard), else a
+// length that keeps each message's count within an int and the receive buffer of the
+// reduce-scatter (world pieces) at 2^28 floats (1 GiB). forced > 0 (VP_DIST_PIECE) is taken
+// whatever n is, so that tests run the pieces on small models.
+inline size_t dist_piece_floats(size_t n, int world, size_t forced = 0) {
+    if (forced) return std::min(forced, DIST_MAX_COUNT);
+    if ((size_t)world * dist_slot(n, world) <= DIST_MAX_COUNT) return 0;
+    return std::max<size_t>(1, ((size_t)1 << 28) / (size_t)world);
+}
+
+// Rank r's part of piece q (q = 0, piece, 2 piece, ... below the slot): the elements
+// [q, q + piece) of its dist_shard, clipped to the shard (count 0 where the shard is shorter).
+// One exchange moves piece q of every shard, so no message counts more than `piece` elements and
+// every part is addressed by its 64-bit offset.
+inline DistShard dist_piece_part(size_t n, int r, int world, size_t q, size_t piece) {
+    DistShard s = dist_shard(n, r, world);
+    if (q >= s.count) return {s.offset + s.count, 0};
+    return {s.offset + q, std::min(piece, s.count - q)};
+}
+
+// Element counts and offsets of every rank's shard of n elements, as MPI's *v collectives take
+// them: only for a layout that fits an int (dist_piece_floats(n, W) == 0); an offset cast past
+// 2^31 would address another element, so any other is refused.
+inline void dist_shard_layout(size_t n, int W, std::vector<int>* count, std::vector<int>* displ) {
+    if (dist_piece_floats(n, W) != 0)
+        runtime_error(nullptr, "internal: the shard layout of %zu elements over %d ranks does not fit MPI's int counts; it moves in pieces", n, W);
+    count->resize(W);
+    displ->resize(W);
+    for (int j = 0; j < W; j++) {
+        DistShard s = dist_shard(n, j, W);
+        (*count)[j] = (int)s.count;
+        (*displ)[j] = (int)s.offset;
+    }
+}
+
 #ifdef USE_MPI
 
 struct DistState {
     int rank = 0, world = 1;
     bool forced = false;  // VP_DIST_FORCE=1: the data-parallel code path even with one rank (tests)
     double timeout_s = 600;
+    size_t piece = 0;  // VP_DIST_PIECE: the forced piece length of dist_piece_floats (0: by size)
     std::atomic<long long> busy_since_ms{0};  // 0: not in a collective
     const char* busy_what = "";
 };
@@ -120,6 +170,7 @@ inline void dist_init(int* argc, char*** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &s.world);
     s.timeout_s = env_number("VP_DIST_TIMEOUT", s.timeout_s, 0, 1e7);
     s.forced = env_number("VP_DIST_FORCE", 0, 0, 1) == 1;
+    s.piece = (size_t)env_number("VP_DIST_PIECE", 0, 1, 1 << 30);
     if (s.world > 1 && s.timeout_s > 0) {
         std::thread([] {
             DistState& st = dist_state();
@@ -151,54 +202,120 @@ inline void dist_barrier() {
     dist_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
+// Message tags of the exchanges in pieces (the collectives need none).
+#define DIST_TAG_REDUCE 1
+#define DIST_TAG_GATHER 2
+
+// One exchange between this rank and every other rank j: send(j) goes to j and recv(j) is filled
+// from it, each a DistPart (a pointer and a count within an int; a count of 0 sends or receives
+// nothing), all in flight at once and waited for together (under the watchdog, as `what`).
+struct DistPart {
+    float* ptr;
+    size_t count;
+};
+template <class Send, class Recv>
+void dist_exchange(int tag, const char* what, Send send, Recv recv, std::vector<MPI_Request>* req) {
+    int W = dist_world(), r = dist_rank();
+    req->clear();
+    DistBusy busy(what);
+    for (int j = 0; j < W; j++) {
+        if (j == r) continue;
+        DistPart out = send(j), in = recv(j);
+        if (out.count) {
+            req->emplace_back();
+            dist_check(MPI_Isend(out.ptr, (int)out.count, MPI_FLOAT, j, tag, MPI_COMM_WORLD, &req->back()), "MPI_Isend");
+        }
+        if (in.count) {
+            req->emplace_back();
+            dist_check(MPI_Irecv(in.ptr, (int)in.count, MPI_FLOAT, j, tag, MPI_COMM_WORLD, &req->back()), "MPI_Irecv");
+        }
+    }
+    dist_check(MPI_Waitall((int)req->size(), req->data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
+// Adds the W copies of a part, laid out in recv as W rows of `stride` floats (rank j's copy in row
+// j), in rank order 0 + 1 + ... + (W-1), into out: the same float additions whatever the pieces.
+inline void dist_sum_copies(float* out, const float* recv, size_t count, size_t stride, int W) {
+    for (size_t i = 0; i < count; i++) {
+        float sum = recv[i];
+        for (int j = 1; j < W; j++) sum += recv[stride * j + i];
+        out[i] = sum;
+    }
+}
+
 // x[shard r] = sum over ranks of x[shard r], added in rank order, on rank r only; the rest of x
 // is left as it was.
 inline void dist_reduce_scatter_sum(float* x, size_t n) {
     int W = dist_world(), r = dist_rank();
     if (W == 1) return;
-    DistShard mine = dist_shard(n, r, W);
-    std::vector<float> recv(mine.count * W);
-    std::vector<int> scount(W), sdispl(W), rcount(W), rdispl(W);
-    for (int j = 0; j < W; j++) {
-        DistShard s = dist_shard(n, j, W);
-        scount[j] = (int)s.count;
-        sdispl[j] = (int)s.offset;
-        rcount[j] = (int)mine.count;
-        rdispl[j] = (int)(mine.count * j);
+    size_t piece = dist_piece_floats(n, W, dist_state().piece);
+    if (piece == 0) {  // one MPI_Alltoallv: every count and displacement fits an int
+        DistShard mine = dist_shard(n, r, W);
+        std::vector<float> recv(mine.count * W);
+        std::vector<int> scount(W), sdispl(W), rcount(W), rdispl(W);
+        for (int j = 0; j < W; j++) {
+            DistShard s = dist_shard(n, j, W);
+            scount[j] = (int)s.count;
+            sdispl[j] = (int)s.offset;
+            rcount[j] = (int)mine.count;
+            rdispl[j] = (int)(mine.count * j);
+        }
+        {
+            DistBusy busy("the gradient reduce-scatter");
+            dist_check(MPI_Alltoallv(x, scount.data(), sdispl.data(), MPI_FLOAT, recv.data(), rcount.data(), rdispl.data(), MPI_FLOAT, MPI_COMM_WORLD),
+                       "MPI_Alltoallv");
+        }
+        dist_sum_copies(x + mine.offset, recv.data(), mine.count, mine.count, W);
+        return;
     }
-    if (n > (size_t)2147483647) runtime_error(nullptr, "internal: %zu floats exceed one MPI message", n);
-    {
-        DistBusy busy("the gradient reduce-scatter");
-        dist_check(MPI_Alltoallv(x, scount.data(), sdispl.data(), MPI_FLOAT, recv.data(), rcount.data(), rdispl.data(), MPI_FLOAT, MPI_COMM_WORLD),
-                   "MPI_Alltoallv");
-    }
-    float* out = x + mine.offset;
-    for (size_t i = 0; i < mine.count; i++) {
-        float sum = recv[i];
-        for (int j = 1; j < W; j++) sum += recv[mine.count * j + i];
-        out[i] = sum;
-    }
-}
-
-// Element counts and offsets of every rank's shard of n elements, as MPI's *v collectives take them.
-inline void dist_shard_layout(size_t n, int W, std::vector<int>* count, std::vector<int>* displ) {
-    count->resize(W);
-    displ->resize(W);
-    for (int j = 0; j < W; j++) {
-        DistShard s = dist_shard(n, j, W);
-        (*count)[j] = (int)s.count;
-        (*displ)[j] = (int)s.offset;
+    // in pieces: in exchange q, every rank sends its copy of piece q of rank j's shard to rank j
+    // and receives the W-1 other copies of piece q of its own
+    size_t slot = dist_slot(n, W);
+    piece = std::min(piece, slot);
+    std::vector<float> recv(piece * W);
+    std::vector<MPI_Request> req;
+    for (size_t q = 0; q < slot; q += piece) {
+        DistShard mine = dist_piece_part(n, r, W, q, piece);
+        dist_exchange(
+            DIST_TAG_REDUCE, "the gradient reduce-scatter",
+            [&](int j) {
+                DistShard theirs = dist_piece_part(n, j, W, q, piece);
+                return DistPart{x + theirs.offset, theirs.count};
+            },
+            [&](int j) { return DistPart{recv.data() + piece * j, mine.count}; }, &req);
+        if (!mine.count) continue;
+        memcpy(recv.data() + piece * r, x + mine.offset, mine.count * sizeof(float));  // this rank's own copy, in its row
+        dist_sum_copies(x + mine.offset, recv.data(), mine.count, piece, W);
     }
 }
 
 // Every rank's shard of x (dist_shard(n, rank)) to every rank.
 inline void dist_allgather(float* x, size_t n) {
-    int W = dist_world();
+    int W = dist_world(), r = dist_rank();
     if (W == 1) return;
-    std::vector<int> count, displ;
-    dist_shard_layout(n, W, &count, &displ);
-    DistBusy busy("the all-gather");
-    dist_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, count.data(), displ.data(), MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgatherv");
+    size_t piece = dist_piece_floats(n, W, dist_state().piece);
+    if (piece == 0) {  // one MPI_Allgatherv, in place
+        std::vector<int> count, displ;
+        dist_shard_layout(n, W, &count, &displ);
+        DistBusy busy("the all-gather");
+        dist_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, count.data(), displ.data(), MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgatherv");
+        return;
+    }
+    // in pieces: in exchange q, every rank sends piece q of its shard to every other rank and
+    // receives theirs in place
+    size_t slot = dist_slot(n, W);
+    piece = std::min(piece, slot);
+    std::vector<MPI_Request> req;
+    for (size_t q = 0; q < slot; q += piece) {
+        DistShard mine = dist_piece_part(n, r, W, q, piece);
+        dist_exchange(
+            DIST_TAG_GATHER, "the all-gather", [&](int) { return DistPart{x + mine.offset, mine.count}; },
+            [&](int j) {
+                DistShard theirs = dist_piece_part(n, j, W, q, piece);
+                return DistPart{x + theirs.offset, theirs.count};
+            },
+            &req);
+    }
 }
 
 // Rank r's part of a piece, count[r] floats, into recv + displ[r] on rank 0 (recv is used on
@@ -263,6 +380,7 @@ template <class Fill, class Consume>
 void dist_stream_to_root(size_t n, bool sharded, size_t chunk, Fill fill, Consume consume) {
     int W = dist_world(), r = dist_rank();
     if (!sharded && r != 0) return;
+    chunk = std::max<size_t>(1, std::min(chunk, DIST_MAX_COUNT));  // a part's count and offset in the piece are MPI ints
     std::vector<float> piece(r == 0 ? std::min(n, chunk) : 0), mine;
     std::vector<int> count(W), displ(W);
     for (size_t off = 0; off < n; off += chunk) {

@@ -129,6 +129,8 @@ inline ModelConfig resolve_model_config(const RunConfig& rc, CheckpointMeta* met
     if (problem.empty() && config_params != (size_t)meta->num_params)
         problem = "its model config makes " + std::to_string(config_params) + " parameters, its header says " + std::to_string(meta->num_params);
     if (problem.empty() && meta->step < 0) problem = "a negative step " + std::to_string(meta->step);
+    // the run counts steps in an int (--max-steps): a larger step would resume at another one
+    if (problem.empty() && meta->step > INT32_MAX) problem = "a step " + std::to_string(meta->step) + " beyond the 2^31-1 steps a run can have";
     if (!problem.empty())
         runtime_error("the checkpoint is damaged or was not written by valuepath: use an earlier checkpoint, or restore this one from a copy",
                       "checkpoint '%s' has an invalid header: %s", ckpt_path->c_str(), problem.c_str());
@@ -360,6 +362,9 @@ int train_main_unguarded(int argc, char** argv) {
         usage_error("lower --total-batch-tokens (it is tokens per optimizer step, e.g. 524288)", "--total-batch-tokens %ld is %ld micro-batches of %d x %d x %d ranks per step; at most %d",
                     rc.total_batch_tokens, rc.total_batch_tokens / rank_tokens, B, T, world, INT32_MAX);
     int grad_accum = rc.total_batch_tokens ? (int)(rc.total_batch_tokens / rank_tokens) : 1;
+    // micro-batches per step over all ranks, what the loss and its gradient are averaged over: up
+    // to 2^31-1 per rank times the ranks, beyond an int
+    const long micro_batches = (long)grad_accum * world;
     if (rank0 && rc.zero && !dist) printf("note: --zero 1 has no effect in one process (the optimizer state has nothing to be sharded over)\n");
     if (rank0 && rc.was_given("--overlap-reduce") && !dist)
         printf("note: --overlap-reduce has no effect in one process (there is no reduce over ranks to overlap)\n");
@@ -576,7 +581,7 @@ int train_main_unguarded(int argc, char** argv) {
             gpt_forward(&model, inputs.data(), targets.data(), B, T);
             loss += model.mean_loss;
             if (dist && micro == grad_accum - 1) model_dist_last_backward(&model);
-            gpt_backward(&model, 1.0f / (grad_accum * world));
+            gpt_backward(&model, 1.0f / (float)micro_batches);
         }
         double sumsq = 0;  // of the summed gradients
         if (dist) {
@@ -595,7 +600,7 @@ int train_main_unguarded(int argc, char** argv) {
             if (data_error) stop_for_data_error(step, data_error.get(), 0);
             sumsq = gpt_grad_sumsq(&model, 0, model.num_params);
         }
-        loss /= grad_accum * world;
+        loss /= (double)micro_batches;
         float norm = (float)std::sqrt(sumsq);
         if (!std::isfinite(loss) || !std::isfinite(norm)) {
             // The weights at the start of this step give it. If this run saved them (the checkpoint

@@ -75,7 +75,8 @@
 // backward FLOPs) so that results are bit-reproducible.
 //
 // defines: AttentionArgs, KVGradRoute, KeptSumArgs, attention_head_dim_supported, attention_forward,
-//          attention_backward, attention_sum_kept, attention_wgmma_supported
+//          attention_backward, attention_sum_kept, attention_wgmma_supported, attention_grid_fits
+//          (the launch limit on B x heads)
 //          (and attention_forward1/2/4/5/6/7, attention_backward1/2/3/4/6/7 for the dev labs);
 //          for a value path that extends the version 4 kernels (Depth's, depth_attention.cuh):
 //          attention_forward_with_prologue, attention_backward_with_epilogue (AttNoPrologue and
@@ -1857,11 +1858,30 @@ static __global__ void __launch_bounds__(ATT2_THREADS) attention_backward_dq_ker
 // ----------------------------------------------------------------------------
 // launchers
 
+// The one shape limit of the attention kernels besides memory. Every grid is (query or key tiles,
+// B x the call's query heads), the dK/dV kernels' B x its KV heads, and CUDA allows at most 65535
+// blocks in y: past that a GPU refuses the launch ("invalid configuration argument"), which names
+// neither the kernel nor the shape, so attention_check_args refuses it first. At the shapes the
+// trainer targets B x H stays far below (GPT-2 1.5B at B = 128: 3200; Llama-3-8B at B = 8: 256).
+// Everything else is indexed in 64 bits where it can pass 2^31: the row offsets ((b T + t) times a
+// row stride: (B T, 3C) qkv at B = 128, T = 4096, C = 1600 is 2.5e9 elements), the (B, H, T) lse
+// and delta rows, the dS^T tiles of dQ version 8 (attention_ds_tile), the route and keep offsets
+// of the dK/dV write-out; what stays in int are positions and tile numbers within one sequence
+// (at most T + 127) and offsets within a block's shared tiles. A trainer can refuse a batch size
+// past this at startup with attention_grid_fits(B, n_head).
+inline bool attention_grid_fits(int B, int heads) { return (long)B * heads <= CUDA_MAX_GRID_Y; }
+
 inline void attention_check_args(const AttentionArgs& a, bool backward, int version) {
     KERNEL_ASSERT(a.B >= 1 && a.T >= 1 && a.H >= 1 && a.Hkv >= 1 && a.H % a.Hkv == 0);
     KERNEL_ASSERT(attention_head_dim_supported(a.D));
     int G = a.H / a.Hkv;
     KERNEL_ASSERT(0 <= a.h0 && a.h0 < a.h1 && a.h1 <= a.H && a.h0 % G == 0 && a.h1 % G == 0);
+    if (!attention_grid_fits(a.B, a.h1 - a.h0)) {
+        char hint[160];
+        snprintf(hint, sizeof(hint), "use a batch size of at most %ld (%d heads)", CUDA_MAX_GRID_Y / (a.h1 - a.h0), a.h1 - a.h0);
+        runtime_error(hint, "attention: B x heads = %d x %d = %ld blocks in grid y, past CUDA's limit of %ld", a.B, a.h1 - a.h0,
+                      (long)a.B * (a.h1 - a.h0), CUDA_MAX_GRID_Y);
+    }
     KERNEL_ASSERT(a.q && a.k && a.v && a.out && a.lse);
     KERNEL_ASSERT(a.q_rs >= (long)a.H * a.D && a.k_rs >= (long)a.Hkv * a.D && a.v_rs >= (long)a.Hkv * a.D);
     // value paths: a second K/V source (SLA) and a value mix (ResFormer) are never combined

@@ -273,6 +273,22 @@ __device__ __forceinline__ bool flag_wait_acquire(const int* flag, int value, in
 #endif
 }
 
+// CUDA's limit on gridDim.y (and z): a launch past it fails with "invalid configuration argument",
+// which names neither kernel nor shape, so launchers and the trainer's startup check test it first.
+constexpr long CUDA_MAX_GRID_Y = 65535;
+
+// The most shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize):
+// 227 KiB on an H100 or H200, 163 KiB on an A100.
+inline int cuda_max_smem_optin() {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    return n;
+}
+
 inline int cuda_num_sms() {
     static int n = 0;
     if (!n) {

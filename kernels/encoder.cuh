@@ -20,10 +20,12 @@ namespace gpu {
 // ----------------------------------------------------------------------------
 // kernels
 
+// The element index runs over all B*T*C outputs, 2^31 of them at C = 4096, B*T = 2^19, so it is
+// 64-bit; the row and column it splits into fit int.
 static __global__ void encoder_forward_kernel3(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int BT, int T, int C) {
-    int idx = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;  // element index in out
-    if (idx >= BT * C) return;
-    int bt = idx / C, c = idx % C;
+    size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;  // element index in out
+    if (idx >= (size_t)BT * C) return;
+    int bt = (int)(idx / C), c = (int)(idx % C);
     x128 w = load128(wte + (size_t)inp[bt] * C + c), o;
     if (wpe) {
         x128 p = load128(wpe + (size_t)(bt % T) * C + c);
@@ -59,8 +61,8 @@ static __global__ void wpe_backward_kernel1(float* dwpe, const floatX* dout, int
 inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C, cudaStream_t stream) {
     const int block_size = 256;
     KERNEL_ASSERT(C % x128::size == 0);
-    int n = B * T * C / x128::size;
-    encoder_forward_kernel3<<<CEIL_DIV(n, block_size), block_size, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
+    size_t n = (size_t)B * T * C / x128::size;  // 16-byte vectors of out
+    encoder_forward_kernel3<<<(unsigned)CEIL_DIV(n, (size_t)block_size), block_size, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
     cudaCheck(cudaGetLastError());
 }
 

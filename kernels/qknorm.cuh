@@ -24,9 +24,10 @@ namespace gpu {
 
 static __global__ void qknorm_forward_kernel1(floatX* out, float* rstd, const floatX* inp, const floatX* q_w, const floatX* k_w, int BT, int H, int NH, int D,
                                               long in_rs, long out_rs, float eps) {
-    int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (w >= BT * NH) return;
-    int i = w / NH, j = w % NH;
+    long w = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (row, head) pairs: B*T*(H+Hkv) may pass 2^31
+    int lane = threadIdx.x % 32;
+    if (w >= (long)BT * NH) return;
+    int i = (int)(w / NH), j = (int)(w % NH);
     const floatX* x = inp + (size_t)i * in_rs + (size_t)j * D;
     const floatX* g = j < H ? q_w : k_w;
     float ss = 0.0f;
@@ -39,9 +40,10 @@ static __global__ void qknorm_forward_kernel1(floatX* out, float* rstd, const fl
 
 static __global__ void qknorm_backward_kernel1(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* q_w, const floatX* k_w, const float* rstd,
                                                int BT, int H, int NH, int D, long in_rs, long out_rs) {
-    int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (w >= BT * NH) return;
-    int i = w / NH, j = w % NH;
+    long w = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (row, head) pairs: B*T*(H+Hkv) may pass 2^31
+    int lane = threadIdx.x % 32;
+    if (w >= (long)BT * NH) return;
+    int i = (int)(w / NH), j = (int)(w % NH);
     const floatX* x = inp + (size_t)i * in_rs + (size_t)j * D;
     const floatX* dy = dout + (size_t)i * out_rs + (size_t)j * D;
     const floatX* g = j < H ? q_w : k_w;
@@ -78,7 +80,8 @@ inline void qknorm_forward(floatX* out, float* rstd, const floatX* inp, const fl
     const int block_size = 256;  // 8 (row, head) pairs per block
     int NH = H + Hkv;
     KERNEL_ASSERT(in_rs >= (long)NH * D && out_rs >= (long)NH * D);
-    qknorm_forward_kernel1<<<CEIL_DIV(BT * NH, block_size / 32), block_size, 0, stream>>>(out, rstd, inp, q_w, k_w, BT, H, NH, D, in_rs, out_rs, eps);
+    unsigned blocks = (unsigned)CEIL_DIV((long)BT * NH, (long)(block_size / 32));
+    qknorm_forward_kernel1<<<blocks, block_size, 0, stream>>>(out, rstd, inp, q_w, k_w, BT, H, NH, D, in_rs, out_rs, eps);
     cudaCheck(cudaGetLastError());
 }
 
@@ -89,7 +92,8 @@ inline void qknorm_backward(floatX* dinp, float* dq_w, float* dk_w, const floatX
     const int block_size = 256;
     int NH = H + Hkv;
     KERNEL_ASSERT(in_rs >= (long)NH * D && out_rs >= (long)NH * D);
-    qknorm_backward_kernel1<<<CEIL_DIV(BT * NH, block_size / 32), block_size, 0, stream>>>(dinp, dout, inp, q_w, k_w, rstd, BT, H, NH, D, in_rs, out_rs);
+    unsigned blocks = (unsigned)CEIL_DIV((long)BT * NH, (long)(block_size / 32));
+    qknorm_backward_kernel1<<<blocks, block_size, 0, stream>>>(dinp, dout, inp, q_w, k_w, rstd, BT, H, NH, D, in_rs, out_rs);
     cudaCheck(cudaGetLastError());
     qknorm_param_backward_kernel1<<<dim3(CEIL_DIV(D, 32), num_partials(BT)), dim3(32, 8), 0, stream>>>(partial, dout, inp, rstd, BT, H, NH, D, in_rs, out_rs);
     cudaCheck(cudaGetLastError());

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     ap.add_argument("--normalize-newlines", action="store_true", help="convert CRLF and CR line endings to LF")
     ap.add_argument("--val-split", choices=("head", "hash", "none"), default="head",
                     help="how to pick val (default head)")
-    ap.add_argument("--val-tokens", type=cli.nonneg_int, default=1_048_576,
+    ap.add_argument("--val-tokens", type=cli.head_tokens_arg, default=1_048_576,
                     help="--val-split head: number of val tokens (default 1,048,576)")
     ap.add_argument("--val-fraction", type=cli.fraction, default=0.005,
                     help="--val-split hash: fraction of documents for val (default 0.005)")

@@ -32,7 +32,7 @@ from vp_data.readers import read_text  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--input", help="use this input.txt instead of the cached/downloaded one")
-    ap.add_argument("--val-tokens", type=cli.nonneg_int, default=32768,
+    ap.add_argument("--val-tokens", type=cli.head_tokens_arg, default=32768,
                     help="the first this-many tokens are the val split (default 32768, as llm.c)")
     cli.add_common_args(ap, out_dir="data/tinyshakespeare", tokenizer="gpt2", shard_size=100_000_000)
     args = ap.parse_args(argv)

@@ -1,7 +1,7 @@
 // tests/test_host.cpp: the host-side data path: token shards (host/dataloader.h), the
 // tokenizer that prints samples and encodes prompts (host/tokenizer.h), multiple-choice files (host/mc_eval.h),
 // and the shard layout of data-parallel
-// training (host/distributed.h dist_shard), the CRC-32 of checkpoints (host/crc32.h), and the
+// training and its pieces (host/distributed.h dist_shard, dist_piece_part), the CRC-32 of checkpoints (host/crc32.h), and the
 // outlier statistics of --skip-loss-z / --skip-norm-z (host/update_guard.h).
 // Build (errors throw VpError so bad inputs can be checked):
 //   g++ -O2 -std=c++17 -DVP_ERRORS_THROW -I. tests/test_host.cpp -o /tmp/test_host && /tmp/test_host
@@ -422,6 +422,51 @@ TEST(rank_world_split_the_stream) {
     }
 }
 
+// A version-2 shard of the format's largest count, 2^31-1 uint32 tokens: 8 GiB + 1020 bytes, so
+// its size check, its counts and the cursors a checkpoint stores need 64 bits. The file is sparse
+// (only the header is written; the rest reads as zeros and takes no disk). Nothing here loads it,
+// which would allocate 8 GiB: init checks its header and size, and the cursors are walked to its
+// last sequence, restored there from a state, and moved across it into the small shard after it.
+TEST(shard_beyond_4_gib_is_counted_in_64_bits) {
+    const uint64_t N = 2147483647ull;
+    const int T = 8;
+    std::string big = tmp_path("huge_000.bin");
+    write_bytes(big, shard_bytes({}, 2, SHARD_MAGIC, (int64_t)N));
+    REQUIRE(truncate(big.c_str(), (off_t)(SHARD_HEADER_BYTES + 4 * N)) == 0, "truncate '%s': %s", big.c_str(), strerror(errno));
+    write_shard("huge_001.bin", iota_tokens(0, 41), 2);  // 5 sequences of T=8
+    DataLoader dl;
+    dataloader_init(&dl, (tmp_dir() + "/huge_*.bin").c_str(), 2, T, 5000, true, 7, 0, 1);
+    const uint64_t big_seqs = (N - 1) / T;  // 268,435,455
+    CHECK(dl.shard_tokens[0] == N && dl.shard_token_bytes[0] == 4 && dl.shard_seqs[0] == big_seqs, "the big shard: %llu tokens, %llu sequences",
+          (unsigned long long)dl.shard_tokens[0], (unsigned long long)dl.shard_seqs[0]);
+    CHECK(dl.num_tokens == N + 41 && dl.num_seqs == big_seqs + 5, "dataset: %llu tokens, %llu sequences", (unsigned long long)dl.num_tokens,
+          (unsigned long long)dl.num_seqs);
+    // where epoch 3's shard order puts the big shard (the order is shuffled per epoch)
+    uint64_t at = dl_file_at(&dl, 3, 0) == 0 ? 0 : 1;
+    DataLoaderState st = dataloader_get_state(&dl);
+    st.epoch = 3;
+    st.shard_cursor = at;
+    st.seq_cursor = big_seqs - 1;  // its last sequence: tokens [2^31 - 16, 2^31 - 8], bytes past 8 GiB
+    dataloader_set_state(&dl, &st);
+    DataLoaderState back = dataloader_get_state(&dl);
+    CHECK(memcmp(&back, &st, sizeof(st)) == 0, "a state at the last sequence of the big shard restores as it was saved");
+    DataLoaderState past = st;
+    past.seq_cursor = big_seqs;
+    ErrInfo e = catch_error([&] { dataloader_set_state(&dl, &past); });
+    CHECK(e.code == 1 && contains(e.msg, "268435455 sequences"), "one past its last sequence is refused: code %d '%s'", e.code, e.msg.c_str());
+    // one more sequence leaves the big shard: into the small one, or the next epoch
+    DataLoaderCursor c = dl.next;
+    dl_advance(&dl, &c, 1);
+    CHECK(at == 0 ? (c.epoch == 3 && c.shard == 1 && c.seq == 0) : (c.epoch == 4 && c.shard == 0 && c.seq == 0), "after the last sequence: epoch %llu shard %llu seq %llu",
+          (unsigned long long)c.epoch, (unsigned long long)c.shard, (unsigned long long)c.seq);
+    // whole epochs of 268,435,460 sequences at once, from an epoch's start
+    DataLoaderCursor z = {0, 0, 0};
+    dl_advance(&dl, &z, 3 * dl.num_seqs + 2);
+    CHECK(z.epoch == 3 && (z.shard == 0 && z.seq == 2), "3 epochs and 2 sequences: epoch %llu shard %llu seq %llu", (unsigned long long)z.epoch,
+          (unsigned long long)z.shard, (unsigned long long)z.seq);
+    dataloader_free(&dl);
+}
+
 TEST(tiny_dataset_wraps) {
     // B*T*world larger than the whole dataset is fine: it wraps into the next epochs
     std::string p = write_shard("tiny_000.bin", iota_tokens(0, 9), 1);  // 2 sequences of T=4
@@ -481,6 +526,8 @@ TEST(shard_errors_name_the_file) {
         {"err_empty.bin", {}, "0 bytes"},
         {"err_vocab.bin", shard_bytes(big, 2), "token id 70000 at position 17"},
         {"err_too_short.bin", shard_bytes(iota_tokens(0, 4), 1), "T=4"},
+        // a count of 2^31 or more (a writer that stores it unsigned) is past the int32 format
+        {"err_count_2g.bin", shard_bytes(toks, 2, SHARD_MAGIC, 3000000000ll), "a token count of 3000000000"},
     };
     for (const Case& c : cases) {
         std::string p = tmp_path(c.name);
@@ -498,6 +545,8 @@ TEST(shard_errors_name_the_file) {
     char sizes[64];
     snprintf(sizes, sizeof(sizes), "%zu bytes", trailing.size());
     CHECK(contains(e.msg, sizes) && contains(e.msg, "1106 bytes"), "size message: '%s'", e.msg.c_str());
+    e = init_error(tmp_dir() + "/err_count_2g.bin");
+    CHECK(contains(e.msg, "2^31-1"), "a count past the format says its limit: '%s'", e.msg.c_str());
     // a bad shard among good ones fails at init, before any batch
     write_shard("mixed_000.bin", toks, 1);
     std::string bad = tmp_path("mixed_001.bin");
@@ -1159,6 +1208,68 @@ TEST(dist_owner_parts_match_the_shards) {
                     }
                     CHECK(ok, "n=%zu W=%d slice [%zu, %zu): parts do not match the shards", n, W, a, a + count);
                 }
+}
+
+// The CPU build's reduce-scatter and all-gather at Llama-3-8B's size, 8,030,261,248 floats: one
+// MPI call would need displacements past 2^31 (MPI's are int) even where each rank's count fits,
+// so they move in pieces. Each rank's part of each piece must count at most `piece` (an int), begin
+// where the rank's shard has been covered to, and the parts must cover every shard exactly once.
+// A vector that fits (GPT-2 124M over 8 ranks) keeps the single call and its int layout; the
+// layout of one that does not is refused, never cast. Nothing is allocated.
+TEST(dist_pieces_tile_an_8e9_vector_in_int_counts) {
+    std::vector<int> count, displ;
+    CHECK(dist_piece_floats(124475904, 8) == 0, "GPT-2 124M over 8 ranks is one call");
+    dist_shard_layout(124475904, 8, &count, &displ);
+    for (int j = 0; j < 8; j++) {
+        DistShard s = dist_shard(124475904, j, 8);
+        CHECK((size_t)count[j] == s.count && (size_t)displ[j] == s.offset, "rank %d: %d at %d", j, count[j], displ[j]);
+    }
+    const size_t n = 8030261248ull;
+    ErrInfo e = catch_error([&] { dist_shard_layout(n, 8, &count, &displ); });
+    CHECK(e.code == 1 && contains(e.msg, "int"), "a layout past 2^31 is refused, not cast: code %d '%s'", e.code, e.msg.c_str());
+    CHECK(dist_piece_floats(2147483647ull, 1) == 0 && dist_piece_floats(2147483648ull, 1) > 0, "one rank: the limit is 2^31-1 floats");
+    for (int W : {2, 8, 64, 1024}) {
+        size_t piece = dist_piece_floats(n, W), slot = dist_slot(n, W), total = 0;
+        CHECK(piece >= 1 && piece <= DIST_MAX_COUNT && piece * W <= ((size_t)1 << 28), "W=%d: piece %zu", W, piece);
+        if (!piece) continue;
+        std::vector<size_t> reached(W);  // how far each rank's shard is covered
+        for (int j = 0; j < W; j++) reached[j] = dist_shard(n, j, W).offset;
+        bool ok = true;
+        for (size_t q = 0; q < slot; q += piece)
+            for (int j = 0; j < W; j++) {
+                DistShard part = dist_piece_part(n, j, W, q, piece);
+                if (!part.count) continue;
+                ok = ok && part.count <= piece && part.offset == reached[j];
+                reached[j] += part.count;
+                total += part.count;
+            }
+        for (int j = 0; j < W; j++) {
+            DistShard s = dist_shard(n, j, W);
+            ok = ok && reached[j] == s.offset + s.count;
+        }
+        CHECK(ok && total == n, "W=%d: the pieces of %zu cover %zu of %zu elements, or not each shard exactly", W, piece, total, n);
+    }
+    // forced pieces (VP_DIST_PIECE) on small vectors: every element in exactly one part, its owner's
+    CHECK(dist_piece_floats(1000, 3, 7) == 7, "a forced piece length is taken whatever n is");
+    for (size_t n_small : {1ul, 5ul, 12ul, 13ul, 100ul})
+        for (int W : {1, 2, 3, 5})
+            for (size_t piece : {1ul, 2ul, 3ul, 7ul}) {
+                std::vector<int> owner(n_small, -1);
+                bool ok = true;
+                for (size_t q = 0; q < dist_slot(n_small, W); q += piece)
+                    for (int j = 0; j < W; j++) {
+                        DistShard part = dist_piece_part(n_small, j, W, q, piece);
+                        for (size_t i = part.offset; i < part.offset + part.count; i++) {
+                            if (i >= n_small || owner[i] != -1) ok = false;
+                            else owner[i] = j;
+                        }
+                    }
+                for (size_t i = 0; i < n_small; i++) {
+                    DistShard s = dist_shard(n_small, owner[i] < 0 ? 0 : owner[i], W);
+                    ok = ok && owner[i] >= 0 && i >= s.offset && i < s.offset + s.count;
+                }
+                CHECK(ok, "n=%zu W=%d piece=%zu: the parts do not tile the shards", n_small, W, piece);
+            }
 }
 
 // The settings read from the environment: unset or empty gives the default, a number in range is

@@ -15,6 +15,8 @@ inputs first rounded to floatX so both see the same numbers. Besides per-element
 apply FlashAttention's rule: a version's normwise error against the fp32 reference must be at most
 2x the error of the same math done naively in bf16 (S, P and O each rounded to bf16; emulated on
 the CPU below), plus a floor of 1e-6 (for the FP32 build, where the naive error is ~0).
+First, the launchers' shape limit: B x heads past CUDA's 65535 blocks in grid y is refused by
+name before any launch (check_grid_limit).
 
 version 1: SIMT. One thread per query row, K/V tiles in shared memory as fp32, online softmax
   per key. The FP32 build's kernel (tensor cores would mean TF32). Readable, slow: every thread
@@ -186,10 +188,63 @@ static bool run_problem(const AttnProblem& p, bool check_only) {
     return ok;
 }
 
+// The launchers' one shape limit besides memory (kernels/attention.cuh, CUDA_MAX_GRID_Y): B x the
+// call's heads blocks in grid y, at most 65535. A call past it must be refused by name before any
+// launch (on a GPU the launch itself would fail with "invalid configuration argument"), one at it
+// accepted. At the limit only the argument check runs: 65535 blocks would take minutes under the
+// CUDA emulator. H = 15 (65535 = 15 x 4369) so that the limit is reached exactly; GQA G = 3 and a
+// head range of 3 heads (B = 21845) check that the call's heads count, not all H.
+static bool check_grid_limit() {
+    const int H = 15, Hkv = 5, D = 64;
+    floatX* x = dev_alloc<floatX>(64);
+    float* f = dev_alloc<float>(64);
+    gpu::AttentionArgs a;
+    a.T = 1, a.H = H, a.Hkv = Hkv, a.D = D, a.h0 = 0, a.h1 = H;
+    a.q = a.k = a.v = a.dout = x;
+    a.out = a.dq = a.dk = a.dv = x;
+    a.lse = a.delta = f;
+    a.q_rs = a.dq_rs = (long)H * D;
+    a.k_rs = a.v_rs = a.dk_rs = a.dv_rs = (long)Hkv * D;
+    // whether fn was refused with the grid limit's message (any other error, or none: false)
+    auto refused = [](auto&& fn) {
+        try {
+            ErrorCapture capture;
+            fn();
+        } catch (const CapturedError& e) {
+            return e.message.find("blocks in grid y") != std::string::npos;
+        }
+        return false;
+    };
+    bool ok = true;
+    auto expect = [&](const char* what, bool good) {
+        printf("  %s: %s\n", what, good ? "ok" : "FAILED");
+        ok &= good;
+    };
+    printf("attention launch limit: B x heads <= %ld (%s)\n", gpu::CUDA_MAX_GRID_Y, PRECISION_NAME);
+    for (bool backward : {false, true}) {
+        a.B = (int)(gpu::CUDA_MAX_GRID_Y / H);
+        expect(backward ? "backward, B x H = 65535 accepted" : "forward, B x H = 65535 accepted",
+               !refused([&] { gpu::attention_check_args(a, backward, 2); }) && !refused([&] { gpu::attention_check_args(a, backward, 1); }));
+        a.B++;
+        expect(backward ? "backward, B x H = 65550 refused" : "forward, B x H = 65550 refused",
+               refused([&] { gpu::attention_check_args(a, backward, 2); }) && refused([&] { gpu::attention_check_args(a, backward, 1); }));
+    }
+    expect("the trainer's forward entry point refuses it before launching", refused([&] { gpu::attention_forward(a, 0); }));
+    a.h0 = 6, a.h1 = 9, a.B = (int)(gpu::CUDA_MAX_GRID_Y / 3);
+    expect("heads [6, 9), B x 3 = 65535 accepted", !refused([&] { gpu::attention_check_args(a, true, 2); }));
+    a.B++;
+    expect("heads [6, 9), B x 3 = 65538 refused", refused([&] { gpu::attention_check_args(a, true, 2); }));
+    expect("attention_grid_fits(4369, 15), not (4370, 15)", gpu::attention_grid_fits(4369, 15) && !gpu::attention_grid_fits(4370, 15));
+    cudaCheck(cudaFree(x));
+    cudaCheck(cudaFree(f));
+    return ok;
+}
+
 int main(int argc, char** argv) {
     if (!lab_has_device()) return 0;
     bool check_only = lab_flag(argc, argv, "--check");
-    bool ok = run_problem({8, 1024, 12, 12, 64}, check_only);
+    bool ok = check_grid_limit();
+    ok &= run_problem({8, 1024, 12, 12, 64}, check_only);
     ok &= run_problem({2, 1000, 12, 4, 64}, check_only);
     ok &= run_problem({2, 200, 4, 2, 128}, check_only);
     ok &= run_problem({2, 100, 8, 8, 32}, check_only);

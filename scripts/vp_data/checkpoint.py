@@ -252,11 +252,15 @@ def read_checkpoint(path):
         params = np.fromfile(f, dtype="<f4", count=n)
         if version == CHECKPOINT_VERSION:
             crc = zlib.crc32(params)  # the array's own buffer: no second copy of the weights
-            while True:
-                chunk = f.read(64 << 20)
+            # the AdamW moments, in pieces of at most 64 MB: a read asks for no more than is left,
+            # since f.read(n) allocates n bytes first, even where the file has none left
+            left = expect - f.tell()
+            while left > 0:
+                chunk = f.read(min(left, 64 << 20))
                 if not chunk:
                     break
                 crc = zlib.crc32(chunk, crc)
+                left -= len(chunk)
             if crc != data_crc:
                 raise ValueError(f"{path}: corrupt: the CRC-32 of its tensors does not match")
     return cfg, params.astype(np.float32, copy=False), {"step": step, "has_optimizer": has_opt, "run_text": text.decode()}
@@ -264,13 +268,15 @@ def read_checkpoint(path):
 
 def encode_checkpoint(cfg, params, step=0, run_text=""):
     """The file's bytes as [header, run text, params]: a checkpoint without optimizer state
-    (has_optimizer = 0; Rng, DataLoaderState and UpdateGuardState zeroed), which the trainers accept with --init-from."""
+    (has_optimizer = 0; Rng, DataLoaderState and UpdateGuardState zeroed), which the trainers accept with --init-from.
+    The params chunk is a memoryview of the float32 array itself, not bytes: a copy would double the
+    memory an import of an 8B model needs (32 GB more)."""
     cfg.validate()
-    params = np.asarray(params, dtype="<f4").reshape(-1)
+    params = np.ascontiguousarray(params, dtype="<f4").reshape(-1)
     if params.size != num_params(cfg):
         raise ValueError(f"{params.size} params, config needs {num_params(cfg)}")
     text = run_text.encode()
-    data = params.tobytes()
+    data = memoryview(params).cast("B")
     fields_before_crc = [CHECKPOINT_MAGIC, CHECKPOINT_VERSION, CHECKPOINT_HEADER_BYTES, 0, step, params.size, len(text),
                          *_config_to_fields(cfg), 0, *([0] * 16)]
     hdr = struct.pack(_HEADER_FMT, *fields_before_crc, 0, 0, *_NO_GUARD, *([0] * 50))

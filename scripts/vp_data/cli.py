@@ -54,6 +54,18 @@ def shard_size_arg(s: str) -> int:
     return v
 
 
+def head_tokens_arg(s: str) -> int:
+    """--val-tokens of a head split (the first N tokens are val): one shard holds all of them, and
+    its header's count is an int32."""
+    from .pipeline import MAX_HEAD_TOKENS
+
+    v = nonneg_int(s)
+    if v > MAX_HEAD_TOKENS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_HEAD_TOKENS:,} tokens (the val split is one shard, and its "
+                                         f"header's count is an int32), got {s!r}")
+    return v
+
+
 def fraction(s: str) -> float:
     try:
         v = float(s)

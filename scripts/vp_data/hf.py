@@ -96,9 +96,19 @@ def tokenizer_files(tokenizer: str, vocab_size: int) -> tuple:
     return name, [(cache.fetch(key), dest) for key, dest in files], tok_config, bos, eos
 
 
+FINITE_CHUNK = 1 << 24  # weights checked per piece by all_finite (16 MB of bools)
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """np.isfinite(a).all() a piece at a time: on the whole array at once it allocates a bool per
+    weight, 8 GB beside an 8B model's 32 GB."""
+    flat, n = a.reshape(-1), FINITE_CHUNK
+    return all(np.isfinite(flat[i:i + n]).all() for i in range(0, flat.size, n))
+
+
 def check_finite(ckpt: str, cfg: Config, params: np.ndarray) -> None:
-    if not np.all(np.isfinite(params)):
-        bad = [name for name, t in _flat_view(cfg, params).items() if not np.all(np.isfinite(t))]
+    if not all_finite(params):
+        bad = [name for name, t in _flat_view(cfg, params).items() if not all_finite(t)]
         raise DataError(f"{ckpt}: NaN or Inf in {', '.join(bad)}; export a checkpoint from before the run diverged")
 
 
@@ -132,8 +142,9 @@ def remote_state_and_config(cfg: Config, params: np.ndarray) -> tuple[dict, dict
 
 
 def hf_state_and_config(cfg: Config, params: np.ndarray) -> tuple[dict, dict]:
-    """The HF state dict {name: float32 array} and config.json dict of a vanilla checkpoint, for
-    transformers' own classes."""
+    """The HF state dict and config.json dict of a vanilla checkpoint, for transformers' own classes.
+    The state dict's tensors are views of `params` (transposed ones too: write_tensors makes each
+    contiguous as it writes it) or, for GPT-2's c_attn, Deferred concatenations: it holds no copy."""
     assert cfg.path == "vanilla", "only vanilla maps onto transformers' own classes"
     P = _flat_view(cfg, params)
     L, C, H, Hkv, D, F, V = cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.ffn_dim, cfg.vocab_size
@@ -144,9 +155,11 @@ def hf_state_and_config(cfg: Config, params: np.ndarray) -> tuple[dict, dict]:
         for l in range(L):
             h = f"transformer.h.{l}."
             sd[h + "ln_1.weight"], sd[h + "ln_1.bias"] = P["ln1_w"][l], P["ln1_b"][l]
-            # Conv1D (in, out), columns [q | k | v]
-            sd[h + "attn.c_attn.weight"] = np.concatenate([P["qk_w"][l], P["v_w"][l]], axis=0).T
-            sd[h + "attn.c_attn.bias"] = np.concatenate([P["qk_b"][l], P["v_b"][l]])
+            # Conv1D (in, out), columns [q | k | v]; qk_w and v_w are apart in the flat array, so
+            # the join is a copy, made (one layer at a time) only when the file is written
+            sd[h + "attn.c_attn.weight"] = st.Deferred(
+                (C, 3 * C), lambda l=l: np.concatenate([P["qk_w"][l], P["v_w"][l]], axis=0).T)
+            sd[h + "attn.c_attn.bias"] = st.Deferred((3 * C,), lambda l=l: np.concatenate([P["qk_b"][l], P["v_b"][l]]))
             sd[h + "attn.c_proj.weight"], sd[h + "attn.c_proj.bias"] = P["attproj_w"][l].T, P["attproj_b"][l]
             sd[h + "ln_2.weight"], sd[h + "ln_2.bias"] = P["ln2_w"][l], P["ln2_b"][l]
             sd[h + "mlp.c_fc.weight"], sd[h + "mlp.c_fc.bias"] = P["fc_w"][l].T, P["fc_b"][l]
@@ -450,8 +463,8 @@ def import_model(src: str, out_ckpt: str, max_seq: int | None = None, force: boo
     if left:
         raise DataError(f"{src}: {len(left)} tensors have no place in a valuepath {cfg.arch} model "
                         f"(first: {', '.join(left[:3])}); the import would drop them")
-    if not np.all(np.isfinite(params)):
+    if not all_finite(params):
         raise DataError(f"{src}: the weights hold NaN or Inf")
-    chunks = encode_checkpoint(cfg, params, step=0)
+    chunks = encode_checkpoint(cfg, params, step=0)  # the weights as they are, not a copy of them
     write_atomic(out_ckpt, chunks, sum(len(c) for c in chunks))
     return cfg

@@ -59,6 +59,11 @@ BATCH_CHARS = 4_000_000  # ... or this many characters, whichever comes first
 FOLD_MAX = 2**20
 # The header's token count is an int32, and a shard can grow by up to FOLD_MAX tokens.
 MAX_SHARD_SIZE = 2**31 - 1 - FOLD_MAX
+# The val head shard (StreamSpec.head_tokens) is never folded into, so it may hold a full int32.
+MAX_HEAD_TOKENS = 2**31 - 1
+# Shard numbers have six digits (000000 to 999999): a seventh would sort shard 1,000,000's name
+# between _100000 and _100001, and the trainer reads a data set's shards in name (byte) order.
+MAX_SHARDS = 1_000_000
 
 
 def fold_limit(shard_size: int) -> int:
@@ -83,6 +88,16 @@ class StreamSpec:
 
 class Stream:
     def __init__(self, spec: StreamSpec, job: "Job"):
+        if spec.head_tokens > MAX_HEAD_TOKENS:
+            # found at the first document, not after tokenizing 2^31 tokens into memory
+            raise DataError(f"--val-tokens {spec.head_tokens:,}: the val split is one shard, whose header counts at "
+                            f"most {MAX_HEAD_TOKENS:,} tokens (an int32); ask for fewer, or use --val-split hash")
+        budget = sum(spec.quota.values()) if spec.quota else 0
+        if budget // job.shard_size > MAX_SHARDS:
+            # a budget says so before anything is read (without one, Stream.filename says it at that shard)
+            raise DataError(f"{budget:,} tokens at --shard-size {job.shard_size:,} make more than {MAX_SHARDS:,} "
+                            f"shards, but shard names have six digits (a longer one would sort among the others, "
+                            f"out of order); use a larger --shard-size")
         self.spec = spec
         self.job = job
         self.shards: list[dict] = []
@@ -109,6 +124,10 @@ class Stream:
         return self.spec.split
 
     def filename(self, i: int) -> str:
+        if i >= MAX_SHARDS:
+            raise DataError(f"'{self.job.prefix}' needs more than {MAX_SHARDS:,} shards at --shard-size "
+                            f"{self.job.shard_size:,}, but shard names have six digits (a longer one would sort "
+                            f"among the others, out of order); re-run with a larger --shard-size and --overwrite")
         return f"{self.job.prefix}_{self.split_name(i)}_{i:06d}.bin"
 
     # -- quotas
@@ -161,7 +180,9 @@ class Stream:
         version = self.job.shard_version
         dtype = self.job.dtype
         header = make_header(self.fill, version)
-        chunks = [header] + [np.ascontiguousarray(p, dtype=dtype).tobytes() for p in self.parts]
+        # the parts themselves (views of the tokenized documents; ascontiguousarray copies none of
+        # them), not bytes copies of them: a shard of 2^31 uint32 tokens would need 8 GB twice
+        chunks = [header] + [memoryview(np.ascontiguousarray(p, dtype=dtype)).cast("B") for p in self.parts]
         h = hashlib.sha256()
         for c in chunks:
             h.update(c)

@@ -137,17 +137,24 @@ def byte_chunks(path: str) -> Iterator[bytes]:
 def iter_lines(path: str, bad: BadRecords) -> Iterator[tuple[int, bytes]]:
     """(line number starting at 1, line bytes without the newline)."""
     lineno = 0
-    rest = b""
+    # The unfinished line, as the chunks that hold it: a line of hundreds of MB (one huge record)
+    # is joined once, not copied and rescanned at every chunk, which was quadratic in its length.
+    held = []
     try:
         for chunk in byte_chunks(path):
-            lines = (rest + chunk).split(b"\n")
+            held.append(chunk)
+            if b"\n" not in chunk:
+                continue
+            lines = b"".join(held).split(b"\n")
             rest = lines.pop()
+            held = [rest] if rest else []
             for line in lines:
                 lineno += 1
                 yield lineno, line
     except _Corrupt as e:
         bad(f"{path}:line {lineno + 1}", f"{e}; records after line {lineno} of this file could not be read")
         return
+    rest = b"".join(held)
     if rest:
         lineno += 1
         yield lineno, rest
@@ -311,16 +318,22 @@ def split_stream(chunks: Iterator[str], delim: str, keep: bool) -> Iterator[str]
     Left-to-right, non-overlapping, like str.split; with keep=True the delimiter stays
     at the end of each piece (llm.c's TinyShakespeare convention for "\\n\\n").
     """
-    buf = ""
+    # The text since the last delimiter, as the chunks that hold it. It contains no delimiter, so
+    # a new one ends in the next chunk and starts at most len(delim) - 1 characters before it (in
+    # `edge`): each chunk is searched once, where searching all that is held at every chunk was
+    # quadratic in a piece's length (a document of hundreds of MB).
+    held, edge, k = [], "", len(delim) - 1
     for chunk in chunks:
-        buf += chunk
-        if delim not in buf:
+        held.append(chunk)
+        if delim not in edge + chunk:
+            edge = (edge + chunk)[-k:] if k else ""
             continue
-        parts = buf.split(delim)
-        buf = parts.pop()
+        parts = "".join(held).split(delim)
+        rest = parts.pop()
+        held, edge = [rest], rest[-k:] if k else ""
         for p in parts:
             yield p + delim if keep else p
-    yield buf
+    yield "".join(held)
 
 
 def read_text(path: str, bad: BadRecords, split: str = "file", normalize_newlines: bool = False) -> Iterator[Doc]:

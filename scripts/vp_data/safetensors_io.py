@@ -78,10 +78,16 @@ def read_tensors(path: str, names=None, header_and_start=None) -> dict:
             e = header[name]
             begin, end = e["data_offsets"]
             f.seek(data_start + begin)
-            a = np.frombuffer(f.read(end - begin), dtype=_STORED[e["dtype"]]).reshape(e["shape"])
+            # read straight into the array: through a bytes object, a tensor (an 8B Llama's 1-2 GB
+            # embedding) would sit in memory twice, and once more for the float32 copy
+            a = np.empty(e["shape"], dtype=_STORED[e["dtype"]])
+            if f.readinto(a.reshape(-1).view(np.uint8)) != end - begin:
+                raise DataError(f"{path}: tensor '{name}' ends past the end of the file (truncated while read?)")
             if e["dtype"] == "BF16":
-                a = (a.astype(np.uint32) << 16).view(np.float32)
-            elif e["dtype"] in ("F16", "F32", "F64"):
+                wide = a.astype(np.uint32)
+                wide <<= 16  # in place: one float32-sized array, not two
+                a = wide.view(np.float32)
+            elif e["dtype"] in ("F16", "F64"):
                 a = a.astype(np.float32)
             out[name] = a
     return out
@@ -91,27 +97,55 @@ def to_bf16_bits(a: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns (uint16), rounded to nearest, ties to even, as
     torch.Tensor.to(torch.bfloat16) rounds. Inputs must be finite (the exporter checks)."""
     bits = np.ascontiguousarray(a, dtype="<f4").view(np.uint32)
-    return ((bits + (0x7FFF + ((bits >> 16) & 1))) >> 16).astype("<u2")
+    # (bits + 0x7FFF + lowest kept bit) >> 16, in one temporary: a tensor of an 8B model's size
+    # (the 2 GB embedding) would otherwise need three
+    r = bits >> 16
+    r &= 1
+    r += 0x7FFF
+    r += bits
+    r >>= 16
+    return r.astype("<u2")
+
+
+class Deferred:
+    """A tensor that write_tensors computes only when it comes to write it (GPT-2's concatenated
+    q|k|v matrix of one layer, say): a state dict of these and of views of the flat weights holds
+    no copy of them, so that exporting an 8B model (32 GB of float32) needs no second 32 GB."""
+
+    def __init__(self, shape, make):
+        self.shape = tuple(int(d) for d in shape)
+        self.make = make  # () -> the array, of that shape
 
 
 def write_tensors(path: str, tensors: dict, metadata: dict | None = None, dtype: str = "F32") -> None:
-    """Writes tensors (C order) as float32 ("F32") or bfloat16 ("BF16") to `path` with
-    shards.write_atomic, so a failed write (a full disk) leaves nothing under the final name.
-    Tensors are stored in name order."""
+    """Writes tensors (arrays of any layout, or Deferred) as float32 ("F32") or bfloat16 ("BF16")
+    to `path` with shards.write_atomic, so a failed write (a full disk) leaves nothing under the
+    final name. Tensors are stored in name order. The header comes from the shapes alone, and
+    each tensor is made contiguous (and rounded to bfloat16) only as it is written: memory holds
+    one tensor's conversion at a time, never the whole model's."""
     if dtype not in ("F32", "BF16"):
         raise ValueError(f"write_tensors writes F32 or BF16, not {dtype}")
+    itemsize = 4 if dtype == "F32" else 2
+    names = sorted(tensors)
     header, offset = {}, 0
-    arrays = {}
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype="<f4")
-        if dtype == "BF16":
-            a = to_bf16_bits(a).reshape(a.shape)
-        arrays[name] = a
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
+    for name in names:
+        shape = [int(d) for d in tensors[name].shape]
+        nbytes = math.prod(shape) * itemsize
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned, as the reference writer does
-    chunks = [struct.pack("<Q", len(raw)) + raw] + [arrays[name] for name in sorted(arrays)]  # arrays: no copies
-    write_atomic(path, chunks, 8 + len(raw) + offset)
+
+    def chunks():
+        yield struct.pack("<Q", len(raw)) + raw
+        for name in names:
+            t = tensors[name]
+            a = np.asarray(t.make() if isinstance(t, Deferred) else t, dtype="<f4", order="C")
+            if list(a.shape) != header[name]["shape"]:
+                raise ValueError(f"tensor '{name}' was made with shape {list(a.shape)}, "
+                                 f"not the {header[name]['shape']} its header says")
+            yield to_bf16_bits(a).reshape(a.shape) if dtype == "BF16" else a
+
+    write_atomic(path, chunks(), 8 + len(raw) + offset)

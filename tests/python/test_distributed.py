@@ -186,6 +186,26 @@ def test_streamed_checkpoint_is_the_same_for_any_chunk_and_sharding(tmp_path, da
     assert checkpoint_tensors(tmp_path / "z1" / "ckpt_00000004.bin") == checkpoint_tensors(tmp_path / "z0" / "ckpt_00000004.bin")
 
 
+def test_reduce_and_gather_in_pieces_are_bit_identical(tmp_path, data):
+    """A gradient vector too long for one MPI call (MPI's counts and displacements are int: an
+    8e9-parameter model's displacements pass 2^31 even where each rank's count fits) is summed
+    and gathered in pieces, point to point (host/distributed.h dist_piece_floats). VP_DIST_PIECE=7
+    forces pieces of 7 floats on the tiny model: 3 ranks (uneven shards, so the pieces end inside
+    every part), ZeRO-0 and ZeRO-1, give the losses and checkpoints of the single-call runs bit
+    for bit. A value that is not a piece length is a usage error, not a silent default."""
+    common = TINY_LLAMA + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--max-steps", "3", "--lr", "1e-2",
+                           "--grad-clip", "1.0"]
+    for zero in (0, 1):
+        mpirun(3, common + ["--zero", zero, "--out-dir", tmp_path / f"whole_z{zero}"])
+        mpirun(3, common + ["--zero", zero, "--out-dir", tmp_path / f"pieces_z{zero}"], env={"VP_DIST_PIECE": "7"})
+        whole, pieces = losses(tmp_path / f"whole_z{zero}"), losses(tmp_path / f"pieces_z{zero}")
+        assert len(whole) == 3 and pieces == whole, (zero, whole, pieces)
+        t = {d: checkpoint_tensors(tmp_path / f"{d}_z{zero}" / "ckpt_00000003.bin") for d in ("whole", "pieces")}
+        assert t["pieces"] == t["whole"] and (len(t["whole"]) // 12) % 3 != 0, zero
+    p = mpirun(2, common, expect=None, env={"VP_DIST_PIECE": "0"})
+    assert p.returncode != 0 and "VP_DIST_PIECE='0' is not a number from 1 to" in p.stderr, p.stderr[-3000:]
+
+
 def test_zero1_checkpoint_resumes_under_another_world_size(tmp_path, data):
     """A ZeRO-1 checkpoint of 3 ranks resumed by 2 ranks under ZeRO-1: each new rank takes its own,
     differently cut, slice of m and v from the pieces it reads (pieces of 5 floats: every slice

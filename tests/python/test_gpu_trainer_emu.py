@@ -10,6 +10,7 @@ result (see docs/gpu.md for what the emulator cannot show).
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from test_trainer_cli import check_update_guard_run, checkpoint_tensors, data, read_log, spiky_data  # noqa: F401  (fixtures)
@@ -191,6 +192,32 @@ def test_full_size_training_step_passes_every_launcher(path):
     p = run(binary, ["--batch-size", "2", "--seq-len", "1024", "--steps", "1", "--warmup", "0"], expect=0, env={"VP_EMU_DRY_RUN": "1"})
     assert "BENCH impl=valuepath" in p.stdout and f"path={path}" in p.stdout, p.stdout[-2000:]
     assert "refused" not in p.stderr, p.stderr[-2000:]
+
+
+def test_micro_batch_at_and_past_a_kernel_grid_limit(tmp_path):
+    """QK-norm's gain gradients are summed over blocks of 256 tokens of the micro-batch, one block
+    row each in gridDim.y, which CUDA bounds at 65535 (train_gpt.cu check_gpu_index_limits). At
+    65535 x 256 tokens one training step passes every launch of the emulator's dry run
+    (VP_EMU_DRY_RUN=1: address space only, nothing computed; one head, so that the attention's
+    B*H grid rows stay within the same bound); one token more per sequence is a usage error that
+    names the limit, before the model allocates anything (no device line). Without the check the
+    step fails at qknorm_backward's launch instead (a CUDA error, exit 1)."""
+    from vp_data.shards import write_shard
+    B = 65535
+    d = tmp_path / "data"
+    d.mkdir()
+    n = B * 257 + 1  # the longer run's micro-batch and its last target
+    tokens = np.tile(np.arange(64, dtype=np.uint16), -(-n // 64))[:n]
+    write_shard(str(d / "train_000.bin"), tokens, 1)
+    model = ["--arch", "llama", "--layers", "2", "--heads", "1", "--kv-heads", "1", "--qk-norm", "1", "--dim", "32", "--ffn-dim", "48",
+             "--vocab", "64", "--max-seq", "257", "--batch-size", str(B), "--max-steps", "1", "--train-data", str(d / "train_*.bin")]
+    dry = {"VP_EMU_DRY_RUN": "1"}
+    p = run(emu_trainer("bf16"), model + ["--seq-len", "256"], expect=0, env=dry)
+    assert "step     1/1" in p.stdout, p.stdout[-2000:]
+    p = run(emu_trainer("bf16"), model + ["--seq-len", "257"], expect=2, env=dry)
+    assert "65535 x --seq-len 257 = 16842495 tokens per micro-batch" in p.stderr, p.stderr[-2000:]
+    assert "QK-norm's gain gradients over blocks of 256 tokens, at most 65535 of them" in p.stderr and "at most 16776960 tokens" in p.stderr
+    assert "lower --batch-size or --seq-len" in p.stderr and "device:" not in p.stdout, p.stdout[-2000:]
 
 
 @pytest.mark.parametrize("path", ["vanilla", "depth"])

@@ -416,6 +416,42 @@ def test_import_sharded_and_max_seq(tmp_path):
     assert np.array_equal(hf._flat_view(cfg, p)["fcproj_w"][1], sd["transformer.h.1.mlp.c_proj.weight"].T)
 
 
+@pytest.mark.parametrize("arch,kw,dtype", [("gpt2", {}, "float32"), ("gpt2", {}, "bfloat16"),
+                                           ("llama", {"Hkv": 2}, "float32"), ("llama", {"Hkv": 2}, "bfloat16")])
+def test_conversion_holds_one_copy_of_the_weights(arch, kw, dtype, tmp_path, monkeypatch):
+    """An 8B Llama is 32 GB of float32 weights: export and import must fit a 64 GB machine, so
+    neither may hold a second copy of them. Peak Python + numpy memory (tracemalloc), relative to
+    the weights' size, of a model with 8 layers (its largest tensor is 4% of it): the weights once
+    plus one tensor's conversion. Export used to hold every converted tensor before writing
+    (GPT-2's transposed copies: 2.2x; bfloat16: 1.5x), import a bytes copy of all weights (2x),
+    both a bool per weight for the NaN check (+0.25x), and reading a checkpoint allocated 64 MB
+    past its end (11x of this small model)."""
+    import tracemalloc
+
+    monkeypatch.setattr(hf, "FINITE_CHUNK", 1 << 12)  # its 16 MB pieces are more than this whole model
+    cfg = make_config(arch, 8, 4, 128, 256, 16, **kw)
+    p = random_params(cfg, 6)
+    write_checkpoint(str(tmp_path / "a.bin"), cfg, p)
+    weights = p.nbytes
+    del p
+    peaks = {}
+    tracemalloc.start()
+    try:
+        hf.export(str(tmp_path / "a.bin"), str(tmp_path / "hf"), dtype=dtype)
+        peaks["export"] = tracemalloc.get_traced_memory()[1] / weights
+        tracemalloc.reset_peak()
+        hf.import_model(str(tmp_path / "hf"), str(tmp_path / "b.bin"))
+        peaks["import"] = tracemalloc.get_traced_memory()[1] / weights
+    finally:
+        tracemalloc.stop()
+    assert max(peaks.values()) < 1.2, peaks
+    cfg2, p2, _ = read_checkpoint(str(tmp_path / "b.bin"))  # and still the same model
+    assert cfg2 == cfg
+    if dtype == "float32":
+        p = random_params(cfg, 6)
+        assert np.array_equal(hf._flat_view(cfg, p2)["qk_w"], hf._flat_view(cfg, p)["qk_w"])
+
+
 # ------------------------------------------------------------------------------ with transformers
 
 

@@ -1101,6 +1101,40 @@ def test_total_batch_tokens_beyond_int_accumulation_is_a_usage_error(data):
     assert "micro-batches" in p.stderr and "at most 2147483647" in p.stderr
 
 
+def test_tokens_per_step_beyond_2_31_are_counted_in_64_bits(tmp_path, data):
+    """--total-batch-tokens 2^32 (2^27 micro-batches of 4 x 8): the console line and the config line
+    of the log give the tokens per step as a 64-bit count (--max-steps 0: no step is run)."""
+    out = tmp_path / "run"
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--batch-size", "4", "--total-batch-tokens", str(2**32),
+                         "--max-steps", "0", "--out-dir", out], expect=0)
+    assert "x 134217728 accumulation x 1 ranks = 4294967296 tokens per step" in p.stdout, p.stdout
+    cfg = read_log(out)[0]
+    assert cfg["tokens_per_step"] == 2**32 and cfg["grad_accum"] == 2**27
+
+
+def test_a_shard_too_big_for_memory_says_to_write_smaller_shards(tmp_path):
+    """Every rank holds one whole training shard in memory. A version-2 shard of the format's
+    largest count, 2^31-1 tokens (8 GiB; a sparse file here, which takes no disk), under a 4 GiB
+    address-space limit: the error names the shard and its size, and says to write smaller shards
+    (not to lower the batch size, which has nothing to do with it)."""
+    import resource
+    shard = tmp_path / "big_000.bin"
+    n = 2**31 - 1
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [20240520, 2, n]
+    with open(shard, "wb") as f:
+        f.write(header.tobytes())
+        f.truncate(1024 + 4 * n)
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    p = subprocess.run([str(TRAINER)] + [str(a) for a in TINY_GPT2 + ["--train-data", shard, "--max-steps", "1"]], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "2"}, preexec_fn=limit_memory)
+    assert p.returncode == 1, p.stderr
+    assert f"out of memory allocating 8.000 GiB for shard '{shard}' (2147483647 tokens of 4 bytes)" in p.stderr, p.stderr
+    assert "write smaller shards (the prepare scripts' --shard-size)" in p.stderr and "--batch-size" not in p.stderr, p.stderr
+
+
 def test_tokenizer_must_be_a_regular_file(tmp_path, data):
     for bad in (tmp_path, ):  # a directory (fopen would succeed, ftell would say LONG_MAX)
         p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--sample-every", "1", "--tokenizer", bad], expect=1)
@@ -1113,7 +1147,8 @@ def test_tokenizer_must_be_a_regular_file(tmp_path, data):
 
 def test_checkpoint_with_an_invalid_header_is_refused(tmp_path, data):
     """A version-1 file has no CRC: its model config and step are checked for sense instead, so a
-    wrong vocab cannot size the embedding wrongly (heap corruption) and a negative step cannot start."""
+    wrong vocab cannot size the embedding wrongly (heap corruption) and a negative step, or one past
+    the int a run counts steps in, cannot start."""
     out = tmp_path / "run"
     base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
     run(base + ["--max-steps", "2"], expect=0)
@@ -1124,7 +1159,9 @@ def test_checkpoint_with_an_invalid_header_is_refused(tmp_path, data):
     cases = {"vocab": (MODEL_CONFIG_OFFSET + 28, "<i", 60000, "padded_vocab_size 128 is not vocab_size rounded up to 128 (60032)"),
              "head_dim": (MODEL_CONFIG_OFFSET + 20, "<i", 5, "head_dim 5 is not n_embd / n_head"),
              "arch": (MODEL_CONFIG_OFFSET + 0, "<i", 7, "unknown architecture 7"),
-             "step": (STEP_OFFSET, "<q", -5, "a negative step -5")}
+             "step": (STEP_OFFSET, "<q", -5, "a negative step -5"),
+             # the run counts steps in an int: --resume would have gone on from step 2
+             "step_2g": (STEP_OFFSET, "<q", 2**32 + 2, "a step 4294967298 beyond the 2^31-1 steps a run can have")}
     for name, (off, fmt, value, needle) in cases.items():
         bad = bytearray(v1)
         struct.pack_into(fmt, bad, off, value)
