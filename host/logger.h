@@ -4,6 +4,7 @@
 //   {"event":"config", ...model and run settings..., "num_params":N, "value_path":"..."}
 //   {"step":S,"train_loss":..,"lr":..,"grad_norm":..,"ms":..,"tok_per_s":..}     every step
 //   {"step":S,"val_loss":..,"val_loss_NAME":..,"mc_acc_NAME":..,...}               every eval
+//   {"event":"stopped","step":S,"signal":"SIGTERM"}   last, where a signal stopped the run (host/train_loop.h)
 // A resumed run appends to the same file, starting with a config line that has "resumed_from".
 // A new run moves an earlier run's log.jsonl aside to log.jsonl.N rather than overwrite it.
 #pragma once

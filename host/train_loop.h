@@ -54,6 +54,9 @@
 // with one GPU still exercises it (the results must equal the plain run's, bit for bit).
 #pragma once
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -278,6 +281,40 @@ inline std::string diverged_hint(const RunConfig& rc) {
     if (!kept.empty()) hint += ", then --resume 1 continues from the newest checkpoint (step " + std::to_string(kept.back()) + ")";
     else if (!rc.out_dir.empty()) hint += ", and start again (no good checkpoint is left)";
     return hint;
+}
+
+// Stopping on a signal: Ctrl-C (SIGINT), a scheduler's SIGTERM before it kills a job, or Slurm's
+// `--signal=USR1@SECONDS` warning. The first such signal lets the step in progress finish, with its
+// evals, sample and checkpoint if they were due; then the run saves that step's checkpoint (where
+// --out-dir is set) and exits with 128 + the signal's number, as a shell reports a process the
+// signal ended (130, 143, 138). `--resume 1` continues from there exactly as if the run had not
+// stopped. A second signal ends the process at once: the handler is one-shot (SA_RESETHAND), and
+// the atomic checkpoint write leaves a file complete or absent. Under data parallelism the ranks
+// agree at the step's all-reduce, so all stop after the same step whichever rank got the signal.
+// The handler is installed only for the step loop: before it there is nothing to save.
+constexpr int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1};
+constexpr int NUM_STOP_SIGNALS = sizeof(STOP_SIGNALS) / sizeof(STOP_SIGNALS[0]);
+inline volatile sig_atomic_t g_stop_signal = 0;  // the first stop signal received, 0 if none
+
+inline const char* stop_signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
+
+inline void stop_signal_handler(int sig) {
+    g_stop_signal = sig;
+    // async-signal-safe: write(2) of constant text, nothing that allocates or locks
+    static const char msg[] = ": stopping after this step (with --out-dir its checkpoint is saved); the same signal again stops at once\n";
+    const char* name = stop_signal_name(sig);
+    ssize_t ignored = write(STDERR_FILENO, name, strlen(name));
+    ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+}
+
+inline void install_stop_signal_handlers() {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = stop_signal_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;  // reads and writes go on; the second signal takes the default action
+    for (int sig : STOP_SIGNALS) sigaction(sig, &sa, nullptr);
 }
 
 // --keep-checkpoints N: the newest N are kept, and besides them every multiple of
@@ -554,6 +591,8 @@ int train_main_unguarded(int argc, char** argv) {
     const DataLoaderState overfit_start = have_train ? dataloader_get_state(&train) : DataLoaderState{};
     if (rank0 && rc.overfit_batch && start_step < rc.max_steps)
         printf("note: --overfit-batch 1: every step trains on the same %ld tokens; the loss should fall towards 0\n", (long)B * T * grad_accum * world);
+    install_stop_signal_handlers();
+    int stopped_by = 0;  // the signal that stopped the run after a step, agreed by every rank
     for (int step = start_step; step < rc.max_steps; step++) {
         auto t0 = std::chrono::steady_clock::now();
         if (have_train) step_start_data = dataloader_get_state(&train);
@@ -591,14 +630,20 @@ int train_main_unguarded(int argc, char** argv) {
             // and the number of ranks whose data failed this step
             DistShard own = dist_shard(model.num_params, dist_rank(), world);
             double own_sumsq = data_error ? 0.0 : gpt_grad_sumsq(&model, own.offset, own.count);  // (unused if any failed)
-            double sums[3] = {loss, own_sumsq, data_error ? 1.0 : 0.0};
-            dist_allreduce_sum(sums, 3);
+            // and, one slot per stop signal, the ranks that received it
+            double sums[3 + NUM_STOP_SIGNALS] = {loss, own_sumsq, data_error ? 1.0 : 0.0};
+            int own_signal = g_stop_signal;
+            for (int k = 0; k < NUM_STOP_SIGNALS; k++) sums[3 + k] = own_signal == STOP_SIGNALS[k] ? 1.0 : 0.0;
+            dist_allreduce_sum(sums, 3 + NUM_STOP_SIGNALS);
             loss = sums[0];
             sumsq = sums[1];
             if (sums[2] > 0) stop_for_data_error(step, data_error.get(), (int)sums[2] - (data_error ? 1 : 0));
+            for (int k = NUM_STOP_SIGNALS - 1; k >= 0; k--)
+                if (sums[3 + k] > 0) stopped_by = STOP_SIGNALS[k];  // the first in STOP_SIGNALS' order that any rank got
         } else {
             if (data_error) stop_for_data_error(step, data_error.get(), 0);
             sumsq = gpt_grad_sumsq(&model, 0, model.num_params);
+            stopped_by = g_stop_signal;
         }
         loss /= (double)micro_batches;
         float norm = (float)std::sqrt(sumsq);
@@ -653,9 +698,10 @@ int train_main_unguarded(int argc, char** argv) {
                         model_lambdas(&model), skip_update);
 
         bool last = done == rc.max_steps;
+        if (last) stopped_by = 0;  // the run is complete: a signal now changes nothing
         bool evals_now = (rc.eval_every > 0 && done % rc.eval_every == 0) || (last && (!vals.empty() || !mcs.empty()));
         bool sample_now = rc.sample_every > 0 && (done % rc.sample_every == 0 || last);
-        bool save_now = !rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last);
+        bool save_now = !rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last || stopped_by);
         // the update may have made the weights NaN (the next step's loss would say so, but there
         // may be none, or an eval or a sample first): checked before any of these use them
         if ((evals_now || sample_now || save_now) && !weights_finite(&model))
@@ -667,6 +713,18 @@ int train_main_unguarded(int argc, char** argv) {
             save_checkpoint(&model, rc, c, done, sample_rng, guard, &train, last);
             last_saved = last_saved_here = done;
             prune_pending = !last;
+        }
+        if (stopped_by) {
+            if (rank0) {
+                if (save_now)
+                    printf("stopped by %s after step %d of %d: saved %s; to go on, run the same command with --resume 1\n", stop_signal_name(stopped_by), done,
+                           rc.max_steps, checkpoint_path(rc.out_dir, done).c_str());
+                else
+                    printf("stopped by %s after step %d of %d (nothing saved: no --out-dir)\n", stop_signal_name(stopped_by), done, rc.max_steps);
+                logger_write_line(&lg, "{\"event\":\"stopped\",\"step\":" + std::to_string(done) + ",\"signal\":\"" + stop_signal_name(stopped_by) + "\"}");
+                fflush(stdout);
+            }
+            break;
         }
     }
     if (rc.max_steps == start_step && !rc.resume) {
@@ -685,7 +743,7 @@ int train_main_unguarded(int argc, char** argv) {
     free_all();
     if (dist) model_dist_finalize((const Model*)nullptr);
     dist_finalize();
-    return 0;
+    return stopped_by ? 128 + stopped_by : 0;
 }
 
 // train_main_unguarded with running out of host memory as a clear error: a std::vector or string

@@ -383,6 +383,48 @@ def test_a_dead_or_hung_rank_ends_the_job(tmp_path, data, how):
             proc.communicate()
 
 
+def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, data):
+    """SIGUSR1 (what mpirun forwards, and Slurm's --signal=USR1 sends) to rank 1 alone: the ranks
+    agree at the step's all-reduce, all stop after the same step, rank 0 saves that step's
+    checkpoint, and the job exits 128 + 10. Resumed under 2 ranks, it continues exactly as a run
+    that never stopped (constant lr: the stopped run's --max-steps need not be reached)."""
+    tag = uuid.uuid4().hex
+    env = {"VP_TEST_TAG": tag}
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr", "3e-3", "--lr-schedule", "constant",
+                          "--zero", "1"]
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen(mpirun_cmd(2, common + ["--max-steps", "100000000", "--out-dir", stopped], env=env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    try:
+        pids, log = {}, stopped / "log.jsonl"
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            pids = pids if len(pids) == 2 else rank_pids(tag)
+            if len(pids) == 2 and log.exists() and log.read_text().count('"train_loss"') >= 3:
+                break
+            time.sleep(0.01)
+        assert len(pids) == 2 and proc.poll() is None, f"the job did not reach step 3 with both ranks: {pids}"
+        os.kill(pids[1], signal.SIGUSR1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGUSR1, f"exit {proc.returncode}\n{out[-2000:]}\n{err[-2000:]}"
+    assert "SIGUSR1: stopping after this step" in err, err[-2000:]
+    m = re.search(r"stopped by SIGUSR1 after step (\d+) of 100000000: saved (\S+);", out)
+    assert m and Path(m.group(2)).exists(), out[-2000:]
+    s = int(m.group(1))
+    assert read_log(stopped)[-1] == {"event": "stopped", "step": s, "signal": "SIGUSR1"}
+    n = s + 4
+    mpirun(2, common + ["--max-steps", n, "--out-dir", tmp_path / "straight"])
+    mpirun(2, common + ["--max-steps", n, "--out-dir", stopped, "--resume", "1"])
+    tail = lambda d: [(r["step"], r["train_loss"]) for r in read_log(d) if "train_loss" in r and r["step"] > s]
+    assert tail(tmp_path / "straight") == tail(stopped) and len(tail(stopped)) == 4
+    name = f"ckpt_{n:08d}.bin"
+    assert checkpoint_tensors(tmp_path / "straight" / name) == checkpoint_tensors(stopped / name)
+
+
 def test_eval_mc_under_ranks_equals_one_process(tmp_path, data):
     """--eval-mc under 2 and 3 ranks: each rank forwards every W-th batch of rows and the row sums
     are added over the ranks, so the accuracies equal one process's exactly (160 rows in 54

@@ -8,6 +8,7 @@ checkpoints moving between ./train and ./train_cpu on the command line. A pass h
 result (see docs/gpu.md for what the emulator cannot show).
 """
 import re
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,28 @@ def train_losses(out_dir, after=0):
     resumed = [i for i, r in enumerate(log) if r.get("event") == "config" and "resumed_from" in r]
     start = resumed[-1] + 1 if resumed else 0
     return [(r["step"], r["train_loss"]) for r in log[start:] if "train_loss" in r and r["step"] > after]
+
+
+def test_emulated_trainer_stops_on_a_signal_and_resumes_exactly(tmp_path, data):
+    """The GPU build shares the step loop's stop on a signal (host/train_loop.h): SIGTERM mid-run
+    saves that step's checkpoint through the GPU backend and exits 143; resumed, the losses and
+    the weights equal those of a run that never stopped (constant lr)."""
+    from test_trainer_cli import start_and_wait_for_step
+    args = MODEL + ["--train-data", str(data / "train_*.bin"), "--batch-size", "2", "--lr", "3e-3", "--lr-schedule", "constant"]
+    stopped, straight = tmp_path / "stopped", tmp_path / "straight"
+    proc = start_and_wait_for_step(args + ["--max-steps", "1000000", "--out-dir", stopped], stopped, 2, binary=emu_trainer("bf16"))
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{out[-2000:]}\n{err[-2000:]}"
+    m = re.search(r"stopped by SIGTERM after step (\d+) of 1000000: saved (\S+);", out)
+    assert m and Path(m.group(2)).exists(), out[-2000:]
+    s = int(m.group(1))
+    n = s + 3
+    run(emu_trainer("bf16"), args + ["--max-steps", str(n), "--out-dir", straight], expect=0)
+    run(emu_trainer("bf16"), args + ["--max-steps", str(n), "--out-dir", stopped, "--resume", "1"], expect=0)
+    assert train_losses(straight, after=s) == train_losses(stopped, after=s) and len(train_losses(stopped, after=s)) == 3
+    name = f"ckpt_{n:08d}.bin"
+    assert checkpoint_tensors(straight / name) == checkpoint_tensors(stopped / name)
 
 
 @pytest.mark.parametrize("prec", ["bf16", "fp32"])

@@ -8,9 +8,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -636,6 +638,82 @@ def test_resume_is_bit_exact(tmp_path, data, family, path):
     assert [s for s in samples(p1.stdout) if int(s[0]) > 5] == samples(p2.stdout)
     # the final weights and AdamW moments, byte for byte (the stored command lines differ: --out-dir, --resume)
     assert checkpoint_tensors(straight / "ckpt_00000012.bin") == checkpoint_tensors(broken / "ckpt_00000012.bin")
+
+
+def start_and_wait_for_step(args, out_dir, step, binary=None):
+    """Starts a trainer and returns its Popen once log.jsonl records `step` steps (it goes on)."""
+    proc = subprocess.Popen([str(binary or TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    log = Path(out_dir) / "log.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and sum('"train_loss"' in line for line in log.read_text().splitlines()) >= step:
+            return proc
+        time.sleep(0.005)
+    proc.kill()
+    out, err = proc.communicate()
+    raise AssertionError(f"the run did not reach step {step} (exit {proc.returncode})\nstdout:\n{out[-2000:]}\nstderr:\n{err[-2000:]}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=["SIGINT", "SIGTERM", "SIGUSR1"])
+def test_a_signal_stops_after_the_step_with_a_checkpoint_that_resumes_exactly(tmp_path, data, sig):
+    """Ctrl-C, a scheduler's SIGTERM or Slurm's --signal=USR1 mid-run: the step in progress ends,
+    its checkpoint is saved, the run exits 128 + the signal's number and log.jsonl says so; resumed
+    from there it gives the losses, evals, samples and weights of a run that never stopped (a
+    constant lr, so that the stopped run's --max-steps of a million need not be reached)."""
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin", "--batch-size", "2", "--lr", "3e-3",
+                          "--lr-schedule", "constant", "--warmup-steps", "3", "--eval-every", "7", "--sample-every", "5",
+                          "--sample-tokens", "4", "--checkpoint-every", "1000"]
+    stopped = tmp_path / "stopped"
+    proc = start_and_wait_for_step(common + ["--max-steps", "1000000", "--out-dir", stopped], stopped, 3)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, f"exit {proc.returncode}\n{out[-2000:]}\n{err[-2000:]}"
+    name = signal.Signals(sig).name
+    assert f"{name}: stopping after this step" in err, err[-2000:]
+    m = re.search(rf"stopped by {name} after step (\d+) of 1000000: saved (\S+); to go on, run the same command with --resume 1", out)
+    assert m, out[-2000:]
+    s = int(m.group(1))
+    assert s >= 3 and Path(m.group(2)) == stopped / f"ckpt_{s:08d}.bin" and m.group(2) and Path(m.group(2)).exists()
+    assert read_log(stopped)[-1] == {"event": "stopped", "step": s, "signal": name}
+    n = s + 12  # past an eval and two samples
+    straight = tmp_path / "straight"
+    p1 = run(common + ["--max-steps", n, "--out-dir", straight], expect=0)
+    p2 = run(common + ["--max-steps", n, "--out-dir", stopped, "--resume", "1"], expect=0)
+    assert f"(step {s})" in p2.stdout
+
+    def after(log, k):
+        return [(r["step"], r.get("train_loss"), r.get("val_loss")) for r in log if r.get("step", 0) > k and "event" not in r]
+
+    assert after(read_log(straight), s) == after(read_log(stopped), s) and len(after(read_log(straight), s)) >= 12
+    samples = lambda text: re.findall(r"---- sample at step (\d+) ----\n(.*)", text)
+    assert [x for x in samples(p1.stdout) if int(x[0]) > s] == samples(p2.stdout) and samples(p2.stdout)
+    assert checkpoint_tensors(straight / f"ckpt_{n:08d}.bin") == checkpoint_tensors(stopped / f"ckpt_{n:08d}.bin")
+
+
+def test_a_signal_without_out_dir_stops_and_a_second_signal_at_once(tmp_path, data):
+    """Without --out-dir the run still stops after the step, saying nothing was saved. A second
+    signal, sent once the handler has taken the first and before the step ends (this model's take
+    a tenth of a second or more), takes the default action: the process ends at once, by the signal."""
+    args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "1000000"]
+    proc = subprocess.Popen([str(TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    first = ""
+    while not first.startswith("step") and proc.poll() is None:  # the console line of a step: the loop has begun
+        first = proc.stdout.readline()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and re.search(r"stopped by SIGTERM after step \d+ of 1000000 \(nothing saved: no --out-dir\)", out), out[-2000:]
+    big = ["--arch", "gpt2", "--layers", "4", "--heads", "4", "--dim", "256", "--vocab", "64", "--max-seq", "128", "--seq-len", "128",
+           "--batch-size", "16", "--train-data", data / "train_*.bin", "--max-steps", "1000000", "--out-dir", tmp_path / "b"]
+    proc = start_and_wait_for_step(big, tmp_path / "b", 1)
+    proc.send_signal(signal.SIGTERM)
+    said = ""
+    while "stopping after this step" not in said and proc.poll() is None:  # the handler ran (two pending SIGTERMs would merge into one)
+        said = proc.stderr.readline()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM and "stopped by" not in out, (proc.returncode, out[-2000:], err[-2000:])
 
 
 def test_keep_checkpoints_prunes_all_but_the_newest_and_the_kept_multiples(tmp_path, data):
