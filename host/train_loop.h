@@ -300,7 +300,14 @@ inline const char* stop_signal_name(int sig) { return sig == SIGINT ? "SIGINT" :
 
 inline void stop_signal_handler(int sig) {
     g_stop_signal = sig;
-    // async-signal-safe: write(2) of constant text, nothing that allocates or locks
+    // A Ctrl-C reaches the whole foreground group: a `| tee` of the console (the recipes') dies of
+    // it, and the next console line would end this process by SIGPIPE before its save. From here
+    // on, a console that is gone makes writes fail instead (log.jsonl and the checkpoint go on).
+    struct sigaction ignore;
+    memset(&ignore, 0, sizeof(ignore));
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, nullptr);
+    // async-signal-safe (as sigaction is): write(2) of constant text, nothing that allocates or locks
     static const char msg[] = ": stopping after this step (with --out-dir its checkpoint is saved); the same signal again stops at once\n";
     const char* name = stop_signal_name(sig);
     ssize_t ignored = write(STDERR_FILENO, name, strlen(name));

@@ -22,7 +22,9 @@
 #   DRY_RUN=1  print the commands, build and run nothing
 #
 # Re-running a recipe resumes every run from its newest checkpoint (--resume 1: bit-exact),
-# so a preempted job is continued by submitting it again; a finished run stays finished.
+# so a preempted job is continued by submitting it again; a finished run stays finished. Ctrl-C,
+# SIGTERM or SIGUSR1 stop the run in progress after its step, with its checkpoint (README,
+# "Stopping a run"), and the recipe with the trainer's status, 128 + the signal.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -142,7 +144,16 @@ recipe_run() {
     fi
     mkdir -p "$OUT"
     echo "== $path: ${cmd[*]}" >&2
-    if ! "${cmd[@]}" 2>&1 | tee -a "$OUT/$path.out"; then
+    # tee ignores the signals that stop a run (a Ctrl-C reaches the whole group), so that the
+    # trainer's last lines, after it saved its checkpoint, still reach the console file
+    local rc=0
+    "${cmd[@]}" 2>&1 | (trap '' INT TERM USR1 && exec tee -a "$OUT/$path.out") || rc=$?
+    if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
+        # 128 + a signal's number: the trainer stopped on it after saving a checkpoint (or, at a
+        # second signal, was ended by it); the recipe stops with the same status
+        echo "error: the $path run stopped on signal $((rc - 128)) (its console is in $OUT/$path.out); run the recipe again to resume it" >&2
+        exit "$rc"
+    elif [ "$rc" -ne 0 ]; then
         echo "error: the $path run failed (its console is in $OUT/$path.out); run the recipe again to resume it" >&2
         exit 1
     fi

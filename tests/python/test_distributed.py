@@ -408,6 +408,11 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, dat
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
+            for pid in pids.values():  # a rank left waiting in a collective would spin on a core until its watchdog
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             proc.kill()
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGUSR1, f"exit {proc.returncode}\n{out[-2000:]}\n{err[-2000:]}"

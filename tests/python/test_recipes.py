@@ -2,7 +2,10 @@
 its value paths with the settings it states, resumes when run again, stops on a batch that does
 not divide or on missing data with the command to run, and prints full-size commands for NGPU."""
 import os
+import re
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -168,3 +171,32 @@ def test_a_failed_run_fails_the_recipe(tmp_path):
     p = recipe("gpt2_124m_owt.sh", {**SMALL, "DATA": data, "OUT": out, "MODEL": "--arch gpt2 " + TINY,
                                     "EXTRA": "--bogus 1"}, expect=1)
     assert "the vanilla run failed" in p.stderr and "unknown flag '--bogus'" in (out / "vanilla.out").read_text()
+
+
+def test_ctrl_c_stops_the_recipe_with_a_checkpoint_and_the_next_run_resumes(tmp_path):
+    """Ctrl-C reaches the terminal's whole foreground group (bash, the trainer, its tee): the
+    trainer finishes its step and saves it (its console line saying so reaches OUT/path.out), the
+    recipe stops with the trainer's status (130), and running it again resumes from that step."""
+    data = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
+    out = tmp_path / "out"
+    env = {**SMALL, "STEPS": 1000000, "CHECKPOINT_EVERY": 1000000, "EVAL_EVERY": 1000000, "DATA": data, "OUT": out,
+           "PATHS": "vanilla", "MODEL": "--arch gpt2 " + TINY}
+    proc = subprocess.Popen(["bash", str(RECIPES / "gpt2_124m_owt.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True,  # its own process group, as a terminal's foreground job
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "TRAINER": str(REPO / "build" / "{path}" / "train_cpu"),
+                                 **{k: str(v) for k, v in env.items()}})
+    log = out / "vanilla" / "log.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None and not (log.exists() and log.read_text().count('"train_loss"') >= 2):
+        time.sleep(0.01)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    assert "the vanilla run stopped on signal 2" in stderr, stderr[-2000:]
+    console = (out / "vanilla.out").read_text()
+    s = int(re.search(r"stopped by SIGINT after step (\d+) of 1000000: saved", console).group(1))
+    assert checkpoint_steps(out / "vanilla") == [s]
+    recipe("gpt2_124m_owt.sh", {**env, "STEPS": s + 2})
+    assert configs(out, "vanilla")[-1]["resumed_from"] == s
+    assert [r["step"] for r in read_log(out / "vanilla") if "train_loss" in r][-2:] == [s + 1, s + 2]

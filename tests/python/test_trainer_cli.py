@@ -716,6 +716,24 @@ def test_a_signal_without_out_dir_stops_and_a_second_signal_at_once(tmp_path, da
     assert proc.returncode == -signal.SIGTERM and "stopped by" not in out, (proc.returncode, out[-2000:], err[-2000:])
 
 
+def test_a_signal_still_saves_when_the_console_pipe_is_gone(tmp_path, data):
+    """`./train ... | tee run.txt` and Ctrl-C: the signal reaches tee too, which dies, and the
+    trainer's next console line would end it by SIGPIPE before its save. After a stop signal a
+    console that is gone makes writes fail instead: the checkpoint is saved and the exit is 143."""
+    out = tmp_path / "run"
+    proc = start_and_wait_for_step(TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "1000000", "--lr-schedule", "constant",
+                                                "--out-dir", out], out, 2)
+    proc.send_signal(signal.SIGTERM)
+    said = ""
+    while "stopping after this step" not in said and proc.poll() is None:
+        said = proc.stderr.readline()
+    proc.stdout.close()  # the reader of the console is gone
+    proc.wait(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.returncode
+    stop = read_log(out)[-1]
+    assert stop["event"] == "stopped" and (out / f"ckpt_{stop['step']:08d}.bin").exists(), stop
+
+
 def test_keep_checkpoints_prunes_all_but_the_newest_and_the_kept_multiples(tmp_path, data):
     """--keep-checkpoints N leaves the newest N; --keep-checkpoints-every M also every multiple of
     M, for good. A run resumed from such a directory continues from its newest and prunes the same
