@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_trainer_cli import (PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, path_flags, pattern_tokens,  # noqa: F401
-                              read_log, check_update_guard_run, spiky_data, trainer, write_shard)
+from test_trainer_cli import (PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, logged_steps, path_flags,  # noqa: F401
+                              pattern_tokens, read_log, check_update_guard_run, spiky_data, trainer, write_shard)
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
@@ -396,11 +396,11 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, dat
     proc = subprocess.Popen(mpirun_cmd(2, common + ["--max-steps", "100000000", "--out-dir", stopped], env=env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
     try:
-        pids, log = {}, stopped / "log.jsonl"
+        pids = {}
         deadline = time.time() + 60
         while time.time() < deadline and proc.poll() is None:
             pids = pids if len(pids) == 2 else rank_pids(tag)
-            if len(pids) == 2 and log.exists() and log.read_text().count('"train_loss"') >= 3:
+            if len(pids) == 2 and logged_steps(stopped) >= 3:
                 break
             time.sleep(0.01)
         assert len(pids) == 2 and proc.poll() is None, f"the job did not reach step 3 with both ranks: {pids}"

@@ -640,14 +640,19 @@ def test_resume_is_bit_exact(tmp_path, data, family, path):
     assert checkpoint_tensors(straight / "ckpt_00000012.bin") == checkpoint_tensors(broken / "ckpt_00000012.bin")
 
 
+def logged_steps(out_dir):
+    """How many step lines a run's log.jsonl holds so far (0 before it exists)."""
+    log = Path(out_dir) / "log.jsonl"
+    return log.read_text().count('"train_loss"') if log.exists() else 0
+
+
 def start_and_wait_for_step(args, out_dir, step, binary=None):
     """Starts a trainer and returns its Popen once log.jsonl records `step` steps (it goes on)."""
     proc = subprocess.Popen([str(binary or TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
-    log = Path(out_dir) / "log.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
-        if log.exists() and sum('"train_loss"' in line for line in log.read_text().splitlines()) >= step:
+        if logged_steps(out_dir) >= step:
             return proc
         time.sleep(0.005)
     proc.kill()
