@@ -277,26 +277,24 @@ __device__ __forceinline__ bool flag_wait_acquire(const int* flag, int value, in
 // which names neither kernel nor shape, so launchers and the trainer's startup check test it first.
 constexpr long CUDA_MAX_GRID_Y = 65535;
 
-// The most shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize):
-// 227 KiB on an H100 or H200, 163 KiB on an A100.
-inline int cuda_max_smem_optin() {
+// One device attribute of the current device, read once per process and cached: the launchers ask
+// for it on every call, and cudaDeviceGetAttribute is a driver call. (The trainer uses one device
+// per process, so the cache is never stale.)
+template <cudaDeviceAttr attribute>
+inline int cuda_device_attribute() {
     static int n = 0;
     if (!n) {
         int dev = 0;
         cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        cudaCheck(cudaDeviceGetAttribute(&n, attribute, dev));
     }
     return n;
 }
 
-inline int cuda_num_sms() {
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return n;
-}
+// The most shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize):
+// 227 KiB on an H100 or H200, 163 KiB on an A100.
+inline int cuda_max_smem_optin() { return cuda_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(); }
+
+inline int cuda_num_sms() { return cuda_device_attribute<cudaDevAttrMultiProcessorCount>(); }
 
 }  // namespace gpu
