@@ -5,7 +5,7 @@
 // main() comes from TEST_MAIN(): it runs every test (or those whose name contains one of the
 // comma-separated parts of argv[1]), prints "PASS name (seconds)" or "FAIL name (seconds)" and
 // why, then the closing line "N passed, N failed", and exits 1 if anything failed, so neither CI
-// nor tests/run_all.sh can miss a failure.
+// nor tests/run_all.sh can miss a failure. A filter that matches no test fails too.
 #pragma once
 
 #include <chrono>
@@ -109,6 +109,14 @@ inline int run_registered_tests(int argc, char** argv) {
             failed++;
         }
         fflush(stdout);
+    }
+    // a filter that selects nothing (a misspelt test name) must not read as a pass: "0 passed,
+    // 0 failed" with exit 0 would hide that the test meant was never run
+    if (!filters.empty() && passed + failed == 0) {
+        printf("FAIL no test's name contains '%s'; the tests are:\n", argv[1]);
+        for (const TestCase& t : test_registry()) printf("     %s\n", t.name);
+        printf("0 passed, 1 failed\n");
+        return 1;
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
