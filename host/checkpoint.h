@@ -390,18 +390,38 @@ void checkpoint_read_stream(const std::string& path, CheckpointMeta* meta, bool 
     int tensors = meta->has_optimizer && (with_optimizer || meta->version == CHECKPOINT_VERSION) ? 3 : 1;
     std::vector<float> piece(std::min(n, chunk));
     uint32_t crc = 0;
+    // AdamW's moments as resumed: m finite, v finite and >= 0 (a mean of squares). A file with
+    // valid CRCs can still hold others (written by other software, or by a run whose moments
+    // overflowed without its weights doing so); resumed, they would turn every weight they touch
+    // into NaN at the first update, and the run would stop one step later as "diverged", blaming
+    // the learning rate. Counted here, refused after the CRC check (damage is named first).
+    size_t bad[3] = {0, 0, 0}, first_bad[3] = {0, 0, 0};
     for (int t = 0; t < tensors; t++) {
         for (size_t off = 0; off < n; off += chunk) {
             size_t count = std::min(chunk, n - off);
             fread_check(piece.data(), sizeof(float), count, f, path.c_str());
             crc = crc32_update(crc, piece.data(), count * sizeof(float));
             if (t == 0 || with_optimizer) consume(t, off, (const float*)piece.data(), count);
+            if (t > 0 && with_optimizer) {
+                for (size_t i = 0; i < count; i++) {
+                    float x = piece[i];
+                    if (std::isfinite(x) && (t == 1 || x >= 0)) continue;
+                    if (!bad[t]++) first_bad[t] = off + i;
+                }
+            }
         }
     }
     fclose(f);
     if (meta->version == CHECKPOINT_VERSION && crc != meta->data_crc)
         runtime_error("the file was damaged after it was written (disk, copy): restore it from a copy, or move it out of the directory so that --resume takes the one before it",
                       "checkpoint '%s' is corrupt: the CRC-32 of its weights%s does not match", path.c_str(), meta->has_optimizer ? " and optimizer state" : "");
+    if (bad[1] || bad[2]) {
+        char what[2][160] = {"", ""};
+        if (bad[1]) snprintf(what[0], sizeof(what[0]), "%zu value%s of m (AdamW's first moment) NaN or inf, the first at element %zu", bad[1], bad[1] == 1 ? "" : "s", first_bad[1]);
+        if (bad[2]) snprintf(what[1], sizeof(what[1]), "%zu value%s of v (AdamW's second moment) NaN, inf or negative, the first at element %zu", bad[2], bad[2] == 1 ? "" : "s", first_bad[2]);
+        runtime_error("its weights can still start a new run: --init-from it (the optimizer starts afresh); or move it out of the directory so that --resume takes the one before it",
+                      "checkpoint '%s' cannot be resumed: its optimizer state is not valid: %s%s%s", path.c_str(), what[0], bad[1] && bad[2] ? "; " : "", what[1]);
+    }
 }
 
 // The trainers' load (model_load of both builds) into a model of model_params parameters: all

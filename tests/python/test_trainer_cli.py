@@ -932,6 +932,35 @@ def test_checkpoint_crcs_are_zlibs(tmp_path, data):
     assert data_crc == zlib.crc32(raw[hb + tb:])
 
 
+def test_invalid_optimizer_state_is_refused_on_resume_and_the_weights_still_init(tmp_path, data):
+    """A checkpoint whose CRCs match but whose AdamW moments are not valid (m NaN, v negative: other
+    software, or moments that overflowed) is refused by --resume with what is wrong and where,
+    before anything is written; --init-from, which starts the optimizer afresh, still takes it."""
+    import zlib
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
+    run(base + ["--max-steps", "2"], expect=0)
+    ckpt = out / "ckpt_00000002.bin"
+    raw = bytearray(ckpt.read_bytes())
+    hb, tb = checkpoint_regions(raw)
+    start = hb + tb
+    n = (len(raw) - start) // 12  # params, m, v: n floats each
+    assert n * 12 == len(raw) - start
+    struct.pack_into("<f", raw, start + 4 * (n + 7), float("nan"))     # m[7]
+    struct.pack_into("<f", raw, start + 4 * (2 * n + 3), -1.0)         # v[3]
+    struct.pack_into("<f", raw, start + 4 * (2 * n + 9), float("inf"))  # v[9]
+    struct.pack_into("<I", raw, CRC_OFFSET + 4, zlib.crc32(raw[start:]))  # a valid file otherwise
+    ckpt.write_bytes(raw)
+    before = dir_digest(out)
+    p = run(base + ["--max-steps", "4", "--resume", "1"], expect=1)
+    assert "ckpt_00000002.bin" in p.stderr and "optimizer state is not valid" in p.stderr, p.stderr
+    assert "1 value of m (AdamW's first moment) NaN or inf, the first at element 7" in p.stderr, p.stderr
+    assert "2 values of v (AdamW's second moment) NaN, inf or negative, the first at element 3" in p.stderr, p.stderr
+    assert "--init-from" in p.stderr
+    assert dir_digest(out) == before
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--init-from", ckpt, "--max-steps", "1"], expect=0)
+
+
 def limited_file_size(limit):
     """A preexec_fn: files the child writes may not grow past `limit` bytes (a disk that fills up).
     SIGXFSZ is ignored, so the write fails with EFBIG instead of killing the process."""
