@@ -3,7 +3,7 @@
 # dev/device_check.sh runs, so that a session with a device spends its scarce minutes testing
 # rather than compiling (about two minutes per call on the device's 16 cores).
 #
-#   bash dev/device_bundle.sh          -> build/device_bundle.tar.xz (git-ignored, about 21 MB)
+#   bash dev/device_bundle.sh          -> build/device_bundle.tar.xz (git-ignored, about 40 MB)
 #   bash dev/device_bundle.sh --hash   prints the hash of the sources the binaries are built from
 #
 # Then, with the device tool: carry ["build/device_bundle.tar.xz"] and run
