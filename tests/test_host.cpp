@@ -299,6 +299,34 @@ TEST(shuffle_permutes_each_epoch) {
     dataloader_free(&c);
 }
 
+TEST(shuffle_differs_per_epoch_on_a_single_shard) {
+    // one shard: each epoch is a visit of the same shard, and still draws its own sequence order
+    // (seeded by (seed, epoch, shard)); a resume at the start of epoch 1 reads that order too
+    const int S = 50;
+    std::string p = write_shard("oneshard_000.bin", iota_tokens(0, 4 * S + 1), 1);
+    DataLoader a;
+    dataloader_init(&a, p.c_str(), 2, 4, 5000, true, 1337, 0, 1);
+    bool ok;
+    std::vector<int> f = read_firsts(&a, 2 * S, &ok);  // S is even: exactly two epochs
+    CHECK(ok, "sequences contiguous, targets shifted by one");
+    std::vector<int> e0(f.begin(), f.begin() + S), e1(f.begin() + S, f.end());
+    std::vector<int> s0 = e0, s1 = e1;
+    std::sort(s0.begin(), s0.end());
+    std::sort(s1.begin(), s1.end());
+    for (int s = 0; s < S; s++) CHECK(s0[s] == 4 * s && s1[s] == 4 * s, "every sequence once per epoch (sorted index %d: %d, %d)", s, s0[s], s1[s]);
+    CHECK(e0 != e1, "epoch 1 must not repeat epoch 0's order");
+    CHECK(e0 != s0, "epoch 0 is shuffled");
+    DataLoader b;
+    dataloader_init(&b, p.c_str(), 2, 4, 5000, true, 1337, 0, 1);
+    DataLoaderState st = dataloader_get_state(&b);
+    st.epoch = 1;
+    dataloader_set_state(&b, &st);
+    std::vector<int> r = read_firsts(&b, S, &ok);
+    CHECK(r == e1, "resumed at the start of epoch 1: the uninterrupted run's epoch 1");
+    dataloader_free(&a);
+    dataloader_free(&b);
+}
+
 TEST(permutation_is_pinned) {
     // splitmix64 + Fisher-Yates are fully specified: these numbers must never change, else resuming
     // a checkpoint from an older build would read other batches.
@@ -375,6 +403,47 @@ TEST(state_refused_when_it_does_not_fit) {
     dataloader_free(&other_seed);
     dataloader_free(&other_T);
     dataloader_free(&other_data);
+}
+
+TEST(state_refused_for_other_shard_sizes_shuffle_or_cursor) {
+    // the same number of shards and of tokens, in other sizes (14 + 9 vs 9 + 14 tokens): only the
+    // hash of the sizes tells them apart, and resumed there the cursors would point elsewhere
+    write_shard("stsize_a_000.bin", iota_tokens(0, 14), 1);
+    write_shard("stsize_a_001.bin", iota_tokens(100, 9), 1);
+    write_shard("stsize_b_000.bin", iota_tokens(0, 9), 1);
+    write_shard("stsize_b_001.bin", iota_tokens(100, 14), 1);
+    DataLoader a, b;
+    dataloader_init(&a, (tmp_dir() + "/stsize_a_*.bin").c_str(), 1, 4, 5000, false, 0, 0, 1);
+    dataloader_init(&b, (tmp_dir() + "/stsize_b_*.bin").c_str(), 1, 4, 5000, false, 0, 0, 1);
+    CHECK(a.num_tokens == b.num_tokens && a.files.size() == b.files.size(), "the two datasets differ only in shard sizes");
+    DataLoaderState sa = dataloader_get_state(&a);
+    ErrInfo e1 = catch_error([&] { dataloader_set_state(&b, &sa); });
+    CHECK(e1.code == 1 && contains(e1.msg, "different shard sizes") && contains(e1.msg, "stsize_b_000.bin"), "other shard sizes: code %d msg '%s'", e1.code,
+          e1.msg.c_str());
+    dataloader_free(&a);
+    dataloader_free(&b);
+
+    // a shuffled run's state in an unshuffled loader, and the other way round (same seed): the
+    // stream would not be the one the checkpointed run read
+    std::string g = three_shards("stshuf");
+    DataLoader shuf, plain;
+    dataloader_init(&shuf, g.c_str(), 2, 4, 5000, true, 7, 0, 1);
+    dataloader_init(&plain, g.c_str(), 2, 4, 5000, false, 7, 0, 1);
+    DataLoaderState ss = dataloader_get_state(&shuf), sp = dataloader_get_state(&plain);
+    ErrInfo e2 = catch_error([&] { dataloader_set_state(&plain, &ss); });
+    ErrInfo e3 = catch_error([&] { dataloader_set_state(&shuf, &sp); });
+    CHECK(e2.code == 1 && contains(e2.msg, "shuffle=1") && contains(e2.msg, "shuffle=0"), "shuffled state, unshuffled loader: code %d msg '%s'", e2.code,
+          e2.msg.c_str());
+    CHECK(e3.code == 1 && contains(e3.msg, "shuffle=0") && contains(e3.msg, "shuffle=1"), "unshuffled state, shuffled loader: code %d msg '%s'", e3.code,
+          e3.msg.c_str());
+    // a shard cursor one past the last shard (3 shards: cursors 0..2)
+    DataLoaderState past = ss;
+    past.shard_cursor = 3;
+    ErrInfo e4 = catch_error([&] { dataloader_set_state(&shuf, &past); });
+    CHECK(e4.code == 1 && contains(e4.msg, "points at shard 3, but there are 3 shards"), "shard cursor past the end: code %d msg '%s'", e4.code,
+          e4.msg.c_str());
+    dataloader_free(&shuf);
+    dataloader_free(&plain);
 }
 
 TEST(rank_world_split_the_stream) {
@@ -599,6 +668,46 @@ TEST(mid_run_shard_failures_are_captured) {
         CHECK(plain.code == 1 && contains(plain.msg, prefix), "%s uncaptured: code %d '%s'", prefix.c_str(), plain.code, plain.msg.c_str());
         dataloader_free(&dl);
     }
+}
+
+// A shard replaced after startup by a valid shard of another size or token width is refused when
+// it is loaded (its header no longer matches what init checked), not read as the old size. And a
+// load that fails leaves no shard loaded: the buffer holds part of the failed file, so going back
+// to the shard that was loaded before reads it from disk again, not the failed file's bytes.
+TEST(shard_changed_since_startup_is_refused_and_a_failed_load_keeps_nothing) {
+    for (int how = 0; how < 2; how++) {
+        std::string prefix = how == 0 ? "changed_count" : "changed_width";
+        std::string g = three_shards(prefix);
+        DataLoader dl;
+        dataloader_init(&dl, g.c_str(), 1, 4, 5000, false, 0, 0, 1);  // unshuffled: every shard was loaded at init
+        // shard 0 (14 uint16 tokens) becomes 22 tokens, or the same 14 tokens as uint32
+        write_bytes(dl.files[0], how == 0 ? shard_bytes(iota_tokens(1000, 22), 1) : shard_bytes(iota_tokens(1000, 14), 2));
+        std::vector<int> in(4), tg(4);
+        ErrInfo e = catch_error([&] { dataloader_next_batch(&dl, in.data(), tg.data()); });
+        CHECK(e.code == 1 && contains(e.msg, prefix + "_000.bin") && contains(e.msg, "changed since startup"), "%s: code %d msg '%s'", prefix.c_str(),
+              e.code, e.msg.c_str());
+        dataloader_free(&dl);
+    }
+    std::string g = three_shards("reload");
+    DataLoader dl;
+    dataloader_init(&dl, g.c_str(), 1, 4, 5000, false, 0, 0, 1);
+    // shard 1 keeps its size (9 uint32 tokens, 36 bytes: it is read into the buffer that holds shard 0)
+    // but gets an id past the vocabulary
+    std::vector<uint32_t> bad = iota_tokens(2000, 9);
+    bad[5] = 5000;
+    write_bytes(dl.files[1], shard_bytes(bad, 2));
+    std::vector<int> in(4), tg(4);
+    for (int s = 0; s < 3; s++) dataloader_next_batch(&dl, in.data(), tg.data());  // shard 0's 3 sequences
+    CHECK(in[0] == 1008, "shard 0's last sequence: %d", in[0]);
+    ErrInfo e = catch_error([&] { dataloader_next_batch(&dl, in.data(), tg.data()); });
+    CHECK(e.code == 1 && contains(e.msg, "token id 5000 at position 5"), "the bad shard: code %d msg '%s'", e.code, e.msg.c_str());
+    dataloader_reset(&dl);
+    for (int s = 0; s < 3; s++) {
+        dataloader_next_batch(&dl, in.data(), tg.data());
+        for (int t = 0; t < 4; t++)
+            CHECK(in[t] == 1000 + 4 * s + t && tg[t] == 1001 + 4 * s + t, "shard 0 after the failed load, seq %d t %d: %d %d", s, t, in[t], tg[t]);
+    }
+    dataloader_free(&dl);
 }
 
 // ----------------------------------------------------------------------------
