@@ -958,6 +958,38 @@ def test_invalid_optimizer_state_is_refused_on_resume_and_the_weights_still_init
     assert "2 values of v (AdamW's second moment) NaN, inf or negative, the first at element 3" in p.stderr, p.stderr
     assert "--init-from" in p.stderr
     assert dir_digest(out) == before
+    # read in pieces of 4 floats, the place is still counted from the tensor's start (m[7] is in its second piece)
+    p = run(base + ["--max-steps", "4", "--resume", "1"], expect=1, env={"VP_CHECKPOINT_CHUNK": "4"})
+    assert "1 value of m (AdamW's first moment) NaN or inf, the first at element 7" in p.stderr, p.stderr
+    assert "2 values of v (AdamW's second moment) NaN, inf or negative, the first at element 3" in p.stderr, p.stderr
+    assert dir_digest(out) == before
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--init-from", ckpt, "--max-steps", "1"], expect=0)
+
+
+def test_weights_only_checkpoint_past_step_0_is_refused_on_resume(tmp_path, data):
+    """A checkpoint of the weights alone (has_optimizer 0, CRCs valid: other software writes such
+    files) at step 2 is refused by --resume, naming it and --init-from, before anything is written:
+    resumed, AdamW's moments would restart from zero at step 3 and the run would silently not be
+    the one that wrote it. (Step 0 is the exception: test_a_step_0_checkpoint_resumes_as_a_fresh_run.)
+    --init-from, which starts the optimizer afresh anyway, takes it."""
+    import zlib
+    out = tmp_path / "run"
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
+    run(base + ["--max-steps", "2"], expect=0)
+    ckpt = out / "ckpt_00000002.bin"
+    raw = ckpt.read_bytes()
+    hb, tb = checkpoint_regions(raw)
+    n = (len(raw) - hb - tb) // 12
+    weights_only = bytearray(raw[:hb + tb + 4 * n])  # params; m and v dropped
+    struct.pack_into("<i", weights_only, 12, 0)  # has_optimizer
+    struct.pack_into("<II", weights_only, CRC_OFFSET, 0, 0)
+    header_crc = zlib.crc32(weights_only[hb:hb + tb], zlib.crc32(bytes(weights_only[:hb])))
+    struct.pack_into("<II", weights_only, CRC_OFFSET, header_crc, zlib.crc32(weights_only[hb + tb:]))
+    ckpt.write_bytes(bytes(weights_only))
+    before = dir_digest(out)
+    p = run(base + ["--max-steps", "4", "--resume", "1"], expect=1)
+    assert f"checkpoint '{ckpt}' has no optimizer state" in p.stderr and "--init-from" in p.stderr, p.stderr
+    assert dir_digest(out) == before
     run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--init-from", ckpt, "--max-steps", "1"], expect=0)
 
 
