@@ -12,6 +12,7 @@
 #include "host/dataloader.h"
 #include "host/distributed.h"
 #include "host/mc_eval.h"
+#include "host/params.h"
 #include "host/rng.h"
 #include "host/tokenizer.h"
 #include "host/update_guard.h"
@@ -1025,6 +1026,8 @@ TEST(tokenizer_errors_name_the_file) {
         {"bad_trailing.vptok", trailing, "trailing"},
         {"bad_version.vptok", vptok_bytes(toks, 3, 9), "version 9"},
         {"bad_eot.vptok", vptok_bytes(toks, 100000), "100000"},
+        {"bad_eot_n.vptok", vptok_bytes(toks, (int)toks.size()), "end-of-text id 263, outside -1..262"},  // one past the last id
+        {"bad_eot_neg.vptok", vptok_bytes(toks, -2), "end-of-text id -2"},
         {"bad_count.vptok", vptok_bytes(toks, 3, 1, 1 << 30), "truncated"},
         {"bad_text.txt", str(text.c_str()), "not a tokenizer file"},
         {"bad_empty.json", {}, "empty"},
@@ -1227,6 +1230,35 @@ TEST(sentencepiece_encode_by_hand) {
         for (int id : got) shown += std::to_string(id) + " ";
         CHECK(got == c.want, "'%s' encodes to %s", c.text.c_str(), shown.c_str());
     }
+}
+
+// Byte-level BPE starts each byte at the first one-byte token for it (host/tokenizer.h,
+// tok_find_byte_tokens): a second token of the same byte (id 256 here, an odd file) is never
+// the start, so the merge a + b -> ab, stated on the first 'a' (97), still applies.
+TEST(byte_bpe_starts_from_the_first_token_of_a_byte) {
+    std::vector<std::string> toks = byte_vocab();
+    toks.insert(toks.end(), {"a", "ab"});  // 256: 'a' again; 257: "ab"
+    std::string p = tmp_path("bpe_dup_byte.vptok");
+    write_bytes(p, vptok_bpe_bytes(toks, {{'a', 'b', 257}}, {}));
+    CHECK(encoded(p, "ab") == std::vector<int>{257}, "'ab' must merge from the first 'a'");
+    CHECK(encoded(p, "ba") == (std::vector<int>{'b', 'a'}), "'a' alone is id 97, not 256");
+}
+
+// SentencePiece without byte pieces: a character that is no piece becomes one unk, however many
+// UTF-8 bytes it has (sentencepiece's BPE without byte_fallback: one unk per unknown symbol).
+TEST(sentencepiece_unk_is_one_per_character) {
+    std::vector<std::string> toks = {"<unk>", " ", "a"};
+    std::vector<int> types = {SP_UNKNOWN, SP_NORMAL, SP_NORMAL};
+    std::vector<unsigned char> file = vptok_bytes(toks, -1, 2);
+    set_header_slot(file, 4, ENCODER_SENTENCEPIECE);
+    set_header_slot(file, 7, 1);  // add_dummy_prefix
+    set_header_slot(file, 8, 0);  // unk
+    for (int ty : types) put_le32(file, 0), put_le32(file, (uint32_t)ty);
+    std::string p = tmp_path("spm_no_bytes.vptok");
+    write_bytes(p, file);
+    // " a é 日" with pieces " " and "a": é (2 bytes) and 日 (3 bytes) are one unk each
+    CHECK(encoded(p, "a\xc3\xa9\xe6\x97\xa5") == (std::vector<int>{1, 2, 0, 0}), "two unknown characters, two unks");
+    CHECK(encoded(p, "\xf0\x9f\x99\x82") == (std::vector<int>{1, 0}), "a 4-byte character is one unk");
 }
 
 TEST(encoder_section_errors_name_the_file) {
@@ -1474,6 +1506,99 @@ TEST(update_guard_statistics_and_verdicts) {
     for (int n = 1; n <= W; n++) update_guard_step(&c, g, 2.0, 1.0);
     UpdateGuardVerdict v = update_guard_step(&c, g, 100.0, 100.0);
     CHECK(v.judged && !v.skip() && v.loss_z == 0 && v.norm_z == 0, "after constant values");
+}
+
+// "More than Z standard deviations": a z exactly at the threshold is not an outlier. With W = 2
+// the values 1 and 3 have mean 2 and population variance 1 (worked by hand), so a third value of
+// 5 is exactly 3 sd above the mean and 5.001 is just over it; the norm test likewise.
+TEST(update_guard_threshold_is_strict) {
+    UpdateGuardSettings g;
+    g.loss_z = 3.0;
+    g.norm_z = 3.0;
+    g.window = 2;
+    for (int over = 0; over < 2; over++) {
+        UpdateGuardState s{};
+        update_guard_step(&s, g, 1.0, 1.0);
+        update_guard_step(&s, g, 3.0, 3.0);
+        CHECK(s.loss_mean == 2.0 && s.loss_var == 1.0 && s.norm_mean == 2.0 && s.norm_var == 1.0, "mean %g var %g", s.loss_mean, s.loss_var);
+        double x = over ? 5.001 : 5.0;
+        UpdateGuardVerdict v = update_guard_step(&s, g, x, 2.0);  // the loss at the threshold or over it
+        CHECK(v.judged && v.loss_z == (x - 2.0) && v.skip_for_loss == (over == 1) && !v.skip_for_norm, "loss %g: z %g skip %d", x, v.loss_z,
+              (int)v.skip_for_loss);
+        UpdateGuardState t{};
+        update_guard_step(&t, g, 1.0, 1.0);
+        update_guard_step(&t, g, 3.0, 3.0);
+        UpdateGuardVerdict w = update_guard_step(&t, g, 2.0, x);  // the norm likewise
+        CHECK(w.judged && w.norm_z == (x - 2.0) && w.skip_for_norm == (over == 1) && !w.skip_for_loss, "norm %g: z %g skip %d", x, w.norm_z,
+              (int)w.skip_for_norm);
+        CHECK(s.skipped == over && t.skipped == over, "skipped %lld %lld", (long long)s.skipped, (long long)t.skipped);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// parameter counts and FLOPs (host/params.h)
+
+static ModelConfig config_of(std::vector<const char*> args) {
+    args.insert(args.begin(), "train");
+    RunConfig rc;
+    parse_command_line(&rc, (int)args.size(), const_cast<char**>(args.data()));
+    return model_config_from_flags(rc);
+}
+
+// The default shape is GPT-2 124M: llm.c counts its parameters (vocabulary padded to 50304) as
+// 124475904; nanoGPT counts 123653376 without the position table and the padding (47 rows of 768).
+// FLOPs per token (PaLM appendix B, nanoGPT's estimate_mfu): 6 N + 12 L H D T, N without the
+// position table. A llama has no position table: N is every parameter, counted here by hand.
+TEST(param_count_and_flops_per_token) {
+    ModelConfig g = config_of({});
+    size_t n = count_params(param_specs(g));
+    CHECK(n == 124475904, "GPT-2 124M: %zu parameters", n);
+    CHECK(params_for_flops(g, n) == 123653376 + 47 * 768, "GPT-2 124M without wpe: %zu", params_for_flops(g, n));
+    double want = 6.0 * (123653376 + 47 * 768) + 12.0 * 12 * 12 * 64 * 1024;
+    CHECK(training_flops_per_token(g, n, 1024) == want, "GPT-2 124M at T=1024: %.0f FLOPs, want %.0f", training_flops_per_token(g, n, 1024), want);
+    // llama: L 2, H 4, Hkv 2, C 64 (D 16), F round_up(8*64/3, 64) = 192, V 1000 -> Vp 1024, untied.
+    // wte and lm_head 1024*64 each; per layer ln1 64, qk 6*16*64, v 2*16*64, attproj 64*64, ln2 64,
+    // fc 2*192*64, fcproj 64*192; lnf 64
+    ModelConfig l = config_of({"--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--dim", "64", "--vocab", "1000", "--max-seq", "256"});
+    size_t per_layer = 64 + 6 * 16 * 64 + 2 * 16 * 64 + 64 * 64 + 64 + 2 * 192 * 64 + 64 * 192;
+    size_t want_l = 2 * 1024 * 64 + 2 * per_layer + 64;
+    size_t nl = count_params(param_specs(l));
+    CHECK(nl == want_l && params_for_flops(l, nl) == want_l, "llama: %zu parameters (%zu for FLOPs), want %zu", nl, params_for_flops(l, nl), want_l);
+    double want_lf = 6.0 * (double)want_l + 12.0 * 2 * 4 * 16 * 128;
+    CHECK(training_flops_per_token(l, nl, 128) == want_lf, "llama at T=128: %.0f FLOPs, want %.0f", training_flops_per_token(l, nl, 128), want_lf);
+}
+
+// The init from the seed: normal(0, 0.02), the two projections into the residual stream at
+// 0.02 / sqrt(2 L) (GPT-2; nanoGPT's c_proj init), measured on the drawn weights; the padded
+// vocabulary rows V..Vp of wte start at 0, every element of them, and the last real row does not.
+TEST(init_from_seed_scales_and_zero_padding) {
+    ModelConfig c = config_of({"--layers", "3", "--heads", "2", "--dim", "32", "--vocab", "200", "--max-seq", "32"});
+    std::vector<ParamSpec> specs = param_specs(c);
+    std::vector<float> p(count_params(specs));
+    init_params_from_seed(specs, c, p.data(), 1337);
+    auto tensor = [&](const char* name) {
+        size_t at = 0;
+        for (const ParamSpec& s : specs) {
+            if (!strcmp(s.name, name)) return std::vector<float>(p.begin() + (long)at, p.begin() + (long)(at + s.count));
+            at += s.count;
+        }
+        return std::vector<float>();
+    };
+    auto rms = [](const std::vector<float>& v, size_t n) {
+        double s = 0;
+        for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+        return std::sqrt(s / (double)n);
+    };
+    std::vector<float> wte = tensor("wte"), fc = tensor("fc_w"), fcproj = tensor("fcproj_w"), attproj = tensor("attproj_w");
+    REQUIRE(wte.size() == 256 * 32 && fcproj.size() == 3 * 32 * 128 && attproj.size() == 3 * 32 * 32, "sizes %zu %zu %zu", wte.size(), fcproj.size(), attproj.size());
+    bool padding_zero = true, last_row_set = false;
+    for (size_t i = 200 * 32; i < wte.size(); i++) padding_zero &= wte[i] == 0;
+    for (size_t i = 199 * 32; i < 200 * 32; i++) last_row_set |= wte[i] != 0;
+    CHECK(padding_zero && last_row_set, "padded rows zero %d, row V-1 drawn %d", (int)padding_zero, (int)last_row_set);
+    double s_wte = rms(wte, 200 * 32), s_fc = rms(fc, fc.size()), s_fcproj = rms(fcproj, fcproj.size()), s_att = rms(attproj, attproj.size());
+    double res = 0.02 / std::sqrt(6.0);
+    CHECK(std::fabs(s_wte / 0.02 - 1) < 0.05 && std::fabs(s_fc / 0.02 - 1) < 0.05, "std of wte %g, fc_w %g (want 0.02)", s_wte, s_fc);
+    CHECK(std::fabs(s_fcproj / res - 1) < 0.05 && std::fabs(s_att / res - 1) < 0.1, "std of fcproj_w %g, attproj_w %g (want %g)", s_fcproj, s_att, res);
 }
 
 TEST_MAIN()

@@ -137,6 +137,13 @@ def test_help_lists_every_flag_with_its_default():
     (["--eval-mc", "a b=x.vpmc", "--train-data", "x"], "--eval-mc name 'a b' may only use"),
     (["--eval-mc", "h=a.vpmc", "--eval-mc", "h=b.vpmc", "--train-data", "x"], "--eval-mc: the set name 'h' is used twice"),
     (["--eval-mc", "norm2=a.vpmc", "--train-data", "x"], "--eval-mc name 'norm2' starts like a metric"),
+    (["--eval-mc", "tokavg_x=a.vpmc", "--train-data", "x"], "--eval-mc name 'tokavg_x' starts like a metric"),
+    # an int flag beyond int32 would wrap (2^32 + 2 layers as 2)
+    (["--layers", "4294967298", "--train-data", "x"], "--layers value 4294967298 is out of range"),
+    # beta 1 makes AdamW's bias correction 1 - beta^t zero
+    (["--beta1", "1", "--train-data", "x"], "--beta1 and --beta2 must be in [0, 1)"),
+    (["--beta2", "1", "--train-data", "x"], "--beta1 and --beta2 must be in [0, 1)"),
+    (["--eval-batches", "0", "--val-data", "v_*.bin", "--train-data", "x"], "--eval-batches >= 1"),
     # checkpoints store one flag per line
     (["--out-dir", "runs/a\nb", "--train-data", "x"], "--out-dir: a value with a line break is not supported"),
     (["--val-data", "v=a\rb", "--train-data", "x"], "--val-data: a value with a line break is not supported"),
