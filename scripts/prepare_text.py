@@ -33,7 +33,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from vp_data import DataError, cli, tokenizer  # noqa: E402
-from vp_data.pipeline import Job, Source, StreamSpec  # noqa: E402
+from vp_data.pipeline import Job, Source, StreamSpec, check_dataset_name  # noqa: E402
 from vp_data.readers import (  # noqa: E402
     SPLIT_MODES,
     base_name,
@@ -96,6 +96,7 @@ def main(argv=None) -> int:
 
     files = expand_inputs(args.inputs)
     name = args.name or cli.slug(base_name(files[0]).split(".")[0])
+    check_dataset_name(name)  # before any download (Job checks it too)
     out_dir = args.out_dir or os.path.join("data", name)
     fmts = [detect_format(f) if args.format == "auto" else args.format for f in files]
     ranges = None

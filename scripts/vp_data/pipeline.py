@@ -356,6 +356,19 @@ class Stats:
     shards_this_run: int = 0
 
 
+def check_dataset_name(prefix: str) -> None:
+    """Shards are <prefix>_train_NNNNNN.bin, <prefix>_val_NNNNNN.bin and <prefix>_val_<domain>_...,
+    and the trainer reads them by glob. A prefix with a _train or _val part makes two datasets' names
+    overlap: 'web_val' writes web_val_train_000000.bin, which the glob of 'web''s val set
+    ('web_val_*.bin') takes as val data (and 'web --overwrite' would delete as its own)."""
+    clash = re.search(r"_(train|val)(_|$)", prefix)
+    if clash:
+        owner = prefix[:clash.start()]
+        raise DataError(f"the dataset name '{prefix}' has a '_{clash.group(1)}' part: its shards would match the globs "
+                        f"of dataset '{owner}' ('{owner}_{clash.group(1)}_*.bin'); pass "
+                        f"--name without it (for example '{prefix.replace('_', '-')}')")
+
+
 class Job:
     def __init__(
         self,
@@ -377,6 +390,7 @@ class Job:
     ):
         if shard_size <= 0:
             raise DataError("--shard-size must be positive")
+        check_dataset_name(prefix)
         self.out_dir = out_dir
         self.prefix = prefix
         self.spec = tokenizer

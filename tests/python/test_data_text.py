@@ -232,6 +232,20 @@ def test_refuses_to_mix_configurations(tmp_path, run_script, vp_cache):
         sorted(os.listdir(out)) == ["gpt2.vptok", "neox.vptok", "t.manifest.json", "t_train_000000.bin"]
 
 
+@pytest.mark.parametrize("name, owner", [("web_val", "web"), ("web_train", "web"), ("a_val_c4", "a")])
+def test_refuses_a_name_whose_shards_another_datasets_globs_match(name, owner, tmp_path, run_script, vp_cache):
+    """A --name with a _train or _val part would write shards that another dataset's globs take
+    (web_val_train_000000.bin is in 'web_val_*.bin', web's val set): refused before anything is
+    written, with a name to use instead; the same name with hyphens is accepted."""
+    inp = os.path.join(vp_cache, "samples", "tinystories", "tinystories_sample.txt")
+    out = tmp_path / "o"
+    r = run_script("prepare_text", inp, "--doc-split", "eot", "--name", name, "--out-dir", out, "--val-split", "none", expect=1)
+    assert f"'{name}'" in r.err and f"'{owner}_" in r.err and name.replace("_", "-") in r.err, r.err
+    assert not out.exists() or not os.listdir(out)
+    run_script("prepare_text", inp, "--doc-split", "eot", "--name", name.replace("_", "-"), "--out-dir", out, "--val-split", "none")
+    assert os.path.exists(out / f"{name.replace('_', '-')}_train_000000.bin")
+
+
 def test_max_tokens(tmp_path, vp_cache, run_script, ref_encode):
     docs = c4_docs(vp_cache)
     write_jsonl_gz(tmp_path / "a.jsonl.gz", [{"text": t} for t in docs])
