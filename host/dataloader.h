@@ -479,6 +479,23 @@ inline void dataloader_reset(DataLoader* dl) {
     dl->next.epoch = dl->next.shard = dl->next.seq = 0;
 }
 
+// The first of b's shards that is also one of a's (the same file by device and inode, whatever the
+// path or link it is named by), or "" if none: a val set that shares a shard with the train data
+// measures the loss on data the model trains on.
+inline std::string dataloader_shared_shard(const DataLoader* a, const DataLoader* b) {
+    std::vector<std::pair<dev_t, ino_t>> ids;
+    for (const std::string& f : a->files) {
+        struct stat st;
+        if (stat(f.c_str(), &st) == 0) ids.push_back({st.st_dev, st.st_ino});
+    }
+    std::sort(ids.begin(), ids.end());
+    for (const std::string& f : b->files) {
+        struct stat st;
+        if (stat(f.c_str(), &st) == 0 && std::binary_search(ids.begin(), ids.end(), std::make_pair(st.st_dev, st.st_ino))) return f;
+    }
+    return "";
+}
+
 inline void dataloader_free(DataLoader* dl) {
     free(dl->tokens);
     dl->tokens = nullptr;

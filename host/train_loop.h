@@ -423,6 +423,14 @@ int train_main_unguarded(int argc, char** argv) {
         dataloader_init(&vals[i].loader, rc.val_data[i].glob.c_str(), B, T, c.vocab_size, false, 0, 0, 1);
         size_t seqs = (size_t)vals[i].loader.num_seqs;
         vals[i].batches = (int)std::min<size_t>((size_t)rc.eval_batches, std::max<size_t>(1, seqs / B));
+        // a val glob that also matches train shards ('data/x/*.bin' as --train-data beside
+        // 'data/x/x_val_*.bin') would report the loss on training data as the val loss; a set named
+        // train is that loss on purpose (logged as val_loss_train)
+        std::string shared = have_train && vals[i].name != "train" ? dataloader_shared_shard(&train, &vals[i].loader) : "";
+        if (!shared.empty())
+            usage_error("narrow --train-data to the train shards (e.g. 'DIR/*_train_*.bin'); to track the loss on training data on purpose, name the set: --val-data train=GLOB",
+                        "--val-data%s%s '%s' shard '%s' is also a --train-data '%s' shard: the val loss would be measured on training data",
+                        vals[i].name.empty() ? "" : " ", vals[i].name.c_str(), rc.val_data[i].glob.c_str(), shared.c_str(), rc.train_data.c_str());
     }
     std::vector<McSet> mcs(rc.eval_mc.size());
     for (size_t i = 0; i < rc.eval_mc.size(); i++) {

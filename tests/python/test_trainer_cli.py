@@ -353,9 +353,28 @@ def test_a_long_train_glob_is_logged_whole(tmp_path, data):
 def test_named_val_sets(tmp_path, data):
     out = tmp_path / "run"
     run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--val-data", f"shakes={data}/val_*.bin",
-                     "--val-data", f"other={data}/train_001.bin", "--max-steps", "2", "--out-dir", str(out)], expect=0)
+                     "--val-data", f"other={data}/val_000.bin", "--max-steps", "2", "--out-dir", str(out)], expect=0)
     vals = [r for r in read_log(out) if "step" in r and "train_loss" not in r]
     assert vals and set(vals[-1]) == {"step", "val_loss_shakes", "val_loss_other"}
+
+
+def test_a_val_set_that_shares_a_train_shard_is_refused_unless_named_train(tmp_path, data):
+    """A val glob that also matches a train shard ('DIR/*.bin' beside train shards; a link to one
+    under another name) would report the loss on training data as the val loss: a usage error
+    naming the shard, before any step or file is written. A set named train is that loss on purpose."""
+    (tmp_path / "link_000.bin").symlink_to(data / "train_002.bin")
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "2"]
+    for val, shard in [(str(data / "*.bin"), "train_000.bin"), (f"other={data}/train_001.bin", "train_001.bin"),
+                       (str(tmp_path / "link_*.bin"), "link_000.bin")]:
+        out = tmp_path / "refused"
+        p = run(base + ["--val-data", val, "--out-dir", out], expect=2)
+        assert f"shard '{val.split('=')[-1].rsplit('/', 1)[0]}/{shard}' is also a --train-data" in p.stderr, p.stderr
+        assert "--val-data train=GLOB" in p.stderr
+        assert not out.exists()
+    out = tmp_path / "run"
+    run(base + ["--val-data", f"shakes={data}/val_*.bin", "--val-data", f"train={data}/train_001.bin", "--out-dir", out], expect=0)
+    vals = [r for r in read_log(out) if "step" in r and "train_loss" not in r]
+    assert vals and set(vals[-1]) == {"step", "val_loss_shakes", "val_loss_train"}
 
 
 def successor_mc_examples(n, vocab=64, seed=0):
