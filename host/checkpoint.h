@@ -309,12 +309,22 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
         fclose(f);
         runtime_error(hint, "'%s' is not a valuepath checkpoint (bad magic %d, expected %d)", path.c_str(), got >= 4 ? h.magic : 0, CHECKPOINT_MAGIC);
     }
+    // the version is known from 8 bytes, the header size from 12; shorter than that, a file is only
+    // cut short (the unread fields are zero, which would read as a version mismatch)
+    if (got < 12) {
+        fclose(f);
+        runtime_error(hint, "checkpoint '%s' is cut short inside its header (%zu of %zu bytes)", path.c_str(), got, sizeof(h));
+    }
     if ((h.version != CHECKPOINT_VERSION && h.version != CHECKPOINT_VERSION_NO_CRC) || h.header_bytes != (int32_t)sizeof(CheckpointHeader)) {
         fclose(f);
         runtime_error("use the valuepath version that wrote it", "checkpoint '%s' has version %d (header %d bytes); this build reads versions %d and %d (%d bytes)",
                       path.c_str(), h.version, h.header_bytes, CHECKPOINT_VERSION_NO_CRC, CHECKPOINT_VERSION, (int)sizeof(CheckpointHeader));
     }
-    if (got != sizeof(h) || h.run_text_bytes < 0 || h.run_text_bytes > CHECKPOINT_MAX_RUN_TEXT) {
+    if (got != sizeof(h)) {
+        fclose(f);
+        runtime_error(hint, "checkpoint '%s' is cut short inside its header (%zu of %zu bytes)", path.c_str(), got, sizeof(h));
+    }
+    if (h.run_text_bytes < 0 || h.run_text_bytes > CHECKPOINT_MAX_RUN_TEXT) {
         fclose(f);
         runtime_error(hint, "checkpoint '%s' has a corrupt header", path.c_str());
     }

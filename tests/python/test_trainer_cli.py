@@ -908,6 +908,13 @@ def test_bad_checkpoints_are_refused_and_nothing_is_overwritten(tmp_path, data):
     p = run(TINY_GPT2 + ["--init-from", data / "val_000.bin", "--train-data", str(data / "train_*.bin"),
                          "--max-steps", "1"], expect=1)
     assert "not a valuepath checkpoint" in p.stderr
+    # cut short inside the 552-byte header, after its magic and version (10 bytes) or later (300):
+    # truncated, not "another version" or "corrupt"
+    for cut in (10, 300):
+        short = tmp_path / f"short{cut}.bin"
+        short.write_bytes(ckpt.read_bytes()[:cut])
+        p = run(TINY_GPT2 + ["--init-from", short, "--train-data", str(data / "train_*.bin"), "--max-steps", "1"], expect=1)
+        assert f"'{short}' is cut short inside its header ({cut} of 552 bytes)" in p.stderr, p.stderr
     # resume with more steps from a truncated newest checkpoint: refused, every file left as it was
     raw = ckpt.read_bytes()
     ckpt.write_bytes(raw[: len(raw) - 100])
