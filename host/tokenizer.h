@@ -293,8 +293,12 @@ inline void tok_load_llmc(Tokenizer* tok, const char* path, const std::vector<un
     uint32_t n = tok_le32(&d[8]);
     if (version != 1 && version != 2) runtime_error(remake, "llm.c tokenizer file '%s' has unknown version %u", path, version);
     if (n == 0 || n > (uint32_t)(size - 1024) / 2) runtime_error(remake, "llm.c tokenizer file '%s' has an impossible vocab size %u for its size %zu", path, n, size);
+    // version 2 stores the end-of-text id, which must be a token of the file (as a vptok's);
+    // version 1 has none and GPT-2's 50256 is assumed, or none for a smaller vocabulary
     int32_t eot = version == 2 ? (int32_t)tok_le32(&d[12]) : 50256;
-    if (eot < -1 || eot >= (int32_t)n) eot = -1;
+    if (version == 2 && (eot < -1 || eot >= (int32_t)n))
+        runtime_error(remake, "llm.c tokenizer file '%s' has end-of-text id %d, outside -1..%u", path, eot, n - 1);
+    if (eot >= (int32_t)n) eot = -1;
     tok_reset(tok);
     size_t pos = 1024;
     for (uint32_t i = 0; i < n; i++) {

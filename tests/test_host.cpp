@@ -969,6 +969,26 @@ TEST(llmc_tokenizer_file) {
     CHECK(tokenizer_vocab_size(&tok) == 3 && tokenizer_eot(&tok) == 2, "vocab %d eot %d", tokenizer_vocab_size(&tok), tokenizer_eot(&tok));
     CHECK(strcmp(tokenizer_decode(&tok, 1), " c") == 0, "id 1");
     tokenizer_free(&tok);
+    // version 2's end-of-text id must be one of its tokens (as a vptok's): 3 and -2 are refused
+    for (int32_t eot : {3, -2}) {
+        std::vector<unsigned char> bad = b;
+        bad[12] = (unsigned char)(eot & 0xff), bad[13] = bad[14] = bad[15] = eot < 0 ? 0xff : 0;
+        std::string q = tmp_path("llmc_tokenizer_bad_eot.bin");
+        write_bytes(q, bad);
+        Tokenizer t2;
+        ErrInfo e = catch_error([&] { tokenizer_init(&t2, q.c_str()); });
+        CHECK(e.code == 1 && contains(e.msg, "llmc_tokenizer_bad_eot.bin") && contains(e.msg, "end-of-text id " + std::to_string(eot) + ", outside -1..2"),
+              "eot %d: code %d msg '%s'", eot, e.code, e.msg.c_str());
+    }
+    // version 1 has no end-of-text field: GPT-2's 50256 is assumed, none for these 3 tokens
+    std::vector<unsigned char> v1 = b;
+    v1[4] = 1;
+    v1[12] = 0;
+    std::string q = tmp_path("llmc_tokenizer_v1.bin");
+    write_bytes(q, v1);
+    tokenizer_init(&tok, q.c_str());
+    CHECK(tokenizer_vocab_size(&tok) == 3 && tokenizer_eot(&tok) == -1, "version 1 of 3 tokens: vocab %d eot %d", tokenizer_vocab_size(&tok), tokenizer_eot(&tok));
+    tokenizer_free(&tok);
 }
 
 TEST(small_json_with_escapes) {
