@@ -230,6 +230,62 @@ TEST(depth_neg_inf_anchor_logits_equals_vanilla) {
     }
 }
 
+// SLA's forward on hand-made K/V, one position, llama (H = 4, Hkv = 2, G = 2, D = 4): n_h = 2 query
+// heads are ONE KV head (section 10), so from layer n_l = 2 on only KV head 1 (columns [D, 2D))
+// comes from layer l - 2; KV head 0 stays the layer's own. Layers 0 and 1 are untouched.
+TEST(sla_gqa_skip_heads_by_hand) {
+    ModelConfig c = path_config(ARCH_LLAMA, VP_SLA, 2, 2, 0);
+    VpDims d = vp_dims(c, 1, 1);
+    CHECK(d.H == 4 && d.Hkv == 2 && d.D == 4, "H %d Hkv %d D %d", d.H, d.Hkv, d.D);
+    const int L = d.L, KV = d.KV();
+    std::vector<std::vector<double>> q(L, std::vector<double>(d.H * d.D)), k(L, std::vector<double>(KV)), v(L, std::vector<double>(KV));
+    VpSla::State<double> s;
+    VpSla::init(&s, c, d);
+    for (int l = 0; l < L; l++) {
+        for (int i = 0; i < KV; i++) k[l][i] = 100 * l + i, v[l][i] = -(100 * l + i) - 1;
+        LayerQKV<double> own{q[l].data(), (long)(d.H * d.D), k[l].data(), (long)KV, v[l].data(), (long)KV};
+        AttnKV<double> e = VpSla::forward(&s, c, d, l, own, (const double*)nullptr);
+        int src = l >= 2 ? l - 2 : l;
+        for (int i = 0; i < KV; i++) {
+            int want = i < d.D ? l : src;  // KV head 0 own, KV head 1 from the source layer
+            CHECK(e.k[i] == k[want][i] && e.v[i] == v[want][i], "layer %d column %d: k %g v %g, want layer %d's", l, i, e.k[i], e.v[i], want);
+        }
+    }
+}
+
+// Depth-Attention's forward at layer 1 on hand-made tensors, one position, llama (G = 2, D = 4):
+// q_bar = mean of the group's two query heads, e_n = <q_bar, k^n> / sqrt(D) over n = {0, own},
+// v~ = softmax(e) . (v^0, v^1), each KV head on its own; worked here independently of the path.
+TEST(depth_forward_by_hand) {
+    ModelConfig c = path_config(ARCH_LLAMA, VP_DEPTH);
+    VpDims d = vp_dims(c, 1, 1);
+    CHECK(d.H == 4 && d.Hkv == 2 && d.D == 4, "H %d Hkv %d D %d", d.H, d.Hkv, d.D);
+    const int KV = d.KV(), D = d.D;
+    std::vector<double> q0(d.H * D, 0.0), q1(d.H * D), k0(KV), k1(KV), v0(KV), v1(KV);
+    for (int i = 0; i < d.H * D; i++) q1[i] = 0.3 * ((i * 7) % 5) - 0.5;
+    for (int i = 0; i < KV; i++) k0[i] = 0.2 * ((i * 3) % 7) - 0.4, k1[i] = 0.5 - 0.15 * i, v0[i] = 1.0 + i, v1[i] = -2.0 + 0.5 * i;
+    VpDepth::State<double> s;
+    VpDepth::init(&s, c, d);
+    VpDepth::forward(&s, c, d, 0, LayerQKV<double>{q0.data(), (long)(d.H * D), k0.data(), (long)KV, v0.data(), (long)KV}, (const double*)nullptr);
+    AttnKV<double> e = VpDepth::forward(&s, c, d, 1, LayerQKV<double>{q1.data(), (long)(d.H * D), k1.data(), (long)KV, v1.data(), (long)KV},
+                                        (const double*)nullptr);
+    CHECK(e.k == k1.data(), "the core keeps layer 1's own keys");
+    for (int g = 0; g < d.Hkv; g++) {
+        double e0 = 0, e1 = 0;
+        for (int i = 0; i < D; i++) {
+            double qb = (q1[(2 * g) * D + i] + q1[(2 * g + 1) * D + i]) / 2;
+            e0 += qb * k0[g * D + i] / 2.0;  // sqrt(D) = 2
+            e1 += qb * k1[g * D + i] / 2.0;
+        }
+        double a0 = 1 / (1 + std::exp(e1 - e0)), a1 = 1 - a0;
+        CHECK(std::fabs(e0 - e1) > 0.05, "head %d: the two logits should differ (%g, %g)", g, e0, e1);
+        for (int i = 0; i < D; i++) {
+            double want = a0 * v0[g * D + i] + a1 * v1[g * D + i];
+            CHECK(close_enough(e.v[g * D + i], want, 1e-14, 1e-12), "head %d column %d: v~ %.15g, by hand %.15g", g, i, e.v[g * D + i], want);
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // parameter counts
 
