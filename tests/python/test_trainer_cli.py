@@ -842,12 +842,10 @@ def test_nan_weights_are_never_evaluated_sampled_or_saved(tmp_path, data):
     assert "a sample's logit for token" in p.stderr and "---- sample" not in p.stdout, p.stderr
     # resumed (a training checkpoint, with AdamW's moments: one weight made NaN, its CRC made
     # right again), the message says what to do with it
-    import zlib
     raw = bytearray((tmp_path / "good" / "ckpt_00000001.bin").read_bytes())
     hb, tb = checkpoint_regions(raw)
     struct.pack_into("<f", raw, hb + tb + 4 * 100, float("nan"))
-    struct.pack_into("<I", raw, CRC_OFFSET + 4, zlib.crc32(raw[hb + tb:]))
-    (tmp_path / "good" / "ckpt_00000001.bin").write_bytes(raw)
+    (tmp_path / "good" / "ckpt_00000001.bin").write_bytes(with_crcs_recomputed(raw))
     p = run(common[:-2] + ["--max-steps", "3", "--out-dir", tmp_path / "good", "--resume", "1"], expect=1)
     assert "are NaN or inf" in p.stderr and "move it aside (then --resume 1 takes the one before it)" in p.stderr
 
@@ -948,6 +946,18 @@ def checkpoint_regions(raw):
     return struct.unpack_from("<i", raw, 8)[0], struct.unpack_from("<q", raw, 32)[0]
 
 
+def with_crcs_recomputed(raw):
+    """A checkpoint's bytes with both CRC-32s made right again (zlib's, as the trainers write them,
+    test_checkpoint_crcs_are_zlibs): a file that is valid but for what a test put into it."""
+    import zlib
+    hb, tb = checkpoint_regions(raw)
+    out = bytearray(raw)
+    struct.pack_into("<II", out, CRC_OFFSET, 0, 0)
+    header_crc = zlib.crc32(out[hb:hb + tb], zlib.crc32(bytes(out[:hb])))
+    struct.pack_into("<II", out, CRC_OFFSET, header_crc, zlib.crc32(out[hb + tb:]))
+    return bytes(out)
+
+
 def test_checkpoint_crcs_are_zlibs(tmp_path, data):
     """The two CRC-32s in a checkpoint's header equal Python's zlib.crc32 (an independent
     implementation) of the header with both fields zero plus the run text, and of the tensors."""
@@ -969,7 +979,6 @@ def test_invalid_optimizer_state_is_refused_on_resume_and_the_weights_still_init
     """A checkpoint whose CRCs match but whose AdamW moments are not valid (m NaN, v negative: other
     software, or moments that overflowed) is refused by --resume with what is wrong and where,
     before anything is written; --init-from, which starts the optimizer afresh, still takes it."""
-    import zlib
     out = tmp_path / "run"
     base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
     run(base + ["--max-steps", "2"], expect=0)
@@ -982,8 +991,7 @@ def test_invalid_optimizer_state_is_refused_on_resume_and_the_weights_still_init
     struct.pack_into("<f", raw, start + 4 * (n + 7), float("nan"))     # m[7]
     struct.pack_into("<f", raw, start + 4 * (2 * n + 3), -1.0)         # v[3]
     struct.pack_into("<f", raw, start + 4 * (2 * n + 9), float("inf"))  # v[9]
-    struct.pack_into("<I", raw, CRC_OFFSET + 4, zlib.crc32(raw[start:]))  # a valid file otherwise
-    ckpt.write_bytes(raw)
+    ckpt.write_bytes(with_crcs_recomputed(raw))  # a valid file otherwise
     before = dir_digest(out)
     p = run(base + ["--max-steps", "4", "--resume", "1"], expect=1)
     assert "ckpt_00000002.bin" in p.stderr and "optimizer state is not valid" in p.stderr, p.stderr
@@ -1005,7 +1013,6 @@ def test_weights_only_checkpoint_past_step_0_is_refused_on_resume(tmp_path, data
     resumed, AdamW's moments would restart from zero at step 3 and the run would silently not be
     the one that wrote it. (Step 0 is the exception: test_a_step_0_checkpoint_resumes_as_a_fresh_run.)
     --init-from, which starts the optimizer afresh anyway, takes it."""
-    import zlib
     out = tmp_path / "run"
     base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
     run(base + ["--max-steps", "2"], expect=0)
@@ -1015,10 +1022,7 @@ def test_weights_only_checkpoint_past_step_0_is_refused_on_resume(tmp_path, data
     n = (len(raw) - hb - tb) // 12
     weights_only = bytearray(raw[:hb + tb + 4 * n])  # params; m and v dropped
     struct.pack_into("<i", weights_only, 12, 0)  # has_optimizer
-    struct.pack_into("<II", weights_only, CRC_OFFSET, 0, 0)
-    header_crc = zlib.crc32(weights_only[hb:hb + tb], zlib.crc32(bytes(weights_only[:hb])))
-    struct.pack_into("<II", weights_only, CRC_OFFSET, header_crc, zlib.crc32(weights_only[hb + tb:]))
-    ckpt.write_bytes(bytes(weights_only))
+    ckpt.write_bytes(with_crcs_recomputed(weights_only))
     before = dir_digest(out)
     p = run(base + ["--max-steps", "4", "--resume", "1"], expect=1)
     assert f"checkpoint '{ckpt}' has no optimizer state" in p.stderr and "--init-from" in p.stderr, p.stderr
