@@ -72,6 +72,21 @@ def test_writer_refuses_ids_that_do_not_fit(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_writer_limits_are_exact_at_the_boundaries(tmp_path):
+    """The largest id a version-1 shard holds is 65535 (uint16); 65536 would wrap to 0 in the cast, so
+    it is refused. The header counts tokens in an int32: 2^31 - 1 is the most, 2^31 is refused with
+    the remedy (docs/formats.md), not an OverflowError from numpy."""
+    p = tmp_path / "x.bin"
+    shards.write_shard(str(p), np.array([65535, 0]), 1)
+    assert np.frombuffer(p.read_bytes()[1024:], "<u2").tolist() == [65535, 0]
+    with pytest.raises(DataError, match="do not fit version 1"):
+        shards.write_shard(str(tmp_path / "y.bin"), np.array([3, 65536]), 1)
+    assert not (tmp_path / "y.bin").exists()
+    assert np.frombuffer(shards.make_header(2**31 - 1, 2)[:12], "<i4").tolist() == [20240520, 2, 2**31 - 1]
+    with pytest.raises(DataError, match="--shard-size"):
+        shards.make_header(2**31, 1)
+
+
 def test_reader_checks_vocab_range(tmp_path):
     p = tmp_path / "x.bin"
     shards.write_shard(str(p), np.array([1, 2, 50257]), 1)
