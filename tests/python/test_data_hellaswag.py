@@ -8,9 +8,10 @@ go into the test cache where the script looks first.
 import json
 import os
 
+import numpy as np
 import pytest
 
-from vp_data import mc
+from vp_data import DataError, mc
 
 RECORDS = [
     {"ind": 4, "activity_label": "Rowing", "ctx_a": "A man sits in a narrow boat on a calm lake.",
@@ -133,3 +134,31 @@ def test_bad_inputs_are_clear_errors(tmp_path, run_script, hs_cache):
     assert (tmp_path / "hellaswag_val_gpt2.vpmc").read_bytes() == before
     run_script("prepare_hellaswag", "--out-dir", tmp_path, "--limit", "1", "--overwrite")
     assert len(mc.read(str(tmp_path / "hellaswag_val_gpt2.vpmc"))[0]) == 1
+
+
+def test_ending_chars_count_characters_not_bytes(tmp_path, run_script, ref_gpt2):
+    """acc_norm divides by the ending's length in characters (docs/formats.md; lm-evaluation-harness
+    takes len() of the str): an accented ending must not be counted in UTF-8 bytes. The counts
+    are by hand: "sips a café crème." is 18 characters (20 bytes), "naïve plan." 11 (12)."""
+    rec = dict(RECORDS[0], endings=["sips a café crème.", "naïve plan.", "rows home.", "sleeps."], label=1)
+    src = tmp_path / "accents.jsonl"
+    src.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    run_script("prepare_hellaswag", "--input", src, "--out-dir", tmp_path)
+    (ex,), _, _ = mc.read(str(tmp_path / "hellaswag_val_gpt2.vpmc"))
+    assert ex.ending_chars == [18, 11, 10, 7]
+    assert ex.endings[0] == ref_gpt2.encode_ordinary(" sips a café crème.") and ex.label == 1
+
+
+def test_vpmc_byte_layout_by_hand(tmp_path):
+    """mc.encode against the layout of docs/formats.md written out by hand, and a label outside
+    0..n_choices-1 refused: the trainer would score the example against a choice it does not have."""
+    ex = mc.McExample(context=[7], endings=[[8, 9], [5]], ending_chars=[3, 2], label=1)
+    raw = mc.encode([ex], 50257, "gpt2")
+    header = np.frombuffer(raw[:1024], "<i4")
+    assert header[:5].tolist() == [20241125, 1, 1, 50257, 11] and not header[5:8].any() and not header[16:].any()
+    assert raw[32:64] == b"gpt2" + bytes(28)
+    # n_choices, label, context_len, (ending_len, ending_chars) x 2, context, ending 0, ending 1
+    assert np.frombuffer(raw[1024:], "<i4").tolist() == [2, 1, 1, 2, 3, 1, 2, 7, 8, 9, 5]
+    for bad in (2, -1):
+        with pytest.raises(DataError, match="label"):
+            mc.encode([mc.McExample([7], [[8, 9], [5]], [3, 2], bad)], 50257, "gpt2")
