@@ -295,3 +295,44 @@ def test_ctrl_c_then_resume(tmp_path, gutenberg_slice, vp_cache):
     r = subprocess.run(cmd + ["--out-dir", str(out)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert all_files_digest(out) == all_files_digest(ref)
+
+
+def test_line_split_of_a_crlf_file_without_normalizing(tmp_path, run_script, ref_encode):
+    """--doc-split line on a CRLF file without --normalize-newlines: a document is the line without its
+    line ending ("\\r\\n" whole), as str.splitlines gives it; a lone "\\r" inside a line stays."""
+    text = "alpha one\r\nbeta\rtwo\r\n\r\ngamma\r\n"
+    (tmp_path / "crlf.txt").write_bytes(text.encode())
+    run_script("prepare_text", tmp_path / "crlf.txt", "--doc-split", "line", "--name", "c", "--out-dir",
+               tmp_path / "out", "--val-split", "none", "--workers", "1")
+    docs = ["alpha one", "beta\rtwo", "gamma"]  # by hand; the empty line is no document
+    assert np.array_equal(read_tokens(tmp_path / "out", "c", "train"), expected_stream(ref_encode, "gpt2", docs))
+
+
+def test_newline_normalizing_across_read_chunks(tmp_path, monkeypatch):
+    """A CRLF whose "\\r" ends one read chunk and whose "\\n" starts the next is one newline, not two
+    (the reader works in 1 MB chunks; here in 3-byte ones, so every split point occurs). The
+    expected text is str.replace on the whole file."""
+    from vp_data import readers
+
+    text = "a\r\nbc\r\n\r\nd\re\r\r\nf\r\n"
+    p = tmp_path / "t.txt"
+    p.write_bytes(text.encode())
+    want = text.replace("\r\n", "\n").replace("\r", "\n")
+    for chunk in (1, 2, 3, 4, 5):
+        monkeypatch.setattr(readers, "CHUNK", chunk)
+        (doc,) = readers.read_text(str(p), readers.BadRecords(), split="file", normalize_newlines=True)
+        assert doc.text == want, chunk
+
+
+def test_sources_that_overlap_by_one_byte_are_refused(tmp_path):
+    """Byte ranges must not overlap: [0, 10) and [9, 20) share byte 9 (read_ranges would then slice
+    with a negative start and emit garbage); [0, 10) and [10, 20) only touch and are fine."""
+    from vp_data import DataError
+    from vp_data.readers import load_sources
+
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"offset": 0, "length": 10}\n{"offset": 10, "length": 10}\n')
+    assert [(r["offset"], r["length"]) for r in load_sources(str(p))] == [(0, 10), (10, 10)]
+    p.write_text('{"offset": 9, "length": 11, "path": "b"}\n{"offset": 0, "length": 10, "path": "a"}\n')
+    with pytest.raises(DataError, match="overlap"):
+        load_sources(str(p))
