@@ -664,3 +664,103 @@ def test_flag_errors_are_usage_errors_with_plain_messages(tmp_path):
     convert("export", tmp_path / "a.bin", tmp_path / "hf")
     _, _, err = convert("import", tmp_path / "hf", tmp_path / "c.bin", "--max-seq", str(T + 1), expect=1)
     assert f"has only {T} learned positions; give --max-seq {T} or less" in err and "does not implement" not in err
+
+
+# ------------------------------------------------------------------------------ mutation-test gaps
+
+
+def test_safetensors_integer_and_f64_dtypes_by_hand(tmp_path):
+    """Every dtype the reader lists, from bytes written by hand: integers come back as stored
+    (signed ones keep their sign), F64 is narrowed to float32 like F16 and BF16; a header length
+    one byte past the end of the file is refused as such."""
+    parts = [("i16", "I16", [2], np.array([-2, 3], "<i2")), ("i8", "I8", [1], np.array([-1], "i1")),
+             ("u8", "U8", [2], np.array([255, 1], "u1")), ("i32", "I32", [1], np.array([-70000], "<i4")),
+             ("i64", "I64", [1], np.array([-2 ** 40], "<i8")), ("f64", "F64", [2], np.array([0.25, -3.0], "<f8"))]
+    header, data = {}, b""
+    for name, dt, shape, a in parts:
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + a.nbytes]}
+        data += a.tobytes()
+    h = json.dumps(header).encode()
+    f = tmp_path / "ints.safetensors"
+    f.write_bytes(struct.pack("<Q", len(h)) + h + data)
+    got = st.read_tensors(str(f))
+    assert got["i16"].tolist() == [-2, 3] and got["i8"].tolist() == [-1] and got["u8"].tolist() == [255, 1]
+    assert got["i32"].tolist() == [-70000] and got["i64"].tolist() == [-2 ** 40]
+    assert got["f64"].dtype == np.float32 and got["f64"].tolist() == [0.25, -3.0]
+    g = tmp_path / "long_header.safetensors"
+    g.write_bytes(struct.pack("<Q", len(h) + len(data) + 1) + h + data)
+    with pytest.raises(DataError, match="does not fit in the file"):
+        st.read_header(str(g))
+
+
+def test_checkpoint_data_crc_covers_the_adamw_moments(tmp_path):
+    """docs/formats.md: data_crc is the CRC-32 of params, then m, then v. A checkpoint with optimizer
+    state is built by hand from one without (has_optimizer = 1 at byte 12, the moments appended, both
+    CRCs recomputed with zlib as the trainers write them); read_checkpoint takes it, and refuses it
+    once one bit of v is flipped with data_crc left as it was."""
+    import zlib
+
+    from vp_data.checkpoint import encode_checkpoint
+
+    cfg = small_config("gpt2")
+    p = random_params(cfg, 5)
+    hdr, text, data = encode_checkpoint(cfg, p, step=3, run_text="lr=1\n")
+    m = np.full(p.size, 0.5, "<f4").tobytes()
+    v = np.full(p.size, 0.25, "<f4").tobytes()
+    h = bytearray(hdr)
+    struct.pack_into("<i", h, 12, 1)
+    struct.pack_into("<II", h, 296, 0, 0)
+    tensors = bytes(data) + m + v
+    struct.pack_into("<II", h, 296, zlib.crc32(text, zlib.crc32(bytes(h))), zlib.crc32(tensors))
+    good = bytes(h) + text + tensors
+    (tmp_path / "opt.bin").write_bytes(good)
+    cfg2, p2, meta = read_checkpoint(str(tmp_path / "opt.bin"))
+    assert cfg2 == cfg and np.array_equal(p2, p) and meta["has_optimizer"] == 1 and meta["step"] == 3
+    bad = bytearray(good)
+    bad[-3] ^= 0x10  # inside v
+    (tmp_path / "bad.bin").write_bytes(bytes(bad))
+    with pytest.raises(ValueError, match="CRC-32 of its tensors"):
+        read_checkpoint(str(tmp_path / "bad.bin"))
+
+
+def test_gpt2_export_writes_n_inner_when_the_mlp_is_not_4c(tmp_path):
+    """A GPT-2 with F = 3C: config.json has n_inner = 96 (docs/formats.md: `n_inner` when F != 4C;
+    without it transformers builds a 4C MLP), and the import gives the model back exactly."""
+    cfg = make_config("gpt2", 2, 4, 32, V, T, F=96)
+    p = random_params(cfg, 6)
+    write_checkpoint(str(tmp_path / "a.bin"), cfg, p)
+    convert("export", tmp_path / "a.bin", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["n_inner"] == 96 and config["n_embd"] == 32
+    assert st.read_header(str(tmp_path / "hf" / "model.safetensors"))[0]["transformer.h.0.mlp.c_fc.weight"]["shape"] == [32, 96]
+    convert("import", tmp_path / "hf", tmp_path / "b.bin")
+    cfg2, p2, _ = read_checkpoint(str(tmp_path / "b.bin"))
+    assert cfg2.ffn_dim == 96 and cfg2 == cfg and np.array_equal(hf._flat_view(cfg, p)["fc_w"], hf._flat_view(cfg2, p2)["fc_w"])
+
+
+@pytest.mark.parametrize("tok,vocab,bos,eos", [("gpt2", 50257, 50256, 50256), ("neox", 50277, 0, 0), ("llama2", 32000, 1, 2)])
+def test_exported_tokenizer_ids_in_config(tok, vocab, bos, eos, tmp_path):
+    """The ids docs/formats.md gives (and the tokenizers' own files: GPT-2's <|endoftext|> 50256,
+    NeoX's 0, Llama-2's <s> 1 and </s> 2), checked without transformers, which the test that loads
+    the tokenizer needs."""
+    cfg = make_config("gpt2", 1, 1, 8, vocab, 8)
+    write_checkpoint(str(tmp_path / "a.bin"), cfg, np.zeros(num_params(cfg), np.float32))
+    convert("export", tmp_path / "a.bin", tmp_path / "hf", "--tokenizer", tok)
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (bos, eos)
+
+
+def test_llama_import_without_rms_norm_eps_takes_transformers_default(tmp_path):
+    """A Llama config.json without rms_norm_eps means transformers' default, 1e-6 (LlamaConfig and
+    Qwen3Config), not valuepath's 1e-5."""
+    from vp_data.checkpoint import f32
+
+    cfg = small_config("llama_gqa")
+    write_checkpoint(str(tmp_path / "a.bin"), cfg, random_params(cfg, 7))
+    convert("export", tmp_path / "a.bin", tmp_path / "hf")
+    path = tmp_path / "hf" / "config.json"
+    config = json.loads(path.read_text())
+    del config["rms_norm_eps"]
+    path.write_text(json.dumps(config))
+    convert("import", tmp_path / "hf", tmp_path / "b.bin")
+    assert read_checkpoint(str(tmp_path / "b.bin"))[0].norm_eps == f32(1e-6)
