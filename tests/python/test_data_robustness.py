@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from vptest import all_files_digest
+from vp_data.shards import read_header
+from vptest import all_files_digest, shard_files
 
 
 @pytest.fixture(scope="module")
@@ -400,3 +401,19 @@ def test_fill_cache_help_is_the_comment_block():
     lines = r.stdout.splitlines()
     assert lines[0].startswith("Fill a valuepath download cache")
     assert lines[-1].startswith("in the shared MANIFEST's SHA256SUMS") and "set -e" not in r.stdout
+
+
+@pytest.mark.parametrize("extra", [0, -1])
+def test_a_tail_of_half_a_shard_is_kept_and_a_shorter_one_folded(tmp_path, run_script, ref_encode, extra):
+    """pipeline.fold_limit: a split's last shard with fewer tokens than half of --shard-size (for
+    small sizes) goes into the one before. At --shard-size 20 a tail of exactly 10 tokens is a shard
+    of its own; one of 9 is folded (one shard of 29). The counts come from tiktoken's encoding."""
+    text = "a" + " a" * (28 + extra)
+    (tmp_path / "doc.txt").write_text(text)
+    total = len(ref_encode("gpt2", text))
+    assert total == 30 + extra
+    out = tmp_path / "out"
+    run_script("prepare_text", tmp_path / "doc.txt", "--name", "f", "--out-dir", out, "--val-split", "none",
+               "--shard-size", "20", "--workers", "1")
+    sizes = [read_header(f).num_tokens for f in shard_files(out, "f", "train")]
+    assert sizes == ([20, 10] if extra == 0 else [29])
