@@ -417,3 +417,19 @@ def test_a_tail_of_half_a_shard_is_kept_and_a_shorter_one_folded(tmp_path, run_s
                "--shard-size", "20", "--workers", "1")
     sizes = [read_header(f).num_tokens for f in shard_files(out, "f", "train")]
     assert sizes == ([20, 10] if extra == 0 else [29])
+
+
+def test_a_domain_budget_met_exactly_takes_no_more_documents():
+    """The budget rule (vptest.first_by_quota): a key takes documents while its count is below its
+    quota. With per-domain quotas (a --mix) the source does not stop when one domain is full, so a
+    domain that lands exactly on its quota must refuse the next document itself."""
+    from types import SimpleNamespace
+
+    from vp_data.pipeline import Stream, StreamSpec
+
+    s = Stream(StreamSpec("train", "train", quota={"a": 5, "b": 5}), SimpleNamespace(shard_size=100))
+    assert s.accept("a", 5) and s.key_full("a") and not s.accept("a", 1)
+    assert s.accept("b", 3) and not s.key_full("b") and not s.full()
+    assert s.accept("b", 4) and s.full()  # the overshoot of one document per key
+    assert not s.accept("c", 1)  # a key without a quota takes nothing
+    assert s.counts == {"a": 5, "b": 7}
