@@ -215,9 +215,11 @@ inline std::vector<McBatch> mc_batches(const McSet& set, int B, int T, int len_s
 }
 
 // The per-row sums of -log p over each row's scored tokens, in (example, choice) order.
-// Collective under data parallelism.
+// Collective under data parallelism. cut_short, if given: the batches end early once a stop
+// signal is pending (g_stop_signal), and *cut_short says so (the sums are then partial; every
+// rank still makes the one all-reduce, whichever of them stopped).
 template <typename Model>
-void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<double>* sums, int len_step = MC_FORWARD_STEP) {
+void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<double>* sums, int len_step = MC_FORWARD_STEP, bool* cut_short = nullptr) {
     std::vector<std::pair<int, int>> rows;  // (example, choice)
     for (size_t e = 0; e < set.examples.size(); e++)
         for (size_t j = 0; j < set.examples[e].endings.size(); j++) rows.push_back({(int)e, (int)j});
@@ -227,6 +229,10 @@ void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<dou
     std::vector<double> losses;
     for (size_t b = 0; b < batches.size(); b++) {
         if ((int)(b % (size_t)dist_world()) != dist_rank()) continue;
+        if (cut_short && g_stop_signal) {
+            *cut_short = true;
+            break;
+        }
         const McBatch& mb = batches[b];
         int nb = (int)mb.rows.size(), Tb = mb.T;
         inputs.assign((size_t)nb * Tb, 0);
@@ -279,9 +285,14 @@ inline McResult mc_accuracies(const McSet& set, const std::vector<double>& sums,
 }
 
 template <typename Model>
-McResult evaluate_mc(Model* model, const McSet& set, int B, int T) {
+McResult evaluate_mc(Model* model, const McSet& set, int B, int T, bool* cut_short = nullptr) {
     std::vector<double> sums;
-    mc_row_losses(model, set, B, T, &sums);
+    bool cut = false;
+    mc_row_losses(model, set, B, T, &sums, MC_FORWARD_STEP, cut_short ? &cut : nullptr);
+    if (cut) {
+        *cut_short = true;
+        return McResult{};  // partial sums: not a result (the caller logs none)
+    }
     // a NaN sum loses every comparison, so the first ending would win: an accuracy made up
     for (double v : sums)
         if (!std::isfinite(v))

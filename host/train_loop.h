@@ -155,14 +155,20 @@ inline void warn_changed_flags(const std::string& before, const std::string& now
     }
 }
 
-// alpha: where Depth-Attention's weights of every forward are summed, or null
+// alpha: where Depth-Attention's weights of every forward are summed, or null. cut_short, if
+// given: the batches end early once a stop signal is pending, and *cut_short says so (the value
+// is then partial; every rank still makes the one all-reduce).
 template <typename Model>
-float evaluate_loss(Model* model, ValSet* vs, int B, int T, DepthAlphaSums* alpha = nullptr) {
+float evaluate_loss(Model* model, ValSet* vs, int B, int T, DepthAlphaSums* alpha = nullptr, bool* cut_short = nullptr) {
     dataloader_reset(&vs->loader);
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     double sum = 0;
     // rank r evaluates micro-batches r, r+world, ...: the same batches (and value) as one process
     for (int i = 0; i < vs->batches; i++) {
+        if (cut_short && g_stop_signal) {
+            *cut_short = true;
+            break;
+        }
         dataloader_next_batch(&vs->loader, inputs.data(), targets.data());
         if (i % dist_world() != dist_rank()) continue;
         gpt_forward(model, inputs.data(), targets.data(), B, T);
@@ -284,17 +290,19 @@ inline std::string diverged_hint(const RunConfig& rc) {
 }
 
 // Stopping on a signal: Ctrl-C (SIGINT), a scheduler's SIGTERM before it kills a job, or Slurm's
-// `--signal=USR1@SECONDS` warning. The first such signal lets the step in progress finish, with its
-// evals, sample and checkpoint if they were due; then the run saves that step's checkpoint (where
-// --out-dir is set) and exits with 128 + the signal's number, as a shell reports a process the
-// signal ended (130, 143, 138). `--resume 1` continues from there exactly as if the run had not
-// stopped. A second signal ends the process at once: the handler is one-shot (SA_RESETHAND), and
-// the atomic checkpoint write leaves a file complete or absent. Under data parallelism the ranks
-// agree at the step's all-reduce, so all stop after the same step whichever rank got the signal.
-// The handler is installed only for the step loop: before it there is nothing to save.
+// `--signal=USR1@SECONDS` warning. The first such signal lets the step in progress finish, and its
+// sample if one is due; its evaluation is skipped, or cut short if it has begun (a long one, such
+// as HellaSwag's, could outlast a scheduler's grace period), and not logged. Then the run saves
+// that step's checkpoint (where --out-dir is set) and exits with 128 + the signal's number, as a
+// shell reports a process the signal ended (130, 143, 138). `--resume 1` continues from there
+// exactly as if the run had not stopped, but for the evaluation left out. The last step's
+// evaluation is not cut: the run is complete. A second signal ends the process at once: the
+// handler is one-shot (SA_RESETHAND), and the atomic checkpoint write leaves a file complete or
+// absent. Under data parallelism the ranks agree at the step's all-reduce (or the evaluation's),
+// so all stop after the same step whichever rank got the signal. The handler is installed only
+// for the step loop (and a --max-steps 0 evaluation): before it there is nothing to save.
 constexpr int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1};
 constexpr int NUM_STOP_SIGNALS = sizeof(STOP_SIGNALS) / sizeof(STOP_SIGNALS[0]);
-inline volatile sig_atomic_t g_stop_signal = 0;  // the first stop signal received, 0 if none
 
 inline const char* stop_signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
 
@@ -322,6 +330,30 @@ inline void install_stop_signal_handlers() {
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_RESETHAND;  // reads and writes go on; the second signal takes the default action
     for (int sig : STOP_SIGNALS) sigaction(sig, &sa, nullptr);
+}
+
+// The stop signals as all-reduce slots: slot k is 1 where this rank received STOP_SIGNALS[k].
+inline void stop_signal_slots(double* slots) {
+    int own = g_stop_signal;
+    for (int k = 0; k < NUM_STOP_SIGNALS; k++) slots[k] = own == STOP_SIGNALS[k] ? 1.0 : 0.0;
+}
+
+// From the slots summed over the ranks: the first signal in STOP_SIGNALS' order that any rank got, or 0.
+inline int stop_signal_of_slots(const double* slots) {
+    for (int k = 0; k < NUM_STOP_SIGNALS; k++)
+        if (slots[k] > 0) return STOP_SIGNALS[k];
+    return 0;
+}
+
+// After an evaluation that a stop signal may have cut short on some rank (cut: this rank's): 0 if
+// none did, else the stop signal that every rank then agrees to stop by. Collective.
+inline int agreed_eval_cut(bool cut) {
+    double v[1 + NUM_STOP_SIGNALS] = {cut ? 1.0 : 0.0};
+    stop_signal_slots(v + 1);
+    dist_allreduce_sum(v, 1 + NUM_STOP_SIGNALS);  // a no-op in one process
+    if (v[0] == 0) return 0;
+    int sig = stop_signal_of_slots(v + 1);
+    return sig ? sig : SIGTERM;  // (unreachable: a rank that cut its evaluation had a signal)
 }
 
 // --keep-checkpoints N: the newest N are kept, and besides them every multiple of
@@ -532,35 +564,51 @@ int train_main_unguarded(int argc, char** argv) {
     }
     if (!rc.sample_prompt.empty()) printf("sample prompt: %zu tokens after the delimiter %d\n", sample_start.size() - 1, sample_start[0]);
 
-    auto run_evals = [&](int step) {
-        if (vals.empty() && mcs.empty()) return;
+    // The val losses and multiple-choice scores at a step, logged. cuttable: a stop signal (pending,
+    // or received during it) ends the evaluation early, since a scheduler's grace period may not
+    // last through a long one (HellaSwag's 40k rows) and the checkpoint comes after it; nothing of
+    // it is logged then, and it returns the signal every rank agrees to stop by (else 0).
+    auto run_evals = [&](int step, bool cuttable) -> int {
+        if (vals.empty() && mcs.empty()) return 0;
+        bool cut = false;
+        bool* cut_short = cuttable ? &cut : nullptr;
         std::vector<NamedLoss> losses;
         // Depth-Attention: the mean weight of each (layer, source) over this evaluation's val batches,
         // sized here so that every rank adds the same vector (a rank may have no batch to run)
         DepthAlphaSums alpha = depth_alpha_sums(c.vp, c.n_layer);
-        for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T, &alpha)});
+        for (ValSet& vs : vals) losses.push_back({vs.name, evaluate_loss(&model, &vs, B, T, &alpha, cut_short)});
         if (c.vp.path == VP_DEPTH) {
             alpha.sum.push_back(alpha.count);
             dist_allreduce_sum(alpha.sum.data(), (int)alpha.sum.size());
             alpha.count = alpha.sum.back();
             alpha.sum.pop_back();
         }
-        // finite weights can still overflow in the forward: a val loss of inf or NaN is not a result
+        // finite weights can still overflow in the forward: a val loss of inf or NaN is not a
+        // result (nor is a loss cut short, which is partial and not logged: not checked)
         for (const NamedLoss& nl : losses)
-            if (!std::isfinite(nl.loss))
+            if (!cut && !std::isfinite(nl.loss))
                 runtime_error(diverged_hint(rc).c_str(), "step %d: the val loss%s%s is %g: the weights give a non-finite loss, the training diverged", step,
                               nl.name.empty() ? "" : " of ", nl.name.c_str(), nl.loss);
-        std::vector<std::vector<double>> depth_alpha = depth_alpha_means(alpha, c.vp, c.n_layer);
         std::vector<NamedMc> mc_results;
         for (const McSet& mc : mcs) {
-            McResult r = evaluate_mc(&model, mc, B, T);
+            McResult r = evaluate_mc(&model, mc, B, T, cut_short);
             mc_results.push_back({mc.name, r.acc, r.acc_norm, r.acc_tokavg});
         }
+        if (cuttable) {
+            int sig = agreed_eval_cut(cut);
+            if (sig) {
+                if (rank0) printf("the evaluation at step %d was cut short by %s: not logged\n", step, stop_signal_name(sig));
+                return sig;
+            }
+        }
+        std::vector<std::vector<double>> depth_alpha = depth_alpha_means(alpha, c.vp, c.n_layer);
         if (rank0) logger_val(&lg, step, losses, mc_results, depth_alpha);
         if (rank0) print_depth_alpha(step, depth_alpha);
         if (rank0) print_lambdas(step, model_lambdas(&model));  // ResFormer learn only: empty otherwise
+        return 0;
     };
-    if (!rc.resume && rc.eval_every > 0) run_evals(0);
+    // (before the signal handlers: a signal here ends the process at once, with nothing to save)
+    if (!rc.resume && rc.eval_every > 0) run_evals(0, false);
 
     // A training shard is checked when it is first loaded, mid-run: a bad token id, or a file
     // removed or changed since startup, is found there. The run cannot go on, but the steps done
@@ -647,14 +695,12 @@ int train_main_unguarded(int argc, char** argv) {
             double own_sumsq = data_error ? 0.0 : gpt_grad_sumsq(&model, own.offset, own.count);  // (unused if any failed)
             // and, one slot per stop signal, the ranks that received it
             double sums[3 + NUM_STOP_SIGNALS] = {loss, own_sumsq, data_error ? 1.0 : 0.0};
-            int own_signal = g_stop_signal;
-            for (int k = 0; k < NUM_STOP_SIGNALS; k++) sums[3 + k] = own_signal == STOP_SIGNALS[k] ? 1.0 : 0.0;
+            stop_signal_slots(sums + 3);
             dist_allreduce_sum(sums, 3 + NUM_STOP_SIGNALS);
             loss = sums[0];
             sumsq = sums[1];
             if (sums[2] > 0) stop_for_data_error(step, data_error.get(), (int)sums[2] - (data_error ? 1 : 0));
-            for (int k = NUM_STOP_SIGNALS - 1; k >= 0; k--)
-                if (sums[3 + k] > 0) stopped_by = STOP_SIGNALS[k];  // the first in STOP_SIGNALS' order that any rank got
+            stopped_by = stop_signal_of_slots(sums + 3);
         } else {
             if (data_error) stop_for_data_error(step, data_error.get(), 0);
             sumsq = gpt_grad_sumsq(&model, 0, model.num_params);
@@ -715,13 +761,22 @@ int train_main_unguarded(int argc, char** argv) {
         bool last = done == rc.max_steps;
         if (last) stopped_by = 0;  // the run is complete: a signal now changes nothing
         bool evals_now = (rc.eval_every > 0 && done % rc.eval_every == 0) || (last && (!vals.empty() || !mcs.empty()));
+        if (evals_now && stopped_by) {  // the signal came during the step: the checkpoint first
+            if (rank0) printf("the evaluation at step %d is skipped: stopping (%s)\n", done, stop_signal_name(stopped_by));
+            evals_now = false;
+        }
         bool sample_now = rc.sample_every > 0 && (done % rc.sample_every == 0 || last);
         bool save_now = !rc.out_dir.empty() && ((rc.checkpoint_every > 0 && done % rc.checkpoint_every == 0) || last || stopped_by);
         // the update may have made the weights NaN (the next step's loss would say so, but there
         // may be none, or an eval or a sample first): checked before any of these use them
         if ((evals_now || sample_now || save_now) && !weights_finite(&model))
             runtime_error(diverged_hint(rc).c_str(), "the weights after step %d are NaN or inf", done);
-        if (evals_now) run_evals(done);
+        // a signal during the evaluation cuts it short and stops the run here; the last step's is
+        // not cut (the run is complete: a second signal still ends it at once)
+        if (evals_now) stopped_by = run_evals(done, !last);
+        save_now |= !rc.out_dir.empty() && stopped_by;
+        // The sample is drawn even when stopping: its draws advance the sample RNG that the
+        // checkpoint keeps, so that a resumed run's samples are an unstopped run's (it is short)
         if (rank0 && sample_now) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, done);
         if (save_now) {
             // the last step's checkpoint is confirmed by nothing more: the run keeps N
@@ -746,9 +801,16 @@ int train_main_unguarded(int argc, char** argv) {
         // --max-steps 0: no training. With --init-from this evaluates and samples a trained
         // checkpoint (nanoGPT's sample.py); without it, the initial weights. The val sets were
         // evaluated above already when --eval-every is set.
-        if (rc.eval_every <= 0) run_evals(0);
-        if (rank0 && rc.sample_every > 0) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, 0);
-        if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, guard, have_train ? &train : nullptr, true);
+        if (rc.eval_every <= 0) stopped_by = run_evals(0, true);
+        if (stopped_by) {  // the evaluation was the job, and it was cut short: nothing more is done
+            if (rank0) {
+                printf("stopped by %s: nothing sampled or saved\n", stop_signal_name(stopped_by));
+                logger_write_line(&lg, "{\"event\":\"stopped\",\"step\":0,\"signal\":\"" + std::string(stop_signal_name(stopped_by)) + "\"}");
+            }
+        } else {
+            if (rank0 && rc.sample_every > 0) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, 0);
+            if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, guard, have_train ? &train : nullptr, true);
+        }
     }
     if (rank0 && guard.skipped > 0)
         printf("updates skipped by --skip-loss-z/--skip-norm-z: %lld of the run's %d steps (log.jsonl marks them \"skipped\":1)\n", (long long)guard.skipped,

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -52,6 +53,11 @@ struct ErrorCapture {
     ErrorCapture(const ErrorCapture&) = delete;
     ErrorCapture& operator=(const ErrorCapture&) = delete;
 };
+
+// The first stop signal (SIGINT, SIGTERM, SIGUSR1) the trainer received, 0 if none: set by the
+// handler of host/train_loop.h, read by the step loop and by the evaluations (host/mc_eval.h),
+// which end early on it. Here, below both, since an evaluation cannot include the loop.
+inline volatile sig_atomic_t g_stop_signal = 0;
 
 // The message of an error as every binary prints it: "KIND: what", then "---> HINT: what to do".
 inline void print_error(const char* kind, const char* hint, const char* msg) {

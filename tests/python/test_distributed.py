@@ -383,29 +383,24 @@ def test_a_dead_or_hung_rank_ends_the_job(tmp_path, data, how):
             proc.communicate()
 
 
-def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, data):
-    """SIGUSR1 (what mpirun forwards, and Slurm's --signal=USR1 sends) to rank 1 alone: the ranks
-    agree at the step's all-reduce, all stop after the same step, rank 0 saves that step's
-    checkpoint, and the job exits 128 + 10. Resumed under 2 ranks, it continues exactly as a run
-    that never stopped (constant lr: the stopped run's --max-steps need not be reached)."""
+def signal_rank_1_at_step(args, out_dir, step, sig):
+    """Starts a 2-rank job, sends `sig` to rank 1 alone once log.jsonl records `step` steps, and
+    returns (Popen, stdout, stderr) when the job has ended; ranks left running are killed."""
     tag = uuid.uuid4().hex
     env = {"VP_TEST_TAG": tag}
-    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr", "3e-3", "--lr-schedule", "constant",
-                          "--zero", "1"]
-    stopped = tmp_path / "stopped"
-    proc = subprocess.Popen(mpirun_cmd(2, common + ["--max-steps", "100000000", "--out-dir", stopped], env=env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    proc = subprocess.Popen(mpirun_cmd(2, args, env=env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    pids = {}
     try:
-        pids = {}
         deadline = time.time() + 60
         while time.time() < deadline and proc.poll() is None:
             pids = pids if len(pids) == 2 else rank_pids(tag)
-            if len(pids) == 2 and logged_steps(stopped) >= 3:
+            if len(pids) == 2 and logged_steps(out_dir) >= step:
                 break
             time.sleep(0.01)
-        assert len(pids) == 2 and proc.poll() is None, f"the job did not reach step 3 with both ranks: {pids}"
-        os.kill(pids[1], signal.SIGUSR1)
-        out, err = proc.communicate(timeout=60)
+        assert len(pids) == 2 and proc.poll() is None, f"the job did not reach step {step} with both ranks: {pids}"
+        os.kill(pids[1], sig)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             for pid in pids.values():  # a rank left waiting in a collective would spin on a core until its watchdog
@@ -415,6 +410,18 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, dat
                     pass
             proc.kill()
             proc.communicate()
+    return proc, out, err
+
+
+def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, data):
+    """SIGUSR1 (what mpirun forwards, and Slurm's --signal=USR1 sends) to rank 1 alone: the ranks
+    agree at the step's all-reduce, all stop after the same step, rank 0 saves that step's
+    checkpoint, and the job exits 128 + 10. Resumed under 2 ranks, it continues exactly as a run
+    that never stopped (constant lr: the stopped run's --max-steps need not be reached)."""
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr", "3e-3", "--lr-schedule", "constant",
+                          "--zero", "1"]
+    stopped = tmp_path / "stopped"
+    proc, out, err = signal_rank_1_at_step(common + ["--max-steps", "100000000", "--out-dir", stopped], stopped, 3, signal.SIGUSR1)
     assert proc.returncode == 128 + signal.SIGUSR1, f"exit {proc.returncode}\n{out[-2000:]}\n{err[-2000:]}"
     assert "SIGUSR1: stopping after this step" in err, err[-2000:]
     m = re.search(r"stopped by SIGUSR1 after step (\d+) of 100000000: saved (\S+);", out)
@@ -428,6 +435,25 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, dat
     assert tail(tmp_path / "straight") == tail(stopped) and len(tail(stopped)) == 4
     name = f"ckpt_{n:08d}.bin"
     assert checkpoint_tensors(tmp_path / "straight" / name) == checkpoint_tensors(stopped / name)
+
+
+def test_a_signal_to_one_rank_during_an_evaluation_stops_every_rank_unlogged(tmp_path, data):
+    """SIGUSR1 to rank 1 alone once step 2 is logged, with a long evaluation due at step 3: rank 1
+    skips it (the signal came in the step: the ranks agreed at its all-reduce) or cuts its share
+    short (rank 0 runs its own to the end); either way the ranks agree after it, log none of it,
+    and all stop after step 3 with its checkpoint. A 2M-token val set, resumed from step 1 so that
+    no evaluation at step 0 comes first."""
+    out = tmp_path / "run"
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr-schedule", "constant", "--out-dir", out]
+    mpirun(2, common + ["--max-steps", "1"])
+    write_shard(str(data / "big_000.bin"), np.random.default_rng(5).integers(64, size=2_000_000), 1)
+    long_eval = ["--val-data", data / "big_*.bin", "--eval-batches", "1000000", "--eval-every", "3"]
+    proc, stdout, stderr = signal_rank_1_at_step(common + ["--max-steps", "100000000", "--resume", "1"] + long_eval, out, 2, signal.SIGUSR1)
+    assert proc.returncode == 128 + signal.SIGUSR1, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    assert re.search(r"the evaluation at step 3 (was cut short by SIGUSR1: not logged|is skipped: stopping \(SIGUSR1\))", stdout), stdout[-2000:]
+    assert f"stopped by SIGUSR1 after step 3 of 100000000: saved {out / 'ckpt_00000003.bin'}" in stdout, stdout[-2000:]
+    log = read_log(out)
+    assert not [r for r in log if "val_loss" in r] and log[-1] == {"event": "stopped", "step": 3, "signal": "SIGUSR1"}
 
 
 def test_eval_mc_under_ranks_equals_one_process(tmp_path, data):

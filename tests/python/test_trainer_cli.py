@@ -765,6 +765,72 @@ def test_a_signal_still_saves_when_the_console_pipe_is_gone(tmp_path, data):
     assert stop["event"] == "stopped" and (out / f"ckpt_{stop['step']:08d}.bin").exists(), stop
 
 
+def long_eval_flags(tmp_path, data, kind):
+    """An evaluation that takes seconds at TINY_GPT2 (a scheduler's grace period may not outlast a
+    real one: HellaSwag is 40k rows): a val set of 2M tokens read whole, or 20k multiple-choice
+    examples (80k rows)."""
+    if kind == "val":
+        write_shard(str(data / "big_000.bin"), np.random.default_rng(5).integers(64, size=2_000_000), 1)
+        return ["--val-data", data / "big_*.bin", "--eval-batches", "1000000"]
+    return ["--eval-mc", write_mc(tmp_path / "big.vpmc", successor_mc_examples(20_000))]
+
+
+@pytest.mark.parametrize("kind", ["val", "mc"])
+def test_a_signal_cuts_a_long_evaluation_short_and_saves_the_step(tmp_path, data, kind):
+    """A stop signal that comes during a step skips that step's evaluation; one that comes during
+    the evaluation cuts it short. Either way none of it is logged, the step's checkpoint is saved
+    and the run exits 143, without waiting for the evaluation to end (before, it logged the
+    evaluation whole, then saved). The run is resumed from step 1 so that no evaluation at step 0
+    comes first; the signal is sent once step 2 is logged, so it reaches step 3 or its
+    evaluation, which is due (--eval-every 3)."""
+    out = tmp_path / "run"
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--lr-schedule", "constant", "--out-dir", out]
+    run(common + ["--max-steps", "1"], expect=0)
+    proc = start_and_wait_for_step(common + ["--max-steps", "1000000", "--resume", "1", "--eval-every", "3"] + long_eval_flags(tmp_path, data, kind), out, 2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    assert re.search(r"the evaluation at step 3 (was cut short by SIGTERM: not logged|is skipped: stopping \(SIGTERM\))", stdout), stdout[-2000:]
+    assert f"stopped by SIGTERM after step 3 of 1000000: saved {out / 'ckpt_00000003.bin'}" in stdout, stdout[-2000:]
+    log = read_log(out)
+    assert not [r for r in log if "val_loss" in r or any(k.startswith("mc_") for k in r)], log
+    assert log[-1] == {"event": "stopped", "step": 3, "signal": "SIGTERM"} and (out / "ckpt_00000003.bin").exists()
+    # the checkpoint goes on (the evaluation left out is not made up)
+    p = run(common + ["--max-steps", "4", "--resume", "1"], expect=0)
+    assert "(step 3)" in p.stdout and [r["step"] for r in read_log(out) if "train_loss" in r][-1] == 4
+
+
+def wait_for_handler(proc, sig):
+    """Waits until a process catches `sig` (Linux's /proc/PID/status SigCgt mask has its bit)."""
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+        if caught >> (sig - 1) & 1:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"the process never caught signal {sig} (exit {proc.poll()})")
+
+
+@pytest.mark.parametrize("kind", ["val", "mc"])
+def test_a_signal_cuts_an_evaluation_only_run_short(tmp_path, data, kind):
+    """--max-steps 0 evaluates a checkpoint: a stop signal during that evaluation ends the run with
+    143, logging no partial result, and drawing no sample and saving no checkpoint after it."""
+    model = tmp_path / "model"
+    run(TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "1", "--out-dir", model], expect=0)
+    out = tmp_path / "eval"
+    args = TINY_GPT2 + ["--init-from", model / "ckpt_00000001.bin", "--max-steps", "0", "--out-dir", out, "--sample-every", "1"] + long_eval_flags(tmp_path, data, kind)
+    proc = subprocess.Popen([str(TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    wait_for_handler(proc, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    assert "the evaluation at step 0 was cut short by SIGTERM: not logged" in stdout and "stopped by SIGTERM: nothing sampled or saved" in stdout, stdout[-2000:]
+    assert "---- sample" not in stdout and not list(out.glob("ckpt_*"))
+    assert read_log(out)[1:] == [{"event": "stopped", "step": 0, "signal": "SIGTERM"}]
+
+
 def test_keep_checkpoints_prunes_all_but_the_newest_and_the_kept_multiples(tmp_path, data):
     """--keep-checkpoints N leaves the newest N; --keep-checkpoints-every M also every multiple of
     M, for good. A run resumed from such a directory continues from its newest and prunes the same
