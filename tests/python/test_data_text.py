@@ -336,3 +336,18 @@ def test_sources_that_overlap_by_one_byte_are_refused(tmp_path):
     p.write_text('{"offset": 9, "length": 11, "path": "b"}\n{"offset": 0, "length": 10, "path": "a"}\n')
     with pytest.raises(DataError, match="overlap"):
         load_sources(str(p))
+
+
+def test_val_hash_is_the_documented_keyed_blake2b():
+    """The hash split's rule (docs/data.md): BLAKE2b of the document's UTF-8 text with an 8-byte
+    digest, keyed by the decimal --seed, read as a little-endian integer over 2^64. A change of it
+    would move documents between train and val silently, and the manifest's fingerprint holds
+    only the seed and fraction. The digests are OpenSSL's, not Python's hashlib:
+    printf '%s' TEXT | openssl mac -macopt key:SEED -macopt size:8 BLAKE2BMAC"""
+    openssl = [("hello", 2357, "9A264332E56C236E"), ("The quick brown fox.", 2357, "5821A4096E6EFCD8"),
+               ("café", 2357, "BE8C3BE738347AE0"), ("hello", 0, "263C97C571CBEF7C")]
+    for text, seed, digest in openssl:
+        assert cli.hash01(text, seed) == int.from_bytes(bytes.fromhex(digest), "little") / 2**64, (text, seed)
+    # so, at --val-fraction 0.45: "hello" is val at seed 2357 (0x6E23... / 2^64 = 0.430: its last
+    # digest byte is the most significant) and train at seed 0 (0x7CEF... / 2^64 = 0.488)
+    assert cli.hash01("hello", 2357) < 0.45 <= cli.hash01("hello", 0)
