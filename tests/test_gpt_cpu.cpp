@@ -198,6 +198,22 @@ TEST(fd_encoder) {
     check_gradient("encoder dwpe", wpe.data(), dwpe.data(), wpe.size(), loss);
 }
 
+// encoder_backward splits the channels into slices of 64, one per thread. At C <= 64 (the test
+// above, and every tiny model here and in tests/reference_states) there is a single slice, so a
+// wrong slice width or bound would only show at a real width: C = 150 is two whole slices and a
+// ragged third (64 + 64 + 22), checked element by element against finite differences.
+TEST(fd_encoder_wider_than_one_channel_slice) {
+    int B = 2, T = 3, C = 150, V = 3;
+    std::vector<int> inp = {2, 0, 2, 1, 2, 0};
+    auto wte = random_vector(V * C, 28), wpe = random_vector(T * C, 29), R = random_vector(B * T * C, 30);
+    std::vector<double> out(B * T * C);
+    auto loss = [&]() { encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C); return dot(R, out.data()); };
+    std::vector<double> dwte(V * C, 0), dwpe(T * C, 0);
+    encoder_backward(dwte.data(), dwpe.data(), R.data(), inp.data(), B, T, C);
+    check_gradient("encoder dwte (C = 150)", wte.data(), dwte.data(), wte.size(), loss, wte.size());
+    check_gradient("encoder dwpe (C = 150)", wpe.data(), dwpe.data(), wpe.size(), loss, wpe.size());
+}
+
 // ----------------------------------------------------------------------------
 // whole model
 
