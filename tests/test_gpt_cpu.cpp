@@ -348,6 +348,38 @@ TEST(deterministic_across_threads) {
     CHECK(memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)) == 0, "gradients differ between 1 and 2 threads");
 }
 
+// The global gradient norm that clipping divides by (PyTorch: clip_grad_norm_'s total norm,
+// sqrt(sum g^2) over every element) is summed in chunks of 2^16 elements, then the chunks are
+// added (sumsq_fixed_chunks). Every tiny model of these tests and of tests/reference_states has
+// fewer parameters than one chunk, so a chunk dropped, or an element at a chunk boundary, would
+// not show there; GPT-2 124M has 1900 chunks. Values (i % 7) - 3 are small integers, so the sum of
+// their squares is exact in double whatever the order and the reference is the plain loop.
+TEST(grad_norm_sums_every_chunk) {
+    const size_t chunk = 1 << 16, n = 3 * chunk + 1234, off = 5000, count = 2 * chunk + 777;
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i % 7) - 3);
+    double want = 0;
+    for (size_t i = off; i < off + count; i++) want += (double)x[i] * x[i];
+    double got = sumsq_fixed_chunks(x.data(), off, count);
+    CHECK(got == want, "sum of squares of [%zu, %zu): %.17g, the plain sum %.17g", off, off + count, got, want);
+    // the same through the model: a llama with V = 2100 (Vp = 2176) has 2 x 2176 x 16 = 69632
+    // embedding and head values alone, so its gradients span two chunks
+    ModelConfig c = tiny_config(ARCH_LLAMA, 4, 2, 1);
+    c.vocab_size = 2100;
+    c.padded_vocab_size = 2176;
+    GPT<float> m;
+    gpt_build(&m, c);
+    REQUIRE(m.num_params > chunk, "the model has %zu parameters, not more than one chunk", m.num_params);
+    double sumsq = 0;
+    for (size_t i = 0; i < m.num_params; i++) {
+        m.grads_memory[i] = (float)((int)(i % 7) - 3);
+        sumsq += (double)m.grads_memory[i] * m.grads_memory[i];
+    }
+    CHECK(gpt_grad_norm(&m) == std::sqrt(sumsq), "gradient norm %.17g, sqrt of the plain sum %.17g", gpt_grad_norm(&m), std::sqrt(sumsq));
+    gpt_free(&m);
+}
+
+
 TEST(param_counts) {
     RunConfig rc;
     const char* argv[] = {"test"};
