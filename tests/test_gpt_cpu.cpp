@@ -379,6 +379,41 @@ TEST(grad_norm_sums_every_chunk) {
     gpt_free(&m);
 }
 
+// gpt_backward's loss_scale: the trainer passes 1/(grad_accum x world), so that the gradients
+// added over the micro-batches of a step are those of the step's mean loss. Every other test calls
+// it with 1, where a loss_scale ignored gives the same result. The identity it must satisfy: the
+// mean over a B = 2 batch (2T positions) is the average of its two rows' means, so backward of
+// row 0 and of row 1 (B = 1 each) with loss_scale 1/2, accumulated, equals backward of the B = 2
+// batch with loss_scale 1. In double the two differ only in summation order (~1e-15 relative).
+TEST(gradient_accumulation_with_loss_scale_is_the_whole_batch) {
+    for (int arch : {ARCH_GPT2, ARCH_LLAMA}) {
+        ModelConfig c = tiny_config(arch, 4, arch == ARCH_GPT2 ? 4 : 2, arch == ARCH_LLAMA);
+        GPT<double> m;
+        gpt_build(&m, c);
+        gpt_init_params(&m, 12);
+        spread_params(&m, 13);
+        const int T = 6;
+        std::vector<int> inp, tgt;
+        tiny_batch(inp, tgt, 2, T, c.vocab_size, 14);
+        gpt_forward(&m, inp.data(), tgt.data(), 2, T);  // B = 2 first: it sizes the activations
+        gpt_zero_grad(&m);
+        gpt_backward(&m, 1.0);
+        std::vector<double> whole(m.grads_memory, m.grads_memory + m.num_params);
+        gpt_zero_grad(&m);
+        for (int b = 0; b < 2; b++) {
+            gpt_forward(&m, inp.data() + b * T, tgt.data() + b * T, 1, T);
+            gpt_backward(&m, 0.5);
+        }
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < m.num_params; i++) {
+            worst = std::max(worst, std::fabs(m.grads_memory[i] - whole[i]));
+            scale = std::max(scale, std::fabs(whole[i]));
+        }
+        CHECK(scale > 0 && worst <= 1e-12 * scale, "%s: two micro-batches at loss_scale 1/2 differ from the whole batch by %.3g at scale %.3g",
+              arch_name(arch), worst, scale);
+        gpt_free(&m);
+    }
+}
 
 TEST(param_counts) {
     RunConfig rc;
