@@ -582,6 +582,37 @@ TEST(generation_continues_its_context) {
     gpt_free(&m);
 }
 
+// The forward without targets (sampling, host/train_loop.h generate_tokens) computes the logits of
+// the last position of each row only, from its own pointer arithmetic. generation_continues_its_context
+// compares the sampler with that same forward, so it cannot see a wrong row there; here it is held
+// to the forward with targets, whose logits tests/reference_states checks against PyTorch: same
+// weights and tokens, so row b's last logits must be the full forward's row (b, T-1), bit for bit
+// (gemm computes an element the same way whatever the number of rows, cpu/gemm.h "Determinism").
+// B = 3 rows of T = 5, and T = 1, where the last position is also the first.
+TEST(sampling_forward_gives_the_last_positions_logits) {
+    ModelConfig c = tiny_config(ARCH_GPT2, 2, 2, 0);
+    const int Vp = c.padded_vocab_size;
+    for (int T : {5, 1}) {
+        const int B = 3;
+        GPT<float> m;
+        gpt_build(&m, c);
+        gpt_init_params(&m, 21);
+        spread_params(&m, 22);
+        std::vector<int> inp, tgt;
+        tiny_batch(inp, tgt, B, T, c.vocab_size, 23);
+        m.save_logits = true;
+        gpt_forward(&m, inp.data(), tgt.data(), B, T);
+        std::vector<float> full = m.debug_logits;  // (B,T,Vp), before the softmax
+        gpt_forward(&m, inp.data(), (const int*)nullptr, B, T);
+        for (int b = 0; b < B; b++) {
+            const float* got = m.acts.logits + ((size_t)b * T + T - 1) * Vp;
+            const float* want = full.data() + ((size_t)b * T + T - 1) * Vp;
+            CHECK(std::equal(want, want + c.vocab_size, got), "T=%d row %d: the sampling forward's last logits differ from the full forward's", T, b);
+        }
+        gpt_free(&m);
+    }
+}
+
 TEST(bad_flags_are_usage_errors) {
     auto code_of = [](std::vector<const char*> args) {
         args.insert(args.begin(), "train");
