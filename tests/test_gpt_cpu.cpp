@@ -379,6 +379,28 @@ TEST(grad_norm_sums_every_chunk) {
     gpt_free(&m);
 }
 
+// model_weights_sumsq is how the trainer refuses to evaluate, sample or save weights that an update
+// made NaN or inf (host/train_loop.h weights_finite): it must read every weight. A single NaN or inf
+// anywhere, the first and last weight included, makes the sum of squares non-finite (IEEE: NaN and
+// inf propagate through + and *); finite weights give the plain sum.
+TEST(weights_sumsq_sees_every_weight) {
+    ModelConfig c = tiny_config(ARCH_LLAMA, 4, 2, 1);
+    GPT<float> m;
+    gpt_build(&m, c);
+    gpt_init_params(&m, 31);
+    double want = 0;
+    for (size_t i = 0; i < m.num_params; i++) want += (double)m.params_memory[i] * m.params_memory[i];
+    CHECK(close_enough(model_weights_sumsq(&m), want, 0, 1e-12), "finite weights: %.17g, the plain sum %.17g", model_weights_sumsq(&m), want);
+    for (size_t at : {(size_t)0, m.num_params / 2, m.num_params - 1})
+        for (float bad : {NAN, INFINITY}) {
+            float keep = m.params_memory[at];
+            m.params_memory[at] = bad;
+            CHECK(!std::isfinite(model_weights_sumsq(&m)), "a %g at weight %zu of %zu was not seen", bad, at, m.num_params);
+            m.params_memory[at] = keep;
+        }
+    gpt_free(&m);
+}
+
 // gpt_backward's loss_scale: the trainer passes 1/(grad_accum x world), so that the gradients
 // added over the micro-batches of a step are those of the step's mean loss. Every other test calls
 // it with 1, where a loss_scale ignored gives the same result. The identity it must satisfy: the
