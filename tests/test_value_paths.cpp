@@ -287,6 +287,165 @@ TEST(depth_forward_by_hand) {
 }
 
 // ----------------------------------------------------------------------------
+// a path's hooks alone, at settings the whole-model tests (L = 5, Depth s = 2, SLA n_l = 2,
+// n_h = 2) do not reach
+
+// Every layer's own projections in one fused buffer per layer, laid out as GPT-2's qkv
+// (B*T rows of W = (H + 2 Hkv) D: q at columns [0, H*D), k at [H*D, H*D + KV), v after), so
+// the hooks see row strides that are not KV, as in the trainer. The attention core is replaced
+// by a fixed linear read-out, loss = sum_l <Rq_l, q^l> + <Rk_l, K_l> + <Rv_l, V_l>, where (K_l,
+// V_l) is what the path's forward hands layer l's core: then the core's VJP is exactly dq = Rq,
+// dK = Rk, dV = Rv, and whatever the hooks' backward makes of that must be the derivative of
+// this loss wrt every layer's own q, k, v (PyTorch: torch.autograd.grad of the same sum).
+struct HookRig {
+    ModelConfig c;
+    VpDims d;
+    int W = 0;
+    std::vector<std::vector<double>> qkv, rq, rk, rv;  // per layer: (BT, W), (BT, H*D), (BT, KV), (BT, KV)
+    HookRig(const ModelConfig& cfg, int L, int B, int T, uint64_t seed) : c(cfg) {
+        c.n_layer = L;
+        d = vp_dims(c, B, T);
+        W = (d.H + 2 * d.Hkv) * d.D;
+        for (int l = 0; l < L; l++) {
+            qkv.push_back(random_vector((size_t)d.BT() * W, seed + 4 * l));
+            rq.push_back(random_vector((size_t)d.BT() * d.H * d.D, seed + 4 * l + 1));
+            rk.push_back(random_vector((size_t)d.BT() * d.KV(), seed + 4 * l + 2));
+            rv.push_back(random_vector((size_t)d.BT() * d.KV(), seed + 4 * l + 3));
+        }
+    }
+    LayerQKV<double> own(int l) const {
+        const double* p = qkv[l].data();
+        int HD = d.H * d.D;
+        return {p, (long)W, p + HD, (long)W, p + HD + d.KV(), (long)W};
+    }
+    // Runs the forward hooks of all layers; kv[l] gets layer l's (K_l, V_l) as dense (BT, KV) copies.
+    template <typename VP>
+    double forward(typename VP::template State<double>* s, std::vector<std::pair<std::vector<double>, std::vector<double>>>* kv = nullptr) {
+        double loss = 0;
+        int KV = d.KV(), HD = d.H * d.D;
+        if (kv) kv->assign(d.L, {});
+        for (int l = 0; l < d.L; l++) {
+            AttnKV<double> e = VP::forward(s, c, d, l, own(l), (const double*)nullptr);
+            for (int r = 0; r < d.BT(); r++) {
+                for (int i = 0; i < HD; i++) loss += rq[l][(size_t)r * HD + i] * qkv[l][(size_t)r * W + i];
+                for (int i = 0; i < KV; i++) {
+                    loss += rk[l][(size_t)r * KV + i] * e.k[r * e.k_rs + i] + rv[l][(size_t)r * KV + i] * e.v[r * e.v_rs + i];
+                    if (kv) (*kv)[l].first.push_back(e.k[r * e.k_rs + i]), (*kv)[l].second.push_back(e.v[r * e.v_rs + i]);
+                }
+            }
+        }
+        return loss;
+    }
+    // The hooks' backward as gpt_backward calls them: layers L-1 .. 0, the core's dq already in
+    // the layer's dq slot (the hooks accumulate into it). Returns d loss / d qkv[l] per layer.
+    template <typename VP>
+    std::vector<std::vector<double>> backward(typename VP::template State<double>* s) {
+        int HD = d.H * d.D;
+        std::vector<std::vector<double>> dqkv(d.L, std::vector<double>((size_t)d.BT() * W, 0.0));
+        VP::backward_begin(s, c, d);
+        for (int l = d.L - 1; l >= 0; l--) {
+            double* g = dqkv[l].data();
+            for (int r = 0; r < d.BT(); r++)
+                for (int i = 0; i < HD; i++) g[(size_t)r * W + i] = rq[l][(size_t)r * HD + i];
+            LayerQKVGrads<double> grads{g, (long)W, g + HD, (long)W, g + HD + d.KV(), (long)W};
+            VP::backward(s, c, d, l, rk[l].data(), rv[l].data(), grads, (const double*)nullptr, (double*)nullptr);
+        }
+        return dqkv;
+    }
+    // Central differences of every element of every layer's q, k, v against the hooks' backward.
+    template <typename VP>
+    void fd_check(const char* what) {
+        typename VP::template State<double> s;
+        VP::init(&s, c, d);
+        forward<VP>(&s);
+        std::vector<std::vector<double>> g = backward<VP>(&s);
+        for (int l = 0; l < d.L; l++) {
+            char name[160];
+            snprintf(name, sizeof(name), "%s layer %d dqkv", what, l);
+            check_gradient(name, qkv[l].data(), g[l].data(), qkv[l].size(), [&]() { return forward<VP>(&s); }, 100000);
+        }
+    }
+};
+
+// Depth-Attention's forward written out from value_paths.md section 5a/5b, independently of
+// cpu/vp_depth.h: S(l) = {j < l : j mod s = 0}; per (row, KV head g) q_bar = mean of query heads
+// gG..gG+G-1, e_n = <q_bar, k^n>/sqrt(D) over n in S(l) + [l], alpha = softmax(e),
+// v~^l = sum_n alpha_n nu^n with nu^j = v~^j (the anchor's stored mixed value, v~^0 = v^0) and
+// nu^l = v^l raw. PyTorch: dev/reference/model.py vp_depth. Returns v~^l per layer, (BT, KV).
+static std::vector<std::vector<double>> depth_values_by_spec(const HookRig& rig, int s) {
+    const VpDims& d = rig.d;
+    int G = d.H / d.Hkv, D = d.D, KV = d.KV(), HD = d.H * D;
+    std::vector<std::vector<double>> vt(d.L, std::vector<double>((size_t)d.BT() * KV));
+    for (int l = 0; l < d.L; l++) {
+        std::vector<int> cands;
+        for (int j = 0; j < l; j++)
+            if (j % s == 0) cands.push_back(j);
+        cands.push_back(l);
+        for (int r = 0; r < d.BT(); r++)
+            for (int g = 0; g < d.Hkv; g++) {
+                const double* row = rig.qkv[l].data() + (size_t)r * rig.W;
+                std::vector<double> qbar(D, 0.0), e;
+                for (int h = g * G; h < (g + 1) * G; h++)
+                    for (int i = 0; i < D; i++) qbar[i] += row[h * D + i] / G;
+                double mx = -INFINITY, z = 0;
+                for (int n : cands) {
+                    const double* kn = rig.qkv[n].data() + (size_t)r * rig.W + HD + g * D;
+                    double dot = 0;
+                    for (int i = 0; i < D; i++) dot += qbar[i] * kn[i];
+                    e.push_back(dot / std::sqrt((double)D));
+                    mx = std::max(mx, e.back());
+                }
+                for (double& x : e) z += (x = std::exp(x - mx));
+                for (int i = 0; i < D; i++) {
+                    double sum = 0;
+                    for (size_t n = 0; n < cands.size(); n++) {
+                        int j = cands[n];
+                        double nu = j == l ? rig.qkv[l][(size_t)r * rig.W + HD + KV + g * D + i] : vt[j][(size_t)r * KV + g * D + i];
+                        sum += e[n] / z * nu;
+                    }
+                    vt[l][(size_t)r * KV + g * D + i] = sum;
+                }
+            }
+    }
+    return vt;
+}
+
+// Strides and depths the whole-model tests (L = 5, s = 2) do not reach: s = 1 (every layer an
+// anchor, layer 4 mixes 5 candidates), s = 3 and 4 (L not a multiple of s: the last anchor has
+// fewer readers), s >= L (only anchor 0), an anchor that is the last layer (L = 7, s = 3: anchor
+// 6 is read by nobody) and L = 8, s = 4 (the default L/2). For each, G = 1 (GPT-2) and G = 2
+// (llama GQA): the values every layer's core reads against the spec's formula, keys unchanged,
+// and the hooks' backward against central differences.
+TEST(depth_other_strides_by_spec_and_fd) {
+    struct { int L, s; } cases[] = {{5, 1}, {5, 3}, {5, 4}, {5, 5}, {5, 9}, {7, 3}, {8, 4}, {4, 2}};
+    for (int arch : FAMILIES)
+        for (auto cs : cases) {
+            ModelConfig c = path_config(arch, VP_DEPTH, 2, 2, 0, cs.s);
+            HookRig rig(c, cs.L, 1, 2, 1000 + 10 * cs.L + cs.s + arch);
+            VpDepth::State<double> s;
+            VpDepth::init(&s, rig.c, rig.d);
+            std::vector<std::pair<std::vector<double>, std::vector<double>>> kv;
+            rig.forward<VpDepth>(&s, &kv);
+            std::vector<std::vector<double>> want = depth_values_by_spec(rig, cs.s);
+            int KV = rig.d.KV(), HD = rig.d.H * rig.d.D;
+            for (int l = 0; l < cs.L; l++) {
+                double err = 0, scale = 0;
+                for (size_t i = 0; i < want[l].size(); i++) {
+                    err = std::max(err, std::fabs(kv[l].second[i] - want[l][i]));
+                    scale = std::max(scale, std::fabs(want[l][i]));
+                    size_t r = i / KV, col = i % KV;
+                    CHECK(kv[l].first[i] == rig.qkv[l][r * rig.W + HD + col], "%s L=%d s=%d layer %d: the core must read its own keys", arch_name(arch),
+                          cs.L, cs.s, l);
+                }
+                CHECK(err <= 1e-13 * scale, "%s L=%d s=%d layer %d: v~ off the spec by %.3g (scale %.3g)", arch_name(arch), cs.L, cs.s, l, err, scale);
+            }
+            char what[96];
+            snprintf(what, sizeof(what), "depth %s L=%d s=%d", arch_name(arch), cs.L, cs.s);
+            rig.fd_check<VpDepth>(what);
+        }
+}
+
+// ----------------------------------------------------------------------------
 // parameter counts
 
 TEST(param_counts_per_path) {
