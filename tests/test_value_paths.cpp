@@ -445,6 +445,51 @@ TEST(depth_other_strides_by_spec_and_fd) {
         }
 }
 
+// SLA at settings the whole-model tests (n_l = 2, n_h = 2, L = 5) do not reach: n_l = 1 (under
+// CHAIN every skip head of every layer resolves to layer 0), n_l = 3 and 4, n_l >= L (vanilla),
+// n_h = 1 and 3 on GPT-2 (odd counts), n_h = H (every head skips: no own columns left), and a
+// deeper L = 7. The K/V each layer's core reads against section 4a written out here: KV head g
+// of layer l is a skip head iff l >= n_l and g >= Hkv - n_h/G; its source is layer l - n_l's own
+// K/V (ORIG) or the K/V layer l - n_l's core read (CHAIN, so recursively layer l mod n_l); every
+// other head is the layer's own. PyTorch: dev/reference/model.py vp_sla. Then the hooks' backward
+// (section 4b's accumulators) against central differences.
+TEST(sla_other_settings_by_spec_and_fd) {
+    struct { int arch, L, n_l, n_h; } cases[] = {{ARCH_GPT2, 5, 1, 1}, {ARCH_GPT2, 5, 1, 4}, {ARCH_GPT2, 5, 3, 3}, {ARCH_GPT2, 7, 2, 3},
+                                                 {ARCH_GPT2, 5, 5, 2}, {ARCH_LLAMA, 5, 1, 2}, {ARCH_LLAMA, 5, 1, 4}, {ARCH_LLAMA, 7, 3, 2},
+                                                 {ARCH_LLAMA, 5, 4, 4}, {ARCH_LLAMA, 7, 2, 2}};
+    for (auto cs : cases)
+        for (int chain : {0, 1}) {
+            ModelConfig c = path_config(cs.arch, VP_SLA, cs.n_l, cs.n_h, chain);
+            HookRig rig(c, cs.L, 1, 2, 2000 + 100 * cs.L + 10 * cs.n_l + cs.n_h + chain);
+            VpSla::State<double> s;
+            VpSla::init(&s, rig.c, rig.d);
+            std::vector<std::pair<std::vector<double>, std::vector<double>>> kv;
+            rig.forward<VpSla>(&s, &kv);
+            const VpDims& d = rig.d;
+            int KV = d.KV(), HD = d.H * d.D, G = d.H / d.Hkv, first_skip = d.Hkv - cs.n_h / G;
+            // want[l][g]: the layer whose own K/V fills KV head g of layer l's core
+            std::vector<std::vector<int>> want(cs.L, std::vector<int>(d.Hkv));
+            for (int l = 0; l < cs.L; l++)
+                for (int g = 0; g < d.Hkv; g++) {
+                    bool skip = l >= cs.n_l && g >= first_skip;
+                    want[l][g] = !skip ? l : chain ? want[l - cs.n_l][g] : l - cs.n_l;
+                }
+            for (int l = 0; l < cs.L; l++)
+                for (int r = 0; r < d.BT(); r++)
+                    for (int i = 0; i < KV; i++) {
+                        int src = want[l][i / d.D];
+                        const double* row = rig.qkv[src].data() + (size_t)r * rig.W;
+                        double k = kv[l].first[(size_t)r * KV + i], v = kv[l].second[(size_t)r * KV + i];
+                        CHECK(k == row[HD + i] && v == row[HD + KV + i], "%s L=%d n_l=%d n_h=%d chain=%d layer %d row %d column %d: want layer %d's K/V",
+                              arch_name(cs.arch), cs.L, cs.n_l, cs.n_h, chain, l, r, i, src);
+                    }
+            if (chain) CHECK(cs.n_l != 1 || want[cs.L - 1][d.Hkv - 1] == 0, "n_l = 1 CHAIN resolves to layer 0");
+            char what[96];
+            snprintf(what, sizeof(what), "sla %s L=%d n_l=%d n_h=%d chain=%d", arch_name(cs.arch), cs.L, cs.n_l, cs.n_h, chain);
+            rig.fd_check<VpSla>(what);
+        }
+}
+
 // ----------------------------------------------------------------------------
 // parameter counts
 
