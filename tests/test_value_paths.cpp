@@ -490,6 +490,32 @@ TEST(sla_other_settings_by_spec_and_fd) {
         }
 }
 
+// The depth softmax in float (the trainer's precision) with logits far beyond exp's range
+// (float overflows above e^88.7): e = (200, 210) at layer 1. Section 5b computes alpha =
+// softmax_n(e) "in fp32", and a softmax is invariant to a shift of its logits, so the answer is
+// alpha = (1, e^10) / (1 + e^10) whatever the magnitude (PyTorch's torch.softmax subtracts the
+// max); a softmax that exponentiates the raw logits gives inf / inf = NaN here. Expected values
+// worked in double from that closed form. One position, llama (G = 2, D = 4, sqrt(D) = 2).
+TEST(depth_softmax_large_logits_float) {
+    ModelConfig c = path_config(ARCH_LLAMA, VP_DEPTH);
+    VpDims d = vp_dims(c, 1, 1);
+    const int KV = d.KV(), D = d.D;
+    CHECK(d.H == 4 && d.Hkv == 2 && D == 4, "H %d Hkv %d D %d", d.H, d.Hkv, D);
+    std::vector<float> q0(d.H * D, 0.0f), q1(d.H * D, 10.0f), k0(KV, 10.0f), k1(KV, 10.5f), v0(KV), v1(KV);
+    for (int i = 0; i < KV; i++) v0[i] = 1.0f + i, v1[i] = -2.0f + 0.5f * i;
+    // e_0 = <q_bar, k^0> / 2 = 4 * 10 * 10 / 2 = 200, e_1 = 4 * 10 * 10.5 / 2 = 210, every KV head
+    VpDepth::State<float> s;
+    VpDepth::init(&s, c, d);
+    VpDepth::forward(&s, c, d, 0, LayerQKV<float>{q0.data(), (long)(d.H * D), k0.data(), (long)KV, v0.data(), (long)KV}, (const float*)nullptr);
+    AttnKV<float> e = VpDepth::forward(&s, c, d, 1, LayerQKV<float>{q1.data(), (long)(d.H * D), k1.data(), (long)KV, v1.data(), (long)KV},
+                                       (const float*)nullptr);
+    double a1 = 1 / (1 + std::exp(-10.0)), a0 = 1 - a1;
+    for (int i = 0; i < KV; i++) {
+        double want = a0 * v0[i] + a1 * v1[i];
+        CHECK(close_enough(e.v[i], want, 1e-6, 1e-5), "column %d: v~ %.9g, want %.9g", i, (double)e.v[i], want);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // parameter counts
 
