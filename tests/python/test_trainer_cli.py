@@ -1318,6 +1318,14 @@ def test_value_path_settings_in_the_config_line(tmp_path, data):
     assert (cfg(tmp_path / "sla")["sla_layers"], cfg(tmp_path / "sla")["sla_heads"], cfg(tmp_path / "sla")["sla_chain"]) == (9, 9, 0)
     run(shape + ["--out-dir", tmp_path / "depth"], expect=0, path="depth")
     assert cfg(tmp_path / "depth")["depth_stride"] == 6
+    # where the rules round (docs/value_paths.md, notes on the spec): 3L/4 and 3H/4 at a half
+    # round up, 4.5 -> 5 (Python's round would give 4); L/2 rounds down, and is at least 1
+    odd = lambda L, H: ["--layers", str(L), "--heads", str(H)] + shape[4:]  # noqa: E731
+    run(odd(6, 6) + ["--out-dir", tmp_path / "sla6"], expect=0, path="sla")
+    assert (cfg(tmp_path / "sla6")["sla_layers"], cfg(tmp_path / "sla6")["sla_heads"]) == (5, 5)
+    for L, stride in [(5, 2), (3, 1), (1, 1)]:
+        run(odd(L, 12) + ["--out-dir", tmp_path / f"depth{L}"], expect=0, path="depth")
+        assert cfg(tmp_path / f"depth{L}")["depth_stride"] == stride, L
     run(shape + ["--out-dir", tmp_path / "res"], expect=0, path="resformer")
     assert cfg(tmp_path / "res")["resformer_lambda"] == "fixed"
     # GQA: skip heads are whole KV groups; 12 heads over 4 KV heads -> default 3 groups of 3 = 9
