@@ -124,6 +124,36 @@ def test_three_ranks_uneven_shards(tmp_path, data):
     assert np.linalg.norm(three - one) / np.linalg.norm(one) < 1e-5  # the weights, normwise (see the GPU emulator's twin)
 
 
+def test_three_ranks_where_the_short_last_shard_has_gradients(tmp_path, data):
+    """The tail of the flat parameters, where the last, shorter shard ends, must be owned, summed
+    and updated like any other element. test_three_ranks_uneven_shards cannot see it: TINY_LLAMA's
+    last tensor is lm_head (Vp = 128 rows for a vocabulary of 64), whose last elements are padding
+    rows that never get a gradient, so a shard layout that dropped the last n mod 3 elements (a
+    floor instead of a ceiling in dist_slot, a count one short) changes no bit there. TINY_GPT2
+    ties its head: the flat vector ends with lnf_b (C = 16), every element of which has a gradient,
+    and 8896 = 3 x 2965 + 1 parameters leave exactly one element past 3 floor slots. 3 ranks x B=4
+    == 1 process x B=4 x 3 accumulation steps (PyTorch: DDP against no_sync() accumulation, with
+    ZeroRedundancyOptimizer for ZeRO-1), and the final layer norm's bias ends where the one
+    process puts it, element by element."""
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "4", "--max-steps", "4", "--lr", "1e-2",
+                          "--warmup-steps", "2", "--grad-clip", "1.0"]
+    single(common + ["--total-batch-tokens", "96", "--out-dir", tmp_path / "one"])
+    for zero in (0, 1):
+        mpirun(3, common + ["--zero", zero, "--out-dir", tmp_path / f"three_z{zero}"])
+    a, b0, b1 = (losses(tmp_path / d) for d in ["one", "three_z0", "three_z1"])
+    assert len(a) == 4 and b0 == b1
+    np.testing.assert_allclose(b0, a, rtol=2e-6)
+    t = {d: checkpoint_tensors(tmp_path / d / "ckpt_00000004.bin") for d in ["one", "three_z0", "three_z1"]}
+    assert t["three_z0"] == t["three_z1"]  # a rank updating an element no shard owns would differ here
+    n = len(t["one"]) // 12
+    assert n % 3 == 1, f"the test model should leave one element past 3 floor slots, has {n}"
+    one, three = floats(t["one"])[:n].astype(np.float64), floats(t["three_z1"])[:n].astype(np.float64)
+    lnf_b = slice(n - 16, n)  # the last tensor (init 0, params.h): it must have moved, or it tests nothing
+    assert np.all(np.abs(one[lnf_b]) > 1e-4), one[lnf_b]
+    np.testing.assert_allclose(three[lnf_b], one[lnf_b], rtol=1e-4, atol=1e-6)
+    assert np.linalg.norm(three - one) / np.linalg.norm(one) < 1e-5
+
+
 @pytest.mark.parametrize("zero", [0, 1])
 def test_resume_under_two_ranks_is_bit_exact(tmp_path, data, zero):
     common = TINY_LLAMA + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin", "--batch-size", "2",
