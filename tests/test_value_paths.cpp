@@ -739,4 +739,28 @@ TEST(mc_accuracies_by_hand) {
     CHECK(mc_count_truncated(set, 10) == 0, "11 tokens fit T + 1 = 11");
 }
 
+// acc_tokavg divides a row's sum by the tokens actually scored at this T: a row cut to its last
+// T + 1 tokens has lost ending tokens too, and its sum covers only those left. Divided by the
+// whole ending's length instead, a cut row would look better per token than it is.
+TEST(mc_tokavg_divides_by_the_tokens_scored_at_this_T) {
+    McSet set;
+    McExample a;  // label 1; context 3 tokens; ending 0 has 6 tokens, ending 1 has 1
+    a.label = 1;
+    a.context = {1, 2, 3};
+    a.endings = {{4, 5, 6, 7, 8, 9}, {10}};
+    a.ending_chars = {6, 1};
+    set.examples = {a};
+    std::vector<double> sums = {10, 2};  // given: what the scored tokens' -log p add up to
+    // T = 4: row 0 is 3 + 6 = 9 tokens, keeps its last 5 (start 4): ending tokens 6, 7, 8, 9, each
+    // with its predecessor in the row, so 4 are scored: 10 / 4 = 2.5 per token, against row 1's
+    // 2 / 1 = 2.0 (whole: 4 tokens): acc_tokavg picks 1, right. acc: 2 < 10 picks 1, right.
+    // acc_norm: 10 / 6 = 1.67 < 2 / 1 picks 0, wrong.
+    CHECK(mc_count_truncated(set, 4) == 1, "row 0 is cut at T = 4");
+    McResult r = mc_accuracies(set, sums, 4);
+    CHECK(r.acc == 1.0 && r.acc_norm == 0.0 && r.acc_tokavg == 1.0, "T=4: acc %g acc_norm %g acc_tokavg %g", r.acc, r.acc_norm, r.acc_tokavg);
+    // T = 16: nothing is cut, row 0 scores all 6 tokens: 10 / 6 = 1.67 < 2.0 picks 0, wrong
+    r = mc_accuracies(set, sums, 16);
+    CHECK(r.acc == 1.0 && r.acc_norm == 0.0 && r.acc_tokavg == 0.0, "T=16: acc %g acc_norm %g acc_tokavg %g", r.acc, r.acc_norm, r.acc_tokavg);
+}
+
 TEST_MAIN()
