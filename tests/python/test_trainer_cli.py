@@ -358,6 +358,29 @@ def test_named_val_sets(tmp_path, data):
     assert vals and set(vals[-1]) == {"step", "val_loss_shakes", "val_loss_other"}
 
 
+def test_val_loss_is_the_mean_over_the_sets_batches(tmp_path):
+    """The val loss is the mean loss over the set's micro-batches, --eval-batches capped at those
+    the set has. Checked against the training losses: one shard of 12 sequences (T = 8: 97 tokens,
+    sequence s is tokens 8s..8s+8) is both the train data and a val set named train; at --lr 0 the
+    weights never change, so the 3 steps of B = 4 are one epoch (each sequence once, in a shuffled
+    order) and their mean loss is the mean over all 12 sequences, which is what the val set's 3
+    batches (of 1000 asked for) must average to at every evaluation. A val loss summed over one
+    batch too many, or divided by another count, is off by a third or more."""
+    d = tmp_path / "data"
+    d.mkdir()
+    write_shard(str(d / "one_000.bin"), pattern_tokens(97, seed=5), 1)
+    out = tmp_path / "run"
+    run(TINY_GPT2 + ["--train-data", d / "one_000.bin", "--val-data", f"train={d}/one_000.bin", "--eval-batches", "1000",
+                     "--batch-size", "4", "--lr", "0", "--max-steps", "3", "--eval-every", "3", "--out-dir", out], expect=0)
+    log = read_log(out)
+    train = [r["train_loss"] for r in log if "train_loss" in r]
+    vals = [r["val_loss_train"] for r in log if "val_loss_train" in r]
+    assert len(train) == 3 and len(set(train)) == 3  # three different batches
+    assert len(vals) == 2 and vals[0] == vals[1]  # steps 0 and 3, the same weights
+    # float32 losses, averaged in two orders: equal to a few float roundings
+    assert vals[0] == pytest.approx(sum(train) / 3, rel=1e-6)
+
+
 def test_a_val_set_that_shares_a_train_shard_is_refused_unless_named_train(tmp_path, data):
     """A val glob that also matches a train shard ('DIR/*.bin' beside train shards; a link to one
     under another name) would report the loss on training data as the val loss: a usage error
