@@ -1686,6 +1686,25 @@ def test_overfit_batch_trains_every_step_on_the_first_batch(tmp_path, data):
     assert broken[-7:] == straight[-7:]
     assert checkpoint_tensors(tmp_path / "straight" / "ckpt_00000012.bin") == checkpoint_tensors(tmp_path / "broken" / "ckpt_00000012.bin")
 
+def test_gradient_accumulation_equals_one_larger_batch(tmp_path, data):
+    """Two micro-batches of 4 sequences per step (--total-batch-tokens 64 at B = 4, T = 8) are one
+    batch of 8 split in two: the loader hands out the same 8 sequences in the same order either
+    way, and the step's loss (the mean of the two equal-sized micro-batch means) and gradient (the
+    sum of the halves, each scaled by 1/2) are those of B = 8. So the logged loss and gradient norm
+    must match the B = 8 run's at every step, to float rounding (summed in another order). A loss
+    not divided by the micro-batches, or gradients not scaled by 1/2, is off by a factor 2."""
+    common = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "4", "--lr", "1e-3", "--warmup-steps", "1"]
+    run(common + ["--batch-size", "4", "--total-batch-tokens", "64", "--out-dir", tmp_path / "accum"], expect=0)
+    run(common + ["--batch-size", "8", "--out-dir", tmp_path / "big"], expect=0)
+    accum, big = read_log(tmp_path / "accum"), read_log(tmp_path / "big")
+    assert accum[0]["grad_accum"] == 2 and big[0]["grad_accum"] == 1
+    a = [(r["train_loss"], r["grad_norm"]) for r in accum if "train_loss" in r]
+    b = [(r["train_loss"], r["grad_norm"]) for r in big if "train_loss" in r]
+    assert len(a) == len(b) == 4
+    for (la, na), (lb, nb) in zip(a, b):
+        assert la == pytest.approx(lb, rel=1e-5) and na == pytest.approx(nb, rel=1e-4), (a, b)
+
+
 def test_zero_1_in_one_process_says_it_does_nothing(data):
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--zero", "1"], expect=0)
     assert "note: --zero 1 has no effect in one process" in p.stdout
