@@ -1705,6 +1705,44 @@ def test_gradient_accumulation_equals_one_larger_batch(tmp_path, data):
         assert la == pytest.approx(lb, rel=1e-5) and na == pytest.approx(nb, rel=1e-4), (a, b)
 
 
+def test_the_first_adamw_step_moves_every_trained_weight_by_the_lr(tmp_path, data):
+    """The optimizer's step count, as the step loop passes it, is 1-based: at t = 1 AdamW's bias
+    corrections give m_hat = g and v_hat = g^2, so (with no weight decay) every weight with a
+    gradient well above eps moves by lr * |g| / (|g| + eps) = lr, whatever its gradient (Kingma &
+    Ba, section 2.1: the effective step is bounded by lr and equals it for the first step). Taken
+    as t = 2, the step would be lr * sqrt(1 + beta2) / (1 + beta1) = 0.744 lr. The weights before
+    come from the step-0 checkpoint of the same seed (--max-steps 0)."""
+    common = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--lr", "1e-3", "--warmup-steps", "0", "--weight-decay", "0"]
+    run(common + ["--max-steps", "0", "--out-dir", tmp_path / "init"], expect=0)
+    run(common + ["--max-steps", "1", "--out-dir", tmp_path / "one"], expect=0)
+    after = np.frombuffer(checkpoint_tensors(tmp_path / "one" / "ckpt_00000001.bin"), np.float32)
+    n = len(after) // 3  # params, then m and v
+    raw = (tmp_path / "init" / "ckpt_00000000.bin").read_bytes()  # weights only (no optimizer state at step 0)
+    before = np.frombuffer(raw[struct.unpack_from("<i", raw, 8)[0] + struct.unpack_from("<q", raw, 32)[0]:], np.float32)
+    assert len(before) == n
+    step = np.abs(after[:n].astype(np.float64) - before[:n])
+    moved = step[step > 0]
+    assert len(moved) > n // 2  # most weights have a gradient (not the unseen tokens' embeddings)
+    assert np.max(step) <= 1e-3 * (1 + 1e-4)
+    assert np.median(moved) == pytest.approx(1e-3, rel=1e-3)
+    # --weight-decay 0.5, decoupled (Loshchilov & Hutter; PyTorch's AdamW): each matrix weight also
+    # shrinks by lr * wd * w, the same gradient step added; biases and gains do not decay
+    run(common[:-1] + ["0.5", "--max-steps", "1", "--out-dir", tmp_path / "decay"], expect=0)
+    decayed = np.frombuffer(checkpoint_tensors(tmp_path / "decay" / "ckpt_00000001.bin"), np.float32)[:n].astype(np.float64)
+    diff = decayed - after[:n]
+    shrunk = diff != 0
+    assert shrunk.sum() > n // 2  # the matrices are most of the weights
+    np.testing.assert_allclose(diff[shrunk], -1e-3 * 0.5 * before[shrunk], rtol=1e-2, atol=1e-9)
+
+
+def test_samples_come_every_n_steps_and_at_the_end(tmp_path, data):
+    """--sample-every N: a sample every N steps and at the end (its help text), so a run of 7
+    steps at N = 3 prints samples at steps 3, 6 and 7."""
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "7", "--sample-every", "3",
+                         "--sample-tokens", "4"], expect=0)
+    assert re.findall(r"---- sample at step (\d+) ----", p.stdout) == ["3", "6", "7"]
+
+
 def test_zero_1_in_one_process_says_it_does_nothing(data):
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--zero", "1"], expect=0)
     assert "note: --zero 1 has no effect in one process" in p.stdout
