@@ -896,6 +896,20 @@ def test_a_diverged_run_keeps_good_checkpoints_to_resume_from(tmp_path, data):
     assert checkpoint_tensors(tmp_path / "run" / f"ckpt_{bad:08d}.bin") == checkpoint_tensors(tmp_path / "run" / f"ckpt_{bad:08d}.bin.diverged")
 
 
+def test_a_checkpoint_confirmed_by_the_next_step_leaves_the_keep_count(tmp_path, data):
+    """--keep-checkpoints N keeps N + 1 only while the newest checkpoint is unconfirmed: once the
+    step after it has a finite loss, the one before it goes (host/train_loop.h prune_checkpoints).
+    At lr 25 and --checkpoint-every 2 this run diverges at step 6 (the weights after step 5 give a
+    NaN): checkpoint 4 was confirmed by step 5's finite loss, so with N = 1 it alone is left, and
+    checkpoint 2 is gone, not kept as the run's spare until the next save that never comes."""
+    out = tmp_path / "run"
+    p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--checkpoint-every", "2", "--keep-checkpoints", "1",
+                         "--lr-schedule", "constant", "--lr", "25", "--max-steps", "60", "--out-dir", out], expect=1)
+    m = re.search(r"error: step (\d+): the loss \(.*\) or gradient norm \(.*\) is not finite", p.stderr)
+    assert m and int(m.group(1)) == 6, p.stderr  # the case this checks: a save (4), its confirming step (5), then the NaN
+    assert sorted(f.name for f in out.glob("ckpt_*")) == ["ckpt_00000004.bin"]
+
+
 def test_nan_weights_are_never_evaluated_sampled_or_saved(tmp_path, data):
     """An update to NaN or inf weights at the last step (no next step's loss to see it) stops the run
     before its evaluation, its sample and its checkpoint use them; a checkpoint of such weights
