@@ -465,6 +465,32 @@ def test_eval_mc_scores_a_trained_model_above_chance(tmp_path, data):
     assert f"succ acc {last['mc_acc_succ']:.4f} acc_norm {last['mc_acc_norm_succ']:.4f}" in q.stdout
 
 
+def test_eval_mc_logs_each_score_under_its_own_key(tmp_path, data):
+    """Three examples whose scores are decided by construction, so that acc, acc_norm and
+    acc_tokavg come out 0, 1/3 and 2/3 and each must be logged under its own key, to every digit
+    (%.9g). After training on the successor stream (t -> 5t + 3):
+      twice: endings [x] and [x, 5x + 3] after a run of the rule, x off the rule, chars 1 and 1,
+             label 1. The longer ending's sum is larger (a loss is > 0): acc and acc_norm pick 0.
+             Per token it is lower: its second token follows the rule, far likelier than x,
+             which breaks it: acc_tokavg picks 1, right.
+      once:  two identical endings of 1 and 5 characters, label 1: equal sums, so acc and
+             acc_tokavg tie (choice 0); acc_norm divides by the characters and picks 1, right."""
+    from vp_data.mc import McExample
+
+    step = lambda t: (t * 5 + 3) % 64  # noqa: E731
+    ctx = [7, step(7), step(step(7))]
+    x = (step(ctx[-1]) + 11) % 64
+    examples = [McExample(ctx, [[x], [x, step(x)]], [1, 1], 1)] * 2 + [McExample(ctx, [[x, 9], [x, 9]], [1, 5], 1)]
+    mcf = write_mc(tmp_path / "keys.vpmc", examples)
+    out = tmp_path / "run"
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--batch-size", "4", "--max-steps", "150", "--lr", "1e-2",
+                     "--eval-mc", f"k={mcf}", "--out-dir", out], expect=0)
+    last = [r for r in read_log(out) if "mc_acc_k" in r][-1]
+    assert last["mc_acc_k"] == 0
+    assert last["mc_acc_norm_k"] == pytest.approx(1 / 3, rel=1e-8)
+    assert last["mc_acc_tokavg_k"] == pytest.approx(2 / 3, rel=1e-8)
+
+
 def test_eval_mc_forwards_short_rows_at_their_length(tmp_path, data):
     """At --seq-len 48 the successor rows (at most 8 tokens) are forwarded at 16 positions, not
     48; the activations are still sized for training first, so the first evaluation (before any
