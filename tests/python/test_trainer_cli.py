@@ -771,6 +771,24 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_that_resumes_exactly(tm
     assert checkpoint_tensors(straight / f"ckpt_{n:08d}.bin") == checkpoint_tensors(stopped / f"ckpt_{n:08d}.bin")
 
 
+def test_a_signal_during_the_last_step_changes_nothing(tmp_path, data):
+    """A signal that comes during the last step (or its evaluation) finds the run complete: the
+    evaluation at the end still runs, whole, and is logged, the last checkpoint is saved, and the
+    run exits 0 with no "stopped" line. Each step here is 5000 micro-batches (about a second), so
+    a signal sent once step 1 is logged lands in step 2 of 2, or in its evaluation."""
+    out = tmp_path / "run"
+    args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin", "--batch-size", "4",
+                        "--total-batch-tokens", str(4 * 8 * 5000), "--max-steps", "2", "--out-dir", out]
+    proc = start_and_wait_for_step(args, out, 1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert "SIGTERM: stopping after this step" in stderr, stderr[-2000:]  # it came while the run was on
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    log = read_log(out)
+    assert [r["step"] for r in log if "val_loss" in r] == [2] and not [r for r in log if r.get("event") == "stopped"]
+    assert "stopped by" not in stdout and (out / "ckpt_00000002.bin").exists()
+
+
 def test_a_signal_without_out_dir_stops_and_a_second_signal_at_once(tmp_path, data):
     """Without --out-dir the run still stops after the step, saying nothing was saved. A second
     signal, sent once the handler has taken the first and before the step ends (this model's take
