@@ -379,6 +379,13 @@ def test_val_loss_is_the_mean_over_the_sets_batches(tmp_path):
     assert len(vals) == 2 and vals[0] == vals[1]  # steps 0 and 3, the same weights
     # float32 losses, averaged in two orders: equal to a few float roundings
     assert vals[0] == pytest.approx(sum(train) / 3, rel=1e-6)
+    # a set of fewer sequences than B (3 of 8 tokens, B = 4) is still one batch, not none: at lr 0
+    # the untrained model's loss, about ln(64) (an average of nothing would be NaN, a divergence)
+    write_shard(str(d / "small_000.bin"), pattern_tokens(25, seed=6), 1)
+    small = tmp_path / "small"
+    run(TINY_GPT2 + ["--train-data", d / "one_000.bin", "--val-data", d / "small_000.bin", "--batch-size", "4", "--lr", "0",
+                     "--max-steps", "1", "--out-dir", small], expect=0)
+    assert [r["val_loss"] for r in read_log(small) if "val_loss" in r] == [pytest.approx(np.log(64), abs=0.15)]
 
 
 def test_a_val_set_that_shares_a_train_shard_is_refused_unless_named_train(tmp_path, data):
