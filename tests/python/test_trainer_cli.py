@@ -1800,6 +1800,29 @@ def test_the_first_adamw_step_moves_every_trained_weight_by_the_lr(tmp_path, dat
     np.testing.assert_allclose(diff[shrunk], -1e-3 * 0.5 * before[shrunk], rtol=1e-2, atol=1e-9)
 
 
+def test_grad_clip_scales_the_gradient_to_the_clip_norm(tmp_path, data):
+    """--grad-clip c: a gradient of global norm > c is scaled by c / norm before the update
+    (torch.nn.utils.clip_grad_norm_). Adam hides a gradient's scale, except through eps: with
+    eps = 1000, far above every |g|, the first update is lr * g / (|g| + eps), nearly lr * g / eps,
+    linear in g. So each weight's first step with --grad-clip 0.1 must be c / norm times its step
+    without clipping, norm being the (unclipped) gradient norm the log records, to |g| / eps."""
+    common = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--lr", "1000", "--eps", "1000", "--warmup-steps", "0",
+                          "--weight-decay", "0", "--max-steps", "1"]
+    run(common + ["--grad-clip", "0", "--out-dir", tmp_path / "free"], expect=0)
+    run(common + ["--grad-clip", "0.1", "--out-dir", tmp_path / "clip"], expect=0)
+    run(common[:-1] + ["0", "--out-dir", tmp_path / "init"], expect=0)  # the weights before: step 0, same seed
+    raw = (tmp_path / "init" / "ckpt_00000000.bin").read_bytes()
+    w0 = np.frombuffer(raw[struct.unpack_from("<i", raw, 8)[0] + struct.unpack_from("<q", raw, 32)[0]:], np.float32).astype(np.float64)
+    n = len(w0)
+    free = np.frombuffer(checkpoint_tensors(tmp_path / "free" / "ckpt_00000001.bin"), np.float32)[:n] - w0
+    clip = np.frombuffer(checkpoint_tensors(tmp_path / "clip" / "ckpt_00000001.bin"), np.float32)[:n] - w0
+    norm = [r["grad_norm"] for r in read_log(tmp_path / "clip") if "grad_norm" in r][0]
+    assert norm > 0.1 * 2  # the clip acts, by a good margin
+    big = np.abs(free) > 1e-4
+    assert big.sum() > 100
+    np.testing.assert_allclose(clip[big] / free[big], 0.1 / norm, rtol=1e-2)
+
+
 def test_samples_come_every_n_steps_and_at_the_end(tmp_path, data):
     """--sample-every N: a sample every N steps and at the end (its help text), so a run of 7
     steps at N = 3 prints samples at steps 3, 6 and 7."""
