@@ -346,7 +346,11 @@ inline FILE* checkpoint_open(const std::string& path, CheckpointMeta* meta) {
         runtime_error(hint, "checkpoint '%s' has a corrupt header", path.c_str());
     }
     struct stat st;
-    fstat(fileno(f), &st);
+    if (fstat(fileno(f), &st) != 0) {
+        int err = errno;
+        fclose(f);
+        runtime_error("check the file and the disk it is on", "cannot read the size of checkpoint '%s': %s", path.c_str(), strerror(err));
+    }
     // the parameter count is bounded by the file's size first, so that the product cannot overflow
     int64_t tensor_bytes = 4 * (1 + 2 * (int64_t)h.has_optimizer), head_bytes = (int64_t)sizeof(h) + h.run_text_bytes;
     if (h.num_params > ((int64_t)st.st_size - head_bytes) / tensor_bytes) {
