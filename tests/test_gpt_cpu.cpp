@@ -532,6 +532,14 @@ TEST(lr_schedule) {
     CHECK(at(LR_CONSTANT, 23) == 2.0f && at(LR_CONSTANT, 100) == 2.0f, "constant after warmup");
     CHECK(lr_at(LrSchedule{LR_WSD, 2.0f, 4, 24, 0.25f, 0.0f}, 23) == 2.0f, "wsd with no cooldown is constant");
     CHECK(close_enough(lr_at(LrSchedule{LR_WSD, 2.0f, 4, 24, 0.25f, 1.0f}, 9), at(LR_LINEAR, 9), 1e-7, 0), "wsd cooling down the whole run is linear");
+    // --warmup-steps >= --max-steps leaves no decay span (n = 0): after warmup every shape must
+    // give a finite lr between min and the peak, never the 0/0 of t / n (lr_at's guard)
+    for (LrShape shape : {LR_COSINE, LR_LINEAR, LR_WSD, LR_CONSTANT})
+        for (int max_steps : {4, 2})
+            for (int step : {4, 5, 9}) {
+                float lr = lr_at(LrSchedule{shape, 2.0f, 4, max_steps, 0.25f, 0.25f}, step);
+                CHECK(std::isfinite(lr) && lr >= 0.5f && lr <= 2.0f, "%s, warmup 4, max_steps %d, step %d: lr %g", lr_shape_name(shape), max_steps, step, lr);
+            }
     LrShape parsed;
     CHECK(lr_shape_from_name("wsd", &parsed) && parsed == LR_WSD && !lr_shape_from_name("Cosine", &parsed), "shape names");
 }
