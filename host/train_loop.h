@@ -165,10 +165,7 @@ float evaluate_loss(Model* model, ValSet* vs, int B, int T, DepthAlphaSums* alph
     double sum = 0;
     // rank r evaluates micro-batches r, r+world, ...: the same batches (and value) as one process
     for (int i = 0; i < vs->batches; i++) {
-        if (cut_short && g_stop_signal) {
-            *cut_short = true;
-            break;
-        }
+        if (evaluation_cut_here(cut_short)) break;
         dataloader_next_batch(&vs->loader, inputs.data(), targets.data());
         if (i % dist_world() != dist_rank()) continue;
         gpt_forward(model, inputs.data(), targets.data(), B, T);

@@ -59,6 +59,14 @@ struct ErrorCapture {
 // which end early on it. Here, below both, since an evaluation cannot include the loop.
 inline volatile sig_atomic_t g_stop_signal = 0;
 
+// For an evaluation's batch loop: whether to end it here. cut_short null: never (an evaluation
+// that is not cut); else once a stop signal is pending, and *cut_short then says so.
+inline bool evaluation_cut_here(bool* cut_short) {
+    if (!cut_short || !g_stop_signal) return false;
+    *cut_short = true;
+    return true;
+}
+
 // The message of an error as every binary prints it: "KIND: what", then "---> HINT: what to do".
 inline void print_error(const char* kind, const char* hint, const char* msg) {
     fflush(stdout);

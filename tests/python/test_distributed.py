@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_trainer_cli import (PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, logged_steps, path_flags,  # noqa: F401
+from test_trainer_cli import (PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, logged_steps, long_eval_flags, path_flags,  # noqa: F401
                               pattern_tokens, read_log, check_update_guard_run, spiky_data, trainer, write_shard)
 
 MPIRUN = shutil.which("mpirun")
@@ -507,8 +507,7 @@ def test_a_signal_to_one_rank_during_an_evaluation_stops_every_rank_unlogged(tmp
     out = tmp_path / "run"
     common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr-schedule", "constant", "--out-dir", out]
     mpirun(2, common + ["--max-steps", "1"])
-    write_shard(str(data / "big_000.bin"), np.random.default_rng(5).integers(64, size=2_000_000), 1)
-    long_eval = ["--val-data", data / "big_*.bin", "--eval-batches", "1000000", "--eval-every", "3"]
+    long_eval = long_eval_flags(tmp_path, data, "val") + ["--eval-every", "3"]
     proc, stdout, stderr = signal_rank_1_at_step(common + ["--max-steps", "100000000", "--resume", "1"] + long_eval, out, 2, signal.SIGUSR1)
     assert proc.returncode == 128 + signal.SIGUSR1, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
     assert re.search(r"the evaluation at step 3 (was cut short by SIGUSR1: not logged|is skipped: stopping \(SIGUSR1\))", stdout), stdout[-2000:]
