@@ -235,9 +235,12 @@ static ModelConfig tiny_config(int arch, int H, int Hkv, int qk_norm, int tie_em
     return model_config_from_flags(rc);
 }
 
+// The value path this binary was built for (VALUE_PATH_ID, as the config from the flags says):
+// VpVanilla here threw "a resformer model built with the vanilla value path code" in every
+// build but vanilla's. Every path is also checked at test_value_paths' deeper shapes (L = 5).
 static void model_fd(int arch, int H, int Hkv, int qk_norm, int tie_embeddings = 0, int head_dim = 0) {
     ModelConfig c = tiny_config(arch, H, Hkv, qk_norm, tie_embeddings, head_dim);
-    int checked = model_fd_check<VpVanilla>(c, 42);
+    int checked = model_fd_check<ActiveValuePath>(c, 42);
     CHECK(checked >= (arch == ARCH_GPT2 ? 16 : (qk_norm ? 12 : 10) - tie_embeddings), "only %d tensors checked", checked);
 }
 
@@ -437,13 +440,23 @@ TEST(gradient_accumulation_with_loss_scale_is_the_whole_batch) {
     }
 }
 
+// The published counts below are of vanilla attention; model_config_from_flags gives the path of
+// VALUE_PATH_ID (in the SVFormer build, GPT-2 124M counted 117,979,392: its layers past the first
+// have no V projection), so each config is counted as vanilla, in every path's build. Every
+// path's own count: test_value_paths' param_counts_per_path.
+static ModelConfig as_vanilla(ModelConfig c) {
+    memset(&c.vp, 0, sizeof(c.vp));
+    c.vp.path = VP_VANILLA;
+    return c;
+}
+
 TEST(param_counts) {
     RunConfig rc;
     const char* argv[] = {"test"};
     parse_command_line(&rc, 1, (char**)argv);
     // the defaults are GPT-2 124M; llm.c's train_gpt2 reports 124,475,904 parameters for it (with
     // the vocabulary padded to 50304)
-    ModelConfig g = model_config_from_flags(rc);
+    ModelConfig g = as_vanilla(model_config_from_flags(rc));
     CHECK(g.padded_vocab_size == 50304, "Vp %d", g.padded_vocab_size);
     CHECK(count_params(param_specs(g)) == 124475904ull, "GPT-2 124M has %zu parameters", count_params(param_specs(g)));
     // Llama: untied head, no biases, GQA, SwiGLU, QK-norm gains
@@ -455,12 +468,12 @@ TEST(param_counts) {
     rc.ffn_dim = 640;
     rc.vocab = 1000;
     rc.qk_norm = 1;
-    ModelConfig l = model_config_from_flags(rc);
+    ModelConfig l = as_vanilla(model_config_from_flags(rc));
     size_t C = 256, D = 32, Hkv = 2, F = 640, Vp = 1024, L = 3;
     size_t expect = 2 * Vp * C + C + L * (2 * C + C * (8 * D + 2 * Hkv * D) + C * C + 3 * C * F + 2 * D);
     CHECK(count_params(param_specs(l)) == expect, "llama has %zu, formula %zu", count_params(param_specs(l)), expect);
     rc.tie_embeddings = 1;  // no lm_head
-    ModelConfig lt = model_config_from_flags(rc);
+    ModelConfig lt = as_vanilla(model_config_from_flags(rc));
     CHECK(count_params(param_specs(lt)) == expect - Vp * C, "tied llama has %zu, formula %zu", count_params(param_specs(lt)), expect - Vp * C);
     // Qwen3-0.6B's shape: C = 1024, H = 16 heads of D = 128 (H*D = 2048 = 2C), Hkv = 8, F = 3072,
     // 28 layers, QK-norm, tied, V = 151936; transformers 5.24's Qwen3ForCausalLM at that config
@@ -472,7 +485,7 @@ TEST(param_counts) {
     rc.head_dim = 128;
     rc.ffn_dim = 3072;
     rc.vocab = 151936;
-    ModelConfig q = model_config_from_flags(rc);
+    ModelConfig q = as_vanilla(model_config_from_flags(rc));
     CHECK(q.head_dim == 128 && q.padded_vocab_size == 151936, "D %d Vp %d", q.head_dim, q.padded_vocab_size);
     CHECK(count_params(param_specs(q)) == 596049920ull, "Qwen3-0.6B's shape has %zu parameters", count_params(param_specs(q)));
 }
