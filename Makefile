@@ -5,6 +5,7 @@
 #   make train_cpu USE_MPI=1   the data-parallel CPU trainer (mpicxx; build/<path>-mpi/; docs/distributed.md)
 #   make test             build and run every test (C++ units, model gradient checks, CLI, Python,
 #                         the GPU trainer under the CPU CUDA emulator: emu.mk)
+#   make test-sanitize    the CPU C++ suites under ASan + UBSan (sanitize.mk; not part of make test)
 #   make bench-cpu        ms per step of the CPU trainer at GPT-2 124M shapes, B=4, T=64
 #   make quickstart       venv + TinyShakespeare + a small training run with samples (GPU if present)
 #
@@ -76,6 +77,9 @@ include emu.mk
 # fuzzing the trainer's inputs (dev/fuzz/): make fuzz builds the libFuzzer targets (clang); make
 # test replays the committed corpus under ASan + UBSan (FUZZ_REPLAY_RUN)
 include fuzz.mk
+# the CPU C++ suites under ASan + UBSan (build/sanitize/): make test-sanitize, a developer target
+# that make test does not run
+include sanitize.mk
 
 # ---------------------------------------------------------------------------
 # tests
