@@ -197,13 +197,17 @@ def fake_lm_eval(monkeypatch):
     calls = []
 
     def simple_evaluate(model, model_args, tasks, batch_size, device, limit, task_manager):
-        calls.append(model_args)
+        # the exported model directory exists only during the call: what lm_eval would load from it
+        pretrained = dict(kv.split("=", 1) for kv in model_args.split(","))["pretrained"]
+        calls.append({"model_args": model_args, "tasks": tasks, "batch_size": batch_size, "device": device, "limit": limit,
+                      "task_manager": task_manager, "files": sorted(os.listdir(pretrained)),
+                      "config": json.loads((Path(pretrained) / "config.json").read_text())})
         return {"results": {t: {"acc,none": 0.25, "acc_stderr,none": 0.01, "acc_norm,none": 0.3, "acc_norm_stderr,none": 0.02,
                                 "sample_len": 40} for t in tasks}}
 
     lm_eval, tasks = types.ModuleType("lm_eval"), types.ModuleType("lm_eval.tasks")
     lm_eval.simple_evaluate, lm_eval.tasks = simple_evaluate, tasks
-    tasks.TaskManager = lambda include_path=None: None
+    tasks.TaskManager = lambda include_path=None: {"include_path": include_path}
     monkeypatch.setitem(sys.modules, "lm_eval", lm_eval)
     monkeypatch.setitem(sys.modules, "lm_eval.tasks", tasks)
     return calls
@@ -252,3 +256,70 @@ def test_eval_harness_checks_everything_before_the_first_evaluation(tmp_path, mo
     assert run(tmp_path / "good.bin", "--tasks", "t", "--out", out) == 1
     assert "cannot write --out" in err.getvalue() and "No space left" in err.getvalue()
     assert out.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["good.bin", "nan.bin", "neox.bin", "r.json"]
+
+
+def test_eval_harness_hands_lm_eval_each_run_and_tabulates_its_results(tmp_path, monkeypatch):
+    """What lm_eval receives and what comes back out, by the script's docstring: each run exported
+    with the tokenizer its vocabulary implies (50257 gpt2, whose eos id is 50256; 50277 neox, eos
+    0: docs/formats.md), trust_remote_code only for a value path other than vanilla, and --tasks
+    (names stripped), --limit, --batch-size, --device and --include-path passed on. The table and
+    --out hold the run, the checkpoint's own step, lm-eval's sample_len as n, and acc / acc_norm
+    with their standard errors (lm-eval's "acc,none" keys without the filter); --out is readable
+    as any new file is (0666 less the umask), not mkstemp's private 0600."""
+    calls = fake_lm_eval(monkeypatch)
+    mod = load_script("eval_harness")
+    run_dir = tmp_path / "runA"
+    run_dir.mkdir()
+    gpt2 = make_config("gpt2", 1, 1, 8, 50257, 8)
+    write_checkpoint(str(run_dir / "ckpt_00000007.bin"), gpt2, random_params(gpt2, 0), step=7)
+    neox = make_config("gpt2", 2, 1, 8, 50277, 8, path="depth", depth_stride=1)
+    write_checkpoint(str(tmp_path / "depth.bin"), neox, random_params(neox, 1), step=3)
+    out, include = tmp_path / "r.json", tmp_path / "tasks"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
+        code = cli.run(mod.main, [str(run_dir), str(tmp_path / "depth.bin"), "--tasks", " t1 , t2 ", "--limit", "40",
+                                  "--batch-size", "3", "--device", "cuda:1", "--include-path", str(include), "--out", str(out)])
+    assert code == 0
+    assert len(calls) == 2
+    for call in calls:
+        assert (call["tasks"], call["batch_size"], call["device"], call["limit"]) == (["t1", "t2"], 3, "cuda:1", 40)
+        assert call["task_manager"] == {"include_path": str(include)}
+    vanilla, depth = calls
+    assert vanilla["model_args"].endswith(",dtype=float32") and "trust_remote_code" not in vanilla["model_args"]
+    assert depth["model_args"].endswith(",dtype=float32,trust_remote_code=True")
+    assert vanilla["config"]["eos_token_id"] == 50256 and {"vocab.json", "merges.txt"} <= set(vanilla["files"])
+    assert depth["config"]["eos_token_id"] == 0 and "tokenizer.json" in depth["files"]
+
+    written = json.loads(out.read_text())
+    assert (written["tasks"], written["limit"], written["batch_size"]) == (["t1", "t2"], 40, 3)
+    assert [(r["run"], r["value_path"], r["step"], r["task"]) for r in written["results"]] == [
+        (str(run_dir), "vanilla", 7, "t1"), (str(run_dir), "vanilla", 7, "t2"),
+        (str(tmp_path / "depth.bin"), "depth", 3, "t1"), (str(tmp_path / "depth.bin"), "depth", 3, "t2")]
+    assert written["results"][0] == {"run": str(run_dir), "checkpoint": str(run_dir / "ckpt_00000007.bin"), "arch": "gpt2",
+                                     "value_path": "vanilla", "step": 7, "task": "t1", "n": 40, "acc": 0.25,
+                                     "acc_stderr": 0.01, "acc_norm": 0.3, "acc_norm_stderr": 0.02}
+    table = stdout.getvalue().splitlines()
+    assert table[:2] == ["| run | value path | step | task | n | acc | acc_norm |", "|---|---|---|---|---|---|---|"]
+    assert table[2] == f"| {run_dir} | vanilla | 7 | t1 | 40 | 0.2500 ± 0.0100 | 0.3000 ± 0.0200 |"
+    assert table[5] == f"| {tmp_path / 'depth.bin'} | depth | 3 | t2 | 40 | 0.2500 ± 0.0100 | 0.3000 ± 0.0200 |"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_eval_harness_refuses_an_out_directory_and_no_tasks_before_evaluating(tmp_path, monkeypatch):
+    """--out naming a directory (a DataError, exit 1, saying to give a file name) and --tasks that
+    names no task (a usage error, exit 2) are found before any evaluation; nothing is written."""
+    calls = fake_lm_eval(monkeypatch)
+    mod = load_script("eval_harness")
+    cfg = make_config("gpt2", 1, 1, 8, 50257, 8)
+    write_checkpoint(str(tmp_path / "good.bin"), cfg, random_params(cfg, 0))
+    (tmp_path / "outdir").mkdir()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert cli.run(mod.main, [str(tmp_path / "good.bin"), "--tasks", "t", "--out", str(tmp_path / "outdir")]) == 1
+        assert "is a directory; give a file name" in err.getvalue() and calls == []
+        with pytest.raises(SystemExit) as e:
+            cli.run(mod.main, [str(tmp_path / "good.bin"), "--tasks", " , ", "--out", str(tmp_path / "r.json")])
+    assert e.value.code == 2 and "--tasks names no task" in err.getvalue() and calls == []
+    assert sorted(os.listdir(tmp_path)) == ["good.bin", "outdir"] and os.listdir(tmp_path / "outdir") == []
