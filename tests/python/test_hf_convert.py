@@ -764,3 +764,33 @@ def test_llama_import_without_rms_norm_eps_takes_transformers_default(tmp_path):
     path.write_text(json.dumps(config))
     convert("import", tmp_path / "hf", tmp_path / "b.bin")
     assert read_checkpoint(str(tmp_path / "b.bin"))[0].norm_eps == f32(1e-6)
+
+
+def test_usage_errors_exit_2_and_write_nothing(tmp_path):
+    """The docstring's exit code 2 (usage) for: no command, an import --max-seq that is not a
+    positive number (0 would write a checkpoint that can hold no token), and a --dtype other than
+    float32 or bfloat16. Each is refused by the flags, before anything is read or written."""
+    d = hf_dir(tmp_path)
+    convert(expect=2)
+    for bad in ("0", "-8"):
+        _, _, err = convert("import", d, tmp_path / "b.bin", "--max-seq", bad, expect=2)
+        assert "expected a positive number" in err and not (tmp_path / "b.bin").exists()
+    _, _, err = convert("export", tmp_path / "llama_gqa.bin", tmp_path / "f16", "--dtype", "float16", expect=2)
+    assert "invalid choice: 'float16'" in err and not (tmp_path / "f16").exists()
+
+
+def test_summary_lines_say_what_was_written(tmp_path):
+    """The one line each command prints, against the shapes the test gave make_config: export names
+    the HF class (gpt2 -> GPT2LMHeadModel, the docstring) and the vocabulary, with no
+    trust_remote_code note for a native class; import gives layers, heads (kv heads), dim, ffn,
+    vocab and max seq, and says "tied head" only for a tied model."""
+    cfg = small_config("gpt2")
+    write_checkpoint(str(tmp_path / "g.bin"), cfg, random_params(cfg, 0))
+    _, out, _ = convert("export", tmp_path / "g.bin", tmp_path / "g")
+    assert out == f"wrote {tmp_path / 'g'}: GPT2LMHeadModel, vocab {V}\n"
+    for name, kv, tied in (("llama_gqa", 2, ""), ("llama_tied_mqa", 1, ", tied head")):
+        d = hf_dir(tmp_path, name)
+        _, out, _ = convert("import", d, tmp_path / f"{name}.ckpt")
+        ffn = small_config(name).ffn_dim
+        assert out == (f"wrote {tmp_path / f'{name}.ckpt'}: llama, 2 layers, 4 heads ({kv} kv), dim 32, ffn {ffn}, "
+                       f"vocab {V}, max seq {T}{tied}\n"), out
