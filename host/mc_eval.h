@@ -229,7 +229,7 @@ void mc_row_losses(Model* model, const McSet& set, int B, int T, std::vector<dou
     std::vector<double> losses;
     for (size_t b = 0; b < batches.size(); b++) {
         if ((int)(b % (size_t)dist_world()) != dist_rank()) continue;
-        if (evaluation_cut_here(cut_short)) break;
+        if (stop_cuts_here(cut_short)) break;
         const McBatch& mb = batches[b];
         int nb = (int)mb.rows.size(), Tb = mb.T;
         inputs.assign((size_t)nb * Tb, 0);

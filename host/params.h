@@ -215,8 +215,12 @@ struct SampleSettings {
     int top_k;          // > 0: draw only among the k largest logits (and any equal to the k-th); 0 = all
 };
 
-// Draws a token from the logits row (length V). One uniform draw per token unless greedy, so a
-// resumed run's samples continue exactly. PyTorch (nanoGPT's sample.py): logits / temperature,
+// How many numbers of the sample RNG sample_token draws per token, whatever the logits: one
+// uniform, or none when greedy. Fixed, so that the draws of tokens not drawn can be skipped.
+inline uint64_t sample_draws_per_token(const SampleSettings& s) { return s.temperature <= 0 ? 0 : 1; }
+
+// Draws a token from the logits row (length V). sample_draws_per_token(s) draws, so a resumed
+// run's samples continue exactly. PyTorch (nanoGPT's sample.py): logits / temperature,
 // logits[logits < topk(logits, k).values[-1]] = -inf, softmax, multinomial.
 template <typename real>
 int sample_token(const real* logits, int V, const SampleSettings& s, Rng* rng) {

@@ -165,7 +165,7 @@ float evaluate_loss(Model* model, ValSet* vs, int B, int T, DepthAlphaSums* alph
     double sum = 0;
     // rank r evaluates micro-batches r, r+world, ...: the same batches (and value) as one process
     for (int i = 0; i < vs->batches; i++) {
-        if (evaluation_cut_here(cut_short)) break;
+        if (stop_cuts_here(cut_short)) break;
         dataloader_next_batch(&vs->loader, inputs.data(), targets.data());
         if (i % dist_world() != dist_rank()) continue;
         gpt_forward(model, inputs.data(), targets.data(), B, T);
@@ -178,11 +178,18 @@ float evaluate_loss(Model* model, ValSet* vs, int B, int T, DepthAlphaSums* alph
 
 // n tokens after the context (the delimiter, then a prompt's tokens), each sampled from the model's
 // logits over the last T tokens (a sliding window; no KV cache: samples are short and occasional).
+// cut_short, if given: the tokens end early once a stop signal is pending, and *cut_short says so;
+// the RNG then skips the draws of the tokens left out, and ends where the whole n would leave it.
 template <typename Model>
-std::vector<int> generate_tokens(Model* model, const std::vector<int>& context, int n, int T, const SampleSettings& settings, Rng* rng) {
+std::vector<int> generate_tokens(Model* model, const std::vector<int>& context, int n, int T, const SampleSettings& settings, Rng* rng,
+                                 bool* cut_short = nullptr) {
     std::vector<int> seq = context;
     std::vector<float> logits;
     for (int i = 0; i < n; i++) {
+        if (stop_cuts_here(cut_short)) {
+            rng_skip(rng, sample_draws_per_token(settings) * (uint64_t)(n - i));
+            break;
+        }
         int ctx = std::min((int)seq.size(), T);
         gpt_last_logits(model, seq.data() + seq.size() - ctx, ctx, &logits);
         for (int v = 0; v < model->config.vocab_size; v++)
@@ -221,15 +228,26 @@ inline std::vector<int> sample_context(const RunConfig& rc, const Tokenizer* tok
 }
 
 template <typename Model>
-void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, const std::vector<int>& context, int T, Rng* rng, int step) {
-    std::vector<int> ids = generate_tokens(model, context, rc.sample_tokens, T, SampleSettings{rc.sample_temperature, rc.sample_top_k}, rng);
+// The header comes first, so that a long sample shows it is under way. cut_short: as for
+// generate_tokens; a sample cut short prints what it drew and says so.
+void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, const std::vector<int>& context, int T, Rng* rng, int step,
+                  bool* cut_short = nullptr) {
     printf("---- sample at step %d ----\n", step);
+    fflush(stdout);
+    std::vector<int> ids = generate_tokens(model, context, rc.sample_tokens, T, SampleSettings{rc.sample_temperature, rc.sample_top_k}, rng, cut_short);
     fwrite(rc.sample_prompt.data(), 1, rc.sample_prompt.size(), stdout);  // the prompt, as given
     if (tok) tokenizer_print(tok, ids.data(), (int)ids.size(), stdout);
     else
         for (size_t i = 0; i < ids.size(); i++) printf("%d%c", ids[i], i + 1 < ids.size() ? ' ' : '\n');
+    if (cut_short && *cut_short) printf("\n(cut short by %s after %zu of %d tokens)", stop_signal_name(g_stop_signal), ids.size(), rc.sample_tokens);
     printf("\n---------------------------\n");
     fflush(stdout);
+}
+
+// A sample that is due but not drawn (the run stops here): its draws are skipped, so that the
+// sample RNG the checkpoint keeps is the one of a run that drew it.
+inline void skip_sample(const RunConfig& rc, Rng* rng) {
+    rng_skip(rng, sample_draws_per_token(SampleSettings{rc.sample_temperature, rc.sample_top_k}) * (uint64_t)rc.sample_tokens);
 }
 
 template <typename Model>
@@ -287,21 +305,21 @@ inline std::string diverged_hint(const RunConfig& rc) {
 }
 
 // Stopping on a signal: Ctrl-C (SIGINT), a scheduler's SIGTERM before it kills a job, or Slurm's
-// `--signal=USR1@SECONDS` warning. The first such signal lets the step in progress finish, and its
-// sample if one is due; its evaluation is skipped, or cut short if it has begun (a long one, such
-// as HellaSwag's, could outlast a scheduler's grace period), and not logged. Then the run saves
-// that step's checkpoint (where --out-dir is set) and exits with 128 + the signal's number, as a
-// shell reports a process the signal ended (130, 143, 138). `--resume 1` continues from there
-// exactly as if the run had not stopped, but for the evaluation left out. The last step's
-// evaluation is not cut: the run is complete. A second signal ends the process at once: the
-// handler is one-shot (SA_RESETHAND), and the atomic checkpoint write leaves a file complete or
-// absent. Under data parallelism the ranks agree at the step's all-reduce (or the evaluation's),
-// so all stop after the same step whichever rank got the signal. The handler is installed only
-// for the step loop (and a --max-steps 0 evaluation): before it there is nothing to save.
+// `--signal=USR1@SECONDS` warning. The first such signal lets the step in progress finish; its
+// evaluation and sample are skipped, or cut short if they have begun (a long one, such as
+// HellaSwag's, could outlast a scheduler's grace period), and the evaluation is not logged. Then
+// the run saves that step's checkpoint (where --out-dir is set) and exits with 128 + the signal's
+// number, as a shell reports a process the signal ended (130, 143, 138). `--resume 1` continues
+// from there exactly as if the run had not stopped, but for the evaluation and sample left out
+// (the sample RNG skips the draws not made, so later samples are an unstopped run's). The last
+// step's evaluation and sample are not cut: the run is complete. A second signal ends the process
+// at once: the handler is one-shot (SA_RESETHAND), and the atomic checkpoint write leaves a file
+// complete or absent. Under data parallelism the ranks agree at the step's all-reduce (or the
+// evaluation's, or after rank 0's sample), so all stop after the same step whichever rank got the
+// signal. The handler is installed only for the step loop (and a --max-steps 0 evaluation):
+// before it there is nothing to save.
 constexpr int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1};
 constexpr int NUM_STOP_SIGNALS = sizeof(STOP_SIGNALS) / sizeof(STOP_SIGNALS[0]);
-
-inline const char* stop_signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
 
 inline void stop_signal_handler(int sig) {
     g_stop_signal = sig;
@@ -342,9 +360,10 @@ inline int stop_signal_of_slots(const double* slots) {
     return 0;
 }
 
-// After an evaluation that a stop signal may have cut short on some rank (cut: this rank's): 0 if
-// none did, else the stop signal that every rank then agrees to stop by. Collective.
-inline int agreed_eval_cut(bool cut) {
+// After an evaluation (or rank 0's sample) that a stop signal may have cut short on some rank
+// (cut: this rank's): 0 if none did, else the stop signal that every rank then agrees to stop by.
+// Collective.
+inline int agreed_cut(bool cut) {
     double v[1 + NUM_STOP_SIGNALS] = {cut ? 1.0 : 0.0};
     stop_signal_slots(v + 1);
     dist_allreduce_sum(v, 1 + NUM_STOP_SIGNALS);  // a no-op in one process
@@ -592,7 +611,7 @@ int train_main_unguarded(int argc, char** argv) {
             mc_results.push_back({mc.name, r.acc, r.acc_norm, r.acc_tokavg});
         }
         if (cuttable) {
-            int sig = agreed_eval_cut(cut);
+            int sig = agreed_cut(cut);
             if (sig) {
                 if (rank0) printf("the evaluation at step %d was cut short by %s: not logged\n", step, stop_signal_name(sig));
                 return sig;
@@ -771,10 +790,17 @@ int train_main_unguarded(int argc, char** argv) {
         // a signal during the evaluation cuts it short and stops the run here; the last step's is
         // not cut (the run is complete: a second signal still ends it at once)
         if (evals_now) stopped_by = run_evals(done, !last);
+        // the sample, likewise: skipped when stopping, cut short by a signal once begun (rank 0
+        // draws it; the others wait at the agreement), but not at the last step
+        if (sample_now && stopped_by) {
+            if (rank0) printf("the sample at step %d is skipped: stopping (%s)\n", done, stop_signal_name(stopped_by));
+            skip_sample(rc, &sample_rng);
+        } else if (sample_now) {
+            bool cut = false;
+            if (rank0) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, done, last ? nullptr : &cut);
+            if (!last) stopped_by = agreed_cut(cut);
+        }
         save_now |= !rc.out_dir.empty() && stopped_by;
-        // The sample is drawn even when stopping: its draws advance the sample RNG that the
-        // checkpoint keeps, so that a resumed run's samples are an unstopped run's (it is short)
-        if (rank0 && sample_now) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, done);
         if (save_now) {
             // the last step's checkpoint is confirmed by nothing more: the run keeps N
             save_checkpoint(&model, rc, c, done, sample_rng, guard, &train, last);
@@ -799,14 +825,20 @@ int train_main_unguarded(int argc, char** argv) {
         // checkpoint (nanoGPT's sample.py); without it, the initial weights. The val sets were
         // evaluated above already when --eval-every is set.
         if (rc.eval_every <= 0) stopped_by = run_evals(0, true);
-        if (stopped_by) {  // the evaluation was the job, and it was cut short: nothing more is done
+        bool sampled = false;
+        if (!stopped_by && rc.sample_every > 0) {
+            bool cut = false;
+            if (rank0) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, 0, &cut);
+            stopped_by = agreed_cut(cut);
+            sampled = true;
+        }
+        if (stopped_by) {  // the evaluation or the sample was the job, and it was cut short: nothing more is done
             if (rank0) {
-                printf("stopped by %s: nothing sampled or saved\n", stop_signal_name(stopped_by));
+                printf("stopped by %s: %s\n", stop_signal_name(stopped_by), sampled ? "the sample is cut short, nothing saved" : "nothing sampled or saved");
                 logger_write_line(&lg, "{\"event\":\"stopped\",\"step\":0,\"signal\":\"" + std::string(stop_signal_name(stopped_by)) + "\"}");
             }
-        } else {
-            if (rank0 && rc.sample_every > 0) print_sample(&model, rc, have_tok ? &tok : nullptr, sample_start, T, &sample_rng, 0);
-            if (!rc.out_dir.empty()) save_checkpoint(&model, rc, c, 0, sample_rng, guard, have_train ? &train : nullptr, true);
+        } else if (!rc.out_dir.empty()) {
+            save_checkpoint(&model, rc, c, 0, sample_rng, guard, have_train ? &train : nullptr, true);
         }
     }
     if (rank0 && guard.skipped > 0)

@@ -59,9 +59,11 @@ struct ErrorCapture {
 // which end early on it. Here, below both, since an evaluation cannot include the loop.
 inline volatile sig_atomic_t g_stop_signal = 0;
 
-// For an evaluation's batch loop: whether to end it here. cut_short null: never (an evaluation
-// that is not cut); else once a stop signal is pending, and *cut_short then says so.
-inline bool evaluation_cut_here(bool* cut_short) {
+inline const char* stop_signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
+
+// For an evaluation's batch loop or a sample's token loop: whether to end it here. cut_short
+// null: never (one that is not cut); else once a stop signal is pending, and *cut_short then says so.
+inline bool stop_cuts_here(bool* cut_short) {
     if (!cut_short || !g_stop_signal) return false;
     *cut_short = true;
     return true;

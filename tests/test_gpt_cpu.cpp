@@ -597,6 +597,77 @@ TEST(sample_token_top_k) {
     CHECK(sample_token(logits, 6, {0.0f, 3}, &rng) == 1, "greedy is the argmax");
 }
 
+TEST(rng_skip_leaves_the_state_of_the_draws_it_skips) {
+    // against the draws themselves, made one by one, up to past 2^32 of the counter's constant
+    for (uint64_t n : {0ull, 1ull, 2ull, 7ull, 1000ull, 1ull << 20}) {
+        Rng drawn = rng_stream(3, 5), skipped = drawn;
+        for (uint64_t i = 0; i < n; i++) rng_next_u64(&drawn);
+        rng_skip(&skipped, n);
+        CHECK(drawn.state == skipped.state && rng_next_u64(&drawn) == rng_next_u64(&skipped), "rng_skip(%llu) differs from %llu draws", (unsigned long long)n,
+              (unsigned long long)n);
+    }
+}
+
+TEST(sample_token_draws_what_sample_draws_per_token_says) {
+    // a cut sample skips sample_draws_per_token per token left out: that must be what sample_token
+    // draws, for every setting and whatever the logits (ties, a single nonzero weight, top-k = 1)
+    const float rows[][6] = {{0.0f, 5.0f, 4.0f, 3.0f, -1.0f, 4.0f}, {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}, {-80.0f, 90.0f, -80.0f, 0.0f, 0.0f, 0.0f}};
+    const SampleSettings settings[] = {{0.0f, 0}, {0.0f, 3}, {1.0f, 0}, {1.0f, 1}, {0.5f, 4}, {2.0f, 100}, {1e-6f, 0}};
+    for (const SampleSettings& s : settings)
+        for (const auto& row : rows)
+            for (uint64_t seed = 0; seed < 20; seed++) {
+                Rng drawn = rng_stream(seed, 9), skipped = drawn;
+                sample_token(row, 6, s, &drawn);
+                rng_skip(&skipped, sample_draws_per_token(s));
+                CHECK(drawn.state == skipped.state, "temperature %g, top-k %d: sample_token drew other than %llu numbers", s.temperature, s.top_k,
+                      (unsigned long long)sample_draws_per_token(s));
+            }
+}
+
+// A model whose "forward" is free and whose n-th call raises the stop flag, as a signal handler
+// would in the middle of a sample: generate_tokens only needs its vocabulary and last logits.
+struct SignalAtCallModel {
+    ModelConfig config;
+    int calls = 0, signal_at_call = -1;
+};
+void gpt_last_logits(SignalAtCallModel* m, const int* tokens, int T, std::vector<float>* logits) {
+    logits->assign((size_t)m->config.vocab_size, 0.0f);
+    for (int v = 0; v < m->config.vocab_size; v++) (*logits)[(size_t)v] = (float)((tokens[T - 1] * 7 + v * 3) % 11);
+    if (++m->calls == m->signal_at_call) g_stop_signal = SIGTERM;
+}
+
+TEST(generation_cut_short_leaves_the_rng_of_the_whole_sample) {
+    // A stop signal in the k-th token's forward: the tokens before it are those of the whole
+    // sample, the cut says so, and the sample RNG ends where the whole sample leaves it (so a run
+    // resumed from the checkpoint saved then draws the samples of a run that was not stopped).
+    // Without cut_short the signal changes nothing. Greedy draws nothing: its RNG stays put.
+    SignalAtCallModel m;
+    m.config.vocab_size = 10;
+    const int n = 12, T = 4;
+    for (SampleSettings s : {SampleSettings{1.0f, 0}, SampleSettings{0.7f, 3}, SampleSettings{0.0f, 0}}) {
+        Rng whole_rng = rng_stream(1, 2);
+        m.calls = 0, m.signal_at_call = -1;
+        std::vector<int> whole = generate_tokens(&m, {0}, n, T, s, &whole_rng);
+        for (int k : {1, 2, 5, n}) {
+            Rng rng = rng_stream(1, 2);
+            m.calls = 0, m.signal_at_call = k;
+            bool cut = false;
+            std::vector<int> got = generate_tokens(&m, {0}, n, T, s, &rng, &cut);
+            g_stop_signal = 0;
+            bool want_cut = k < n;  // the signal in the last token's forward comes after the last check
+            CHECK(cut == want_cut && (int)got.size() == (want_cut ? k : n), "signal in call %d: cut %d, %zu tokens", k, (int)cut, got.size());
+            CHECK(std::equal(got.begin(), got.end(), whole.begin()), "signal in call %d: the tokens drawn before it differ from the whole sample's", k);
+            CHECK(rng.state == whole_rng.state, "temperature %g, signal in call %d: the sample RNG is not where the whole sample leaves it", s.temperature, k);
+            Rng uncut = rng_stream(1, 2);
+            m.calls = 0, m.signal_at_call = k;
+            std::vector<int> ignored = generate_tokens(&m, {0}, n, T, s, &uncut);
+            g_stop_signal = 0;
+            CHECK(ignored == whole && uncut.state == whole_rng.state, "signal in call %d without cut_short: the sample changed", k);
+        }
+        if (s.temperature <= 0) CHECK(whole_rng.state == rng_stream(1, 2).state, "greedy moved the sample RNG");
+    }
+}
+
 TEST(generation_continues_its_context) {
     // generate_tokens (host/train_loop.h) with a prompt in the context, greedy, against the same
     // thing done by hand: a plain forward of the whole sequence (its last T tokens once it is

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_trainer_cli import (PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, logged_steps, long_eval_flags, path_flags,  # noqa: F401
-                              pattern_tokens, read_log, check_update_guard_run, spiky_data, trainer, write_shard)
+from test_trainer_cli import (LONG_SAMPLE, PATHS, REPO, TINY_GPT2, TINY_LLAMA, checkpoint_tensors, data, logged_steps, long_eval_flags,  # noqa: F401
+                              path_flags, pattern_tokens, read_log, read_until_line, check_update_guard_run, spiky_data, trainer, write_shard)
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun: apt-get install libopenmpi-dev openmpi-bin (CI has it)")
@@ -514,6 +514,39 @@ def test_a_signal_to_one_rank_during_an_evaluation_stops_every_rank_unlogged(tmp
     assert f"stopped by SIGUSR1 after step 3 of 100000000: saved {out / 'ckpt_00000003.bin'}" in stdout, stdout[-2000:]
     log = read_log(out)
     assert not [r for r in log if "val_loss" in r] and log[-1] == {"event": "stopped", "step": 3, "signal": "SIGUSR1"}
+
+
+def test_a_signal_to_rank_0_during_its_sample_stops_every_rank(tmp_path, data):
+    """Rank 0 draws the samples while the others wait. SIGUSR1 to rank 0 alone during its sample at
+    step 2 cuts the sample short; the ranks agree after it (rank 1 saw no signal), and all stop
+    after step 2 with its checkpoint and exit 138."""
+    out = tmp_path / "run"
+    tag = uuid.uuid4().hex
+    env = {"VP_TEST_TAG": tag}
+    args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr-schedule", "constant", "--out-dir", out,
+                        "--max-steps", "100000000", "--sample-every", "2", "--sample-tokens", LONG_SAMPLE]
+    proc = subprocess.Popen(mpirun_cmd(2, args, env=env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    pids = {}
+    try:
+        read_until_line(proc, "---- sample at step 2 ----")
+        pids = rank_pids(tag)
+        assert len(pids) == 2, pids
+        os.kill(pids[0], signal.SIGUSR1)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            for pid in pids.values():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGUSR1, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    assert re.search(rf"\(cut short by SIGUSR1 after \d+ of {LONG_SAMPLE} tokens\)", stdout), stdout[-2000:]
+    assert f"stopped by SIGUSR1 after step 2 of 100000000: saved {out / 'ckpt_00000002.bin'}" in stdout, stdout[-2000:]
+    assert read_log(out)[-1] == {"event": "stopped", "step": 2, "signal": "SIGUSR1"}
 
 
 def test_eval_mc_under_ranks_equals_one_process(tmp_path, data):
