@@ -9,14 +9,13 @@
 #   make test-emu-race         test-emu under the race detector (docs/gpu.md, "Races")
 #   make test-emu-labs-race    test-emu-labs under the race detector
 #
-# `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores (~2 minutes of builds; its runs, two at
-# a time as make test starts them, 4.5 minutes on this project's 2-core machine, 9 one by one):
-# the emulator's own tests (test_emu); every path and precision on forward_backward (every config:
-# logits, loss, every gradient, each layer's q/k/v) and the attention head-range hook; vanilla
-# bf16's and Depth fp32's 10 steps; and the vanilla bf16 suite once more under AddressSanitizer +
-# UBSan with the threads between barriers in reverse order (VP_EMU_ORDER=forward|reverse
-# overrides either build's order); and the race detector's own tests plus forward_backward of Depth
-# and SLA (bf16) and ResFormer (fp32) with every kernel access checked for races. It also builds
+# `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores: the emulator's own tests
+# (test_emu); every path and precision on forward_backward (every config: logits, loss, every
+# gradient, each layer's q/k/v), the attention head-range hook and the kernel-version tests of
+# EMU_CI_FILTER; vanilla bf16's 10 steps; and the race detector's own tests plus Depth bf16's
+# depth_fused with every kernel access checked for races. make test-sanitize runs the vanilla bf16
+# suite under AddressSanitizer + UBSan with the threads between barriers in reverse order
+# (VP_EMU_ORDER=forward|reverse overrides either build's order). It also builds
 # the emulated ./train for tests/python/test_gpu_trainer_emu.py and, where MPI exists, the emulated
 # data-parallel ./train for tests/python/test_distributed_gpu_emu.py (NCCL carried over MPI:
 # tests/emu/nccl_emu.cpp).
@@ -116,18 +115,21 @@ EMU_TEST_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/test_gpt_fp32 bui
 
 # run_all.sh entries are BINARY[@FILTER]
 EMU_CI_FILTER := forward_backward,attention_head_ranges,attention_wgmma_versions,attention_sum_kept,matmul_forward_lerp_bias,matmul_backward_dgelu,matmul_forward_gelu_epilogue,bias_grad_epilogue,depth_fused
-# under the race detector: its own tests, and forward_backward for the paths that route gradients
-# across layers, in the precisions whose kernels differ (between them, every kernel but AdamW's,
-# which make test-emu-race covers)
-EMU_CI_RACE_RUN := build/emu/test_emu_race build/emu/depth/test_gpt_bf16_race@$(EMU_CI_FILTER) build/emu/sla/test_gpt_bf16_race@$(EMU_CI_FILTER) \
-	build/emu/resformer/test_gpt_fp32_race@forward_backward
-EMU_CI_RUN := build/emu/test_emu $(addsuffix @$(EMU_CI_FILTER),$(EMU_TEST_BINS)) \
-	build/emu/vanilla/test_gpt_bf16@steps build/emu/depth/test_gpt_fp32@steps \
-	build/emu/vanilla/test_gpt_bf16_asan@$(EMU_CI_FILTER) \
-	$(EMU_CI_RACE_RUN)
+# under the race detector: its own tests, and Depth bf16's depth_fused (the fused kernels, whose
+# blocks wait on each other's flags, and then forward_backward's first config with them: the
+# attention kernels every path runs). The rest of EMU_CI_FILTER there (96 s), SLA bf16 and ResFormer
+# fp32 were here too until 2026-11-29 (159 s of runs, 66 s of builds, where CI's 25 minutes on a
+# slow hour had run out): make test-emu-race runs every test of every path and precision.
+EMU_CI_RACE_RUN := build/emu/test_emu_race build/emu/depth/test_gpt_bf16_race@depth_fused
+# Longest first, so that neither of make test's two slots is left with a long suite at the end.
+# (vanilla bf16's 10 steps stay; Depth fp32's, 92 s, and the ASan + UBSan build, now make
+# test-sanitize's, left make test on 2026-11-29 for CI's time)
+EMU_CI_RUN := build/emu/vanilla/test_gpt_bf16@steps $(EMU_CI_RACE_RUN) \
+	build/emu/depth/test_gpt_bf16@$(EMU_CI_FILTER) $(addsuffix @$(EMU_CI_FILTER),$(filter-out build/emu/depth/test_gpt_bf16,$(EMU_TEST_BINS))) \
+	build/emu/test_emu
 # plus ./train's main under the emulator, for tests/python/test_gpu_trainer_emu.py, and its
 # data-parallel build where MPI exists (tests/python/test_distributed_gpu_emu.py)
-EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) build/emu/vanilla/test_gpt_bf16_asan $(foreach e,$(EMU_CI_RACE_RUN),$(firstword $(subst @, ,$(e)))) build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \
+EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) $(foreach e,$(EMU_CI_RACE_RUN),$(firstword $(subst @, ,$(e)))) build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \
 	build/emu/resformer/train_fp32 build/emu/resformer/train_bf16 build/emu/depth/train_fp32 \
 	$(if $(HAVE_MPI),build/emu/vanilla-mpi/train_fp32 build/emu/depth-mpi/train_bf16 build/emu/resformer-mpi/train_bf16) $(EMU_BENCH_BINS)
 

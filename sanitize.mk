@@ -3,8 +3,9 @@
 #
 #   make test-sanitize      builds build/sanitize/<suite> (-O1 -g1, ASan + UBSan, OpenMP) for
 #                           test_gemm, test_host, test_gpt_cpu_<path> for all five value paths,
-#                           test_value_paths and test_reference_states, and runs them with
-#                           tests/run_all.sh: any failed test or sanitizer report fails it
+#                           test_value_paths and test_reference_states, and the emulated GPU
+#                           build's vanilla bf16 test_gpt (SANITIZE_EMU_RUN below), and runs them
+#                           with tests/run_all.sh: any failed test or sanitizer report fails it
 #
 # A developer target, not part of `make test` (CI's time is limited; how long it takes: README's
 # Tests section). The flags are fuzz.mk's FUZZ_SANITIZE: UBSan aborts on its first report, ASan on
@@ -38,12 +39,18 @@ build/sanitize/test_reference_states: tests/test_reference_states.cpp dev/refere
 	@mkdir -p $(dir $@)
 	$(CXX) $(SANITIZE_CXXFLAGS) $(OMPFLAGS) $(INCLUDES) -DVP_ERRORS_THROW $< -o $@
 
-# OMP_WAIT_POLICY=passive (unless set): the suites run two OpenMP threads, ASan and libgomp give no
-# false reports together, but the finite-difference checks open thousands of parallel regions on
-# tiny tensors, and libgomp's default spin-wait at each barrier, with a thread descheduled on a
-# busy machine, made test_value_paths' fd_vanilla take 469 s instead of 71 s (51 s on one
-# thread; the 2-core machine of 2026-11-29, shared with another build). Passive waiting keeps
-# both threads, and what they share, under the sanitizers.
+# The GPU kernels under the same sanitizers: vanilla bf16's test_gpt under the CUDA emulator
+# (emu.mk: ASan + UBSan, the threads between barriers in reverse order), on make test's emulated
+# subset (EMU_CI_FILTER). It was in make test until 2026-11-29: 218 of CI's CPU-seconds (build
+# and run), where CI's 25 minutes on 2 cores had run out.
+SANITIZE_EMU_RUN := build/emu/vanilla/test_gpt_bf16_asan@$(EMU_CI_FILTER)
+
+# OMP_WAIT_POLICY=passive (unless set; tests/run_all.sh sets it too): the suites run two OpenMP
+# threads, ASan and libgomp give no false reports together, but the finite-difference checks open
+# thousands of parallel regions on tiny tensors, and libgomp's default spin-wait at each barrier,
+# with a thread descheduled on a busy machine, made test_value_paths' fd_vanilla take 469 s instead
+# of 71 s (51 s on one thread; the 2-core machine of 2026-11-29, shared with another build).
+# Passive waiting keeps both threads, and what they share, under the sanitizers.
 .PHONY: test-sanitize
-test-sanitize: $(SANITIZE_TESTS)
-	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} bash tests/run_all.sh --no-python $(SANITIZE_TESTS)
+test-sanitize: $(SANITIZE_TESTS) build/emu/vanilla/test_gpt_bf16_asan
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} bash tests/run_all.sh --no-python $(SANITIZE_TESTS) $(SANITIZE_EMU_RUN)

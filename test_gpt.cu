@@ -42,6 +42,12 @@
 #include "train_gpt.cu"
 #include "tests/testing.h"
 
+// ./train's program, instantiated here although no test calls it: with it this file compiles
+// every line of train_gpt.cu but its one-line main, so the compile check without a GPU (gpu.mk,
+// gpu-compile-check-fast) compiles test_gpt for every path and precision and ./train for vanilla
+// only, and still fails on any path's trainer that would not build.
+template int train_main<GpuModel>(int argc, char** argv);
+
 // one forward with targets; returns the mean loss (either build's model)
 template <typename M>
 static float forward_loss(M* m, const int* inputs, const int* targets, int B, int T) {

@@ -10,6 +10,7 @@
 #   SEEDS="1337 1338 1339" bash scripts/compare_paths.sh   # every path under each seed, and a table
 #                                                          # over seeds (mean ± sd, paired Δ with 95% CI)
 #   EVAL_BATCHES=4 bash scripts/compare_paths.sh   # the val loss over 4 batches of 8 x 64 tokens, not 16
+#   VOCAB=50277 DATA=data/tinyshakespeare_neox bash scripts/compare_paths.sh   # shards of another tokenizer
 #
 # One seed says little about a difference of a few hundredths in val loss: the spread between
 # seeds of one path is of that order. With several SEEDS each path runs once per seed, into
@@ -35,13 +36,17 @@ DATA=${DATA:-data/tinyshakespeare}
 OUT=${OUT:-runs/compare_paths}
 SEEDS=${SEEDS:-1337}
 EXTRA=${EXTRA:-}
+# the model's vocabulary: GPT-2's for prepare_tinyshakespeare.py's default shards; another
+# tokenizer's shards need its size (NeoX-20B 50277, Llama-2 32000), or the trainer refuses ids past it
+VOCAB=${VOCAB:-50257}
 TASKS=${TASKS:-}
 LIMIT=${LIMIT:-}
 INCLUDE=${INCLUDE:-}
-MODEL="--arch $ARCH --layers 6 --heads 6 --dim 192 --max-seq 64 --seq-len 64 --batch-size 8"
+MODEL="--arch $ARCH --layers 6 --heads 6 --dim 192 --vocab $VOCAB --max-seq 64 --seq-len 64 --batch-size 8"
 TRAIN="--max-steps $STEPS --lr 2e-3 --warmup-steps 20 --eval-every $STEPS --eval-batches $EVAL_BATCHES"
 read -r -a seeds <<<"$SEEDS"
 [ ${#seeds[@]} -ge 1 ] || { echo "error: SEEDS is empty; give one or more seeds, e.g. SEEDS=\"1337 1338\"" >&2; exit 2; }
+[[ "$VOCAB" =~ ^[1-9][0-9]*$ ]] || { echo "error: VOCAB is '$VOCAB', not a vocabulary size; give the tokenizer's, e.g. VOCAB=50257 (GPT-2)" >&2; exit 2; }
 for seed in "${seeds[@]}"; do
     [[ "$seed" =~ ^[0-9]+$ ]] || { echo "error: SEEDS holds '$seed', not a seed (a non-negative integer)" >&2; exit 2; }
 done

@@ -2,7 +2,8 @@
 """Run ptxas on a "twin" only where its PTX holds something its trainer's does not.
 
 The compile check of a machine without a GPU (gpu.mk, gpu-compile-check-fast: what CI runs) builds
-test_gpt, bench_gpt and the -mpi trainer of each value path and precision. They include
+test_gpt of each value path and precision, bench_gpt of vanilla and the -mpi trainer, and compares
+each with vanilla's trainer of its precision. They include
 train_gpt.cu and call the same launchers, so their device code is the trainer's: about half of each
 of those compiles went to ptxas turning the same PTX into the same SASS again. The same holds one
 level up: the other paths' trainers and the kernel labs hold vanilla's kernels, and are twins of

@@ -145,7 +145,13 @@ elif [ -x .venv/bin/python ]; then
     fi
     echo "== running pytest tests/python dev/reference ${workers[*]:-}"
     t0=$SECONDS
-    .venv/bin/python -m pytest -q -rs --durations=5 "${workers[@]}" tests/python dev/reference 2>&1 | tee "$log"
+    # OpenMP threads wait passively at barriers (unless the caller set OMP_WAIT_POLICY): two
+    # workers each start trainers on CI's two cores, and libgomp's default spin-wait burns the core
+    # a thread of the other process needs (test_trainer_cli.py and test_distributed.py under -n 2:
+    # 161 s spinning, 64 s passive; the whole run 569 s, 475 s; 2-core machine, 2026-11-29). Not
+    # for the C++ suites run one at a time above: test_value_paths' thousands of tiny parallel
+    # regions took 105 s passive, 17 s spinning. A trainer run by hand keeps libgomp's default.
+    OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} .venv/bin/python -m pytest -q -rs --durations=5 "${workers[@]}" tests/python dev/reference 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     # pytest's skips join the total: its summary is the last line with its counts ("3 passed,
     # 1 skipped in 2.0s"); a skip reason above it may say "skipped" too, so only that line counts
