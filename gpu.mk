@@ -70,6 +70,10 @@ variant_run_flags = $(strip $(call variant_field,$(1),5))
 BUILT_BENCH_VARIANTS := $(foreach v,$(BENCH_VARIANTS),$(if $(strip $(call variant_flags,$(v))),$(v)))
 VARIANT_BINS := $(foreach v,$(BUILT_BENCH_VARIANTS),$(GPU_BUILD)/variants/$(v)/bench_gpt)
 TEST_GPT_BINS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/tests/test_gpt_gpu_$(p)_bf16 $(GPU_BUILD)/tests/test_gpt_gpu_$(p)_fp32)
+# the paths other than vanilla, whose kernels are vanilla's (the compile check's twins, below), and
+# their fp32 test_gpt, which the compile check without a GPU leaves to the emulated build
+TWIN_PATHS := $(filter-out vanilla,$(GPU_VALUE_PATHS))
+TWIN_FP32_TEST_GPT := $(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/tests/test_gpt_gpu_$(p)_fp32)
 GPU_TRAINERS := $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/$(p)/train_bf16 $(GPU_BUILD)/$(p)/train_fp32)
 
 # Data parallel: -DUSE_MPI, OpenMPI's compile and link flags (mpicxx --showme, as mpicxx itself
@@ -145,8 +149,7 @@ GPU_TEST_RUN := $(TEST_GPT_BINS) $(GPU_BUILD)/tests/test_gpu_routes
 else
 GPU_TEST_TARGETS := gpu-compile-check-fast
 # (the other paths' fp32 test_gpt are not in the check: CHECK_LEFT_OUT below)
-GPU_TEST_RUN := $(patsubst $(GPU_BUILD)/%,build/check/%,$(filter-out $(foreach p,$(filter-out vanilla,$(GPU_VALUE_PATHS)),%/test_gpt_gpu_$(p)_fp32),$(TEST_GPT_BINS)) \
-	$(GPU_BUILD)/tests/test_gpu_routes)
+GPU_TEST_RUN := $(patsubst $(GPU_BUILD)/%,build/check/%,$(filter-out $(TWIN_FP32_TEST_GPT),$(TEST_GPT_BINS)) $(GPU_BUILD)/tests/test_gpu_routes)
 endif
 
 # In the compile check the other paths' trainers are PTX twins of vanilla's: a value path changes
@@ -154,7 +157,6 @@ endif
 # 2026-11-28). ptxas runs on one only where tests/ptx_twins.py finds an item that vanilla's lacks.
 # trainer_gencode and trainer_ptx are the compile's code generation and what follows it: vanilla's
 # trainer (and, GPU_PTX_TWINS unset, every trainer) fully compiled, keeping its PTX in the check.
-TWIN_PATHS := $(filter-out vanilla,$(GPU_VALUE_PATHS))
 trainer_gencode = $(if $(filter-out vanilla,$*),$(twin_gencode),$(call gencode,$(GPU_ARCH)) $(keep_ptx))
 trainer_ptx = $(if $(filter-out vanilla,$*),$(call twin_check,$(GPU_BUILD)/vanilla/$(notdir $@)),$(save_ptx))
 $(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_bf16): $(call ptx_twin_of,$(GPU_BUILD)/vanilla/train_bf16)
@@ -254,8 +256,8 @@ bench: $(BENCH_BINS)
 # the emulated build (emu.mk) compiles every path's fp32 test_gpt and bench_gpt with g++. 16 of 36
 # nvcc runs, about 420 of the check's 1045 CPU-seconds on the 2-core machine (2026-11-29, a slow
 # hour), where CI's 25 minutes had run out; make gpu-compile-check builds them all.
-CHECK_LEFT_OUT := $(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_bf16 $(GPU_BUILD)/$(p)/train_fp32 $(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p) \
-	$(GPU_BUILD)/tests/test_gpt_gpu_$(p)_fp32)
+CHECK_LEFT_OUT := $(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_bf16 $(GPU_BUILD)/$(p)/train_fp32 $(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p)) \
+	$(TWIN_FP32_TEST_GPT)
 CHECK_TARGETS := $(if $(GPU_PTX_TWINS),$(filter-out $(CHECK_LEFT_OUT),$(GPU_ALL_TARGETS)),$(GPU_ALL_TARGETS))
 gpu-compile-check: $(CHECK_TARGETS)
 	@echo "✓ GPU targets compile ($(GPU_ARCH), bf16 and fp32, $(GPU_OPT)): $(CHECK_TARGETS)"

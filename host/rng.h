@@ -15,8 +15,11 @@ struct Rng {
 
 inline void rng_init(Rng* r, uint64_t seed) { r->state = seed; }
 
+// what each draw adds to the state: splitmix64's counter (rng_skip relies on it)
+constexpr uint64_t RNG_STATE_STEP = 0x9E3779B97F4A7C15ull;
+
 inline uint64_t rng_next_u64(Rng* r) {
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);  // (rng_skip relies on this: one constant per draw)
+    uint64_t z = (r->state += RNG_STATE_STEP);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -26,7 +29,7 @@ inline uint64_t rng_next_u64(Rng* r) {
 // constant to the state (splitmix64's counter), so n of them add n times it (mod 2^64). A sample
 // cut short by a stop signal skips the draws of the tokens it did not draw, and the sample RNG that
 // the checkpoint keeps is the one of a run whose sample ran whole.
-inline void rng_skip(Rng* r, uint64_t n) { r->state += n * 0x9E3779B97F4A7C15ull; }
+inline void rng_skip(Rng* r, uint64_t n) { r->state += n * RNG_STATE_STEP; }
 
 // uniform in [0, 1) with 53 random bits
 inline double rng_uniform(Rng* r) { return (double)(rng_next_u64(r) >> 11) * (1.0 / 9007199254740992.0); }

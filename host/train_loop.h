@@ -227,14 +227,16 @@ inline std::vector<int> sample_context(const RunConfig& rc, const Tokenizer* tok
     return context;
 }
 
-template <typename Model>
+inline SampleSettings sample_settings(const RunConfig& rc) { return SampleSettings{rc.sample_temperature, rc.sample_top_k}; }
+
 // The header comes first, so that a long sample shows it is under way. cut_short: as for
 // generate_tokens; a sample cut short prints what it drew and says so.
+template <typename Model>
 void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, const std::vector<int>& context, int T, Rng* rng, int step,
                   bool* cut_short = nullptr) {
     printf("---- sample at step %d ----\n", step);
     fflush(stdout);
-    std::vector<int> ids = generate_tokens(model, context, rc.sample_tokens, T, SampleSettings{rc.sample_temperature, rc.sample_top_k}, rng, cut_short);
+    std::vector<int> ids = generate_tokens(model, context, rc.sample_tokens, T, sample_settings(rc), rng, cut_short);
     fwrite(rc.sample_prompt.data(), 1, rc.sample_prompt.size(), stdout);  // the prompt, as given
     if (tok) tokenizer_print(tok, ids.data(), (int)ids.size(), stdout);
     else
@@ -247,7 +249,7 @@ void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, const
 // A sample that is due but not drawn (the run stops here): its draws are skipped, so that the
 // sample RNG the checkpoint keeps is the one of a run that drew it.
 inline void skip_sample(const RunConfig& rc, Rng* rng) {
-    rng_skip(rng, sample_draws_per_token(SampleSettings{rc.sample_temperature, rc.sample_top_k}) * (uint64_t)rc.sample_tokens);
+    rng_skip(rng, sample_draws_per_token(sample_settings(rc)) * (uint64_t)rc.sample_tokens);
 }
 
 template <typename Model>

@@ -407,14 +407,36 @@ def rank_pids(tag):
     return out
 
 
+def start_two_ranks(args, env=None):
+    """Starts a 2-rank job (one OpenMP thread a rank), its ranks tagged for rank_pids; returns
+    (Popen of mpirun, tag)."""
+    tag = uuid.uuid4().hex
+    env = {"VP_TEST_TAG": tag, **(env or {})}
+    proc = subprocess.Popen(mpirun_cmd(2, args, env=env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    return proc, tag
+
+
+def end_job(proc, pids, even_if_ended=False):
+    """Kills what is left of a job that a test stops following: its ranks (`pids`, rank_pids'; a
+    rank left waiting in a collective would spin on a core until its watchdog), while mpirun still
+    runs or if even_if_ended, then mpirun."""
+    if proc.poll() is None or even_if_ended:
+        for pid in pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 @pytest.mark.parametrize("how", ["killed", "hung"])
 def test_a_dead_or_hung_rank_ends_the_job(tmp_path, data, how):
     """Rank 1 is killed (SIGKILL) or frozen (SIGSTOP) mid-run: the job ends nonzero within a bounded time."""
-    tag = uuid.uuid4().hex
-    env = {"VP_TEST_TAG": tag, "VP_DIST_TIMEOUT": "3"}
     args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "100000000", "--out-dir", tmp_path / "run"]
-    proc = subprocess.Popen(mpirun_cmd(2, args, env=env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    proc, tag = start_two_ranks(args, {"VP_DIST_TIMEOUT": "3"})
     pids = {}
     try:
         deadline = time.time() + 30
@@ -434,23 +456,13 @@ def test_a_dead_or_hung_rank_ends_the_job(tmp_path, data, how):
         else:
             assert "signal 9" in err or "Killed" in err, err[-2000:]
     finally:
-        for pid in pids.values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        end_job(proc, pids, even_if_ended=True)  # a rank frozen by SIGSTOP outlives mpirun
 
 
 def signal_rank_1_at_step(args, out_dir, step, sig):
     """Starts a 2-rank job, sends `sig` to rank 1 alone once log.jsonl records `step` steps, and
     returns (Popen, stdout, stderr) when the job has ended; ranks left running are killed."""
-    tag = uuid.uuid4().hex
-    env = {"VP_TEST_TAG": tag}
-    proc = subprocess.Popen(mpirun_cmd(2, args, env=env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    proc, tag = start_two_ranks(args)
     pids = {}
     try:
         deadline = time.time() + 60
@@ -463,14 +475,7 @@ def signal_rank_1_at_step(args, out_dir, step, sig):
         os.kill(pids[1], sig)
         out, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            for pid in pids.values():  # a rank left waiting in a collective would spin on a core until its watchdog
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.kill()
-            proc.communicate()
+        end_job(proc, pids)
     return proc, out, err
 
 
@@ -521,12 +526,9 @@ def test_a_signal_to_rank_0_during_its_sample_stops_every_rank(tmp_path, data):
     step 2 cuts the sample short; the ranks agree after it (rank 1 saw no signal), and all stop
     after step 2 with its checkpoint and exit 138."""
     out = tmp_path / "run"
-    tag = uuid.uuid4().hex
-    env = {"VP_TEST_TAG": tag}
     args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr-schedule", "constant", "--out-dir", out,
                         "--max-steps", "100000000", "--sample-every", "2", "--sample-tokens", LONG_SAMPLE]
-    proc = subprocess.Popen(mpirun_cmd(2, args, env=env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    proc, tag = start_two_ranks(args)
     pids = {}
     try:
         read_until_line(proc, "---- sample at step 2 ----")
@@ -535,14 +537,7 @@ def test_a_signal_to_rank_0_during_its_sample_stops_every_rank(tmp_path, data):
         os.kill(pids[0], signal.SIGUSR1)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            for pid in pids.values():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.kill()
-            proc.communicate()
+        end_job(proc, pids)
     assert proc.returncode == 128 + signal.SIGUSR1, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
     assert re.search(rf"\(cut short by SIGUSR1 after \d+ of {LONG_SAMPLE} tokens\)", stdout), stdout[-2000:]
     assert f"stopped by SIGUSR1 after step 2 of 100000000: saved {out / 'ckpt_00000002.bin'}" in stdout, stdout[-2000:]

@@ -728,10 +728,15 @@ def logged_steps(out_dir):
     return log.read_text().count('"train_loss"') if log.exists() else 0
 
 
+def start_trainer(args, binary=None):
+    """Starts a trainer (one OpenMP thread) with its stdout and stderr piped; returns its Popen."""
+    return subprocess.Popen([str(binary or TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
 def start_and_wait_for_step(args, out_dir, step, binary=None):
     """Starts a trainer and returns its Popen once log.jsonl records `step` steps (it goes on)."""
-    proc = subprocess.Popen([str(binary or TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = start_trainer(args, binary)
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
         if logged_steps(out_dir) >= step:
@@ -801,8 +806,7 @@ def test_a_signal_without_out_dir_stops_and_a_second_signal_at_once(tmp_path, da
     signal, sent once the handler has taken the first and before the step ends (this model's take
     a tenth of a second or more), takes the default action: the process ends at once, by the signal."""
     args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "1000000"]
-    proc = subprocess.Popen([str(TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = start_trainer(args)
     first = ""
     while not first.startswith("step") and proc.poll() is None:  # the console line of a step: the loop has begun
         first = proc.stdout.readline()
@@ -886,6 +890,17 @@ def wait_for_handler(proc, sig):
     raise AssertionError(f"the process never caught signal {sig} (exit {proc.poll()})")
 
 
+def sigterm_once_handled(args):
+    """Starts a trainer, sends it SIGTERM once its stop handler is in place (so the signal cannot
+    miss it), and returns its stdout after checking that it exited 143."""
+    proc = start_trainer(args)
+    wait_for_handler(proc, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    return stdout
+
+
 @pytest.mark.parametrize("kind", ["val", "mc"])
 def test_a_signal_cuts_an_evaluation_only_run_short(tmp_path, data, kind):
     """--max-steps 0 evaluates a checkpoint: a stop signal during that evaluation ends the run with
@@ -894,12 +909,7 @@ def test_a_signal_cuts_an_evaluation_only_run_short(tmp_path, data, kind):
     run(TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "1", "--out-dir", model], expect=0)
     out = tmp_path / "eval"
     args = TINY_GPT2 + ["--init-from", model / "ckpt_00000001.bin", "--max-steps", "0", "--out-dir", out, "--sample-every", "1"] + long_eval_flags(tmp_path, data, kind)
-    proc = subprocess.Popen([str(TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    wait_for_handler(proc, signal.SIGTERM)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    stdout = sigterm_once_handled(args)
     assert "the evaluation at step 0 was cut short by SIGTERM: not logged" in stdout and "stopped by SIGTERM: nothing sampled or saved" in stdout, stdout[-2000:]
     assert "---- sample" not in stdout and not list(out.glob("ckpt_*"))
     assert read_log(out)[1:] == [{"event": "stopped", "step": 0, "signal": "SIGTERM"}]
@@ -941,8 +951,7 @@ def test_a_signal_cuts_a_long_sample_short_and_later_samples_are_an_unstopped_ru
     stopped = tmp_path / "stopped"
     args = common + ["--max-steps", "1000000", "--out-dir", stopped]
     if when == "sample":
-        proc = subprocess.Popen([str(TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        proc = start_trainer(args)
         read_until_line(proc, "---- sample at step 2 ----")
     else:
         proc = start_and_wait_for_step(args, stopped, 1)
@@ -973,12 +982,7 @@ def test_a_signal_cuts_a_sample_only_run_short(tmp_path, data):
     slow the machine: before its first token, the cut leaves none."""
     out = tmp_path / "run"
     args = TINY_GPT2 + ["--max-steps", "0", "--out-dir", out, "--sample-every", "1", "--sample-tokens", LONG_SAMPLE]
-    proc = subprocess.Popen([str(TRAINER)] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    wait_for_handler(proc, signal.SIGTERM)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    stdout = sigterm_once_handled(args)
     assert re.search(rf"\(cut short by SIGTERM after \d+ of {LONG_SAMPLE} tokens\)", stdout), stdout[-2000:]
     assert "stopped by SIGTERM: the sample is cut short, nothing saved" in stdout and not list(out.glob("ckpt_*"))
     assert read_log(out)[1:] == [{"event": "stopped", "step": 0, "signal": "SIGTERM"}]
