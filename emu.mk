@@ -12,8 +12,9 @@
 # `make test` runs EMU_CI_RUN, a subset sized for CI's 2 cores: the emulator's own tests
 # (test_emu); every path and precision on forward_backward (every config: logits, loss, every
 # gradient, each layer's q/k/v), the attention head-range hook and the kernel-version tests of
-# EMU_CI_FILTER; vanilla bf16's 10 steps; and the race detector's own tests plus Depth bf16's
-# depth_fused with every kernel access checked for races. make test-sanitize runs the vanilla bf16
+# EMU_CI_FILTER; vanilla bf16's 10 steps and its check of the global norm's grid; and the race
+# detector's own tests plus Depth bf16's depth_fused with every kernel access checked for races.
+# make test-sanitize runs the vanilla bf16
 # suite under AddressSanitizer + UBSan with the threads between barriers in reverse order
 # (VP_EMU_ORDER=forward|reverse overrides either build's order). It also builds
 # the emulated ./train for tests/python/test_gpu_trainer_emu.py and, where MPI exists, the emulated
@@ -114,7 +115,7 @@ build/emu/test_emu_race: build/emu/src/tests/emu/test_emu.cu $(EMU_SOURCES) buil
 EMU_TEST_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/test_gpt_fp32 build/emu/$(p)/test_gpt_bf16)
 
 # run_all.sh entries are BINARY[@FILTER]
-EMU_CI_FILTER := forward_backward,attention_head_ranges,attention_wgmma_versions,attention_sum_kept,matmul_forward_lerp_bias,matmul_backward_dgelu,matmul_forward_gelu_epilogue,bias_grad_epilogue,depth_fused
+EMU_CI_FILTER := forward_backward,attention_head_ranges,attention_wgmma_versions,attention_sum_kept,matmul_forward_lerp_bias,matmul_backward_dgelu,matmul_forward_gelu_epilogue,bias_grad_epilogue,depth_fused,classifier_threads_fit_v
 # under the race detector: its own tests, and Depth bf16's depth_fused (the fused kernels, whose
 # blocks wait on each other's flags, and then forward_backward's first config with them: the
 # attention kernels every path runs). The rest of EMU_CI_FILTER there (96 s), SLA bf16 and ResFormer
@@ -126,7 +127,7 @@ EMU_CI_RACE_RUN := build/emu/test_emu_race build/emu/depth/test_gpt_bf16_race@de
 # test-sanitize's, left make test on 2026-11-29 for CI's time)
 EMU_CI_RUN := build/emu/vanilla/test_gpt_bf16@steps $(EMU_CI_RACE_RUN) \
 	build/emu/depth/test_gpt_bf16@$(EMU_CI_FILTER) $(addsuffix @$(EMU_CI_FILTER),$(filter-out build/emu/depth/test_gpt_bf16,$(EMU_TEST_BINS))) \
-	build/emu/test_emu
+	build/emu/vanilla/test_gpt_bf16@global_norm_grid_fits_n build/emu/test_emu
 # plus ./train's main under the emulator, for tests/python/test_gpu_trainer_emu.py, and its
 # data-parallel build where MPI exists (tests/python/test_distributed_gpu_emu.py)
 EMU_CI_TARGETS := build/emu/test_emu $(EMU_TEST_BINS) $(foreach e,$(EMU_CI_RACE_RUN),$(firstword $(subst @, ,$(e)))) build/emu/vanilla/train_fp32 build/emu/vanilla/train_bf16 \

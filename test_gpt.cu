@@ -992,6 +992,87 @@ static std::vector<float> floatx_normal(Rng* rng, size_t n, float scale) {
 // above start from GPT-2's zero biases, so only this test would see the bias scaled wrongly (the
 // kernel relies on cuBLASLt adding the bias after alpha and beta, unscaled). One output rounding
 // in bf16 (bound 2u), summation order only in fp32.
+// global_norm_squared sizes its grid to n (kernels/global_norm.cuh): the bits must be those of the
+// full fixed grid of GLOBAL_NORM_BLOCKS blocks, which is what made the norm the same on every GPU,
+// and close to the host's double sum (each order of n non-negative double terms is within
+// (n - 1) units of 2^-53 of the exact sum, relative). n from none to 137 blocks' worth, and a
+// full grid with a part-filled last stride.
+TEST(global_norm_grid_fits_n) {
+    CHECK(gpu::global_norm_blocks(0) == 1 && gpu::global_norm_blocks(1) == 1 && gpu::global_norm_blocks(513) == 2 &&
+              gpu::global_norm_blocks(70001) == 137 && gpu::global_norm_blocks((size_t)512 * 1024) == 1024 &&
+              gpu::global_norm_blocks((size_t)1 << 40) == 1024,
+          "global_norm_blocks: one block per 512 elements, at least 1, at most %d", gpu::GLOBAL_NORM_BLOCKS);
+    Rng rng = rng_stream(92, 1);
+    const size_t most = (size_t)512 * 1024 + 77;
+    std::vector<float> h(most);
+    for (float& x : h) x = (float)rng_normal(&rng);
+    float* d = nullptr;
+    double* scratch = nullptr;
+    cudaCheck(cudaMalloc(&d, most * sizeof(float)));
+    cudaCheck(cudaMalloc(&scratch, 2 * (gpu::GLOBAL_NORM_BLOCKS + 1) * sizeof(double)));
+    cudaCheck(cudaMemcpy(d, h.data(), most * sizeof(float), cudaMemcpyHostToDevice));
+    double* full_partials = scratch + gpu::GLOBAL_NORM_BLOCKS + 1;
+    for (size_t n : {(size_t)0, (size_t)1, (size_t)513, (size_t)70001, most}) {
+        gpu::global_norm_squared(scratch + gpu::GLOBAL_NORM_BLOCKS, scratch, d, n, 0);
+        double fitted = 0, full = 0, host = 0;
+        cudaCheck(cudaMemcpy(&fitted, scratch + gpu::GLOBAL_NORM_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost));
+        full = fitted;  // the same launch where n fills the grid (and a second full grid costs the emulator 0.6 s)
+        if (gpu::global_norm_blocks(n) < gpu::GLOBAL_NORM_BLOCKS) {
+            gpu::global_norm_squared(full_partials + gpu::GLOBAL_NORM_BLOCKS, full_partials, d, n, 0, gpu::GLOBAL_NORM_BLOCKS);
+            cudaCheck(cudaMemcpy(&full, full_partials + gpu::GLOBAL_NORM_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost));
+        }
+        for (size_t i = 0; i < n; i++) host += (double)h[i] * h[i];
+        const double bound = (double)std::max<size_t>(n, 1) * std::ldexp(1.0, -52);
+        printf("    n=%-7zu %4d blocks: %.17g, full grid %.17g, host %.17g\n", n, gpu::global_norm_blocks(n), fitted, full, host);
+        CHECK(memcmp(&fitted, &full, sizeof(double)) == 0, "n=%zu: %d blocks gave %.17g, the full grid %.17g", n, gpu::global_norm_blocks(n), fitted, full);
+        CHECK(std::fabs(fitted - host) <= bound * host, "n=%zu: %.17g against the host's %.17g (bound %.1e relative)", n, fitted, host, bound);
+    }
+    cudaCheck(cudaFree(d));
+    cudaCheck(cudaFree(scratch));
+}
+
+// fused_classifier3 sizes its block to the row (kernels/classifier.cuh classifier3_threads): the
+// losses and the dlogits written over the logits must be the bits of its 512 threads, from one
+// vector of the row to more than 512 of them, the rows padded (Vp > V).
+TEST(classifier_threads_fit_v) {
+    const int vec = gpu::x128::size;
+    CHECK(gpu::classifier3_threads(1) == 32 && gpu::classifier3_threads(32 * vec) == 32 && gpu::classifier3_threads(32 * vec + 1) == 64 &&
+              gpu::classifier3_threads(512 * vec) == 512 && gpu::classifier3_threads(50257) == 512,
+          "classifier3_threads: one thread per %d tokens in whole warps, 32 to 512", vec);
+    const int N = 5;
+    for (int V : {1, 50, 64, 33 * vec + 3, 512 * vec, 600 * vec + 5}) {
+        const int Vp = (V + 63) / 64 * 64;
+        Rng rng = rng_stream(93, (uint64_t)V);
+        std::vector<float> logits((size_t)N * Vp);
+        for (float& x : logits) x = 3.0f * (float)rng_normal(&rng);
+        std::vector<int> targets(N);
+        for (int& t : targets) t = (int)(rng_next_u64(&rng) % (uint64_t)V);
+        int* d_targets = nullptr;
+        float* d_losses = nullptr;
+        cudaCheck(cudaMalloc(&d_targets, N * sizeof(int)));
+        cudaCheck(cudaMalloc(&d_losses, 2 * N * sizeof(float)));
+        cudaCheck(cudaMemcpy(d_targets, targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+        gpu::floatX *fitted = floatx_upload(logits), *full = floatx_upload(logits);
+        gpu::fused_classifier3(fitted, d_losses, d_targets, N, V, Vp, true, 0);
+        gpu::fused_classifier3(full, d_losses + N, d_targets, N, V, Vp, true, 0, gpu::CLASSIFIER3_THREADS);
+        std::vector<float> losses = gpu_download(d_losses, 2 * N);
+        std::vector<gpu::floatX> a((size_t)N * Vp), b((size_t)N * Vp);
+        cudaCheck(cudaMemcpy(a.data(), fitted, a.size() * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(b.data(), full, b.size() * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
+        // the host's loss of row 0 in double, as a check that both computed a loss at all
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < V; j++) mx = std::max(mx, (double)from_floatx(to_floatx(logits[j])));
+        for (int j = 0; j < V; j++) sum += std::exp((double)from_floatx(to_floatx(logits[j])) - mx);
+        const double host_loss = std::log(sum) + mx - from_floatx(to_floatx(logits[targets[0]]));
+        printf("    V=%-5d Vp=%-5d %3d threads: row 0 loss %.9g (512 threads %.9g, host %.9g)\n", V, Vp, gpu::classifier3_threads(V), losses[0], losses[N],
+               host_loss);
+        CHECK(memcmp(losses.data(), losses.data() + N, N * sizeof(float)) == 0, "V=%d: the losses differ from 512 threads'", V);
+        CHECK(memcmp(a.data(), b.data(), a.size() * sizeof(gpu::floatX)) == 0, "V=%d: the dlogits differ from 512 threads'", V);
+        CHECK(std::fabs(losses[0] - host_loss) <= 1e-5 * std::max(1.0, std::fabs(host_loss)), "V=%d: row 0 loss %.9g, the host's %.9g", V, losses[0], host_loss);
+        for (void* d : {(void*)d_targets, (void*)d_losses, (void*)fitted, (void*)full}) cudaCheck(cudaFree(d));
+    }
+}
+
 TEST(matmul_forward_lerp_bias) {
     const int N = 96, C = 64, OC = 48;
     const long rs = 80;  // out and other: rows of 80, OC used (the v slot of a qkv row)

@@ -39,6 +39,8 @@
 // defines: fused_classifier (and fused_classifier2/3/4 for the lab and the build variants)
 #pragma once
 
+#include <algorithm>
+
 #include "kernels/common.cuh"
 
 namespace gpu {
@@ -181,9 +183,26 @@ inline void fused_classifier2(floatX* logits, float* losses, const int* targets,
     fused_classifier_kernel2<<<N, 512, 0, stream>>>(logits, losses, targets, V, Vp, write_dlogits);
     cudaCheck(cudaGetLastError());
 }
-inline void fused_classifier3(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, bool write_dlogits, cudaStream_t stream) {
+// Version 3's threads per row: 512, or fewer where a row of V tokens has fewer 16-byte vectors
+// than that (64 tokens are 8 vectors in bf16). In pass 1 each thread then reads the one vector it
+// read among 512 (a row of at most 512 vectors gives each at most one), the threads left out
+// would have held the empty statistic, which softmax_merge passes through unchanged, and pass 2
+// is elementwise: the bits of 512 threads (test_gpt: classifier_threads_fit_v). A GPU does not
+// notice; the CUDA emulator (tests/emu), which runs every thread, took 0.4 s of a small test
+// model's 1.2 s run in the 512-thread classifier (2026-11-30).
+constexpr int CLASSIFIER3_THREADS = 512;
+inline int classifier3_threads(int V) {
+    int vectors = (V + x128::size - 1) / x128::size;
+    if (vectors >= CLASSIFIER3_THREADS) return CLASSIFIER3_THREADS;
+    return std::max(32, (vectors + 31) / 32 * 32);
+}
+// threads: 0 (every caller but test_gpt's check of the bits) for classifier3_threads(V)
+inline void fused_classifier3(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, bool write_dlogits, cudaStream_t stream,
+                              int threads = 0) {
     KERNEL_ASSERT(Vp % x128::size == 0 && V <= Vp && V >= 1);
-    fused_classifier_kernel3<<<N, 512, 0, stream>>>(logits, losses, targets, V, Vp, write_dlogits);
+    if (threads == 0) threads = classifier3_threads(V);
+    KERNEL_ASSERT(threads % 32 == 0 && threads >= classifier3_threads(V) && threads <= CLASSIFIER3_THREADS);
+    fused_classifier_kernel3<<<N, threads, 0, stream>>>(logits, losses, targets, V, Vp, write_dlogits);
     cudaCheck(cudaGetLastError());
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <deque>
 #include <map>
@@ -787,9 +788,41 @@ cudaError_t set_max_dynamic_smem(const void* fn, int bytes) {
     return cudaSuccess;
 }
 
+// VP_EMU_PROFILE=1: at exit, each kernel's launch text with its grids, blocks, threads and the
+// seconds the emulator spent running them, most first, on stderr. For choosing what to make
+// cheaper when an emulated test is slow: the emulator's cost is per thread and per switch between
+// fibers, not per flop, so a tiny model's step can be dominated by a kernel that launches a large
+// fixed grid.
+struct KernelProfile {
+    uint64_t grids = 0, blocks = 0, threads = 0;
+    double seconds = 0;
+};
+static std::map<std::string, KernelProfile> kernel_profile;
+static void print_kernel_profile() {
+    std::vector<std::pair<std::string, KernelProfile>> rows(kernel_profile.begin(), kernel_profile.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.seconds;
+    fprintf(stderr, "CUDA emulator profile: %.2f s in %zu kernels\n  seconds     grids      blocks       threads  kernel\n", total, rows.size());
+    for (const auto& r : rows)
+        fprintf(stderr, "  %7.2f %9llu %11llu %13llu  %s\n", r.second.seconds, (unsigned long long)r.second.grids, (unsigned long long)r.second.blocks,
+                (unsigned long long)r.second.threads, r.first.c_str());
+}
+static bool profiling() {
+    static const bool on = [] {
+        const char* p = getenv("VP_EMU_PROFILE");
+        bool yes = p && strcmp(p, "1") == 0;
+        if (yes) atexit(print_kernel_profile);
+        return yes;
+    }();
+    return on;
+}
+
 // Runs a grid now (the stream machinery below decides when).
 static void run_grid(const char* name, dim3 g, dim3 b, size_t smem, const std::function<void()>& body) {
     Emulator& e = emu();
+    const bool profile = profiling();
+    const auto started = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     size_t nthreads = (size_t)b.x * b.y * b.z;
     if (!e.stacks) {
         e.stacks = static_cast<unsigned char*>(
@@ -827,6 +860,14 @@ static void run_grid(const char* name, dim3 g, dim3 b, size_t smem, const std::f
     e.smem = nullptr;
     e.name = nullptr;
     e.body = nullptr;
+    if (profile) {
+        KernelProfile& k = kernel_profile[name];
+        uint64_t blocks = (uint64_t)g.x * g.y * g.z;
+        k.grids++;
+        k.blocks += blocks;
+        k.threads += blocks * nthreads;
+        k.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    }
 }
 
 void launch_impl(const void* fn, const LaunchConfig& cfg, const char* name, std::function<void()> body) {
