@@ -4,7 +4,7 @@
 // runtime_error/usage_error into exceptions), never a crash, a hang, an out-of-bounds access or
 // undefined behaviour (AddressSanitizer and UBSan watch every run).
 //
-// One source, one binary per target (-DFUZZ_CHECKPOINT, -DFUZZ_SHARD, ...):
+// One source; for libFuzzer one binary per target (-DFUZZ_CHECKPOINT, -DFUZZ_SHARD, ...):
 //   FUZZ_CHECKPOINT  the input is a checkpoint file, which the real train_main resumes (and trains
 //                    one step from) or --init-from loads (and evaluates and samples from): header,
 //                    run text, model config, value path, data position, weights
@@ -18,9 +18,10 @@
 // Built two ways (fuzz.mk):
 //   make fuzz          clang -fsanitize=fuzzer,address,undefined: libFuzzer's own main; run as
 //                      build/fuzz/fuzz_checkpoint dev/fuzz/corpus/checkpoint -max_total_time=600
-//   make test          g++ -fsanitize=address,undefined with -DFUZZ_REPLAY: a main that runs each
-//                      file of the committed corpus (dev/fuzz/corpus/<target>/) once, so every
-//                      input that once crashed stays a regression test, in CI, without clang.
+//   make test          g++ -fsanitize=address,undefined with -DFUZZ_REPLAY: one binary of every
+//                      target (build/fuzz/replay, run as its links replay_<target>) whose main
+//                      runs each file of the committed corpus (dev/fuzz/corpus/<target>/) once, so
+//                      every input that once crashed stays a regression test, in CI, without clang.
 #define TESTING
 #ifndef VP_ERRORS_THROW
 #define VP_ERRORS_THROW
@@ -103,14 +104,14 @@ static void fuzz_train(std::vector<std::string> args) {
     }
 }
 
-#if defined(FUZZ_CHECKPOINT)
+#if defined(FUZZ_CHECKPOINT) || defined(FUZZ_REPLAY)
 // data[0] picks the use: bit 0 -> --resume 1 (train one step) or --init-from (evaluate and
 // sample); bit 1 -> the file is data[1..] as given, or data[1..] followed by as many weight bytes
 // as its header asks for (so that mutations of the header get past the size check); bit 2 -> the
 // CRCs of a version-2 header are made to match (a file whose content is wrong but whose CRCs
 // are right, as a buggy tool could write). Together they let mutations reach the config,
 // value-path, data-position and weight checks. The weights added are small and finite.
-static void fuzz_one(const uint8_t* data, size_t size) {
+static void fuzz_one_checkpoint(const uint8_t* data, size_t size) {
     if (size < 1) return;
     int mode = data[0];
     std::string ckpt = fuzz_dir + "/run/ckpt_00000002.bin";
@@ -146,9 +147,10 @@ static void fuzz_one(const uint8_t* data, size_t size) {
         fuzz_train({"--init-from", ckpt, "--max-steps", "0", "--seq-len", "8", "--val-data", train, "--eval-batches", "2",
                     "--sample-every", "1", "--sample-tokens", "12"});
 }
-#elif defined(FUZZ_SHARD)
+#endif
+#if defined(FUZZ_SHARD) || defined(FUZZ_REPLAY)
 // The input is the shard file; data[0] picks shuffled or not and B, T.
-static void fuzz_one(const uint8_t* data, size_t size) {
+static void fuzz_one_shard(const uint8_t* data, size_t size) {
     if (size < 1) return;
     int mode = data[0];
     std::string dir = fuzz_dir + "/shard";
@@ -168,8 +170,9 @@ static void fuzz_one(const uint8_t* data, size_t size) {
         fuzz_refused(e);
     }
 }
-#elif defined(FUZZ_TOKENIZER)
-static void fuzz_one(const uint8_t* data, size_t size) {
+#endif
+#if defined(FUZZ_TOKENIZER) || defined(FUZZ_REPLAY)
+static void fuzz_one_tokenizer(const uint8_t* data, size_t size) {
     std::string path = fuzz_dir + "/tokenizer.bin";
     fuzz_write_file(path, data, size);
     try {
@@ -199,9 +202,10 @@ static void fuzz_one(const uint8_t* data, size_t size) {
         fuzz_refused(e);
     }
 }
-#elif defined(FUZZ_FLAGS)
+#endif
+#if defined(FUZZ_FLAGS) || defined(FUZZ_REPLAY)
 // The input is argv[1..], NUL-separated (at most 64 words).
-static void fuzz_one(const uint8_t* data, size_t size) {
+static void fuzz_one_flags(const uint8_t* data, size_t size) {
     std::vector<std::string> words(1, "train_cpu");
     std::string cur;
     for (size_t i = 0; i < size && words.size() < 64; i++) {
@@ -229,10 +233,11 @@ static void fuzz_one(const uint8_t* data, size_t size) {
         fuzz_refused(e);
     }
 }
-#elif defined(FUZZ_MC)
+#endif
+#if defined(FUZZ_MC) || defined(FUZZ_REPLAY)
 // The input is a .vpmc file; data[0] picks B (1..4) and T (1..8). A file that loads (for a
 // vocabulary of 64) is scored by a 1-layer model built for it.
-static void fuzz_one(const uint8_t* data, size_t size) {
+static void fuzz_one_mc(const uint8_t* data, size_t size) {
     if (size < 1) return;
     int mode = data[0], B = 1 + (mode & 3), T = 1 + (mode >> 2 & 7);
     std::string path = fuzz_dir + "/mc.vpmc";
@@ -253,17 +258,30 @@ static void fuzz_one(const uint8_t* data, size_t size) {
         fuzz_refused(e);
     }
 }
-#else
-#error "define one of FUZZ_CHECKPOINT, FUZZ_SHARD, FUZZ_TOKENIZER, FUZZ_FLAGS, FUZZ_MC"
 #endif
 
+// the libFuzzer build fuzzes one target (its own binary); the replay build holds all five
+#if defined(FUZZ_CHECKPOINT)
+#define FUZZ_ONE fuzz_one_checkpoint
+#elif defined(FUZZ_SHARD)
+#define FUZZ_ONE fuzz_one_shard
+#elif defined(FUZZ_TOKENIZER)
+#define FUZZ_ONE fuzz_one_tokenizer
+#elif defined(FUZZ_FLAGS)
+#define FUZZ_ONE fuzz_one_flags
+#elif defined(FUZZ_MC)
+#define FUZZ_ONE fuzz_one_mc
+#elif !defined(FUZZ_REPLAY)
+#error "define one of FUZZ_CHECKPOINT, FUZZ_SHARD, FUZZ_TOKENIZER, FUZZ_FLAGS, FUZZ_MC (or FUZZ_REPLAY for the replay of all five)"
+#endif
+
+#ifndef FUZZ_REPLAY
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_setup();
-    fuzz_one(data, size);
+    FUZZ_ONE(data, size);
     return 0;
 }
-
-#ifdef FUZZ_REPLAY
+#else
 // --make-seeds DIR: writes this target's starting corpus (valid inputs of each kind, which the
 // fuzzer then mutates) into DIR. The committed corpus began as these.
 static void fuzz_seed(const std::string& dir, const std::string& name, int mode, const std::vector<uint8_t>& body) {
@@ -282,8 +300,7 @@ static void le32(std::vector<uint8_t>& b, uint32_t v) {
     for (int k = 0; k < 4; k++) b.push_back((uint8_t)(v >> (8 * k)));
 }
 
-static void fuzz_make_seeds(const std::string& dir) {
-#if defined(FUZZ_CHECKPOINT)
+static void fuzz_make_seeds_checkpoint(const std::string& dir) {
     // a real checkpoint of each family, trained 2 steps on the harness's data
     const std::vector<std::vector<std::string>> models = {
         {"--arch", "gpt2", "--layers", "1", "--heads", "2", "--dim", "8", "--vocab", "64", "--max-seq", "16"},
@@ -314,7 +331,9 @@ static void fuzz_make_seeds(const std::string& dir) {
         memcpy(head.data(), &v1, sizeof(v1));
         fuzz_seed(dir, fam + "_v1_resume_head", 2 | 1, head);
     }
-#elif defined(FUZZ_SHARD)
+}
+
+static void fuzz_make_seeds_shard(const std::string& dir) {
     for (int version : {1, 2}) {
         std::vector<uint8_t> b;
         le32(b, SHARD_MAGIC);
@@ -328,7 +347,9 @@ static void fuzz_make_seeds(const std::string& dir) {
         fuzz_seed(dir, "v" + std::to_string(version) + "_shuffled", 1 | (1 << 1) | (3 << 3), b);
         fuzz_seed(dir, "v" + std::to_string(version) + "_ordered", 0 | (0 << 1) | (7 << 3), b);
     }
-#elif defined(FUZZ_TOKENIZER)
+}
+
+static void fuzz_make_seeds_tokenizer(const std::string& dir) {
     const char* words[] = {"a", "b", "ab", " the", "\xc4\xa0x", "<|endoftext|>"};
     std::vector<uint8_t> vp;
     le32(vp, VPTOK_MAGIC);
@@ -383,7 +404,9 @@ static void fuzz_make_seeds(const std::string& dir) {
     fuzz_seed(dir, "llmc", -1, llmc);
     std::string json = "{\"a\": 0, \"b\": 1, \"ab\": 2, \"\\u0120the\": 3, \"\u0120x\": 4, \"<|endoftext|>\": 5}\n";
     fuzz_seed(dir, "encoder_json", -1, std::vector<uint8_t>(json.begin(), json.end()));
-#elif defined(FUZZ_FLAGS)
+}
+
+static void fuzz_make_seeds_flags(const std::string& dir) {
     const std::vector<std::vector<std::string>> lines = {
         {"--arch", "gpt2", "--layers", "4", "--heads", "4", "--dim", "128", "--max-seq", "128", "--seq-len", "128", "--batch-size", "8",
          "--max-steps", "300", "--lr", "1e-3", "--train-data", "x_*.bin", "--total-batch-tokens", "2048"},
@@ -400,7 +423,9 @@ static void fuzz_make_seeds(const std::string& dir) {
         }
         fuzz_seed(dir, "line" + std::to_string(k++), -1, b);
     }
-#elif defined(FUZZ_MC)
+}
+
+static void fuzz_make_seeds_mc(const std::string& dir) {
     // two examples (3 and 2 choices), then one with a long context and ending that T cuts
     std::vector<int32_t> body = {3, 2, 2, 1, 4, 2, 9, 1, 3, 7, 8, 1, 2, 3, 4, 2, 0, 1, 3, 11, 1, 2, 9, 5, 6, 7, 8,
                                  2, 1, 12, 9, 30, 1, 5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
@@ -415,7 +440,24 @@ static void fuzz_make_seeds(const std::string& dir) {
         fuzz_seed(dir, "examples" + std::to_string(examples) + "_b2_t8", 1 | (7 << 2), b);
         fuzz_seed(dir, "examples" + std::to_string(examples) + "_b1_t2", 0 | (1 << 2), b);
     }
-#endif
+}
+
+// The replay binary holds every target; it runs as build/fuzz/replay_<target> (a link to it,
+// fuzz.mk), the target named by the link, or as `replay <target> ...`.
+struct FuzzTarget {
+    const char* name;
+    void (*one)(const uint8_t* data, size_t size);
+    void (*make_seeds)(const std::string& dir);
+};
+static const FuzzTarget FUZZ_TARGETS[] = {{"checkpoint", fuzz_one_checkpoint, fuzz_make_seeds_checkpoint},
+                                          {"shard", fuzz_one_shard, fuzz_make_seeds_shard},
+                                          {"tokenizer", fuzz_one_tokenizer, fuzz_make_seeds_tokenizer},
+                                          {"flags", fuzz_one_flags, fuzz_make_seeds_flags},
+                                          {"mc", fuzz_one_mc, fuzz_make_seeds_mc}};
+static const FuzzTarget* fuzz_target_named(const std::string& name) {
+    for (const FuzzTarget& t : FUZZ_TARGETS)
+        if (name == t.name) return &t;
+    return nullptr;
 }
 
 // An input to replay must be a regular file that opens: why not, in *why. fuzz_read_file reads a
@@ -443,17 +485,27 @@ static bool fuzz_replayable(const std::string& path, std::string* why) {
 // crashed (a crash ends the process with the sanitizer's report and a nonzero code). A path that
 // does not exist or cannot be read is an error (exit 1, naming it), never an input.
 int main(int argc, char** argv) {
-    if (argc == 3 && std::string(argv[1]) == "--make-seeds") {
+    std::string self = argv[0];
+    self = self.substr(self.find_last_of('/') + 1);
+    const FuzzTarget* target = self.rfind("replay_", 0) == 0 ? fuzz_target_named(self.substr(7)) : nullptr;
+    int first = 1;
+    if (!target && argc > 1 && (target = fuzz_target_named(argv[1]))) first = 2;
+    if (!target) {
+        fprintf(stderr, "usage: %s TARGET [--make-seeds DIR | FILE_OR_DIR...], TARGET one of checkpoint, shard, tokenizer, flags, mc "
+                        "(or run it as replay_TARGET, a link to it, as make test does: build/fuzz/replay_checkpoint ...)\n", argv[0]);
+        return 2;
+    }
+    if (argc - first == 2 && std::string(argv[first]) == "--make-seeds") {
         fuzz_setup();
-        if (mkdir(argv[2], 0755) != 0 && errno != EEXIST) {
-            fprintf(stderr, "cannot make '%s': %s (does its parent exist?)\n", argv[2], strerror(errno));
+        if (mkdir(argv[first + 1], 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "cannot make '%s': %s (does its parent exist?)\n", argv[first + 1], strerror(errno));
             return 1;
         }
-        fuzz_make_seeds(argv[2]);
+        target->make_seeds(argv[first + 1]);
         return 0;
     }
     int runs = 0;
-    for (int a = 1; a < argc; a++) {
+    for (int a = first; a < argc; a++) {
         std::vector<std::string> files;
         if (DIR* dir = opendir(argv[a])) {
             while (dirent* e = readdir(dir))
@@ -470,7 +522,8 @@ int main(int argc, char** argv) {
                 return 1;
             }
             std::vector<uint8_t> bytes = fuzz_read_file(f);
-            LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
+            fuzz_setup();
+            target->one(bytes.data(), bytes.size());
             runs++;
         }
     }
