@@ -25,16 +25,21 @@
 # launches and `extern __shared__` of test_gpt.cu, train_gpt.cu and kernels/*.cuh into
 # build/emu/src/ (same names, #line kept), and tests/emu/include/ stands in for the CUDA headers.
 
-# -g1: line tables and function names (what addr2line gives the race detector, and ASan, UBSan and
-# TSan give their reports), no variables: a third less compile time than -g (19 s against 12 s for a
-# test_gpt, 2026-11-28). For gdb's locals: make -B <target> EMU_DEBUG=-g
-EMU_DEBUG ?= -g1
+# Debug information: none in the plain builds (test_gpt, the trainers, bench_gpt, test_emu), where
+# nothing reads it: 40 s against 57 s with -g1 for a test_gpt on the 2-core machine (2026-11-30),
+# over the 24 emulated builds of make test. The race detector's and the sanitizers' builds take
+# -g1 (EMU_REPORT_DEBUG, in EMU_RACE and EMU_SANITIZE): line tables and function names, which
+# addr2line gives the race detector and ASan and UBSan give their reports; no variables, a third
+# less compile time than -g (19 s against 12 s for a test_gpt, 2026-11-28). For gdb, any build:
+# make -B <target> EMU_DEBUG=-g
+EMU_DEBUG ?=
+EMU_REPORT_DEBUG := $(or $(EMU_DEBUG),-g1)
 # -fstrict-aliasing (GCC turns it on only from -O2): the kernels are compiled as a compiler that
 # acts on type-based alias analysis sees them, as NVVM may. Without it, bias_backward_kernel2's read
 # of a uint4 through a floatX* (undefined behaviour) passed at -O1 and gave zero bias gradients at
 # -O2 (2026-11-28); -Werror=strict-aliasing turns GCC's warnings about such casts into errors.
 EMU_CXXFLAGS := -std=c++17 -O1 -fstrict-aliasing -Werror=strict-aliasing $(EMU_DEBUG) -march=native -fopenmp -Wall -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas
-EMU_SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+EMU_SANITIZE := $(EMU_REPORT_DEBUG) -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMU_INCLUDES := -Itests/emu/include -Ibuild/emu/src -I.
 EMU_RUNTIME_SRC := tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/cublaslt_emu.h
 EMU_SOURCES := $(addprefix build/emu/src/,test_gpt.cu train_gpt.cu $(KERNEL_HEADERS))
@@ -55,12 +60,12 @@ build/emu/cuda_emu.o: $(EMU_RUNTIME_SRC)
 	$(CXX) -std=c++17 -O3 -march=native -fopenmp $(EMU_DEBUG) -Itests/emu/include -c $< -o $@
 build/emu/cuda_emu_asan.o: $(EMU_RUNTIME_SRC)
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O1 $(EMU_DEBUG) -march=native -fopenmp $(EMU_SANITIZE) -DVP_EMU_REVERSE_DEFAULT -Itests/emu/include -c $< -o $@
+	$(CXX) -std=c++17 -O1 -march=native -fopenmp $(EMU_SANITIZE) -DVP_EMU_REVERSE_DEFAULT -Itests/emu/include -c $< -o $@
 
 # the race detector's runtime (cuda_emu.cpp, "Race detector"): not instrumented itself
 build/emu/cuda_emu_race.o: $(EMU_RUNTIME_SRC)
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 $(EMU_DEBUG) -march=native -fopenmp -DVP_EMU_RACE -Itests/emu/include -c $< -o $@
+	$(CXX) -std=c++17 -O2 $(EMU_REPORT_DEBUG) -march=native -fopenmp -DVP_EMU_RACE -Itests/emu/include -c $< -o $@
 
 build/emu/nccl_emu.o: tests/emu/nccl_emu.cpp tests/emu/nccl_emu.h tests/emu/cuda_emu.h
 	@mkdir -p $(dir $@)
@@ -71,7 +76,7 @@ emu_prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 # the _race builds: GCC's ThreadSanitizer pass puts a call before every load and store, and the
 # emulator's race detector answers those calls (libtsan is not linked: compile and link are two
 # steps, the link without -fsanitize). Fibers switch by hand, so libtsan could not follow them.
-EMU_RACE := -DVP_EMU_RACE -fsanitize=thread --param tsan-instrument-func-entry-exit=0 --param tsan-distinguish-volatile=0
+EMU_RACE := $(EMU_REPORT_DEBUG) -DVP_EMU_RACE -fsanitize=thread --param tsan-instrument-func-entry-exit=0 --param tsan-distinguish-volatile=0
 # links $@ from $@.o, which was compiled with $(EMU_RACE)
 EMU_RACE_LINK = $(CXX) $(EMU_CXXFLAGS) $@.o build/emu/cuda_emu_race.o -o $@ && rm -f $@.o
 
