@@ -102,6 +102,23 @@ def test_resformer_lambdas_logged_by_the_gpu_build(tmp_path, data):
     assert abs(cpu[1] - 0.5) > 1e-4 and gpu == pytest.approx(cpu, rel=1e-5, abs=0)
 
 
+def test_emulator_profile_counts_only_the_threads_with_data(tmp_path, data):
+    """VP_EMU_PROFILE=1 (tests/emu/cuda_emu.cpp) tables each kernel's grids, blocks and threads at
+    exit. For this model it shows what keeps the emulated step cheap: the global norm launches one
+    512-thread block per 512 parameters (not its 1024-block cap, 4 million threads that the
+    emulator ran one by one), and the classifier one warp per row of 64 tokens (8 vectors of bf16),
+    not 512 threads (kernels/global_norm.cuh, kernels/classifier.cuh)."""
+    p = run(emu_trainer("bf16"), common(data, 2) + ["--out-dir", tmp_path / "run"], expect=0, env={"VP_EMU_PROFILE": "1"})
+    params = int(re.search(r"\| (\d+) parameters", p.stdout).group(1))
+    assert "CUDA emulator profile:" in p.stderr, p.stderr[-2000:]
+    rows = {m.group(5): tuple(int(m.group(i)) for i in (2, 3, 4))
+            for m in re.finditer(r"^ +([0-9.]+) +(\d+) +(\d+) +(\d+)  (\S.*)$", p.stderr, re.M)}
+    grids, blocks, threads = rows["global_norm_kernel1"]
+    assert grids >= 2 and blocks == grids * -(-params // 512) and threads == blocks * 512, (params, rows["global_norm_kernel1"])
+    grids, blocks, threads = rows["fused_classifier_kernel3"]
+    assert grids >= 2 and threads == blocks * 32, rows["fused_classifier_kernel3"]
+
+
 def test_mfu_in_the_step_lines(tmp_path, data):
     """MFU per step: 6 N + 12 L H D T FLOPs per token (N without GPT-2's position table) times this
     step's tokens per second, over the device's peak. The emulator has no known peak, so the
