@@ -187,9 +187,10 @@ inline void fused_classifier2(floatX* logits, float* losses, const int* targets,
 // than that (64 tokens are 8 vectors in bf16). In pass 1 each thread then reads the one vector it
 // read among 512 (a row of at most 512 vectors gives each at most one), the threads left out
 // would have held the empty statistic, which softmax_merge passes through unchanged, and pass 2
-// is elementwise: the bits of 512 threads (test_gpt: classifier_threads_fit_v). A GPU does not
-// notice; the CUDA emulator (tests/emu), which runs every thread, took 0.4 s of a small test
-// model's 1.2 s run in the 512-thread classifier (2026-11-30).
+// is elementwise: the bits of 512 threads (test_gpt: classifier_threads_fit_v). The left-out
+// threads had no work, so a GPU should not notice (not yet timed on one; GPT-2's vocabulary keeps
+// 512); the CUDA emulator (tests/emu), which runs every thread, took 0.4 s of a small test model's
+// 1.2 s run in the 512-thread classifier (2026-11-30).
 constexpr int CLASSIFIER3_THREADS = 512;
 inline int classifier3_threads(int V) {
     int vectors = (V + x128::size - 1) / x128::size;

@@ -9,9 +9,10 @@
 // Fewer blocks where n fills fewer than GLOBAL_NORM_BLOCKS x 512 threads: the blocks left out
 // would hold no element and write a partial of exactly +0.0, and the finish's tree adds each
 // partial at the same place whatever their number (the missing ones read as 0.0; squares are
-// never -0.0), so the bits are the full grid's (test_gpt: global_norm_grid_fits_n). It saves
-// nothing a GPU notices; it saves the CUDA emulator (tests/emu), which runs every thread, 4 million
-// empty threads per step of a small test model (0.6 of its 0.74 s, 2026-11-30).
+// never -0.0), so the bits are the full grid's (test_gpt: global_norm_grid_fits_n). The left-out
+// blocks had no work, so a GPU should not notice (not yet timed on one); the CUDA emulator
+// (tests/emu), which runs every thread, is spared 4 million empty threads per step of a small test
+// model (0.6 of its 0.74 s, 2026-11-30).
 //
 // defines: global_norm_squared, global_norm_blocks, GLOBAL_NORM_BLOCKS
 #pragma once
