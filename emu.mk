@@ -14,10 +14,9 @@
 # gradient, each layer's q/k/v), the attention head-range hook and the kernel-version tests of
 # EMU_CI_FILTER; vanilla bf16's 10 steps and its check of the global norm's grid; and the race
 # detector's own tests plus Depth bf16's depth_fused with every kernel access checked for races.
-# make test-sanitize runs the vanilla bf16
-# suite under AddressSanitizer + UBSan with the threads between barriers in reverse order
-# (VP_EMU_ORDER=forward|reverse overrides either build's order). It also builds
-# the emulated ./train for tests/python/test_gpu_trainer_emu.py and, where MPI exists, the emulated
+# make test-sanitize runs the vanilla bf16 suite under AddressSanitizer + UBSan with the threads
+# between barriers in reverse order (VP_EMU_ORDER=forward|reverse overrides either build's order).
+# make test also builds the emulated ./train for tests/python/test_gpu_trainer_emu.py and, where MPI exists, the emulated
 # data-parallel ./train for tests/python/test_distributed_gpu_emu.py (NCCL carried over MPI:
 # tests/emu/nccl_emu.cpp).
 #

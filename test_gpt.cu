@@ -987,11 +987,6 @@ static std::vector<float> floatx_normal(Rng* rng, size_t n, float scale) {
     return v;
 }
 
-// matmul_forward_lerp (ResFormer's value projection with the mix in its epilogue) against its
-// formula in double, with a nonzero bias and strided rows as in the qkv buffer: the model tests
-// above start from GPT-2's zero biases, so only this test would see the bias scaled wrongly (the
-// kernel relies on cuBLASLt adding the bias after alpha and beta, unscaled). One output rounding
-// in bf16 (bound 2u), summation order only in fp32.
 // global_norm_squared sizes its grid to n (kernels/global_norm.cuh): the bits must be those of the
 // full fixed grid of GLOBAL_NORM_BLOCKS blocks, which is what made the norm the same on every GPU,
 // and close to the host's double sum (each order of n non-negative double terms is within
@@ -1043,8 +1038,7 @@ TEST(classifier_threads_fit_v) {
     for (int V : {1, 50, 64, 33 * vec + 3, 512 * vec, 600 * vec + 5}) {
         const int Vp = (V + 63) / 64 * 64;
         Rng rng = rng_stream(93, (uint64_t)V);
-        std::vector<float> logits((size_t)N * Vp);
-        for (float& x : logits) x = 3.0f * (float)rng_normal(&rng);
+        std::vector<float> logits = floatx_normal(&rng, (size_t)N * Vp, 3.0f);
         std::vector<int> targets(N);
         for (int& t : targets) t = (int)(rng_next_u64(&rng) % (uint64_t)V);
         int* d_targets = nullptr;
@@ -1055,24 +1049,26 @@ TEST(classifier_threads_fit_v) {
         gpu::floatX *fitted = floatx_upload(logits), *full = floatx_upload(logits);
         gpu::fused_classifier3(fitted, d_losses, d_targets, N, V, Vp, true, 0);
         gpu::fused_classifier3(full, d_losses + N, d_targets, N, V, Vp, true, 0, gpu::CLASSIFIER3_THREADS);
-        std::vector<float> losses = gpu_download(d_losses, 2 * N);
-        std::vector<gpu::floatX> a((size_t)N * Vp), b((size_t)N * Vp);
-        cudaCheck(cudaMemcpy(a.data(), fitted, a.size() * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(b.data(), full, b.size() * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
+        std::vector<float> losses = gpu_download(d_losses, N), full_losses = gpu_download(d_losses + N, N);
         // the host's loss of row 0 in double, as a check that both computed a loss at all
         double mx = -INFINITY, sum = 0;
-        for (int j = 0; j < V; j++) mx = std::max(mx, (double)from_floatx(to_floatx(logits[j])));
-        for (int j = 0; j < V; j++) sum += std::exp((double)from_floatx(to_floatx(logits[j])) - mx);
-        const double host_loss = std::log(sum) + mx - from_floatx(to_floatx(logits[targets[0]]));
-        printf("    V=%-5d Vp=%-5d %3d threads: row 0 loss %.9g (512 threads %.9g, host %.9g)\n", V, Vp, gpu::classifier3_threads(V), losses[0], losses[N],
+        for (int j = 0; j < V; j++) mx = std::max(mx, (double)logits[j]);
+        for (int j = 0; j < V; j++) sum += std::exp((double)logits[j] - mx);
+        const double host_loss = std::log(sum) + mx - logits[targets[0]];
+        printf("    V=%-5d Vp=%-5d %3d threads: row 0 loss %.9g (512 threads %.9g, host %.9g)\n", V, Vp, gpu::classifier3_threads(V), losses[0], full_losses[0],
                host_loss);
-        CHECK(memcmp(losses.data(), losses.data() + N, N * sizeof(float)) == 0, "V=%d: the losses differ from 512 threads'", V);
-        CHECK(memcmp(a.data(), b.data(), a.size() * sizeof(gpu::floatX)) == 0, "V=%d: the dlogits differ from 512 threads'", V);
+        CHECK(same_bits(losses, full_losses), "V=%d: the losses differ from 512 threads'", V);
+        CHECK(same_bits(floatx_download(fitted, (size_t)N * Vp), floatx_download(full, (size_t)N * Vp)), "V=%d: the dlogits differ from 512 threads'", V);
         CHECK(std::fabs(losses[0] - host_loss) <= 1e-5 * std::max(1.0, std::fabs(host_loss)), "V=%d: row 0 loss %.9g, the host's %.9g", V, losses[0], host_loss);
         for (void* d : {(void*)d_targets, (void*)d_losses, (void*)fitted, (void*)full}) cudaCheck(cudaFree(d));
     }
 }
 
+// matmul_forward_lerp (ResFormer's value projection with the mix in its epilogue) against its
+// formula in double, with a nonzero bias and strided rows as in the qkv buffer: the model tests
+// above start from GPT-2's zero biases, so only this test would see the bias scaled wrongly (the
+// kernel relies on cuBLASLt adding the bias after alpha and beta, unscaled). One output rounding
+// in bf16 (bound 2u), summation order only in fp32.
 TEST(matmul_forward_lerp_bias) {
     const int N = 96, C = 64, OC = 48;
     const long rs = 80;  // out and other: rows of 80, OC used (the v slot of a qkv row)
