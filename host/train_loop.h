@@ -314,9 +314,12 @@ inline std::string diverged_hint(const RunConfig& rc) {
 // number, as a shell reports a process the signal ended (130, 143, 138). `--resume 1` continues
 // from there exactly as if the run had not stopped, but for the evaluation and sample left out
 // (the sample RNG skips the draws not made, so later samples are an unstopped run's). The last
-// step's evaluation and sample are not cut: the run is complete. A second signal ends the process
-// at once: the handler is one-shot (SA_RESETHAND), and the atomic checkpoint write leaves a file
-// complete or absent. Under data parallelism the ranks agree at the step's all-reduce (or the
+// step's evaluation and sample are not cut: the run is complete. A second Ctrl-C ends the process
+// at once: SIGINT's handler is one-shot (SA_RESETHAND), and the atomic checkpoint write leaves a
+// file complete or absent. SIGTERM and SIGUSR1 again change nothing: schedulers deliver them more
+// than once (measured: at a Slurm job's time limit under mpirun every rank gets SIGTERM from
+// slurmstepd and, a second later, from mpirun; docs/distributed.md, "Slurm"), and a scheduler that
+// will not wait sends SIGKILL. The run stops by its first signal, whatever comes after. Under data parallelism the ranks agree at the step's all-reduce (or the
 // evaluation's, or after rank 0's sample), so all stop after the same step whichever rank got the
 // signal. The handler is installed only for the step loop (and a --max-steps 0 evaluation):
 // before it there is nothing to save.
@@ -324,6 +327,16 @@ constexpr int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1};
 constexpr int NUM_STOP_SIGNALS = sizeof(STOP_SIGNALS) / sizeof(STOP_SIGNALS[0]);
 
 inline void stop_signal_handler(int sig) {
+    // async-signal-safe (as sigaction is): write(2) of constant text, nothing that allocates or locks
+    const char* name = stop_signal_name(sig);
+    ssize_t ignored;
+    if (g_stop_signal) {  // a SIGTERM or SIGUSR1 after the first stop signal, or a first Ctrl-C after one
+        static const char again[] = ": already stopping after this step; a second Ctrl-C (SIGINT) or SIGKILL stops at once\n";
+        ignored = write(STDERR_FILENO, name, strlen(name));
+        ignored = write(STDERR_FILENO, again, sizeof(again) - 1);
+        (void)ignored;
+        return;
+    }
     g_stop_signal = sig;
     // A Ctrl-C reaches the whole foreground group: a `| tee` of the console (the recipes') dies of
     // it, and the next console line would end this process by SIGPIPE before its save. From here
@@ -332,10 +345,8 @@ inline void stop_signal_handler(int sig) {
     memset(&ignore, 0, sizeof(ignore));
     ignore.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &ignore, nullptr);
-    // async-signal-safe (as sigaction is): write(2) of constant text, nothing that allocates or locks
-    static const char msg[] = ": stopping after this step (with --out-dir its checkpoint is saved); the same signal again stops at once\n";
-    const char* name = stop_signal_name(sig);
-    ssize_t ignored = write(STDERR_FILENO, name, strlen(name));
+    static const char msg[] = ": stopping after this step (with --out-dir its checkpoint is saved); a second Ctrl-C (SIGINT) or SIGKILL stops at once\n";
+    ignored = write(STDERR_FILENO, name, strlen(name));
     ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
     (void)ignored;
 }
@@ -345,8 +356,11 @@ inline void install_stop_signal_handlers() {
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = stop_signal_handler;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART | SA_RESETHAND;  // reads and writes go on; the second signal takes the default action
-    for (int sig : STOP_SIGNALS) sigaction(sig, &sa, nullptr);
+    for (int sig : STOP_SIGNALS) {
+        // reads and writes go on (SA_RESTART); a second SIGINT takes the default action (SA_RESETHAND)
+        sa.sa_flags = SA_RESTART | (sig == SIGINT ? SA_RESETHAND : 0);
+        sigaction(sig, &sa, nullptr);
+    }
 }
 
 // The stop signals as all-reduce slots: slot k is 1 where this rank received STOP_SIGNALS[k].

@@ -801,10 +801,28 @@ def test_a_signal_during_the_last_step_changes_nothing(tmp_path, data):
     assert "stopped by" not in stdout and (out / "ckpt_00000002.bin").exists()
 
 
-def test_a_signal_without_out_dir_stops_and_a_second_signal_at_once(tmp_path, data):
+def slow_step_run(data, out_dir):
+    """A run whose steps take a second or more (4 micro-batches of a 4-layer, 256-wide model), so
+    that signals sent one after another all land in the same step."""
+    return ["--arch", "gpt2", "--layers", "4", "--heads", "4", "--dim", "256", "--vocab", "64", "--max-seq", "128", "--seq-len", "128",
+            "--batch-size", "16", "--total-batch-tokens", str(16 * 128 * 4), "--train-data", data / "train_*.bin",
+            "--max-steps", "1000000", "--out-dir", out_dir]
+
+
+def signal_and_wait_for_handler(proc, sig, said="stopping after this step"):
+    """Sends `sig` and reads stderr until the handler has said `said` (two pending signals of one
+    kind would merge into one, so the next must not be sent before)."""
+    proc.send_signal(sig)
+    line = ""
+    while said not in line and proc.poll() is None:
+        line = proc.stderr.readline()
+    assert said in line, f"the handler did not say '{said}' (exit {proc.returncode})"
+
+
+def test_a_signal_without_out_dir_stops_and_a_second_ctrl_c_at_once(tmp_path, data):
     """Without --out-dir the run still stops after the step, saying nothing was saved. A second
-    signal, sent once the handler has taken the first and before the step ends (this model's take
-    a tenth of a second or more), takes the default action: the process ends at once, by the signal."""
+    SIGINT (Ctrl-C twice), sent once the handler has taken the first and before the step ends,
+    takes the default action: the process ends at once, by the signal, saving nothing."""
     args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "1000000"]
     proc = start_trainer(args)
     first = ""
@@ -813,16 +831,29 @@ def test_a_signal_without_out_dir_stops_and_a_second_signal_at_once(tmp_path, da
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and re.search(r"stopped by SIGTERM after step \d+ of 1000000 \(nothing saved: no --out-dir\)", out), out[-2000:]
-    big = ["--arch", "gpt2", "--layers", "4", "--heads", "4", "--dim", "256", "--vocab", "64", "--max-seq", "128", "--seq-len", "128",
-           "--batch-size", "16", "--train-data", data / "train_*.bin", "--max-steps", "1000000", "--out-dir", tmp_path / "b"]
-    proc = start_and_wait_for_step(big, tmp_path / "b", 1)
-    proc.send_signal(signal.SIGTERM)
-    said = ""
-    while "stopping after this step" not in said and proc.poll() is None:  # the handler ran (two pending SIGTERMs would merge into one)
-        said = proc.stderr.readline()
-    proc.send_signal(signal.SIGTERM)
+    proc = start_and_wait_for_step(slow_step_run(data, tmp_path / "b"), tmp_path / "b", 1)
+    signal_and_wait_for_handler(proc, signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGTERM and "stopped by" not in out, (proc.returncode, out[-2000:], err[-2000:])
+    assert proc.returncode == -signal.SIGINT and "stopped by" not in out, (proc.returncode, out[-2000:], err[-2000:])
+
+
+def test_repeated_sigterm_and_sigusr1_do_not_cut_the_save_short(tmp_path, data):
+    """Schedulers deliver SIGTERM more than once: at a Slurm job's time limit slurmstepd signals
+    every task and srun, or mpirun, relays its own SIGTERM to the ranks (measured:
+    tests/python/test_slurm.py, docs/distributed.md "Slurm"). A repeated SIGTERM or SIGUSR1
+    changes nothing: the handler says so, and the run still finishes its step, saves it and
+    exits by its first signal; a first Ctrl-C after them does not end it either."""
+    out = tmp_path / "run"
+    proc = start_and_wait_for_step(slow_step_run(data, out), out, 1)
+    signal_and_wait_for_handler(proc, signal.SIGTERM)
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal_and_wait_for_handler(proc, sig, "already stopping after this step")
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, stdout[-2000:], stderr[-2000:])
+    s = read_log(out)[-1]
+    assert s["event"] == "stopped" and s["signal"] == "SIGTERM" and (out / f"ckpt_{s['step']:08d}.bin").exists()
+    assert f"stopped by SIGTERM after step {s['step']} of 1000000: saved" in stdout
 
 
 def test_a_signal_still_saves_when_the_console_pipe_is_gone(tmp_path, data):
