@@ -4,8 +4,10 @@
 #   PATHS      value paths to train, one run each, same data, seed and schedule
 #   NGPU       processes on this node (1); more than 1 runs `mpirun -np NGPU` (one GPU each)
 #   LAUNCH     a launcher prefix instead of mpirun, e.g. 'srun --mpi=pmix' inside an sbatch
-#              allocation over several nodes (docs/distributed.md); then set NGPU to the total
-#              number of ranks, so the batch arithmetic below is right
+#              allocation (docs/distributed.md, "Slurm"); then set NGPU to the total number of
+#              ranks, so the batch arithmetic below is right
+#   MPI_KILL_WAIT  seconds mpirun waits before it passes a Ctrl-C or SIGTERM to its ranks, and
+#              again before it kills them (30; Open MPI's own is 1 s, too short for a big save)
 #   PRECISION  BF16 (default) or FP32, for the GPU trainer
 #   TRAINER    a trainer binary to use instead, '{path}' replaced by the value path
 #              (e.g. 'build/{path}/train_cpu'); default: the GPU build where a GPU is visible,
@@ -23,8 +25,12 @@
 #
 # Re-running a recipe resumes every run from its newest checkpoint (--resume 1: bit-exact),
 # so a preempted job is continued by submitting it again; a finished run stays finished. Ctrl-C,
-# SIGTERM or SIGUSR1 stop the run in progress after its step, with its checkpoint (README,
-# "Stopping a run"), and the recipe with the trainer's status, 128 + the signal.
+# or SIGTERM or SIGUSR1 sent to the trainer (or to mpirun or srun, which pass them on; Slurm's
+# --signal=USR1@T and time limit do), stop the run in progress after its step, with its
+# checkpoint (README, "Stopping a run"), and the recipe with the trainer's status, 128 + the
+# signal. The recipe's own shell passes no signal on, and while a run is in progress it ignores
+# SIGTERM and SIGUSR1 sent to it alone (see recipe_run). Under Slurm: --signal=USR1@T without B:,
+# and LAUNCH='srun --mpi=pmix' (docs/distributed.md, "Slurm").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -40,6 +46,10 @@ recipe_die() {  # $1 = what is wrong, $2 = what to do; exit 2 as the trainers' u
     printf 'error: %s\n---> HINT: %s\n' "$1" "$2" >&2
     exit 2
 }
+
+MPI_KILL_WAIT=${MPI_KILL_WAIT:-30}
+[[ "$MPI_KILL_WAIT" =~ ^[1-9][0-9]*$ ]] ||
+    recipe_die "MPI_KILL_WAIT must be a positive number of seconds, got '$MPI_KILL_WAIT'" "e.g. MPI_KILL_WAIT=60"
 
 # recipe_batch TOTAL B T: checks that a step of TOTAL tokens is whole micro-batches of B x T on
 # each of NGPU ranks, and prints the gradient accumulation that makes it up.
@@ -129,7 +139,11 @@ recipe_run() {
     if [ -n "$LAUNCH" ]; then
         read -r -a launch <<<"$LAUNCH"
     elif [ "$NGPU" -gt 1 ]; then
-        launch=(mpirun -np "$NGPU")
+        # mpirun passes a Ctrl-C or SIGTERM on to its ranks as SIGTERM only after
+        # odls_base_sigkill_timeout seconds, and SIGKILLs them as long again after that: at Open
+        # MPI's 1 s a rank still saving its checkpoint is killed (the earlier ones stay). MPI_KILL_WAIT
+        # (default 30) gives the save that long, at the price of a Ctrl-C that acts that late.
+        launch=(mpirun --mca odls_base_sigkill_timeout "$MPI_KILL_WAIT" -np "$NGPU")
     fi
     local cmd=("${launch[@]}" "$bin" "$@" "${schedule[@]}" --out-dir "$dir")
     # shellcheck disable=SC2206
@@ -145,12 +159,18 @@ recipe_run() {
     mkdir -p "$OUT"
     echo "== $path: ${cmd[*]}" >&2
     # tee ignores the signals that stop a run (a Ctrl-C reaches the whole group), so that the
-    # trainer's last lines, after it saved its checkpoint, still reach the console file
+    # trainer's last lines, after it saved its checkpoint, still reach the console file. The
+    # recipe itself outlives SIGTERM and SIGUSR1 (a trap, run once the trainer has ended; a trap,
+    # unlike an ignored signal, is not inherited by the trainer): at a Slurm job's time limit
+    # slurmstepd sends SIGTERM to every process of the batch script, this shell too, which would
+    # otherwise die before it says which run stopped and how to go on (tests/python/test_slurm.py).
     local rc=0
+    trap 'true' TERM USR1
     "${cmd[@]}" 2>&1 | (trap '' INT TERM USR1 && exec tee -a "$OUT/$path.out") || rc=$?
+    trap - TERM USR1
     if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
         # 128 + a signal's number: the trainer stopped on it after saving a checkpoint (or, at a
-        # second signal, was ended by it); the recipe stops with the same status
+        # second Ctrl-C or a SIGKILL, was ended by it); the recipe stops with the same status
         echo "error: the $path run stopped on signal $((rc - 128)) (its console is in $OUT/$path.out); run the recipe again to resume it" >&2
         exit "$rc"
     elif [ "$rc" -ne 0 ]; then

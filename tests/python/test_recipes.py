@@ -140,9 +140,13 @@ def test_full_size_commands_for_eight_gpus():
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 3
     for line, path in zip(lines, ["vanilla", "resformer", "svformer"]):
-        assert line.startswith(f"mpirun -np 8 build/{path}-mpi/train_")
+        # Open MPI's 1 s between a Ctrl-C or SIGTERM and the ranks' SIGTERM, and again to their
+        # SIGKILL, is too short for a checkpoint's save: the recipes give it 30 s (MPI_KILL_WAIT)
+        assert line.startswith(f"mpirun --mca odls_base_sigkill_timeout 30 -np 8 build/{path}-mpi/train_")
         assert "--layers 24 --heads 16 --dim 1024 --ffn-dim 3584 --vocab 50277" in line
         assert "--batch-size 16 --seq-len 2048 --total-batch-tokens 2097152" in line  # 8 x 16 x 2048 x 8 accumulation
+    p = recipe("gpt2_124m_owt.sh", {"DRY_RUN": 1, "NGPU": 8, "MPI_KILL_WAIT": 120, "TRAINER": ""})
+    assert p.stdout.startswith("mpirun --mca odls_base_sigkill_timeout 120 -np 8 build/vanilla-mpi/train_")
     p = recipe("gpt2_124m_owt.sh", {"DRY_RUN": 1, "LAUNCH": "srun --mpi=pmix", "NGPU": 16, "B": 32, "TRAINER": ""})
     assert p.stdout.startswith("srun --mpi=pmix build/vanilla-mpi/train_")
 
@@ -150,6 +154,7 @@ def test_full_size_commands_for_eight_gpus():
 @pytest.mark.parametrize("name, env, needle", [
     ("gpt2_124m_owt.sh", {"NGPU": 3}, "is not a whole number of micro-batches of B=64 x T=1024 on 3 rank(s)"),
     ("gpt2_124m_owt.sh", {"NGPU": "two"}, "must be positive integers, got 'two'"),
+    ("gpt2_124m_owt.sh", {"NGPU": 8, "MPI_KILL_WAIT": "1m"}, "MPI_KILL_WAIT must be a positive number of seconds, got '1m'"),
     ("resformer_llama_slimpajama.sh", {"SIZE": "1B"}, "SIZE must be 82M, 180M or 468M"),
     ("sla_gpt2_owt.sh", {"DATA": "/nonexistent"}, "prepare them first: .venv/bin/python scripts/prepare_openwebtext.py"),
     ("resformer_llama_slimpajama.sh", {"DATA": "/nonexistent"}, "prepare_slimpajama.py --budget 20e9 --mix resformer"),
