@@ -69,6 +69,9 @@ struct NamedGlob {
 // A set as its flag gave it: "GLOB", or "NAME=GLOB" (checkpoints' run text, log.jsonl's config line)
 inline std::string named_glob_text(const NamedGlob& ng) { return ng.name.empty() ? ng.glob : ng.name + "=" + ng.glob; }
 
+// --resume auto: resume where --out-dir holds a checkpoint, else start a new run (train_main decides)
+constexpr int RESUME_AUTO = 2;
+
 struct RunConfig {
     // model shape (ignored where a checkpoint supplies it, but an explicit conflicting flag is an error)
     std::string arch;
@@ -96,7 +99,11 @@ struct RunConfig {
     std::string sample_prompt;  // text the samples continue (encoded with --tokenizer)
     // checkpoints and logs
     std::string out_dir;
-    int checkpoint_every, resume, keep_checkpoints, keep_checkpoints_every;
+    int checkpoint_every, keep_checkpoints, keep_checkpoints_every;
+    // --resume as given: "0", "1" or "auto"; resume is what it means (RESUME_AUTO until train_main
+    // has looked in --out-dir, then 0 or 1)
+    std::string resume_arg;
+    int resume;
     // data parallel (mpirun; host/distributed.h)
     int zero;
     int recompute;  // GPU build: activation recomputation level (the CPU build keeps every activation)
@@ -180,7 +187,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--checkpoint-every",FLAG_INT,RC_FIELD(checkpoint_every),"0", "write a checkpoint every N steps (and always at the end when --out-dir is set)"},
     {"--keep-checkpoints",FLAG_INT,RC_FIELD(keep_checkpoints),"0", "keep only the newest N checkpoints (0 = keep all)"},
     {"--keep-checkpoints-every",FLAG_INT,RC_FIELD(keep_checkpoints_every),"0", "with --keep-checkpoints N: also keep, for good, every checkpoint whose step is a multiple of this (0 = none; llm.c's major checkpoints)"},
-    {"--resume",      FLAG_INT,    RC_FIELD(resume),      "0",     "1 = continue from the newest checkpoint in --out-dir (bit-exact)"},
+    {"--resume",      FLAG_STRING, RC_FIELD(resume_arg),  "0",     "1 = continue from the newest checkpoint in --out-dir (bit-exact); auto = that if --out-dir has one, else start a new run there (a job submitted again and again)"},
     {"--zero",        FLAG_INT,    RC_FIELD(zero),        "0",     "data parallel under mpirun: 0 = every rank keeps the whole AdamW state, 1 = ZeRO-1 (sharded over the ranks)"},
     {"--overlap-reduce",FLAG_INT,  RC_FIELD(overlap_reduce),"1",   "GPU data parallel: 1 = sum each layer's gradients over the ranks during the backward; 0 = after it (identical results; to measure the overlap)"},
     // memory
@@ -327,6 +334,7 @@ inline bool parse_command_line(RunConfig* rc, int argc, char** argv) {
         }
         rc->given.push_back(name);
     }
+    rc->resume = rc->resume_arg == "0" ? 0 : rc->resume_arg == "1" ? 1 : rc->resume_arg == "auto" ? RESUME_AUTO : -1;
     return true;
 }
 
@@ -530,12 +538,12 @@ inline void validate_run_flags(const RunConfig& rc) {
     if (rc.keep_checkpoints_every > 0 && rc.keep_checkpoints == 0)
         usage_error("add --keep-checkpoints N (the newest N are kept besides), or drop --keep-checkpoints-every",
                     "--keep-checkpoints-every applies only with --keep-checkpoints N (without it every checkpoint is kept)");
-    if (rc.resume != 0 && rc.resume != 1) usage_error(nullptr, "--resume must be 0 or 1");
+    if (rc.resume != 0 && rc.resume != 1 && rc.resume != RESUME_AUTO) usage_error(nullptr, "--resume must be 0, 1 or auto, got '%s'", rc.resume_arg.c_str());
     if (rc.overfit_batch != 0 && rc.overfit_batch != 1) usage_error(nullptr, "--overfit-batch must be 0 or 1, got %d", rc.overfit_batch);
     if (rc.zero != 0 && rc.zero != 1) usage_error(nullptr, "--zero must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded over the ranks)");
     if (rc.recompute < 0 || rc.recompute > 2) usage_error(nullptr, "--recompute must be 0, 1 or 2, got %d", rc.recompute);
     if (rc.overlap_reduce != 0 && rc.overlap_reduce != 1) usage_error(nullptr, "--overlap-reduce must be 0 or 1, got %d", rc.overlap_reduce);
-    if (rc.resume && rc.out_dir.empty()) usage_error(nullptr, "--resume 1 needs --out-dir (where the checkpoints are)");
+    if (rc.resume && rc.out_dir.empty()) usage_error(nullptr, "--resume %s needs --out-dir (where the checkpoints are)", rc.resume_arg.c_str());
     if (rc.resume && !rc.init_from.empty()) usage_error(nullptr, "--resume and --init-from cannot be combined (resume continues a run; init-from starts a new one)");
     if (rc.checkpoint_every && rc.out_dir.empty()) usage_error(nullptr, "--checkpoint-every needs --out-dir");
     if ((rc.keep_checkpoints || rc.keep_checkpoints_every) && rc.out_dir.empty())

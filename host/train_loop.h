@@ -113,7 +113,7 @@ inline ModelConfig resolve_model_config(const RunConfig& rc, CheckpointMeta* met
     if (rc.resume) {
         std::vector<int64_t> steps = checkpoint_list_steps(rc.out_dir);
         if (steps.empty())
-            runtime_error("run without --resume 1 to start a new run in this directory",
+            runtime_error("run without --resume 1 to start a new run in this directory (--resume auto does either, as the directory holds)",
                           "--resume 1: no checkpoint (ckpt_*.bin) in '%s'", rc.out_dir.c_str());
         *ckpt_path = checkpoint_path(rc.out_dir, steps.back());
     } else if (!rc.init_from.empty()) {
@@ -140,6 +140,24 @@ inline ModelConfig resolve_model_config(const RunConfig& rc, CheckpointMeta* met
     check_shape_flags_match(rc, c, ckpt_path->c_str());
     value_path_check_flags_match(rc.vp_flags, c.vp, c.n_layer, c.n_head, c.n_kv_head, ckpt_path->c_str());
     return c;
+}
+
+// --resume auto: --resume 1 where --out-dir holds a checkpoint, else a new run there, so that a
+// batch job submitted again and again needs one command line (llm.c's -y 1 behaves so). The
+// ranks must see the same directory (as --resume 1 needs): if only some find a checkpoint, they
+// would start different runs, so that is an error. Collective.
+inline void resolve_resume_auto(RunConfig* rc, int world) {
+    std::vector<int64_t> steps = checkpoint_list_steps(rc->out_dir);
+    double found = steps.empty() ? 0.0 : 1.0;
+    dist_allreduce_sum(&found, 1);  // a no-op in one process
+    if (found != 0 && found != world)
+        runtime_error("put --out-dir on a file system that every rank sees (as --resume 1 needs)",
+                      "--resume auto: %d of %d ranks find a checkpoint in '%s'", (int)found, world, rc->out_dir.c_str());
+    rc->resume = found ? 1 : 0;
+    if (dist_rank() == 0) {
+        if (rc->resume) printf("--resume auto: continuing from the newest checkpoint in '%s' (step %lld)\n", rc->out_dir.c_str(), (long long)steps.back());
+        else printf("--resume auto: no checkpoint in '%s': a new run\n", rc->out_dir.c_str());
+    }
 }
 
 // Training flags that differ from those stored in the checkpoint being resumed: allowed (you may
@@ -436,6 +454,7 @@ int train_main_unguarded(int argc, char** argv) {
     if (run_config_to_text(rc).size() > CHECKPOINT_MAX_RUN_TEXT)  // else its checkpoints could not be read back
         usage_error("shorten the paths and globs (a directory of shards needs one glob, not a list)",
                     "the flags add up to more than %d bytes, more than a checkpoint can store", CHECKPOINT_MAX_RUN_TEXT);
+    if (rc.resume == RESUME_AUTO) resolve_resume_auto(&rc, world);
     CheckpointMeta meta;
     std::string ckpt_path;
     ModelConfig c = resolve_model_config(rc, &meta, &ckpt_path);
@@ -459,7 +478,7 @@ int train_main_unguarded(int argc, char** argv) {
                             (unsigned)crcs[(size_t)r], (unsigned)crcs[0]);
     }
     if (!rc.resume && !rc.out_dir.empty() && !checkpoint_list_steps(rc.out_dir).empty())
-        usage_error("pass --resume 1 to continue that run, or choose another --out-dir",
+        usage_error("pass --resume 1 (or auto) to continue that run, or choose another --out-dir",
                     "--out-dir '%s' already holds checkpoints; a new run there would overwrite them", rc.out_dir.c_str());
     int B = rc.batch_size, T = rc.seq_len;
     long rank_tokens = (long)B * T * world;  // tokens per micro-step over all ranks
@@ -826,8 +845,8 @@ int train_main_unguarded(int argc, char** argv) {
         if (stopped_by) {
             if (rank0) {
                 if (save_now)
-                    printf("stopped by %s after step %d of %d: saved %s; to go on, run the same command with --resume 1\n", stop_signal_name(stopped_by), done,
-                           rc.max_steps, checkpoint_path(rc.out_dir, done).c_str());
+                    printf("stopped by %s after step %d of %d: saved %s; to go on, run the same command%s\n", stop_signal_name(stopped_by), done,
+                           rc.max_steps, checkpoint_path(rc.out_dir, done).c_str(), rc.resume_arg == "0" ? " with --resume 1" : " again");
                 else
                     printf("stopped by %s after step %d of %d (nothing saved: no --out-dir)\n", stop_signal_name(stopped_by), done, rc.max_steps);
                 logger_write_line(&lg, "{\"event\":\"stopped\",\"step\":" + std::to_string(done) + ",\"signal\":\"" + stop_signal_name(stopped_by) + "\"}");

@@ -23,7 +23,7 @@
 #              CHECKPOINT_EVERY up to a quarter of STEPS, so about four per run; 0 = none)
 #   DRY_RUN=1  print the commands, build and run nothing
 #
-# Re-running a recipe resumes every run from its newest checkpoint (--resume 1: bit-exact),
+# Re-running a recipe resumes every run from its newest checkpoint (--resume auto: bit-exact),
 # so a preempted job is continued by submitting it again; a finished run stays finished. Ctrl-C,
 # or SIGTERM or SIGUSR1 sent to the trainer (or to mpirun or srun, which pass them on; Slurm's
 # --signal=USR1@T and time limit do), stop the run in progress after its step, with its
@@ -124,9 +124,9 @@ recipe_trainer() {
     echo "$target"
 }
 
-# recipe_run PATH FLAG...: one run into OUT/PATH, resumed if it has checkpoints already. Besides
-# FLAG..., every run gets the batch and schedule of the recipe's B T TOTAL STEPS LR WARMUP SEED,
-# and the AdamW settings that GPT-2 (llm.c, nanoGPT) and both papers share: betas (0.9, 0.95),
+# recipe_run PATH FLAG...: one run into OUT/PATH, resumed if it has checkpoints already (--resume
+# auto). Besides FLAG..., every run gets the batch and schedule of the recipe's B T TOTAL STEPS LR
+# WARMUP SEED, and the AdamW settings that GPT-2 (llm.c, nanoGPT) and both papers share: betas (0.9, 0.95),
 # weight decay 0.1, clipping at norm 1, decay to a tenth of the peak (cosine unless EXTRA says otherwise).
 recipe_run() {
     local path=$1
@@ -148,9 +148,9 @@ recipe_run() {
     local cmd=("${launch[@]}" "$bin" "$@" "${schedule[@]}" --out-dir "$dir")
     # shellcheck disable=SC2206
     cmd+=($EXTRA)
-    if compgen -G "$dir/ckpt_*.bin" >/dev/null; then
-        cmd+=(--resume 1)
-    fi
+    # a new run where OUT/PATH has no checkpoint, else resumed from its newest: the printed
+    # command (DRY_RUN=1) can go into a batch job that is submitted again and again as it is
+    cmd+=(--resume auto)
     if [ "$DRY_RUN" = 1 ]; then
         printf '%q ' "${cmd[@]}"
         echo

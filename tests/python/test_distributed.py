@@ -392,6 +392,26 @@ def test_ranks_started_with_other_flags_stop_at_once(tmp_path, data):
     mpirun(2, common, expect=0)  # the same flags: no complaint
 
 
+def test_resume_auto_under_two_ranks(tmp_path, data):
+    """--resume auto decides once for all ranks: a new run, then, submitted again, the resumed run
+    with the losses of one that never stopped. Ranks that see different directories (here the MPMD
+    form gives them another --out-dir; in practice an --out-dir that is not on a shared file
+    system) would start different runs: every rank stops with the error, none hangs."""
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr", "3e-3", "--lr-schedule", "constant",
+                          "--zero", "1"]
+    auto = tmp_path / "auto"
+    p = mpirun(2, common + ["--max-steps", "3", "--out-dir", auto, "--resume", "auto"])
+    assert p.stdout.count("--resume auto: no checkpoint") == 1  # rank 0 alone says it
+    p = mpirun(2, common + ["--max-steps", "6", "--out-dir", auto, "--resume", "auto"])
+    assert "--resume auto: continuing from the newest checkpoint" in p.stdout and "(step 3)" in p.stdout
+    mpirun(2, common + ["--max-steps", "6", "--out-dir", tmp_path / "straight"])
+    assert losses(auto) == losses(tmp_path / "straight") and len(losses(auto)) == 6
+    args = [str(x) for x in common + ["--max-steps", "6", "--resume", "auto", "--out-dir"]]
+    cmd = mpirun_cmd(1, args + [str(auto)]) + [":", "-np", "1", str(mpi_trainer("vanilla"))] + args + [str(tmp_path / "elsewhere")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode != 0 and "--resume auto: 1 of 2 ranks find a checkpoint" in p.stderr, p.stderr[-2000:]
+
+
 def rank_pids(tag):
     """pid of each rank of the job whose processes carry VP_TEST_TAG=tag."""
     out = {}

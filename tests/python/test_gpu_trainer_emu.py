@@ -49,20 +49,23 @@ def train_losses(out_dir, after=0):
 def test_emulated_trainer_stops_on_a_signal_and_resumes_exactly(tmp_path, data):
     """The GPU build shares the step loop's stop on a signal (host/train_loop.h): SIGTERM mid-run
     saves that step's checkpoint through the GPU backend and exits 143; resumed, the losses and
-    the weights equal those of a run that never stopped (constant lr)."""
+    the weights equal those of a run that never stopped (constant lr). Both runs are started with
+    --resume auto, a job's one command line: a new run, then the stopped run's continuation."""
     from test_trainer_cli import start_and_wait_for_step
     args = MODEL + ["--train-data", str(data / "train_*.bin"), "--batch-size", "2", "--lr", "3e-3", "--lr-schedule", "constant"]
     stopped, straight = tmp_path / "stopped", tmp_path / "straight"
-    proc = start_and_wait_for_step(args + ["--max-steps", "1000000", "--out-dir", stopped], stopped, 2, binary=emu_trainer("bf16"))
+    proc = start_and_wait_for_step(args + ["--max-steps", "1000000", "--out-dir", stopped, "--resume", "auto"], stopped, 2,
+                                   binary=emu_trainer("bf16"))
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{out[-2000:]}\n{err[-2000:]}"
-    m = re.search(r"stopped by SIGTERM after step (\d+) of 1000000: saved (\S+);", out)
-    assert m and Path(m.group(2)).exists(), out[-2000:]
+    m = re.search(r"stopped by SIGTERM after step (\d+) of 1000000: saved (\S+); to go on, run the same command again", out)
+    assert m and Path(m.group(2)).exists() and "--resume auto: no checkpoint in" in out, out[-2000:]
     s = int(m.group(1))
     n = s + 3
     run(emu_trainer("bf16"), args + ["--max-steps", str(n), "--out-dir", straight], expect=0)
-    run(emu_trainer("bf16"), args + ["--max-steps", str(n), "--out-dir", stopped, "--resume", "1"], expect=0)
+    p = run(emu_trainer("bf16"), args + ["--max-steps", str(n), "--out-dir", stopped, "--resume", "auto"], expect=0)
+    assert f"--resume auto: continuing from the newest checkpoint in '{stopped}' (step {s})" in p.stdout, p.stdout[-2000:]
     assert train_losses(straight, after=s) == train_losses(stopped, after=s) and len(train_losses(stopped, after=s)) == 3
     name = f"ckpt_{n:08d}.bin"
     assert checkpoint_tensors(straight / name) == checkpoint_tensors(stopped / name)

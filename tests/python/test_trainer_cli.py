@@ -152,6 +152,8 @@ def test_help_lists_every_flag_with_its_default():
     (["--lr-schedule", "wsd", "--cooldown-frac", "1.5", "--train-data", "x"], "--cooldown-frac must be in [0, 1]"),
     # flag combinations are usage errors before any checkpoint is looked for
     (["--resume", "1", "--train-data", "x"], "--resume 1 needs --out-dir"),
+    (["--resume", "auto", "--train-data", "x"], "--resume auto needs --out-dir"),
+    (["--resume", "yes", "--train-data", "x"], "--resume must be 0, 1 or auto, got 'yes'"),
     # sizes that would overflow what is derived from them
     (["--batch-size", "2000000000", "--seq-len", "8", "--train-data", "x"], "tokens per micro-batch; at most"),
     (["--dim", "1048576", "--heads", "1", "--train-data", "x"], "--dim must be at most 65536"),
@@ -722,6 +724,28 @@ def test_resume_is_bit_exact(tmp_path, data, family, path):
     assert checkpoint_tensors(straight / "ckpt_00000012.bin") == checkpoint_tensors(broken / "ckpt_00000012.bin")
 
 
+def test_resume_auto_starts_a_run_and_then_continues_it(tmp_path, data):
+    """--resume auto, for a job submitted again and again with one command line: in a directory
+    without checkpoints it is a new run (the same losses as one without --resume), in one with
+    them it is --resume 1 (bit-exact: the losses and weights of a run that never stopped)."""
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "2", "--lr", "3e-3", "--lr-schedule", "constant",
+                          "--warmup-steps", "2"]
+    auto = tmp_path / "auto"
+    p = run(common + ["--max-steps", "4", "--out-dir", auto, "--resume", "auto"], expect=0)
+    assert f"--resume auto: no checkpoint in '{auto}': a new run" in p.stdout
+    p = run(common + ["--max-steps", "8", "--out-dir", auto, "--resume", "auto"], expect=0)
+    assert f"--resume auto: continuing from the newest checkpoint in '{auto}' (step 4)" in p.stdout and "(step 4)" in p.stdout
+    run(common + ["--max-steps", "8", "--out-dir", tmp_path / "straight"], expect=0)
+    trained = lambda d: [(r["step"], r["train_loss"]) for r in read_log(d) if "train_loss" in r]
+    assert trained(auto) == trained(tmp_path / "straight") and [s for s, _ in trained(auto)] == list(range(1, 9))
+    configs = [r for r in read_log(auto) if r.get("event") == "config"]
+    assert "resumed_from" not in configs[0] and configs[1]["resumed_from"] == 4
+    assert checkpoint_tensors(auto / "ckpt_00000008.bin") == checkpoint_tensors(tmp_path / "straight" / "ckpt_00000008.bin")
+    # a finished run stays finished, as with --resume 1
+    p = run(common + ["--max-steps", "8", "--out-dir", auto, "--resume", "auto"], expect=0)
+    assert "(step 8)" in p.stdout and [s for s, _ in trained(auto)] == list(range(1, 9))
+
+
 def logged_steps(out_dir):
     """How many step lines a run's log.jsonl holds so far (0 before it exists)."""
     log = Path(out_dir) / "log.jsonl"
@@ -802,11 +826,11 @@ def test_a_signal_during_the_last_step_changes_nothing(tmp_path, data):
 
 
 def slow_step_run(data, out_dir):
-    """A run whose steps take a second or more (4 micro-batches of a 4-layer, 256-wide model), so
-    that signals sent one after another all land in the same step."""
+    """A run whose steps take a second or more on one thread (a 4-layer, 256-wide model, 2048
+    tokens a step), so that signals sent one after another, each once the handler has taken the
+    one before (milliseconds), land in the same step."""
     return ["--arch", "gpt2", "--layers", "4", "--heads", "4", "--dim", "256", "--vocab", "64", "--max-seq", "128", "--seq-len", "128",
-            "--batch-size", "16", "--total-batch-tokens", str(16 * 128 * 4), "--train-data", data / "train_*.bin",
-            "--max-steps", "1000000", "--out-dir", out_dir]
+            "--batch-size", "16", "--train-data", data / "train_*.bin", "--max-steps", "1000000", "--out-dir", out_dir]
 
 
 def signal_and_wait_for_handler(proc, sig, said="stopping after this step"):
