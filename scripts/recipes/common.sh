@@ -139,11 +139,12 @@ recipe_run() {
     if [ -n "$LAUNCH" ]; then
         read -r -a launch <<<"$LAUNCH"
     elif [ "$NGPU" -gt 1 ]; then
-        # mpirun passes a Ctrl-C or SIGTERM on to its ranks as SIGTERM only after
-        # odls_base_sigkill_timeout seconds, and SIGKILLs them as long again after that: at Open
-        # MPI's 1 s a rank still saving its checkpoint is killed (the earlier ones stay). MPI_KILL_WAIT
-        # (default 30) gives the save that long, at the price of a Ctrl-C that acts that late.
-        launch=(mpirun --mca odls_base_sigkill_timeout "$MPI_KILL_WAIT" -np "$NGPU")
+        # Open MPI's mpirun passes a Ctrl-C or SIGTERM on to its ranks as SIGTERM only after
+        # odls_base_sigkill_timeout seconds, and SIGKILLs them as long again after that: at its
+        # 1 s a rank still saving its checkpoint is killed (the earlier ones stay). MPI_KILL_WAIT
+        # (default 30) gives the save that long, at the price of a Ctrl-C that acts that late. Set
+        # in the environment, which another MPI's mpirun ignores (a --mca flag it would refuse).
+        launch=(env "OMPI_MCA_odls_base_sigkill_timeout=$MPI_KILL_WAIT" mpirun -np "$NGPU")
     fi
     local cmd=("${launch[@]}" "$bin" "$@" "${schedule[@]}" --out-dir "$dir")
     # shellcheck disable=SC2206

@@ -142,11 +142,11 @@ def test_full_size_commands_for_eight_gpus():
     for line, path in zip(lines, ["vanilla", "resformer", "svformer"]):
         # Open MPI's 1 s between a Ctrl-C or SIGTERM and the ranks' SIGTERM, and again to their
         # SIGKILL, is too short for a checkpoint's save: the recipes give it 30 s (MPI_KILL_WAIT)
-        assert line.startswith(f"mpirun --mca odls_base_sigkill_timeout 30 -np 8 build/{path}-mpi/train_")
+        assert line.startswith(f"env OMPI_MCA_odls_base_sigkill_timeout=30 mpirun -np 8 build/{path}-mpi/train_")
         assert "--layers 24 --heads 16 --dim 1024 --ffn-dim 3584 --vocab 50277" in line
         assert "--batch-size 16 --seq-len 2048 --total-batch-tokens 2097152" in line  # 8 x 16 x 2048 x 8 accumulation
     p = recipe("gpt2_124m_owt.sh", {"DRY_RUN": 1, "NGPU": 8, "MPI_KILL_WAIT": 120, "TRAINER": ""})
-    assert p.stdout.startswith("mpirun --mca odls_base_sigkill_timeout 120 -np 8 build/vanilla-mpi/train_")
+    assert p.stdout.startswith("env OMPI_MCA_odls_base_sigkill_timeout=120 mpirun -np 8 build/vanilla-mpi/train_")
     p = recipe("gpt2_124m_owt.sh", {"DRY_RUN": 1, "LAUNCH": "srun --mpi=pmix", "NGPU": 16, "B": 32, "TRAINER": ""})
     assert p.stdout.startswith("srun --mpi=pmix build/vanilla-mpi/train_")
 
