@@ -718,3 +718,59 @@ def test_compare_paths_creates_its_output_directory(tmp_path):
                        cwd=REPO, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert table_rows(p.stdout)["vanilla"]["steps"] == "2/2"
+
+
+def test_an_eval_at_the_step_a_run_resumed_from_is_kept(tmp_path, data):
+    """A run resumed from a checkpoint at a step that was also evaluated does not evaluate that
+    step again (its evaluations start after it): the interrupted segment's eval at that step is
+    the run's, and the spliced curve is the straight run's, eval for eval."""
+    args = COMMON[:-2] + ["--checkpoint-every", "4", "--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    run(args + ["--out-dir", straight], expect=0)
+    run(args + ["--out-dir", broken], expect=0)
+    (broken / "ckpt_00000012.bin").unlink()
+    run(args + ["--out-dir", broken, "--resume", "1"], expect=0)
+    resumed_evals = [r["step"] for r in read_log(broken)[[i for i, r in enumerate(read_log(broken)) if "resumed_from" in r][0]:]
+                     if "val_loss" in r]
+    assert resumed_evals == [12]  # the resumed segment did not evaluate step 8 again
+    a, b = plot_runs.Run("a", straight / "log.jsonl"), plot_runs.Run("b", broken / "log.jsonl")
+    assert b.val_curve("val_loss") == a.val_curve("val_loss") and a.val_curve("val_loss")[0] == [0, 4, 8, 12]
+
+
+def test_tokens_follow_each_segments_tokens_per_step(tmp_path):
+    """A run resumed with another --total-batch-tokens: each step counts with the tokens per step
+    of the segment that logged it, before and after the change (16 to 32 from step 5 on)."""
+    d = write_log(tmp_path / "r", steps=4, evals=())
+    with open(d / "log.jsonl", "a") as f:
+        f.write(json.dumps({"event": "config", "arch": "gpt2", "layers": 2, "tokens_per_step": 32, "max_steps": 8, "seed": 1,
+                            "num_params": 1000, "value_path": "vanilla", "world": 1, "resumed_from": 4}) + "\n")
+        for s in range(5, 9):
+            f.write(json.dumps({"step": s, "train_loss": 4.0, "lr": 1e-3, "grad_norm": 1.0, "ms": 10.0, "tok_per_s": 3200.0}) + "\n")
+    r = plot_runs.Run("r", str(d / "log.jsonl"))
+    assert [r.tokens_at(s) for s in range(0, 9)] == [0, 16, 32, 48, 64, 96, 128, 160, 192]
+
+
+def test_the_tables_medians_leave_a_null_out_and_settings_name_only_what_differs(tmp_path):
+    """ms/step and tok/s are medians of the finite values (a null ms among them must not move the
+    median to wherever a NaN sorts), over the steps after each segment's first; the settings column
+    names world and zero only for a data-parallel run."""
+    d = write_log(tmp_path / "one", steps=6, evals=())
+    lines = (d / "log.jsonl").read_text().splitlines()
+    for step, ms in [(2, 12.0), (3, None), (4, 30.0), (5, 14.0), (6, 13.0)]:  # step 1 is warm-up: left out
+        lines[step] = lines[step].replace('"ms": 10.0', f'"ms": {json.dumps(ms)}')
+    (d / "log.jsonl").write_text("\n".join(lines) + "\n")
+    two = write_log(tmp_path / "two", config={"world": 2, "zero": 1})
+    rows = table_rows(plot([f"one={d}", f"two={two}", "--table"], expect=0).stdout)
+    assert rows["one"]["ms/step"] == f"{statistics.median([12.0, 30.0, 14.0, 13.0]):.1f}"
+    assert rows["one"]["settings"] == "-" and rows["two"]["settings"] == "world=2, zero=1"
+
+
+def test_lower_in_counts_only_seeds_strictly_below_the_baseline(tmp_path):
+    """"lower in": the seeds whose val loss is below the baseline's of the same seed; a tie is not
+    lower."""
+    args = []
+    for name, vals in {"vanilla": [4.10, 4.20], "sla": [4.05, 4.20]}.items():
+        for seed, v in zip((7, 8), vals):
+            args.append(f"{name}@{seed}={write_seed_log(tmp_path / f'{name}{seed}', seed, name, 3.9, v)}")
+    p = plot(args + ["--group", "--baseline", "vanilla", "--table"], expect=0)
+    assert tables(p.stdout)[1]["sla"]["lower in"] == "1/2"
