@@ -47,8 +47,8 @@ SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
 MpiDefault=none
 ReturnToService=2
-# How often slurmctld looks for jobs near their time limit (the --signal=SIG@T warnings): the
-# default 60 s check is as coarse as Slurm's own docs warn; a short one makes the check's runs short.
+# Slurm's defaults, stated: no limit on an idle srun, 30 s from the time limit's SIGTERM to its
+# SIGKILL, and a finished job kept 300 s in slurmctld (the tests read its exit code with scontrol).
 InactiveLimit=0
 KillWait=30
 MinJobAge=300

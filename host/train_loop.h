@@ -335,9 +335,10 @@ inline std::string diverged_hint(const RunConfig& rc) {
 // step's evaluation and sample are not cut: the run is complete. A second Ctrl-C ends the process
 // at once: SIGINT's handler is one-shot (SA_RESETHAND), and the atomic checkpoint write leaves a
 // file complete or absent. SIGTERM and SIGUSR1 again change nothing: schedulers deliver them more
-// than once (measured: at a Slurm job's time limit under mpirun every rank gets SIGTERM from
-// slurmstepd and, a second later, from mpirun; docs/distributed.md, "Slurm"), and a scheduler that
-// will not wait sends SIGKILL. The run stops by its first signal, whatever comes after. Under data parallelism the ranks agree at the step's all-reduce (or the
+// than once (measured at a Slurm job's time limit: srun's tasks get SIGTERM from slurmstepd and
+// from srun, an mpirun's ranks from slurmstepd and a second later from mpirun; docs/distributed.md,
+// "Slurm"), and a scheduler that will not wait sends SIGKILL. The run stops by its first signal,
+// whatever comes after. Under data parallelism the ranks agree at the step's all-reduce (or the
 // evaluation's, or after rank 0's sample), so all stop after the same step whichever rank got the
 // signal. The handler is installed only for the step loop (and a --max-steps 0 evaluation):
 // before it there is nothing to save.
