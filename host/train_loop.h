@@ -146,9 +146,10 @@ inline ModelConfig resolve_model_config(const RunConfig& rc, CheckpointMeta* met
 // batch job submitted again and again needs one command line (llm.c's -y 1 behaves so). The
 // ranks must see the same directory (as --resume 1 needs): if only some find a checkpoint, they
 // would start different runs, so that is an error. Collective.
-inline void resolve_resume_auto(RunConfig* rc, int world) {
+inline void resolve_resume_auto(RunConfig* rc) {
     std::vector<int64_t> steps = checkpoint_list_steps(rc->out_dir);
     double found = steps.empty() ? 0.0 : 1.0;
+    int world = dist_world();
     dist_allreduce_sum(&found, 1);  // a no-op in one process
     if (found != 0 && found != world)
         runtime_error("put --out-dir on a file system that every rank sees (as --resume 1 needs)",
@@ -346,27 +347,24 @@ constexpr int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1};
 constexpr int NUM_STOP_SIGNALS = sizeof(STOP_SIGNALS) / sizeof(STOP_SIGNALS[0]);
 
 inline void stop_signal_handler(int sig) {
+    static const char first[] = ": stopping after this step (with --out-dir its checkpoint is saved); a second Ctrl-C (SIGINT) or SIGKILL stops at once\n";
+    static const char again[] = ": already stopping after this step; a second Ctrl-C (SIGINT) or SIGKILL stops at once\n";
+    bool repeat = g_stop_signal != 0;  // a SIGTERM or SIGUSR1 after the first stop signal, or a first Ctrl-C after one
+    if (!repeat) {
+        g_stop_signal = sig;
+        // A Ctrl-C reaches the whole foreground group: a `| tee` of the console (the recipes') dies of
+        // it, and the next console line would end this process by SIGPIPE before its save. From here
+        // on, a console that is gone makes writes fail instead (log.jsonl and the checkpoint go on).
+        struct sigaction ignore;
+        memset(&ignore, 0, sizeof(ignore));
+        ignore.sa_handler = SIG_IGN;
+        sigaction(SIGPIPE, &ignore, nullptr);
+    }
     // async-signal-safe (as sigaction is): write(2) of constant text, nothing that allocates or locks
     const char* name = stop_signal_name(sig);
-    ssize_t ignored;
-    if (g_stop_signal) {  // a SIGTERM or SIGUSR1 after the first stop signal, or a first Ctrl-C after one
-        static const char again[] = ": already stopping after this step; a second Ctrl-C (SIGINT) or SIGKILL stops at once\n";
-        ignored = write(STDERR_FILENO, name, strlen(name));
-        ignored = write(STDERR_FILENO, again, sizeof(again) - 1);
-        (void)ignored;
-        return;
-    }
-    g_stop_signal = sig;
-    // A Ctrl-C reaches the whole foreground group: a `| tee` of the console (the recipes') dies of
-    // it, and the next console line would end this process by SIGPIPE before its save. From here
-    // on, a console that is gone makes writes fail instead (log.jsonl and the checkpoint go on).
-    struct sigaction ignore;
-    memset(&ignore, 0, sizeof(ignore));
-    ignore.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &ignore, nullptr);
-    static const char msg[] = ": stopping after this step (with --out-dir its checkpoint is saved); a second Ctrl-C (SIGINT) or SIGKILL stops at once\n";
-    ignored = write(STDERR_FILENO, name, strlen(name));
-    ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    const char* msg = repeat ? again : first;
+    ssize_t ignored = write(STDERR_FILENO, name, strlen(name));
+    ignored = write(STDERR_FILENO, msg, strlen(msg));
     (void)ignored;
 }
 
@@ -455,7 +453,7 @@ int train_main_unguarded(int argc, char** argv) {
     if (run_config_to_text(rc).size() > CHECKPOINT_MAX_RUN_TEXT)  // else its checkpoints could not be read back
         usage_error("shorten the paths and globs (a directory of shards needs one glob, not a list)",
                     "the flags add up to more than %d bytes, more than a checkpoint can store", CHECKPOINT_MAX_RUN_TEXT);
-    if (rc.resume == RESUME_AUTO) resolve_resume_auto(&rc, world);
+    if (rc.resume == RESUME_AUTO) resolve_resume_auto(&rc);
     CheckpointMeta meta;
     std::string ckpt_path;
     ModelConfig c = resolve_model_config(rc, &meta, &ckpt_path);
