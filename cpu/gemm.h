@@ -49,10 +49,17 @@
 //   show ~10 GFLOP/s instead of ~200. The only non-standard thing used is __builtin_prefetch (a
 //   GCC builtin, not an intrinsic: a no-op on targets without prefetch).
 //
-// * Floating point. The FMA is spelled std::fma (with FMA enabled at compile time, e.g. by
-//   -march=native, GCC vectorises it to vfmadd), so the result does not depend on -ffp-contract
-//   or on how the compiler schedules things. A build without FMA (plain -march=x86-64) uses
-//   a*b+c instead: still deterministic, but its bits differ from an FMA build's.
+// * Floating point. The FMA is spelled __builtin_fma(f), the body of std::fma (with FMA enabled
+//   at compile time, e.g. by -march=native, GCC vectorises it to vfmadd), so the result does not
+//   depend on -ffp-contract or on how the compiler schedules things. A build without FMA (plain
+//   -march=x86-64) uses a*b+c instead: still deterministic, but its bits differ from an FMA build's.
+//
+// * Optimisation level. The micro-kernel and gemm_madd are compiled at -O3 (GCC's optimize pragma)
+//   even where the file including this one is not: the emulated GPU builds (emu.mk, -Og) run the
+//   CPU reference as the oracle of every test_gpt, and there the kernel, unvectorised and calling
+//   an out-of-line std::fma, was a quarter of the run time (vanilla bf16's 10 steps: 111 s, 70 s
+//   with this; 2026-11-30). Same bits either way: the vector lanes are separate j, each its own
+//   chain of FMAs in k order. The builtin, because -Og does not inline std::fma into -O3 code.
 //
 // * Blocking sizes (float; 32 KiB L1d and 1 MiB L2 per Zen4 core, 32 MiB shared L3):
 //   KC = 256: the B micro-panel (KC x NR floats = 32 KiB) is reused by every MR-row strip of the
@@ -112,10 +119,15 @@ template <> struct gemm_blocking<double> {
 
 // a*b + c with one rounding where the hardware has FMA (GCC defines __FMA__ under -march=native
 // on any recent x86). It must be the same in every kernel call, which it is: one definition.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+#endif
 template <typename T>
 static inline T gemm_madd(T a, T b, T c) {
 #ifdef __FMA__
-    return std::fma(a, b, c);
+    if constexpr (sizeof(T) == sizeof(float)) return __builtin_fmaf(a, b, c);
+    else return __builtin_fma(a, b, c);
 #else
     return a * b + c;
 #endif
@@ -142,6 +154,9 @@ __attribute__((noinline)) void gemm_micro_kernel(int kc, const T* __restrict a_p
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) tile[i * NR + j] = acc[i][j];
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 // Transpose a chunk of R strided rows into interleaved order:
 //   dst[q*dst_stride + r] = src[r*src_stride + q]      r < R, q < CHUNK
