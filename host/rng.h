@@ -34,7 +34,10 @@ inline void rng_skip(Rng* r, uint64_t n) { r->state += n * RNG_STATE_STEP; }
 // uniform in [0, 1) with 53 random bits
 inline double rng_uniform(Rng* r) { return (double)(rng_next_u64(r) >> 11) * (1.0 / 9007199254740992.0); }
 
-// standard normal by Box-Muller (one draw per call; the second is dropped to keep the state simple)
+// standard normal by Box-Muller (one draw per call; the second is dropped to keep the state simple).
+// Each call makes RNG_DRAWS_PER_NORMAL draws of rng_next_u64, so the n-th normal of a stream can be
+// reached with rng_skip (init_params_from_seed draws a tensor's normals on several threads so).
+constexpr uint64_t RNG_DRAWS_PER_NORMAL = 2;
 inline double rng_normal(Rng* r) {
     double u1 = rng_uniform(r), u2 = rng_uniform(r);
     if (u1 < 1e-300) u1 = 1e-300;

@@ -22,6 +22,9 @@
 #include <string>
 #include <unistd.h>
 #include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 // ----------------------------------------------------------------------------
 // fixtures
@@ -1585,6 +1588,42 @@ TEST(param_count_and_flops_per_token) {
     CHECK(nl == want_l && params_for_flops(l, nl) == want_l, "llama: %zu parameters (%zu for FLOPs), want %zu", nl, params_for_flops(l, nl), want_l);
     double want_lf = 6.0 * (double)want_l + 12.0 * 2 * 4 * 16 * 128;
     CHECK(training_flops_per_token(l, nl, 128) == want_lf, "llama at T=128: %.0f FLOPs, want %.0f", training_flops_per_token(l, nl, 128), want_lf);
+}
+
+// init_params_from_seed draws by blocks on every thread: its buffer must hold, whatever the thread
+// count, each tensor's stream's normals one after another (drawn here in one loop, as the single-
+// threaded init of before 2026-11-30 did). Llama's untied wte and lm_head at V = 3001, C = 48: 144048
+// drawn elements across three blocks of INIT_BLOCK, then the padded rows' zeros; the norms' gains
+// are constant (1, no draws).
+TEST(init_from_seed_is_each_streams_normals_in_order) {
+    ModelConfig c = config_of({"--arch", "llama", "--layers", "2", "--heads", "2", "--dim", "48", "--vocab", "3001", "--max-seq", "16"});
+    std::vector<ParamSpec> specs = param_specs(c);
+    std::vector<float> want(count_params(specs));
+    float* w = want.data();
+    for (size_t i = 0; i < specs.size(); i++) {
+        Rng rng = rng_stream(7, 1000 + i);
+        bool vocab_rows = !strcmp(specs[i].name, "wte") || !strcmp(specs[i].name, "lm_head");
+        for (size_t j = 0; j < specs[i].count; j++) {
+            if (vocab_rows && j >= (size_t)c.vocab_size * c.n_embd) w[j] = 0;
+            else w[j] = specs[i].init_std > 0 ? (float)(specs[i].init_std * rng_normal(&rng)) : specs[i].init_value;
+        }
+        w += specs[i].count;
+    }
+    REQUIRE((size_t)c.vocab_size * c.n_embd > 2 * INIT_BLOCK, "wte has %zu elements, want more than two blocks", (size_t)c.vocab_size * c.n_embd);
+    for (int threads : {1, 2, 3, 8}) {
+#ifdef _OPENMP
+        int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+#endif
+        std::vector<float> got(want.size(), -1.0f);
+        init_params_from_seed(specs, c, got.data(), 7);
+#ifdef _OPENMP
+        omp_set_num_threads(before);
+#endif
+        size_t first = 0;
+        while (first < got.size() && memcmp(&got[first], &want[first], sizeof(float)) == 0) first++;
+        CHECK(first == got.size(), "%d threads: element %zu is %.9g, want %.9g", threads, first, first < got.size() ? got[first] : 0.0, first < want.size() ? want[first] : 0.0);
+    }
 }
 
 // The init from the seed: normal(0, 0.02), the two projections into the residual stream at
