@@ -34,9 +34,9 @@ os.environ.update(OFFLINE_ENV)
 # Open MPI's PMIx tries its munge security plugin first where munge is installed (a machine set up
 # for Slurm: dev/slurm_local.sh) and, with munged not running, retries its socket for 2.3 s on every
 # mpirun (50, 100, ... 450 ms apart; strace, 2026-11-30): 2.4 s instead of 0.14 s for `mpirun -np 2
-# true`, over the hundred-odd mpiruns of the MPI tests. The tests start every rank on this machine, where
-# the native plugin (the socket's peer credentials) is enough. test_slurm.py takes it out again
-# for its jobs, whose ranks authenticate as Slurm's PMIx server says.
+# true`. The tests start every rank on this machine, where the native plugin (the socket's peer
+# credentials) is enough. test_slurm.py takes it out again for its jobs, whose ranks authenticate
+# as Slurm's PMIx server says.
 PMIX_PSEC_SET_HERE = "PMIX_MCA_psec" not in os.environ
 os.environ.setdefault("PMIX_MCA_psec", "native")
 
