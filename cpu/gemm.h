@@ -46,8 +46,9 @@
 //   It is fragile in one known way: with NR = 16 GCC unrolls the j loop before vectorising it
 //   and emits scalar code (10x slower), which is why NR is 32 for both types. If a future
 //   compiler regresses, look at `objdump -d` of gemm_micro_kernel first: dev/bench_gemm will
-//   show ~10 GFLOP/s instead of ~200. The only non-standard thing used is __builtin_prefetch (a
-//   GCC builtin, not an intrinsic: a no-op on targets without prefetch).
+//   show ~10 GFLOP/s instead of ~200. The only non-standard things used are __builtin_prefetch (a
+//   GCC builtin, not an intrinsic: a no-op on targets without prefetch), __builtin_fma(f) and
+//   GCC's optimize pragma (both below).
 //
 // * Floating point. The FMA is spelled __builtin_fma(f), the body of std::fma (with FMA enabled
 //   at compile time, e.g. by -march=native, GCC vectorises it to vfmadd), so the result does not

@@ -730,8 +730,9 @@ def test_an_eval_at_the_step_a_run_resumed_from_is_kept(tmp_path, data):
     run(args + ["--out-dir", broken], expect=0)
     (broken / "ckpt_00000012.bin").unlink()
     run(args + ["--out-dir", broken, "--resume", "1"], expect=0)
-    resumed_evals = [r["step"] for r in read_log(broken)[[i for i, r in enumerate(read_log(broken)) if "resumed_from" in r][0]:]
-                     if "val_loss" in r]
+    log = read_log(broken)
+    resumed_at = [i for i, r in enumerate(log) if "resumed_from" in r][0]
+    resumed_evals = [r["step"] for r in log[resumed_at:] if "val_loss" in r]
     assert resumed_evals == [12]  # the resumed segment did not evaluate step 8 again
     a, b = plot_runs.Run("a", straight / "log.jsonl"), plot_runs.Run("b", broken / "log.jsonl")
     assert b.val_curve("val_loss") == a.val_curve("val_loss") and a.val_curve("val_loss")[0] == [0, 4, 8, 12]
