@@ -53,6 +53,10 @@ NVCC_FLAGS := $(GPU_OPT) -std=c++17 -lineinfo -diag-suppress 1675,550
 CUDA_LIBS := -lcublasLt -lcublas
 # programs that include the CPU reference (tests, labs) need its OpenMP and the host's SIMD
 NVCC_HOST_CPU := -Xcompiler -fopenmp,-march=native -lgomp
+# the trainers: OpenMP for host/params.h's init, which draws the normals on every thread (the same
+# bits on any number; one core takes 5 s for GPT-2 124M and so about a minute for 1.5B parameters),
+# no -march=native (a trainer may run on another node than the one that built it)
+NVCC_HOST_OMP := -Xcompiler -fopenmp -lgomp
 prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 
 KERNEL_HEADERS := $(wildcard kernels/*.cuh)
@@ -164,22 +168,22 @@ $(foreach p,$(TWIN_PATHS),$(GPU_BUILD)/$(p)/train_fp32): $(call ptx_twin_of,$(GP
 
 $(GPU_BUILD)/%/train_bf16: $(GPU_SOURCES)
 	@mkdir -p $(dir $@) $(keep_dir)
-	$(NVCC) $(NVCC_FLAGS) $(trainer_gencode) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(trainer_ptx)
+	$(NVCC) $(NVCC_FLAGS) $(trainer_gencode) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_HOST_OMP) $(CUDA_LIBS) -o $@ $(trainer_ptx)
 
 $(GPU_BUILD)/%/train_fp32: $(GPU_SOURCES)
 	@mkdir -p $(dir $@) $(keep_dir)
-	$(NVCC) $(NVCC_FLAGS) $(trainer_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(CUDA_LIBS) -o $@ $(trainer_ptx)
+	$(NVCC) $(NVCC_FLAGS) $(trainer_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_HOST_OMP) $(CUDA_LIBS) -o $@ $(trainer_ptx)
 
 # build/<path>-mpi/: the data-parallel trainer (the shorter stem wins over build/%/ above)
 $(GPU_BUILD)/%-mpi/train_bf16: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/train_bf16)
 	@$(if $(and $(HAVE_MPI),$(HAVE_NCCL)),true,echo "✗ $@ needs MPI (mpicxx, mpirun: apt-get install libopenmpi-dev openmpi-bin) and NCCL (nccl.h; set NCCL_HOME)"; exit 1)
 	@mkdir -p $(dir $@) $(keep_dir)
-	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_MPI) $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_bf16)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_BF16 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_HOST_OMP) $(NVCC_MPI) $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_bf16)
 
 $(GPU_BUILD)/%-mpi/train_fp32: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/train_fp32)
 	@$(if $(and $(HAVE_MPI),$(HAVE_NCCL)),true,echo "✗ $@ needs MPI (mpicxx, mpirun: apt-get install libopenmpi-dev openmpi-bin) and NCCL (nccl.h; set NCCL_HOME)"; exit 1)
 	@mkdir -p $(dir $@) $(keep_dir)
-	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_MPI) $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_fp32)
+	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_HOST_OMP) $(NVCC_MPI) $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_fp32)
 
 train: build/$(VALUE_PATH)$(MPI_SUFFIX)/train_$(PREC)
 	cp $< train
@@ -268,7 +272,7 @@ gpu-compile-check-fast:
 
 build/sm80/train_bf16: $(GPU_SOURCES)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(call gencode,sm_80) $(INCLUDES) -DENABLE_BF16 train_gpt.cu $(CUDA_LIBS) -o $@
+	$(NVCC) $(NVCC_FLAGS) $(call gencode,sm_80) $(INCLUDES) -DENABLE_BF16 train_gpt.cu $(NVCC_HOST_OMP) $(CUDA_LIBS) -o $@
 
 build/sm80/test_gpt_bf16: test_gpt.cu $(GPU_SOURCES) $(CPU_SOURCES) tests/testing.h
 	@mkdir -p $(dir $@)
