@@ -124,6 +124,12 @@ recipe_trainer() {
     echo "$target"
 }
 
+# recipe_forward_signal SIG: sends SIG to the run in progress (recipe_run's leader, its launcher's
+# process group), or keeps it for when the run has started (pending)
+recipe_forward_signal() {
+    if [ -n "$leader" ]; then kill -s "$1" -- "-$leader" 2>/dev/null || true; else pending=$1; fi
+}
+
 # recipe_run PATH FLAG...: one run into OUT/PATH, resumed if it has checkpoints already (--resume
 # auto). Besides FLAG..., every run gets the batch and schedule of the recipe's B T TOTAL STEPS LR
 # WARMUP SEED, and the AdamW settings that GPT-2 (llm.c, nanoGPT) and both papers share: betas (0.9, 0.95),
@@ -159,16 +165,36 @@ recipe_run() {
     fi
     mkdir -p "$OUT"
     echo "== $path: ${cmd[*]}" >&2
-    # tee ignores the signals that stop a run (a Ctrl-C reaches the whole group), so that the
-    # trainer's last lines, after it saved its checkpoint, still reach the console file. The
-    # recipe itself outlives SIGTERM and SIGUSR1 (a trap, run once the trainer has ended; a trap,
-    # unlike an ignored signal, is not inherited by the trainer): at a Slurm job's time limit
-    # slurmstepd sends SIGTERM to every process of the batch script, this shell too, which would
-    # otherwise die before it says which run stopped and how to go on (tests/python/test_slurm.py).
-    local rc=0
-    trap 'true' TERM USR1
-    "${cmd[@]}" 2>&1 | (trap '' INT TERM USR1 && exec tee -a "$OUT/$path.out") || rc=$?
-    trap - TERM USR1
+    # Every INT, TERM and USR1 the recipe's shell gets while a run is in progress is passed on to
+    # the run, once: the launcher (mpirun, srun, or the trainer itself) runs in a process group of
+    # its own (set -m for its start only), and the shell's traps send the signal to that group. So
+    # a Ctrl-C (it reaches the terminal's foreground group, which no longer holds the trainer), a
+    # `kill <recipe>` and Slurm's --signal=B:USR1@T (to the batch shell alone) all stop the run after
+    # its step, with its checkpoint. A trap, unlike a signal's default action, also keeps the shell
+    # alive until the run has ended: at a job's time limit slurmstepd sends SIGTERM to every
+    # process of the batch script, this shell too, which then says which run stopped and how to go
+    # on (tests/python/test_slurm.py); the trainer gets that SIGTERM twice and acts on the first.
+    # The console goes through tee, started first in the shell's own group (a process group apart
+    # from the terminal's foreground one must not write to it: `stty tostop` would stop it), which
+    # ignores those signals so that the trainer's last lines, after its save, still reach
+    # OUT/PATH.out. The launcher's stdin is /dev/null: mpirun reads stdin, and a process group
+    # apart from the foreground one that reads the terminal is stopped.
+    local rc=0 leader="" pending="" console tee_pid s
+    for s in INT TERM USR1; do trap "recipe_forward_signal $s" "$s"; done
+    exec {console}> >(trap '' INT TERM USR1 && exec tee -a "$OUT/$path.out")
+    tee_pid=$!
+    set -m
+    "${cmd[@]}" </dev/null >&"$console" 2>&1 &
+    leader=$!
+    set +m
+    exec {console}>&-
+    [ -z "$pending" ] || recipe_forward_signal "$pending"
+    # wait returns early (above 128) for every signal a trap caught; the run's status is the
+    # wait's once the launcher has ended
+    while wait "$leader" && rc=0 || rc=$?; kill -0 "$leader" 2>/dev/null; do :; done
+    wait "$leader" && rc=0 || rc=$?
+    wait "$tee_pid" || true
+    trap - INT TERM USR1
     if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
         # 128 + a signal's number: the trainer stopped on it after saving a checkpoint (or, at a
         # second Ctrl-C or a SIGKILL, was ended by it); the recipe stops with the same status

@@ -178,24 +178,48 @@ def test_a_failed_run_fails_the_recipe(tmp_path):
     assert "the vanilla run failed" in p.stderr and "unknown flag '--bogus'" in (out / "vanilla.out").read_text()
 
 
-def test_ctrl_c_stops_the_recipe_with_a_checkpoint_and_the_next_run_resumes(tmp_path):
-    """Ctrl-C reaches the terminal's whole foreground group (bash, the trainer, its tee): the
-    trainer finishes its step and saves it (its console line saying so reaches OUT/path.out), the
-    recipe stops with the trainer's status (130), and running it again resumes from that step."""
+def stop_a_recipe_mid_run(tmp_path, send, paths="vanilla"):
+    """Starts gpt2_124m_owt.sh on a run too long to finish, waits for two logged steps, signals it with
+    send(proc), and returns (proc, stderr, out, env) once it has ended."""
     data = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
     out = tmp_path / "out"
     env = {**SMALL, "STEPS": 1000000, "CHECKPOINT_EVERY": 1000000, "EVAL_EVERY": 1000000, "DATA": data, "OUT": out,
-           "PATHS": "vanilla", "MODEL": "--arch gpt2 " + TINY}
+           "PATHS": paths, "MODEL": "--arch gpt2 " + TINY}
     proc = subprocess.Popen(["bash", str(RECIPES / "gpt2_124m_owt.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True,  # its own process group, as a terminal's foreground job
                             env={**os.environ, "OMP_NUM_THREADS": "1", "TRAINER": str(REPO / "build" / "{path}" / "train_cpu"),
                                  **{k: str(v) for k, v in env.items()}})
+    first = paths.split()[0]
     deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None and logged_steps(out / "vanilla") < 2:
+    while time.time() < deadline and proc.poll() is None and logged_steps(out / first) < 2:
         time.sleep(0.01)
     assert proc.poll() is None, proc.communicate()
-    os.killpg(proc.pid, signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
+    send(proc)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        kill_session(proc.pid)  # the recipe and its run (in a process group of its own) share its session
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"the recipe did not stop within 120 s of the signal\n{stdout[-2000:]}\n{stderr[-2000:]}")
+    return proc, stdout, stderr, out, env
+
+
+def kill_session(sid):
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == sid:
+                    os.kill(int(entry), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def test_ctrl_c_stops_the_recipe_with_a_checkpoint_and_the_next_run_resumes(tmp_path):
+    """Ctrl-C reaches the terminal's foreground group (bash and the console's tee; the trainer runs in
+    a group of its own), and the recipe passes it on: the trainer finishes its step and saves it (its
+    console line saying so reaches OUT/path.out), the recipe stops with the trainer's status (130),
+    and running it again resumes from that step."""
+    proc, stdout, stderr, out, env = stop_a_recipe_mid_run(tmp_path, lambda p: os.killpg(p.pid, signal.SIGINT))
     assert proc.returncode == 128 + signal.SIGINT, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
     assert "the vanilla run stopped on signal 2" in stderr, stderr[-2000:]
     console = (out / "vanilla.out").read_text()
@@ -204,3 +228,17 @@ def test_ctrl_c_stops_the_recipe_with_a_checkpoint_and_the_next_run_resumes(tmp_
     recipe("gpt2_124m_owt.sh", {**env, "STEPS": s + 2})
     assert configs(out, "vanilla")[-1]["resumed_from"] == s
     assert [r["step"] for r in read_log(out / "vanilla") if "train_loss" in r][-2:] == [s + 1, s + 2]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_to_the_recipe_alone_stops_its_run_with_a_checkpoint(tmp_path, sig):
+    """`kill <recipe>`, or Slurm's --signal=B:USR1@T (the batch shell alone): the recipe passes the
+    signal on to the run in progress, which saves its step; the recipe stops with its status and
+    starts no further run (until 2026-11-30 it ignored the signal and went on to the next path)."""
+    proc, stdout, stderr, out, _ = stop_a_recipe_mid_run(tmp_path, lambda p: p.send_signal(sig), paths="vanilla resformer")
+    assert proc.returncode == 128 + sig, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    assert f"the vanilla run stopped on signal {int(sig)}" in stderr, stderr[-2000:]
+    name = signal.Signals(sig).name
+    s = int(re.search(rf"stopped by {name} after step (\d+) of 1000000: saved", (out / "vanilla.out").read_text()).group(1))
+    assert checkpoint_steps(out / "vanilla") == [s]
+    assert not (out / "resformer").exists() and "== resformer" not in stderr

@@ -170,3 +170,19 @@ def test_a_recipe_stopped_at_its_time_limit_resumes_when_the_job_is_submitted_ag
     assert steps[1] > steps[0] > 3
     logged = [r["step"] for r in read_log(out) if "train_loss" in r]
     assert logged == list(range(1, steps[1] + 1))  # no step lost or repeated across the two jobs
+
+
+def test_a_recipe_as_the_batch_shell_passes_signal_b_usr1_on(tmp_path):
+    """`--signal=B:USR1@T` signals the batch shell alone; with `exec bash <recipe>` that is the
+    recipe, which passes SIGUSR1 on to its run (here srun, which passes it to both ranks): the run
+    stops after a step with its checkpoint, and the recipe and the job with 138, before the limit."""
+    from test_recipes import SMALL, TINY, shards
+    d = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
+    recipe_env = {**SMALL, "DATA": d, "OUT": tmp_path / "out", "STEPS": 1000000, "TOTAL": 2 * 8 * 2 * 500, "EVAL_EVERY": 100,
+                  "CHECKPOINT_EVERY": 100000, "KEEP_EVERY": 0, "MODEL": "--arch gpt2 " + TINY, "NGPU": 2,
+                  "LAUNCH": "srun --mpi=pmix", "TRAINER": str(REPO / "build" / "{path}-mpi" / "train_cpu")}
+    script = "exec env " + " ".join(f"{k}='{v}'" for k, v in recipe_env.items()) + f" bash {RECIPE}"
+    rc, output, job = sbatch(["--time=2", "--signal=B:USR1@60"], script, tmp_path)
+    assert rc == 138 and job_field(job, "JobState") == "FAILED", (rc, output[-3000:])  # stopped before its limit
+    s = stopped_step(tmp_path / "out" / "vanilla", (tmp_path / "out" / "vanilla.out").read_text(), "SIGUSR1")
+    assert s > 3 and "error: the vanilla run stopped on signal 10" in output, output[-3000:]
