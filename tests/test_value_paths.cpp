@@ -52,15 +52,16 @@ static const int FAMILIES[] = {ARCH_GPT2, ARCH_LLAMA};
 // ----------------------------------------------------------------------------
 // finite differences
 
-// Both families, and a llama with D = 6 (H*D = 24 wide attention in a C = 16 model), where a
-// C that should be H*D (or the reverse) in a path's routing changes sizes and strides.
+// Both families, and llamas with D = 6 and D = 2 (attention H*D = 24 wider and 8 narrower than
+// C = 16), where a C that should be H*D (or the reverse) in a path's routing changes sizes and
+// strides (until 2026-11-30 the narrow case ran for vanilla only, in test_gpt_cpu).
 template <typename VP>
 static void fd_path(int learn_or_chain = 0) {
-    struct { int arch, head_dim; } models[] = {{ARCH_GPT2, 0}, {ARCH_LLAMA, 0}, {ARCH_LLAMA, 6}};
+    struct { int arch, head_dim; } models[] = {{ARCH_GPT2, 0}, {ARCH_LLAMA, 0}, {ARCH_LLAMA, 6}, {ARCH_LLAMA, 2}};
     for (auto m : models) {
         ModelConfig c = path_config(m.arch, VP::id, 2, 2, VP::id == VP_SLA ? learn_or_chain : 0, 2, VP::id == VP_RESFORMER ? learn_or_chain : 0,
                                     m.head_dim);
-        CHECK(m.head_dim == 0 || c.n_head * c.head_dim != c.n_embd, "the wide-head model has H*D = C");
+        CHECK(m.head_dim == 0 || c.n_head * c.head_dim != c.n_embd, "the model with --head-dim has H*D = C");
         int checked = model_fd_check<VP>(c, 100 + m.arch + m.head_dim);
         CHECK(checked >= 10, "%s: only %d tensors checked", value_path_name(VP::id), checked);
     }
