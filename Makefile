@@ -139,7 +139,7 @@ test:
 .PHONY: test-build
 test-build: $(CPP_TESTS) build/tests/encode_text $(FUZZ_REPLAYS) $(PATH_TRAINERS) $(MPI_TRAINERS) $(GPU_TEST_TARGETS) $(EMU_CI_TARGETS) venv
 
-# The MPI trainer under a real Slurm (tests/python/test_slurm.py, about 6 minutes): with SLURM_CONF
+# The MPI trainer under a real Slurm (tests/python/test_slurm.py, about 9 minutes): with SLURM_CONF
 # unset it starts a one-node cluster on this machine first (dev/slurm_local.sh; root, slurm-wlm and
 # munge needed). Not part of `make test`: CI has no Slurm, and the tests wait on Slurm's minutes.
 .PHONY: test-slurm

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,40 @@ def test_a_recipe_as_the_batch_shell_passes_signal_b_usr1_on(tmp_path):
     assert rc == 138 and job_field(job, "JobState") == "FAILED", (rc, output[-3000:])  # stopped before its limit
     s = stopped_step(tmp_path / "out" / "vanilla", (tmp_path / "out" / "vanilla.out").read_text(), "SIGUSR1")
     assert s > 3 and "error: the vanilla run stopped on signal 10" in output, output[-3000:]
+
+
+def test_a_requeued_recipe_job_resumes_its_run_and_finishes_it(tmp_path):
+    """`scontrol requeue` (what a preemption with PreemptMode=REQUEUE or a failed node does to a
+    --requeue job): the running ranks get SIGTERM, save their step and exit 143; Slurm starts the
+    batch script again (two to three minutes later on the local cluster: Slurm holds a requeued job back), the recipe
+    resumes from that checkpoint and the run finishes, every step logged once."""
+    from test_recipes import SMALL, TINY, shards
+    from test_trainer_cli import logged_steps
+    d = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
+    steps = 60
+    recipe_env = {**SMALL, "DATA": d, "OUT": tmp_path / "out", "STEPS": steps, "TOTAL": 2 * 8 * 2 * 500, "EVAL_EVERY": 100,
+                  "CHECKPOINT_EVERY": 100000, "KEEP_EVERY": 0, "MODEL": "--arch gpt2 " + TINY, "NGPU": 2,
+                  "LAUNCH": "srun --mpi=pmix", "TRAINER": str(REPO / "build" / "{path}-mpi" / "train_cpu")}
+    script = "exec env " + " ".join(f"{k}='{v}'" for k, v in recipe_env.items()) + f" bash {RECIPE}"
+    p = subprocess.run(["sbatch", "--parsable", "--requeue", "--open-mode=append", "-N", "1", "-n", "2", "-o", str(tmp_path / "job.out"),
+                        "--time=5", "--wrap", script], capture_output=True, text=True, timeout=60, env=env(), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip().split(";")[0]
+    out = tmp_path / "out" / "vanilla"
+    deadline = time.time() + 120
+    while logged_steps(out) < 10 and time.time() < deadline:
+        time.sleep(0.2)
+    assert 10 <= logged_steps(out) < steps, (tmp_path / "job.out").read_text()[-3000:] if (tmp_path / "job.out").exists() else "no output"
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30, env=env())
+    deadline = time.time() + 480
+    while job_field(job, "JobState") not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED") and time.time() < deadline:
+        time.sleep(1)
+    output = (tmp_path / "job.out").read_text()
+    assert job_field(job, "JobState") == "COMPLETED" and job_field(job, "Restarts") == "1", output[-3000:]
+    events = [r for r in read_log(out) if r.get("event") in ("config", "stopped")]
+    s = events[1]["step"]
+    assert [(r["event"], r.get("signal")) for r in events] == [("config", None), ("stopped", "SIGTERM"), ("config", None)], events
+    assert "resumed_from" not in events[0] and events[2]["resumed_from"] == s and 10 <= s < steps
+    assert "error: the vanilla run stopped on signal 15" in output, output[-3000:]
+    assert [r["step"] for r in read_log(out) if "train_loss" in r] == list(range(1, steps + 1))
+    assert (out / f"ckpt_{steps:08d}.bin").exists()
