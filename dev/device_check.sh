@@ -22,7 +22,8 @@
 #   4. make bench: GPT-2 124M, B=64, T=1024, bf16, every value path then PyTorch on this device;
 #      then each build variant of dev/bench_variants.list against its path's plain build, alternating
 #   5. the trainer's CLI end to end on a synthetic shard: two identical runs give identical logs,
-#      --resume continues bit-exactly, and ./train_cpu resumes a checkpoint written by ./train
+#      --resume continues bit-exactly, ./train_cpu resumes a checkpoint written by ./train, both
+#      start from the same weights, and GPT-2 124M's start to exit on every core and on one
 #   6. data parallel (MPI + NCCL build; Open MPI from the bundle where the machine has none, NCCL
 #      from PyTorch's wheel where the toolkit has none): mpirun -np 1, --zero 0 and 1, plain and with
 #      VP_DIST_FORCE=1 (the NCCL code path with one rank), losses and checkpoints bit-identical to
@@ -165,6 +166,15 @@ EOF
 }
 # losses DIR: the train_loss entries of DIR/log.jsonl, one per line
 losses() { grep -o '"train_loss":[^,]*' "$1/log.jsonl" 2>/dev/null; }
+# ckpt_tensors FILE: sha256 of a checkpoint's tensors (params, m, v), without its header and run text
+ckpt_tensors() {
+    python3 - "$1" <<'EOF'
+import hashlib, struct, sys
+raw = open(sys.argv[1], "rb").read()
+start = struct.unpack_from("<i", raw, 8)[0] + struct.unpack_from("<q", raw, 32)[0]
+print(hashlib.sha256(raw[start:]).hexdigest())
+EOF
+}
 
 # Units for CONTINUE=1 (see the header). unit_begin KEY: 1 (skip the unit) if an earlier call of
 # these sources finished it, after copying its rows into this summary; else 0, and the rows added
@@ -558,8 +568,40 @@ if [ "${SKIP_CLI:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin cli;
         else
             row "./train_cpu --resume 1 from ./train's checkpoint" "FAILED"
         fi
+        # the init from the seed runs on the host in both builds (host/params.h, on every OpenMP
+        # thread since 2026-11-30): the step-0 checkpoints' tensors must be the same bytes
+        STEP0=()
+        for ((i = 0; i < ${#FLAGS[@]}; i++)); do
+            if [ "${FLAGS[$i]}" = --max-steps ]; then i=$((i + 1)); else STEP0+=("${FLAGS[$i]}"); fi
+        done
+        STEP0+=(--max-steps 0)
+        run_step "train step 0" 60 "$CLI" $GB/vanilla/train_bf16 "${STEP0[@]}" --out-dir "$W/i_gpu"
+        run_step "train_cpu step 0" 60 "$CLI" ./train_cpu "${STEP0[@]}" --out-dir "$W/i_cpu"
+        if [ -f "$W/i_gpu/ckpt_00000000.bin" ] && [ -f "$W/i_cpu/ckpt_00000000.bin" ] &&
+            [ "$(ckpt_tensors "$W/i_gpu/ckpt_00000000.bin")" = "$(ckpt_tensors "$W/i_cpu/ckpt_00000000.bin")" ]; then
+            row "./train and ./train_cpu: the same step-0 weights from the seed" "ok"
+        else
+            row "./train and ./train_cpu: the same step-0 weights from the seed" "FAILED (see train_cli.log)"
+        fi
     else
         row "./train_cpu --resume 1 from ./train's checkpoint" "train_cpu did not build"
+    fi
+    # GPT-2 124M from start to exit with nothing to do (--max-steps 0): CUDA's start, the buffers,
+    # and the init on the host, on every core and then on one; the difference is what the
+    # OpenMP init saves at each start (5 s on one core of the 2-core machine)
+    G124=(--arch gpt2 --layers 12 --heads 12 --dim 768 --vocab 50257 --max-seq 1024 --seq-len 1024 --batch-size 1
+        --max-steps 0 --train-data "$W/synth_train_*.bin")
+    t0=$(date +%s.%N)
+    run_step "train 124M start ($(nproc) threads)" 60 "$CLI" $GB/vanilla/train_bf16 "${G124[@]}"
+    rc_all=$?
+    t1=$(date +%s.%N)
+    run_step "train 124M start (1 thread)" 60 "$CLI" env OMP_NUM_THREADS=1 $GB/vanilla/train_bf16 "${G124[@]}"
+    rc_one=$?
+    t2=$(date +%s.%N)
+    if [ $rc_all = 0 ] && [ $rc_one = 0 ]; then
+        row "./train GPT-2 124M start to exit (--max-steps 0)" "$(echo "$t0 $t1 $t2" | awk -v n="$(nproc)" '{ printf "%.2f s on %d OpenMP threads, %.2f s on 1", $2 - $1, n, $3 - $2 }')"
+    else
+        row "./train GPT-2 124M start to exit (--max-steps 0)" "FAILED (exit $rc_all, $rc_one; see train_cli.log)"
     fi
     unit_end cli
 fi
@@ -572,15 +614,6 @@ fi
 # checkpoint. With one rank every sum over ranks has one term, so losses and checkpoint tensors
 # must be bit-identical to the plain ./train's. With >= 2 GPUs: 2 ranks x B=4 against one GPU
 # with B=4 x accumulation 2 (the first loss exact, the rest to bf16 round-off) and ZeRO-0 == ZeRO-1.
-# ckpt_tensors FILE: sha256 of a checkpoint's tensors (params, m, v), without its header and run text
-ckpt_tensors() {
-    python3 - "$1" <<'EOF'
-import hashlib, struct, sys
-raw = open(sys.argv[1], "rb").read()
-start = struct.unpack_from("<i", raw, 8)[0] + struct.unpack_from("<q", raw, 32)[0]
-print(hashlib.sha256(raw[start:]).hexdigest())
-EOF
-}
 if [ "${SKIP_DIST:-0}" != 1 ] && [ -x $GB/vanilla/train_bf16 ] && unit_begin dist; then
     DLOG="$OUT_DIR/dist.log"
     if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
