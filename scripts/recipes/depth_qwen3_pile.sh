@@ -30,6 +30,8 @@
 #   - Data: scripts/prepare_pile.py downloads the Pile without its copyrighted components (the
 #     full release is no longer distributed), so Books3, BookCorpus2, OpenSubtitles and
 #     YoutubeSubtitles are missing from train and val.
+# (sbatch runs a copy of the script it is given, from its spool directory, with no common.sh beside it)
+[ -f "$(dirname "$0")/common.sh" ] || { printf 'error: %s has no common.sh beside it\n---> HINT: %s\n' "$0" "run the recipe where it lies in the repository; under Slurm, from a batch script: exec bash /path/to/valuepath/scripts/recipes/<recipe>.sh" >&2; exit 2; }
 source "$(dirname "$0")/common.sh"
 
 PATHS=${PATHS:-"vanilla depth"}

@@ -13,6 +13,8 @@
 #   EVAL_EVERY [250], CHECKPOINT_EVERY [1000], SEED [1337]
 # Each path runs with its defaults (value_paths.md section 10): ResFormer lambda 1/2, SLA
 # (n_l, n_h) = (9, 9), Depth-Attention stride 6.
+# (sbatch runs a copy of the script it is given, from its spool directory, with no common.sh beside it)
+[ -f "$(dirname "$0")/common.sh" ] || { printf 'error: %s has no common.sh beside it\n---> HINT: %s\n' "$0" "run the recipe where it lies in the repository; under Slurm, from a batch script: exec bash /path/to/valuepath/scripts/recipes/<recipe>.sh" >&2; exit 2; }
 source "$(dirname "$0")/common.sh"
 
 PATHS=${PATHS:-vanilla}

@@ -17,6 +17,8 @@
 # The paper gives two warmups: 1,200 steps in section 4.1.1 and 120 in Table 4. This uses the
 # text's 1,200; WARMUP=120 gives the table's. It measures with relative training loss (ours: the
 # plot's train panel) and reports per-domain val losses (its Table 5: the val_* columns).
+# (sbatch runs a copy of the script it is given, from its spool directory, with no common.sh beside it)
+[ -f "$(dirname "$0")/common.sh" ] || { printf 'error: %s has no common.sh beside it\n---> HINT: %s\n' "$0" "run the recipe where it lies in the repository; under Slurm, from a batch script: exec bash /path/to/valuepath/scripts/recipes/<recipe>.sh" >&2; exit 2; }
 source "$(dirname "$0")/common.sh"
 
 PATHS=${PATHS:-"vanilla resformer svformer"}

@@ -13,6 +13,8 @@
 #   MODEL [GPT-2 124M with 16,384 learned positions], EVAL_EVERY [250], CHECKPOINT_EVERY [1000]
 # The paper gives no warmup or final learning rate; it trained with nanoGPT, whose defaults
 # (2,000 warmup steps, decay to a tenth) are used here. It reports the val loss on OWT's val split.
+# (sbatch runs a copy of the script it is given, from its spool directory, with no common.sh beside it)
+[ -f "$(dirname "$0")/common.sh" ] || { printf 'error: %s has no common.sh beside it\n---> HINT: %s\n' "$0" "run the recipe where it lies in the repository; under Slurm, from a batch script: exec bash /path/to/valuepath/scripts/recipes/<recipe>.sh" >&2; exit 2; }
 source "$(dirname "$0")/common.sh"
 
 PATHS=${PATHS:-"vanilla sla"}

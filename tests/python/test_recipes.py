@@ -242,3 +242,16 @@ def test_a_signal_to_the_recipe_alone_stops_its_run_with_a_checkpoint(tmp_path, 
     s = int(re.search(rf"stopped by {name} after step (\d+) of 1000000: saved", (out / "vanilla.out").read_text()).group(1))
     assert checkpoint_steps(out / "vanilla") == [s]
     assert not (out / "resformer").exists() and "== resformer" not in stderr
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RECIPES.glob("*.sh") if p.name != "common.sh"))
+def test_a_recipe_copied_away_from_common_sh_says_how_to_run_it(tmp_path, name):
+    """`sbatch recipe.sh` runs a copy of the recipe from Slurm's spool directory (seen on the local
+    cluster: "slurm_script: line 16: .../common.sh: No such file or directory", then one "command
+    not found" per recipe step). The recipe stops at once with exit 2 and says to run it from a
+    batch script with exec bash."""
+    copy = tmp_path / "slurm_script"
+    copy.write_text((RECIPES / name).read_text())
+    p = subprocess.run(["bash", str(copy)], capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, "DRY_RUN": "1"})
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+    assert f"error: {copy} has no common.sh beside it" in p.stderr and "exec bash /path/to/valuepath/scripts/recipes/<recipe>.sh" in p.stderr, p.stderr
