@@ -180,7 +180,7 @@ def test_a_failed_run_fails_the_recipe(tmp_path):
 
 def stop_a_recipe_mid_run(tmp_path, send, paths="vanilla"):
     """Starts gpt2_124m_owt.sh on a run too long to finish, waits for two logged steps, signals it with
-    send(proc), and returns (proc, stderr, out, env) once it has ended."""
+    send(proc), and returns (proc, stdout, stderr, out, env) once it has ended."""
     data = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
     out = tmp_path / "out"
     env = {**SMALL, "STEPS": 1000000, "CHECKPOINT_EVERY": 1000000, "EVAL_EVERY": 1000000, "DATA": data, "OUT": out,
