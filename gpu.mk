@@ -51,12 +51,12 @@ GPU_BUILD ?= build
 GPU_OPT ?= -O3
 NVCC_FLAGS := $(GPU_OPT) -std=c++17 -lineinfo -diag-suppress 1675,550
 CUDA_LIBS := -lcublasLt -lcublas
-# programs that include the CPU reference (tests, labs) need its OpenMP and the host's SIMD
-NVCC_HOST_CPU := -Xcompiler -fopenmp,-march=native -lgomp
 # the trainers: OpenMP for host/params.h's init, which draws the normals on every thread (the same
 # bits on any number; one core takes 5 s for GPT-2 124M and so about a minute for 1.5B parameters),
 # no -march=native (a trainer may run on another node than the one that built it)
 NVCC_HOST_OMP := -Xcompiler -fopenmp -lgomp
+# programs that include the CPU reference (tests, labs): its OpenMP and the host's SIMD too
+NVCC_HOST_CPU := $(NVCC_HOST_OMP) -Xcompiler -march=native
 prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 
 KERNEL_HEADERS := $(wildcard kernels/*.cuh)

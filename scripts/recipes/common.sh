@@ -189,8 +189,9 @@ recipe_run() {
     set +m
     exec {console}>&-
     [ -z "$pending" ] || recipe_forward_signal "$pending"
-    # wait returns early (above 128) for every signal a trap caught; the run's status is the
-    # wait's once the launcher has ended
+    # wait returns early (above 128) for every signal a trap caught, so it is repeated while the
+    # launcher lives; then once more for its status, which bash keeps, in case the last wait was
+    # cut short by a signal that came as the launcher ended
     while wait "$leader" && rc=0 || rc=$?; kill -0 "$leader" 2>/dev/null; do :; done
     wait "$leader" && rc=0 || rc=$?
     wait "$tee_pid" || true

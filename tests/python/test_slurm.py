@@ -148,18 +148,26 @@ def test_mpirun_in_a_batch_script_hears_signal_b_usr1_through_exec(tmp_path, dat
 RECIPE = REPO / "scripts" / "recipes" / "gpt2_124m_owt.sh"
 
 
+def recipe_job(tmp_path, steps, exec_recipe):
+    """The batch script of a job that runs RECIPE (vanilla, 2 srun ranks, steps of about 150 ms) on
+    tiny shards in tmp_path, with exec (the recipe is the batch shell) or without; and the run's
+    directory."""
+    from test_recipes import SMALL, TINY, shards
+    d = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
+    recipe_env = {**SMALL, "DATA": d, "OUT": tmp_path / "out", "STEPS": steps, "TOTAL": 2 * 8 * 2 * 500, "EVAL_EVERY": 100,
+                  "CHECKPOINT_EVERY": 100000, "KEEP_EVERY": 0, "MODEL": "--arch gpt2 " + TINY, "NGPU": 2,
+                  "LAUNCH": "srun --mpi=pmix", "TRAINER": str(REPO / "build" / "{path}-mpi" / "train_cpu")}
+    assignments = " ".join(f"{k}='{v}'" for k, v in recipe_env.items())
+    script = f"exec env {assignments} bash {RECIPE}" if exec_recipe else f"{assignments} bash {RECIPE}"
+    return script, tmp_path / "out" / "vanilla"
+
+
 def test_a_recipe_stopped_at_its_time_limit_resumes_when_the_job_is_submitted_again(tmp_path):
     """A recipe in a batch job with LAUNCH='srun --mpi=pmix' and no --signal: at the 1-minute
     limit slurmctld sends SIGTERM to the job's steps, the ranks save the step and exit 143, and the
     recipe stops saying so. The same job submitted again resumes the run from that checkpoint (its
     config line says resumed_from) and goes on, step after step, until its own time limit."""
-    from test_recipes import SMALL, TINY, shards
-    d = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
-    recipe_env = {**SMALL, "DATA": d, "OUT": tmp_path / "out", "STEPS": 1000000, "TOTAL": 2 * 8 * 2 * 500, "EVAL_EVERY": 100,
-                  "CHECKPOINT_EVERY": 100000, "KEEP_EVERY": 0, "MODEL": "--arch gpt2 " + TINY, "NGPU": 2,
-                  "LAUNCH": "srun --mpi=pmix", "TRAINER": str(REPO / "build" / "{path}-mpi" / "train_cpu")}
-    script = " ".join(f"{k}='{v}'" for k, v in recipe_env.items()) + f" bash {RECIPE}"
-    out = tmp_path / "out" / "vanilla"
+    script, out = recipe_job(tmp_path, 1000000, exec_recipe=False)
     steps = []
     for attempt in range(2):
         rc, output, job = sbatch(["--time=1"], script, tmp_path)
@@ -177,36 +185,25 @@ def test_a_recipe_as_the_batch_shell_passes_signal_b_usr1_on(tmp_path):
     """`--signal=B:USR1@T` signals the batch shell alone; with `exec bash <recipe>` that is the
     recipe, which passes SIGUSR1 on to its run (here srun, which passes it to both ranks): the run
     stops after a step with its checkpoint, and the recipe and the job with 138, before the limit."""
-    from test_recipes import SMALL, TINY, shards
-    d = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
-    recipe_env = {**SMALL, "DATA": d, "OUT": tmp_path / "out", "STEPS": 1000000, "TOTAL": 2 * 8 * 2 * 500, "EVAL_EVERY": 100,
-                  "CHECKPOINT_EVERY": 100000, "KEEP_EVERY": 0, "MODEL": "--arch gpt2 " + TINY, "NGPU": 2,
-                  "LAUNCH": "srun --mpi=pmix", "TRAINER": str(REPO / "build" / "{path}-mpi" / "train_cpu")}
-    script = "exec env " + " ".join(f"{k}='{v}'" for k, v in recipe_env.items()) + f" bash {RECIPE}"
+    script, out = recipe_job(tmp_path, 1000000, exec_recipe=True)
     rc, output, job = sbatch(["--time=2", "--signal=B:USR1@60"], script, tmp_path)
     assert rc == 138 and job_field(job, "JobState") == "FAILED", (rc, output[-3000:])  # stopped before its limit
-    s = stopped_step(tmp_path / "out" / "vanilla", (tmp_path / "out" / "vanilla.out").read_text(), "SIGUSR1")
+    s = stopped_step(out, (tmp_path / "out" / "vanilla.out").read_text(), "SIGUSR1")
     assert s > 3 and "error: the vanilla run stopped on signal 10" in output, output[-3000:]
 
 
 def test_a_requeued_recipe_job_resumes_its_run_and_finishes_it(tmp_path):
     """`scontrol requeue` (what a preemption with PreemptMode=REQUEUE or a failed node does to a
     --requeue job): the running ranks get SIGTERM, save their step and exit 143; Slurm starts the
-    batch script again (two to three minutes later on the local cluster: Slurm holds a requeued job back), the recipe
-    resumes from that checkpoint and the run finishes, every step logged once."""
-    from test_recipes import SMALL, TINY, shards
+    batch script again (two to three minutes later on the local cluster: Slurm holds a requeued
+    job back), the recipe resumes from that checkpoint and the run finishes, every step logged once."""
     from test_trainer_cli import logged_steps
-    d = shards(tmp_path / "owt", "openwebtext_train", ["openwebtext_val"])
     steps = 60
-    recipe_env = {**SMALL, "DATA": d, "OUT": tmp_path / "out", "STEPS": steps, "TOTAL": 2 * 8 * 2 * 500, "EVAL_EVERY": 100,
-                  "CHECKPOINT_EVERY": 100000, "KEEP_EVERY": 0, "MODEL": "--arch gpt2 " + TINY, "NGPU": 2,
-                  "LAUNCH": "srun --mpi=pmix", "TRAINER": str(REPO / "build" / "{path}-mpi" / "train_cpu")}
-    script = "exec env " + " ".join(f"{k}='{v}'" for k, v in recipe_env.items()) + f" bash {RECIPE}"
+    script, out = recipe_job(tmp_path, steps, exec_recipe=True)
     p = subprocess.run(["sbatch", "--parsable", "--requeue", "--open-mode=append", "-N", "1", "-n", "2", "-o", str(tmp_path / "job.out"),
                         "--time=5", "--wrap", script], capture_output=True, text=True, timeout=60, env=env(), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     job = p.stdout.strip().split(";")[0]
-    out = tmp_path / "out" / "vanilla"
     deadline = time.time() + 120
     while logged_steps(out) < 10 and time.time() < deadline:
         time.sleep(0.2)
