@@ -21,11 +21,17 @@
 # scripts/eval_harness.py on every run's final checkpoint, results in $OUT.eval.json. It needs
 # torch, transformers and lm-eval (requirements-reference.txt).
 #
+# Ctrl-C, or SIGTERM or SIGUSR1 sent to this script, stops the run in progress after its step (it
+# saves a checkpoint in its directory) and the script, with status 128 + the signal.
+#
 # Needs the TinyShakespeare shards (python scripts/prepare_tinyshakespeare.py). Each path runs
 # with its default settings (value_paths.md section 10), which this model's shape resolves to:
 # with 6 layers and 6 heads, SLA n_l = 5 (round 4.5 up) and n_h = 5 (round 4.5 up), Depth stride 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# each run is started by forward_signals_run, so that a Ctrl-C, or a SIGTERM or SIGUSR1 sent to this
+# script alone, reaches the trainer once and stops the comparison (the trainer saves its step)
+source scripts/forward_signals.sh
 
 PATHS=${PATHS:-"vanilla resformer svformer sla depth"}
 TRAINER=${TRAINER:-"build/{path}/train_cpu"}
@@ -73,11 +79,19 @@ for path in $PATHS; do
         dir=$OUT/$name
         rm -rf "$dir"
         echo "== $name: $bin" >&2
-        "$bin" $MODEL $TRAIN --seed "$seed" $EXTRA --train-data "$DATA/tinyshakespeare_train_*.bin" \
-            --val-data "$DATA/tinyshakespeare_val_*.bin" --out-dir "$dir" >"$OUT.$name.log" 2>&1 || {
+        : >"$OUT.$name.log"
+        # shellcheck disable=SC2086
+        forward_signals_run "$OUT.$name.log" 0 "$bin" $MODEL $TRAIN --seed "$seed" $EXTRA \
+            --train-data "$DATA/tinyshakespeare_train_*.bin" --val-data "$DATA/tinyshakespeare_val_*.bin" --out-dir "$dir"
+        rc=$FORWARDED_RC
+        if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
+            # Ctrl-C, or SIGTERM or SIGUSR1 to this script or to the trainer: the run saved its step
+            echo "error: the $name run stopped on signal $((rc - 128)) (see $OUT.$name.log); no further run started" >&2
+            exit "$rc"
+        elif [ "$rc" -ne 0 ]; then
             echo "error: $name failed, see $OUT.$name.log" >&2
             exit 1
-        }
+        fi
         dirs+=("$name=$dir")
         run_dirs+=("$dir")
     done

@@ -12,6 +12,7 @@
 // ~ 0.3 for our values in [-1, 1]. The reference is summed in double for float (its own error,
 // ~K * 1e-16, is negligible) and in long double for double, where the same formula is the tight
 // tolerance.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>

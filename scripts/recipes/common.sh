@@ -25,12 +25,11 @@
 #
 # Re-running a recipe resumes every run from its newest checkpoint (--resume auto: bit-exact),
 # so a preempted job is continued by submitting it again; a finished run stays finished. Ctrl-C,
-# or SIGTERM or SIGUSR1 sent to the trainer (or to mpirun or srun, which pass them on; Slurm's
-# --signal=USR1@T and time limit do), stop the run in progress after its step, with its
+# SIGTERM or SIGUSR1, sent to the recipe (which passes it on to the run in progress, once:
+# scripts/forward_signals.sh) or to the trainer (or to mpirun or srun, which pass them on; Slurm's
+# --signal=[B:]USR1@T and time limit do), stop the run in progress after its step, with its
 # checkpoint (README, "Stopping a run"), and the recipe with the trainer's status, 128 + the
-# signal. The recipe's own shell passes no signal on, and while a run is in progress it ignores
-# SIGTERM and SIGUSR1 sent to it alone (see recipe_run). Under Slurm: --signal=USR1@T without B:,
-# and LAUNCH='srun --mpi=pmix' (docs/distributed.md, "Slurm").
+# signal, before its next run. Under Slurm: LAUNCH='srun --mpi=pmix' (docs/distributed.md, "Slurm").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -41,6 +40,7 @@ DRY_RUN=${DRY_RUN:-0}
 EXTRA=${EXTRA:-}
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
+source scripts/forward_signals.sh
 
 recipe_die() {  # $1 = what is wrong, $2 = what to do; exit 2 as the trainers' usage errors
     printf 'error: %s\n---> HINT: %s\n' "$1" "$2" >&2
@@ -124,12 +124,6 @@ recipe_trainer() {
     echo "$target"
 }
 
-# recipe_forward_signal SIG: sends SIG to the run in progress (recipe_run's leader, its launcher's
-# process group), or keeps it for when the run has started (pending)
-recipe_forward_signal() {
-    if [ -n "$leader" ]; then kill -s "$1" -- "-$leader" 2>/dev/null || true; else pending=$1; fi
-}
-
 # recipe_run PATH FLAG...: one run into OUT/PATH, resumed if it has checkpoints already (--resume
 # auto). Besides FLAG..., every run gets the batch and schedule of the recipe's B T TOTAL STEPS LR
 # WARMUP SEED, and the AdamW settings that GPT-2 (llm.c, nanoGPT) and both papers share: betas (0.9, 0.95),
@@ -165,37 +159,10 @@ recipe_run() {
     fi
     mkdir -p "$OUT"
     echo "== $path: ${cmd[*]}" >&2
-    # Every INT, TERM and USR1 the recipe's shell gets while a run is in progress is passed on to
-    # the run, once: the launcher (mpirun, srun, or the trainer itself) runs in a process group of
-    # its own (set -m for its start only), and the shell's traps send the signal to that group. So
-    # a Ctrl-C (it reaches the terminal's foreground group, which no longer holds the trainer), a
-    # `kill <recipe>` and Slurm's --signal=B:USR1@T (to the batch shell alone) all stop the run after
-    # its step, with its checkpoint. A trap, unlike a signal's default action, also keeps the shell
-    # alive until the run has ended: at a job's time limit slurmstepd sends SIGTERM to every
-    # process of the batch script, this shell too, which then says which run stopped and how to go
-    # on (tests/python/test_slurm.py); the trainer gets that SIGTERM twice and acts on the first.
-    # The console goes through tee, started first in the shell's own group (a process group apart
-    # from the terminal's foreground one must not write to it: `stty tostop` would stop it), which
-    # ignores those signals so that the trainer's last lines, after its save, still reach
-    # OUT/PATH.out. The launcher's stdin is /dev/null: mpirun reads stdin, and a process group
-    # apart from the foreground one that reads the terminal is stopped.
-    local rc=0 leader="" pending="" console tee_pid s
-    for s in INT TERM USR1; do trap "recipe_forward_signal $s" "$s"; done
-    exec {console}> >(trap '' INT TERM USR1 && exec tee -a "$OUT/$path.out")
-    tee_pid=$!
-    set -m
-    "${cmd[@]}" </dev/null >&"$console" 2>&1 &
-    leader=$!
-    set +m
-    exec {console}>&-
-    [ -z "$pending" ] || recipe_forward_signal "$pending"
-    # wait returns early (above 128) for every signal a trap caught, so it is repeated while the
-    # launcher lives; then once more for its status, which bash keeps, in case the last wait was
-    # cut short by a signal that came as the launcher ended
-    while wait "$leader" && rc=0 || rc=$?; kill -0 "$leader" 2>/dev/null; do :; done
-    wait "$leader" && rc=0 || rc=$?
-    wait "$tee_pid" || true
-    trap - INT TERM USR1
+    # every INT, TERM and USR1 this shell gets while the run is in progress is passed on to it, once;
+    # its console goes to OUT/PATH.out and to the recipe's stdout (scripts/forward_signals.sh)
+    forward_signals_run "$OUT/$path.out" 1 "${cmd[@]}"
+    local rc=$FORWARDED_RC
     if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
         # 128 + a signal's number: the trainer stopped on it after saving a checkpoint (or, at a
         # second Ctrl-C or a SIGKILL, was ended by it); the recipe stops with the same status

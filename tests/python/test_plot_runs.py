@@ -5,14 +5,17 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from test_trainer_cli import PATHS, REPO, TINY_GPT2, data, read_log, run, spiky_data, write_shard, pattern_tokens  # noqa: F401
+from test_trainer_cli import PATHS, REPO, TINY_GPT2, data, logged_steps, read_log, run, spiky_data, write_shard, pattern_tokens  # noqa: F401
 
 SCRIPT = REPO / "scripts" / "plot_runs.py"
 _spec = importlib.util.spec_from_file_location("plot_runs", SCRIPT)
@@ -551,6 +554,55 @@ def test_compare_paths_over_seeds(tmp_path):
     assert p.returncode == 2 and "SEEDS holds 'x', not a seed" in p.stderr
     p, _ = compare_paths(tmp_path, PATHS="vanilla", VOCAB="50k")
     assert p.returncode == 2 and "VOCAB is '50k', not a vocabulary size" in p.stderr
+
+
+def session_processes(sid):
+    """The pids of the processes still alive in session sid (zombies left out)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == sid and " Z " not in open(f"/proc/{entry}/stat").read():
+                    pids.append(int(entry))
+            except (ProcessLookupError, PermissionError, FileNotFoundError):
+                pass
+    return pids
+
+
+@pytest.mark.parametrize("sig, to_group", [(signal.SIGTERM, False), (signal.SIGUSR1, False), (signal.SIGINT, True)],
+                         ids=["sigterm_to_script", "sigusr1_to_script", "ctrl_c"])
+def test_a_signal_stops_compare_paths_and_its_run(tmp_path, sig, to_group):
+    """A SIGTERM or SIGUSR1 sent to compare_paths.sh alone, or a Ctrl-C (the foreground group),
+    stops the run in progress after its step, with its checkpoint, and the script with 128 + the
+    signal, before its next path. Until 2026-11-30 a SIGTERM ended the script and left its trainer
+    running on alone (here for a million steps), and a Ctrl-C gave exit 1, "vanilla failed"."""
+    from test_recipes import checkpoint_steps, kill_session
+    shards = tmp_path / "ts"
+    shards.mkdir()
+    write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
+    write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
+    out = tmp_path / "cmp"
+    env = {**os.environ, "STEPS": "1000000", "EVAL_BATCHES": "1", "VOCAB": "64", "DATA": str(shards), "OUT": str(out),
+           "PATHS": "vanilla resformer", "OMP_NUM_THREADS": "1", "TRAINER": str(REPO / "build" / "{path}" / "train_cpu")}
+    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "compare_paths.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=REPO, start_new_session=True)  # a terminal's foreground job
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None and logged_steps(out / "vanilla") < 2:
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, sig) if to_group else proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+        left = session_processes(proc.pid)  # the trainer ran on after the script, before the fix
+        assert not left, f"still running after the script's exit: {left}\n{stderr[-2000:]}"
+    finally:
+        kill_session(proc.pid)
+    assert proc.returncode == 128 + sig, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    assert f"the vanilla run stopped on signal {int(sig)}" in stderr, stderr[-2000:]
+    log = (Path(f"{out}.vanilla.log")).read_text()
+    s = int(re.search(rf"stopped by {signal.Signals(sig).name} after step (\d+) of 1000000: saved", log).group(1))
+    assert checkpoint_steps(out / "vanilla") == [s]
+    assert not (out / "resformer").exists() and "== resformer" not in stderr
 
 
 # ---------------------------------------------------------------------------
