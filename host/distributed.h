@@ -46,9 +46,14 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 struct DistShard {
@@ -130,6 +135,14 @@ inline void dist_shard_layout(size_t n, int W, std::vector<int>* count, std::vec
 
 struct DistState {
     int rank = 0, world = 1;
+    // The ranks on this node (MPI_COMM_TYPE_SHARED: those that share its memory) and this rank's
+    // place among them: dist_share_cores shares out their CPUs, kernels/zero.cuh gives each a GPU.
+    MPI_Comm node = MPI_COMM_NULL;
+    int node_rank = 0, node_ranks = 1;
+    // dist_share_cores: the OpenMP threads this rank uses where it lowered them, and OpenMP's
+    // default before (0: not lowered; one process, no OpenMP, no CPU shared, or OMP_NUM_THREADS
+    // set, which is the user's choice)
+    int threads_split = 0, threads_default = 0;
     bool forced = false;  // VP_DIST_FORCE=1: the data-parallel code path even with one rank (tests)
     double timeout_s = 600;
     size_t piece = 0;  // VP_DIST_PIECE: the forced piece length of dist_piece_floats (0: by size)
@@ -162,6 +175,46 @@ inline void dist_check(int err, const char* what) {
                   "rank %d: %s failed: %s", dist_state().rank, what, msg);
 }
 
+// Ranks that share CPUs share them out. OpenMP (libgomp) starts one thread per CPU of the process's
+// affinity mask, so ranks whose masks overlap (mpirun --bind-to none, srun --cpu-bind=none, or
+// several ranks bound to one socket: Open MPI's default binding above 2 ranks) each start a thread
+// per shared CPU: 2 ranks on a 2-core machine ran 4 threads, and a step of the CPU trainer took
+// 1.34 to 1.49 times as long as with 1 thread each (dev/results/2026-11-30-omp-share.md). Where
+// OMP_NUM_THREADS is not set, each rank takes its fair share of its CPUs: the sum over them of
+// 1 / (the number of ranks on the node whose mask holds that CPU), rounded down, at least 1.
+// Ranks with disjoint masks (mpirun's binding to cores, srun --cpus-per-task) keep a thread per
+// CPU. The results do not depend on the thread count (every reduction has a fixed order), only the
+// speed. Collective over the node's ranks (s.node).
+inline void dist_share_cores() {
+    DistState& s = dist_state();
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    bool known = sched_getaffinity(0, sizeof(mine), &mine) == 0;  // fails only past 1024 CPUs: no split then
+    std::vector<cpu_set_t> all(s.node_ranks);
+    {
+        DistBusy busy("the exchange of CPU masks");
+        dist_check(MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all.data(), (int)sizeof(mine), MPI_BYTE, s.node), "MPI_Allgather of the CPU masks");
+    }
+    if (!known) return;
+    double share = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &mine)) continue;
+        int holders = 0;
+        for (const cpu_set_t& other : all) holders += CPU_ISSET(cpu, &other) ? 1 : 0;
+        share += 1.0 / holders;  // holders >= 1: this rank's own mask is among them
+    }
+#ifdef _OPENMP
+    const char* set = getenv("OMP_NUM_THREADS");
+    if (set && *set) return;
+    int threads = std::max(1, (int)(share + 1e-9));
+    if (threads < omp_get_max_threads()) {
+        s.threads_default = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        s.threads_split = threads;
+    }
+#endif
+}
+
 inline void dist_init(int* argc, char*** argv) {
     DistState& s = dist_state();
     dist_check(MPI_Init(argc, argv), "MPI_Init");
@@ -171,6 +224,10 @@ inline void dist_init(int* argc, char*** argv) {
     s.timeout_s = env_number("VP_DIST_TIMEOUT", s.timeout_s, 0, 1e7);
     s.forced = env_number("VP_DIST_FORCE", 0, 0, 1) == 1;
     s.piece = (size_t)env_number("VP_DIST_PIECE", 0, 1, 1 << 30);
+    dist_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &s.node), "MPI_Comm_split_type");
+    MPI_Comm_set_errhandler(s.node, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s.node, &s.node_rank);
+    MPI_Comm_size(s.node, &s.node_ranks);
     if (s.world > 1 && s.timeout_s > 0) {
         std::thread([] {
             DistState& st = dist_state();
@@ -188,11 +245,15 @@ inline void dist_init(int* argc, char*** argv) {
             }
         }).detach();
     }
+    if (s.world > 1) dist_share_cores();  // after the watchdog: a rank that never comes is reported
     if (s.rank != 0 && !freopen("/dev/null", "w", stdout)) {}  // only rank 0 prints; errors still reach stderr
 }
-inline void dist_finalize() { MPI_Finalize(); }
+inline void dist_finalize() { MPI_Finalize(); }  // frees dist_state().node with the rest
 inline int dist_rank() { return dist_state().rank; }
 inline int dist_world() { return dist_state().world; }
+inline int dist_node_ranks() { return dist_state().node_ranks; }
+inline int dist_threads_split() { return dist_state().threads_split; }
+inline int dist_threads_default() { return dist_state().threads_default; }
 inline bool dist_forced() { return dist_state().forced; }
 // The data-parallel code path runs: several ranks, or VP_DIST_FORCE=1 with one (tests).
 inline bool dist_active() { return dist_world() > 1 || dist_forced(); }
@@ -357,6 +418,9 @@ inline void dist_init(int*, char***) {}
 inline void dist_finalize() {}
 inline int dist_rank() { return 0; }
 inline int dist_world() { return 1; }
+inline int dist_node_ranks() { return 1; }
+inline int dist_threads_split() { return 0; }
+inline int dist_threads_default() { return 0; }
 inline bool dist_forced() { return false; }
 inline bool dist_active() { return false; }
 inline void dist_barrier() {}

@@ -593,6 +593,9 @@ int train_main_unguarded(int argc, char** argv) {
     printf("batch %d x %d tokens x %d accumulation x %d ranks = %ld tokens per step, %d steps\n", B, T, grad_accum, world, (long)B * T * grad_accum * world,
            rc.max_steps);
     if (dist) printf("data parallel: %d ranks, ZeRO-%d (optimizer state %s)\n", world, rc.zero, rc.zero ? "sharded" : "replicated");
+    if (dist_threads_split())  // rank 0's share of CPUs that other ranks may run on too (host/distributed.h)
+        printf("OpenMP: %d thread%s on rank 0, not %d: the %d ranks on this node share its CPUs (set OMP_NUM_THREADS to choose)\n",
+               dist_threads_split(), dist_threads_split() == 1 ? "" : "s", dist_threads_default(), dist_node_ranks());
     // SLA with n_l >= L (the default round(3L/4) is L for L = 2) or no skip head is vanilla's
     // computation exactly (value_paths.md section 10): allowed, but a comparison run should know
     if (c.vp.path == VP_SLA && (c.vp.sla_layers >= c.n_layer || c.vp.sla_heads == 0) && rank0)

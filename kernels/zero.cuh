@@ -233,10 +233,9 @@ inline void nccl_init() {
     if (s.comm) return;
     int rank = dist_rank(), world = dist_world();
 
-    MPI_Comm node;
-    dist_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-    MPI_Comm_rank(node, &s.local_rank);
-    MPI_Comm_size(node, &s.local_size);
+    MPI_Comm node = dist_state().node;  // the ranks on this node (dist_init)
+    s.local_rank = dist_state().node_rank;
+    s.local_size = dist_state().node_ranks;
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)
@@ -260,7 +259,6 @@ inline void nccl_init() {
         if (j != s.local_rank && strncmp(bus, buses.data() + j * sizeof(bus), sizeof(bus)) == 0)
             usage_error("give every rank its own GPU (unset CUDA_VISIBLE_DEVICES, or one device per rank)",
                         "rank %d and local rank %d of its node both use the GPU at PCI %s; NCCL needs one GPU per rank", rank, j, bus);
-    MPI_Comm_free(&node);
 
     // NVLS reductions are not run-to-run deterministic (see the top of the file)
     bool nvls_off = !getenv("NCCL_NVLS_ENABLE");

@@ -88,6 +88,33 @@ def test_two_ranks_equal_one_rank_with_accumulation(tmp_path, data, path):
 
 
 
+def test_ranks_that_share_cpus_share_them_out(tmp_path, data):
+    """OpenMP starts a thread per CPU of a process's affinity mask, so ranks started with --bind-to
+    none (every CPU in each mask) would each run that many: on the 2-core CI machine 4 threads for
+    2 ranks, and a step 1.34-1.49x as long as with 1 thread each (dev/results/2026-11-30-omp-share.md). Without OMP_NUM_THREADS
+    each rank takes its share, n // 2 of n CPUs, and rank 0 says so; OMP_NUM_THREADS, when set, is
+    kept; ranks bound to cores of their own keep a thread per core. The losses do not change."""
+    n = len(os.sched_getaffinity(0))
+    if n < 2:
+        pytest.skip("one CPU here: there is nothing to share out")
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--batch-size", "4", "--max-steps", "3", "--total-batch-tokens", "64"]
+    unset = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+
+    def launch(mpirun_flags, out, env):
+        cmd = [MPIRUN, "--allow-run-as-root", "-np", "2"] + mpirun_flags + [str(mpi_trainer("vanilla"))]
+        p = subprocess.run(cmd + [str(a) for a in common + ["--out-dir", tmp_path / out]], capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+        return p.stdout
+
+    shared = launch(["--bind-to", "none"], "shared", unset)
+    share = n // 2
+    assert f"OpenMP: {share} thread{'' if share == 1 else 's'} on rank 0, not {n}: the 2 ranks on this node share its CPUs" in shared, shared
+    assert "OpenMP:" not in launch(["--bind-to", "none", "-x", "OMP_NUM_THREADS"], "set", {**unset, "OMP_NUM_THREADS": str(n)})
+    assert "OpenMP:" not in launch(["--bind-to", "core"], "bound", unset)
+    assert losses(tmp_path / "shared") == losses(tmp_path / "set") == losses(tmp_path / "bound")
+    assert len(losses(tmp_path / "shared")) == 3
+
+
 def test_update_guard_under_two_ranks_with_zero_1(tmp_path, spiky_data):
     """--skip-loss-z/--skip-norm-z judge the all-reduced loss and norm, so every rank skips the same
     steps: under ZeRO-1 each rank updates its own shard of the AdamW state, and a rank that updated
