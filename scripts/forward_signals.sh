@@ -5,8 +5,8 @@
 # with its output appended to the file LOG, and also to this shell's stdout when ECHO is 1; sets
 # FORWARDED_RC to its exit status, or to 128 + the signal's number when one was passed on and CMD
 # still exited 0 (it was past its last step), so that the caller stops as for a run the signal
-# stopped instead of going on to its next run. Every INT, TERM and USR1 this shell gets while CMD runs is
-# passed on to CMD's processes, once:
+# stopped instead of going on to its next run. Every INT, TERM and USR1 this shell gets while CMD
+# runs is passed on to CMD's processes, once:
 # - CMD runs in a process group of its own (set -m for its start only), and the shell's traps send
 #   the signal to that group. So a Ctrl-C (it reaches the terminal's foreground group, which no
 #   longer holds the trainer: the trainer sees it once, not once from the terminal and once from

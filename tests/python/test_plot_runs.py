@@ -605,6 +605,36 @@ def test_a_signal_stops_compare_paths_and_its_run(tmp_path, sig, to_group):
     assert not (out / "resformer").exists() and "== resformer" not in stderr
 
 
+def test_a_signal_stops_compare_paths_even_where_its_run_then_exits_0(tmp_path):
+    """A run that gets the signal as it ends its last step exits 0 (there is no step left to stop
+    after): compare_paths.sh still stops there, with 128 + the signal, instead of starting its next
+    path (scripts/forward_signals.sh). A stand-in trainer that exits 0 on SIGTERM plays that run."""
+    shards = tmp_path / "ts"
+    shards.mkdir()
+    (shards / "tinyshakespeare_train_000.bin").write_bytes(b"")  # only looked for; the stand-in reads nothing
+    fake = tmp_path / "trainer.sh"
+    fake.write_text("#!/bin/bash\ntrap 'echo got SIGTERM; exit 0' TERM\necho started\nwhile :; do sleep 0.05; done\n")
+    fake.chmod(0o755)
+    out = tmp_path / "cmp"
+    env = {**os.environ, "DATA": str(shards), "OUT": str(out), "PATHS": "vanilla resformer", "TRAINER": str(fake)}
+    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "compare_paths.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=REPO, start_new_session=True)
+    log = Path(f"{out}.vanilla.log")
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and proc.poll() is None and "started" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        from test_recipes import kill_session
+        kill_session(proc.pid)
+    assert "got SIGTERM" in log.read_text()
+    assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+    assert "the vanilla run stopped on signal 15" in stderr and "== resformer" not in stderr, stderr[-2000:]
+
+
 # ---------------------------------------------------------------------------
 # hand-written logs: each case in a few lines, no trainer run
 
