@@ -59,6 +59,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -199,9 +200,10 @@ float evaluate_loss(Model* model, ValSet* vs, int B, int T, DepthAlphaSums* alph
 // logits over the last T tokens (a sliding window; no KV cache: samples are short and occasional).
 // cut_short, if given: the tokens end early once a stop signal is pending, and *cut_short says so;
 // the RNG then skips the draws of the tokens left out, and ends where the whole n would leave it.
+// on_token, if given, is called with each token as it is drawn (print_sample streams them).
 template <typename Model>
 std::vector<int> generate_tokens(Model* model, const std::vector<int>& context, int n, int T, const SampleSettings& settings, Rng* rng,
-                                 bool* cut_short = nullptr) {
+                                 bool* cut_short = nullptr, const std::function<void(int)>& on_token = {}) {
     std::vector<int> seq = context;
     std::vector<float> logits;
     for (int i = 0; i < n; i++) {
@@ -216,6 +218,7 @@ std::vector<int> generate_tokens(Model* model, const std::vector<int>& context, 
                 runtime_error("lower --lr or raise --warmup-steps (the training diverged), or use a checkpoint of a run that did not",
                               "a sample's logit for token %d is %g: the weights give non-finite logits", v, logits[(size_t)v]);
         seq.push_back(sample_token(logits.data(), model->config.vocab_size, settings, rng));
+        if (on_token) on_token(seq.back());
     }
     return std::vector<int>(seq.begin() + context.size(), seq.end());
 }
@@ -248,18 +251,24 @@ inline std::vector<int> sample_context(const RunConfig& rc, const Tokenizer* tok
 
 inline SampleSettings sample_settings(const RunConfig& rc) { return SampleSettings{rc.sample_temperature, rc.sample_top_k}; }
 
-// The header comes first, so that a long sample shows it is under way. cut_short: as for
-// generate_tokens; a sample cut short prints what it drew and says so.
+// The header and the prompt come first, then each token as it is drawn (flushed: a sample of a big
+// model on a CPU takes minutes, and shows its progress as llm.c's does), decoded with the tokenizer
+// or as ids. cut_short: as for generate_tokens; a sample cut short prints what it drew and says so.
 template <typename Model>
 void print_sample(Model* model, const RunConfig& rc, const Tokenizer* tok, const std::vector<int>& context, int T, Rng* rng, int step,
                   bool* cut_short = nullptr) {
     printf("---- sample at step %d ----\n", step);
-    fflush(stdout);
-    std::vector<int> ids = generate_tokens(model, context, rc.sample_tokens, T, sample_settings(rc), rng, cut_short);
     fwrite(rc.sample_prompt.data(), 1, rc.sample_prompt.size(), stdout);  // the prompt, as given
-    if (tok) tokenizer_print(tok, ids.data(), (int)ids.size(), stdout);
-    else
-        for (size_t i = 0; i < ids.size(); i++) printf("%d%c", ids[i], i + 1 < ids.size() ? ' ' : '\n');
+    fflush(stdout);
+    bool first = true;
+    auto print_token = [&](int id) {
+        if (tok) tokenizer_print(tok, &id, 1, stdout);  // a token's bytes as stored: a character split over two tokens comes out whole
+        else printf(first ? "%d" : " %d", id);
+        first = false;
+        fflush(stdout);
+    };
+    std::vector<int> ids = generate_tokens(model, context, rc.sample_tokens, T, sample_settings(rc), rng, cut_short, print_token);
+    if (!tok && !ids.empty()) printf("\n");
     if (cut_short && *cut_short) printf("\n(cut short by %s after %zu of %d tokens)", stop_signal_name(g_stop_signal), ids.size(), rc.sample_tokens);
     printf("\n---------------------------\n");
     fflush(stdout);

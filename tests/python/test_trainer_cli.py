@@ -3,6 +3,7 @@
 Runs the binary that `make test` builds (build/vanilla/train_cpu, or $VP_TRAIN_CPU) on shards
 written by the project's own shard writer (scripts/vp_data/shards.py), in temporary directories.
 """
+import fcntl
 import hashlib
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -986,11 +988,40 @@ def read_until_line(proc, wanted):
 LONG_SAMPLE = 20_000
 
 
-# "sample" is left out of make test: under a load of 7 on 2 cores (pytest -n 2 beside other jobs)
-# the 20,000-token sample once ended before the signal sent after its header landed. The cut
-# itself is held by test_gpt_cpu's generation_cut_short test, the --max-steps 0 test below and
-# test_distributed's rank-0 sample test; run it by hand with VP_TIMING_TESTS=1.
-@pytest.mark.parametrize("when", ["step"] + (["sample"] if os.environ.get("VP_TIMING_TESTS") else []))
+def start_trainer_on_a_small_pipe(args):
+    """Starts a trainer (one OpenMP thread) whose stdout is a pipe of one page (4 KiB, the least
+    Linux allows; 64 KiB by default), read with read_through and read_to_end: once its reader
+    stops, the trainer blocks in a write within a page of output. Returns (Popen, the pipe's read
+    end, a file of its stderr)."""
+    r, w = os.pipe()
+    fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, 4096)
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen([str(TRAINER)] + [str(a) for a in args], stdout=w, stderr=err, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    os.close(w)
+    return proc, r, err
+
+
+def read_through(fd, wanted, proc):
+    """The bytes of fd up to and including `wanted`, read a byte at a time: nothing after it is taken
+    from the pipe (a buffered reader would take what follows, and block nothing)."""
+    got = b""
+    while not got.endswith(wanted):
+        b = os.read(fd, 1)
+        if not b:
+            raise AssertionError(f"the output ended (exit {proc.wait()}) before {wanted!r}\n{got[-2000:]!r}")
+        got += b
+    return got
+
+
+def read_to_end(fd):
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("when", ["step", "sample"])
 def test_a_signal_cuts_a_long_sample_short_and_later_samples_are_an_unstopped_runs(tmp_path, data, when):
     """A stop signal that comes during a sample cuts it short: the tokens drawn so far are printed
     and said to be cut, the step's checkpoint is saved and the run exits 143 (before, the sample ran
@@ -998,20 +1029,30 @@ def test_a_signal_cuts_a_long_sample_short_and_later_samples_are_an_unstopped_ru
     sample RNG skips the draws of the tokens not drawn, so the run resumed from there draws the
     samples of a run that never stopped. "step": steps of 500 micro-batches, and the signal sent once
     step 1 is logged, so that it lands in step 2, whose sample (short: its length does not matter
-    there) is due."""
-    n = LONG_SAMPLE if when == "sample" else 50
+    there) is due. "sample": the trainer prints each token as it draws it, into a pipe of 4 KiB that
+    the test stops reading at the sample's header, so the trainer blocks within its first 2,048
+    tokens (2 bytes or more each: "7 ") of the 5,000 and the signal lands in the sample however slow
+    the machine (until 2026-11-30 the sample was printed whole at its end, the signal raced it, and
+    this case ran only by hand, VP_TIMING_TESTS=1)."""
+    n = 5000 if when == "sample" else 50
     common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--lr-schedule", "constant", "--sample-every", "2", "--sample-tokens", n]
     if when == "step":
         common += ["--batch-size", "4", "--total-batch-tokens", str(4 * 8 * 500)]
     stopped = tmp_path / "stopped"
     args = common + ["--max-steps", "1000000", "--out-dir", stopped]
     if when == "sample":
-        proc = start_trainer(args)
-        read_until_line(proc, "---- sample at step 2 ----")
+        proc, pipe, errf = start_trainer_on_a_small_pipe(args)
+        read_through(pipe, b"---- sample at step 2 ----\n", proc)
+        first = read_through(pipe, b" ", proc)  # the first token and the space before the second: two drawn
+        proc.send_signal(signal.SIGTERM)
+        out = (first + read_to_end(pipe)).decode()
+        proc.wait(timeout=120)
+        errf.seek(0)
+        err = errf.read().decode()
     else:
         proc = start_and_wait_for_step(args, stopped, 1)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{out[-2000:]}\n{err[-2000:]}"
     assert f"stopped by SIGTERM after step 2 of 1000000: saved {stopped / 'ckpt_00000002.bin'}" in out, out[-2000:]
     straight = run(common + ["--max-steps", "4", "--out-dir", tmp_path / "straight"], expect=0)
@@ -1020,10 +1061,10 @@ def test_a_signal_cuts_a_long_sample_short_and_later_samples_are_an_unstopped_ru
     assert sorted(whole) == ["2", "4"] and all(len(t.split()) == n for t in whole.values())
     if when == "sample":
         # (the header was read before the signal: the rest of the console starts with the tokens)
-        m = re.match(rf"(.*)\n*\(cut short by SIGTERM after (\d+) of {LONG_SAMPLE} tokens\)\n---", out)
+        m = re.match(rf"(.*)\n*\(cut short by SIGTERM after (\d+) of {n} tokens\)\n---", out)
         assert m, out[-2000:]
         drawn = m.group(1).split()
-        assert len(drawn) == int(m.group(2)) < LONG_SAMPLE and drawn == whole["2"].split()[:len(drawn)]
+        assert 2 <= len(drawn) == int(m.group(2)) < n and drawn == whole["2"].split()[:len(drawn)]
     else:
         assert "the sample at step 2 is skipped: stopping (SIGTERM)" in out and "---- sample" not in out, out[-2000:]
     resumed = run(common + ["--max-steps", "4", "--out-dir", stopped, "--resume", "1"], expect=0)
