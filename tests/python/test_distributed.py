@@ -91,9 +91,10 @@ def test_two_ranks_equal_one_rank_with_accumulation(tmp_path, data, path):
 def test_ranks_that_share_cpus_share_them_out(tmp_path, data):
     """OpenMP starts a thread per CPU of a process's affinity mask, so ranks started with --bind-to
     none (every CPU in each mask) would each run that many: on the 2-core CI machine 4 threads for
-    2 ranks, and a step 1.34-1.49x as long as with 1 thread each (dev/results/2026-11-30-omp-share.md). Without OMP_NUM_THREADS
-    each rank takes its share, n // 2 of n CPUs, and rank 0 says so; OMP_NUM_THREADS, when set, is
-    kept; ranks bound to cores of their own keep a thread per core. The losses do not change."""
+    2 ranks, and a step 1.34-1.49x as long as with 1 thread each (dev/results/2026-11-30-omp-share.md).
+    Without OMP_NUM_THREADS each rank takes its share, n // 2 of n CPUs, and rank 0 says so;
+    OMP_NUM_THREADS, when set, is kept; ranks bound to cores of their own keep a thread per core.
+    The losses do not change."""
     n = len(os.sched_getaffinity(0))
     if n < 2:
         pytest.skip("one CPU here: there is nothing to share out")
