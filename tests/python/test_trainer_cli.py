@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -1042,11 +1043,16 @@ def test_a_signal_cuts_a_long_sample_short_and_later_samples_are_an_unstopped_ru
     args = common + ["--max-steps", "1000000", "--out-dir", stopped]
     if when == "sample":
         proc, pipe, errf = start_trainer_on_a_small_pipe(args)
-        read_through(pipe, b"---- sample at step 2 ----\n", proc)
-        first = read_through(pipe, b" ", proc)  # the first token and the space before the second: two drawn
-        proc.send_signal(signal.SIGTERM)
-        out = (first + read_to_end(pipe)).decode()
-        proc.wait(timeout=120)
+        deadline = threading.Timer(120, proc.kill)  # a trainer that never stops would keep the reads below going
+        deadline.start()
+        try:
+            read_through(pipe, b"---- sample at step 2 ----\n", proc)
+            first = read_through(pipe, b" ", proc)  # the first token and the space before the second: two drawn
+            proc.send_signal(signal.SIGTERM)
+            out = (first + read_to_end(pipe)).decode()
+            proc.wait(timeout=120)
+        finally:
+            deadline.cancel()
         errf.seek(0)
         err = errf.read().decode()
     else:
