@@ -103,7 +103,7 @@ namespace gpu {
 
 struct NcclState {
     ncclComm_t comm = nullptr;
-    int local_rank = 0, local_size = 1, device = 0;
+    int device = 0;  // the GPU of this rank: its place among the node's ranks (dist_state().node_rank)
 };
 inline NcclState& nccl_state() {
     static NcclState s;
@@ -233,30 +233,30 @@ inline void nccl_init() {
     if (s.comm) return;
     int rank = dist_rank(), world = dist_world();
 
-    MPI_Comm node = dist_state().node;  // the ranks on this node (dist_init)
-    s.local_rank = dist_state().node_rank;
-    s.local_size = dist_state().node_ranks;
+    // the ranks on this node and this rank's place among them (dist_init)
+    MPI_Comm node = dist_state().node;
+    const int local_rank = dist_state().node_rank, local_size = dist_state().node_ranks;
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)
         runtime_error("run each rank on a machine with an NVIDIA GPU, or use the CPU build (make train_cpu USE_MPI=1)", "rank %d: no CUDA device visible (%s)", rank,
                       e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
-    s.device = ndev == 1 ? 0 : s.local_rank;  // one visible GPU per rank (Slurm --gpus-per-task=1): device 0
+    s.device = ndev == 1 ? 0 : local_rank;  // one visible GPU per rank (Slurm --gpus-per-task=1): device 0
     if (s.device >= ndev)
         usage_error("start at most one rank per GPU on each node (mpirun -np <GPUs>, or srun --ntasks-per-node=<GPUs>)",
-                    "rank %d is rank %d of %d on its node, which has only %d GPUs visible", rank, s.local_rank, s.local_size, ndev);
+                    "rank %d is rank %d of %d on its node, which has only %d GPUs visible", rank, local_rank, local_size, ndev);
     cudaCheck(cudaSetDevice(s.device));
 
     // two ranks on one GPU (e.g. CUDA_VISIBLE_DEVICES=0 for all of them): refuse it here, clearly
     char bus[32] = {0};
     cudaCheck(cudaDeviceGetPCIBusId(bus, sizeof(bus), s.device));
-    std::vector<char> buses(sizeof(bus) * s.local_size);
+    std::vector<char> buses(sizeof(bus) * local_size);
     {
         DistBusy busy("the GPU assignment check");
         dist_check(MPI_Allgather(bus, sizeof(bus), MPI_CHAR, buses.data(), sizeof(bus), MPI_CHAR, node), "MPI_Allgather");
     }
-    for (int j = 0; j < s.local_size; j++)
-        if (j != s.local_rank && strncmp(bus, buses.data() + j * sizeof(bus), sizeof(bus)) == 0)
+    for (int j = 0; j < local_size; j++)
+        if (j != local_rank && strncmp(bus, buses.data() + j * sizeof(bus), sizeof(bus)) == 0)
             usage_error("give every rank its own GPU (unset CUDA_VISIBLE_DEVICES, or one device per rank)",
                         "rank %d and local rank %d of its node both use the GPU at PCI %s; NCCL needs one GPU per rank", rank, j, bus);
 
@@ -299,7 +299,7 @@ inline void nccl_init() {
     int version = 0;
     ncclCheck(ncclGetVersion(&version));
     printf("nccl: %d ranks, NCCL %d.%d.%d (rank 0 on GPU %d, %d ranks on its node)%s\n", world, version / 10000, version / 100 % 100, version % 100,
-           s.device, s.local_size,
+           s.device, dist_state().node_ranks,
            nvls_off ? ", NCCL_NVLS_ENABLE=0 (deterministic sums; set NCCL_NVLS_ENABLE=1 for NVLink SHARP)" : "");
 }
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_recipes import checkpoint_steps, kill_session, session_processes
 from test_trainer_cli import PATHS, REPO, TINY_GPT2, data, logged_steps, read_log, run, spiky_data, write_shard, pattern_tokens  # noqa: F401
 
 SCRIPT = REPO / "scripts" / "plot_runs.py"
@@ -393,14 +394,20 @@ def test_table_needs_no_matplotlib_and_a_plot_says_how_to_get_it(straight_and_re
     assert "needs matplotlib" in p.stderr and "pip install -r requirements.txt" in p.stderr
 
 
+def stand_in_shards(shards):
+    """A small stand-in for TinyShakespeare's shards in the directory `shards` (made if missing;
+    kept if it exists): what compare_paths.sh looks for."""
+    if not shards.exists():
+        shards.mkdir(parents=True)
+        write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
+        write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
+    return shards
+
+
 def compare_paths(tmp_path, timeout=600, **settings):
     """Runs scripts/compare_paths.sh at 2 steps on a small stand-in for TinyShakespeare, with the
     given environment settings (PATHS, SEEDS, TASKS...). Returns (the process, OUT)."""
-    shards = tmp_path / "ts"
-    if not shards.exists():
-        shards.mkdir()
-        write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
-        write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
+    shards = stand_in_shards(tmp_path / "ts")
     out = tmp_path / "cmp"
     # 2 val batches, not 16: the val loss is what the tables show, and most of a run's time; the
     # shards' vocabulary (64), not GPT-2's: its classifier was three quarters of each run's time
@@ -556,19 +563,6 @@ def test_compare_paths_over_seeds(tmp_path):
     assert p.returncode == 2 and "VOCAB is '50k', not a vocabulary size" in p.stderr
 
 
-def session_processes(sid):
-    """The pids of the processes still alive in session sid (zombies left out)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getsid(int(entry)) == sid and " Z " not in open(f"/proc/{entry}/stat").read():
-                    pids.append(int(entry))
-            except (ProcessLookupError, PermissionError, FileNotFoundError):
-                pass
-    return pids
-
-
 @pytest.mark.parametrize("sig, to_group", [(signal.SIGTERM, False), (signal.SIGUSR1, False), (signal.SIGINT, True)],
                          ids=["sigterm_to_script", "sigusr1_to_script", "ctrl_c"])
 def test_a_signal_stops_compare_paths_and_its_run(tmp_path, sig, to_group):
@@ -576,11 +570,7 @@ def test_a_signal_stops_compare_paths_and_its_run(tmp_path, sig, to_group):
     stops the run in progress after its step, with its checkpoint, and the script with 128 + the
     signal, before its next path. Until 2026-11-30 a SIGTERM ended the script and left its trainer
     running on alone (here for a million steps), and a Ctrl-C gave exit 1, "vanilla failed"."""
-    from test_recipes import checkpoint_steps, kill_session
-    shards = tmp_path / "ts"
-    shards.mkdir()
-    write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
-    write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
+    shards = stand_in_shards(tmp_path / "ts")
     out = tmp_path / "cmp"
     env = {**os.environ, "STEPS": "1000000", "EVAL_BATCHES": "1", "VOCAB": "64", "DATA": str(shards), "OUT": str(out),
            "PATHS": "vanilla resformer", "OMP_NUM_THREADS": "1", "TRAINER": str(REPO / "build" / "{path}" / "train_cpu")}
@@ -628,7 +618,6 @@ def test_a_signal_stops_compare_paths_even_where_its_run_then_exits_0(tmp_path):
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
-        from test_recipes import kill_session
         kill_session(proc.pid)
     assert "got SIGTERM" in log.read_text()
     assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
@@ -783,10 +772,7 @@ def test_tokens_and_minutes_are_running_sums(tmp_path):
 def test_compare_paths_creates_its_output_directory(tmp_path):
     """On a fresh checkout runs/ does not exist: OUT's parent is made before the first log goes beside it."""
     out = tmp_path / "fresh" / "runs" / "cmp"
-    shards = tmp_path / "ts"
-    shards.mkdir()
-    write_shard(str(shards / "tinyshakespeare_train_000.bin"), pattern_tokens(4000, seed=1), 1)
-    write_shard(str(shards / "tinyshakespeare_val_000.bin"), pattern_tokens(2000, seed=2), 1)
+    shards = stand_in_shards(tmp_path / "ts")
     # a trainer that fails at once (no make: TRAINER is not a build/ path): the error names a log that exists
     env = {**os.environ, "STEPS": "2", "EVAL_BATCHES": "1", "DATA": str(shards), "OUT": str(out), "PATHS": "vanilla",
            "TRAINER": "false"}

@@ -204,14 +204,25 @@ def stop_a_recipe_mid_run(tmp_path, send, paths="vanilla"):
     return proc, stdout, stderr, out, env
 
 
-def kill_session(sid):
+def session_processes(sid):
+    """The pids of the processes still alive in session sid (zombies left out)."""
+    pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.getsid(int(entry)) == sid:
-                    os.kill(int(entry), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                if os.getsid(int(entry)) == sid and " Z " not in open(f"/proc/{entry}/stat").read():
+                    pids.append(int(entry))
+            except (ProcessLookupError, PermissionError, FileNotFoundError):
                 pass
+    return pids
+
+
+def kill_session(sid):
+    for pid in session_processes(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_ctrl_c_stops_the_recipe_with_a_checkpoint_and_the_next_run_resumes(tmp_path):
