@@ -24,8 +24,8 @@ VP_ID_sla := VP_SLA
 VP_ID_depth := VP_DEPTH
 
 CXX ?= g++
-# -march=native: the GEMM micro-kernel is written to be auto-vectorised for the host's widest
-# SIMD (AVX-512 on the CI machines). No -ffast-math: the reference must be IEEE-faithful.
+# -march=native: the GEMM micro-kernel is built for the host's widest SIMD (AVX-512 or AVX2: the
+# CI machines have had both, cpu/gemm.h). No -ffast-math: the reference must be IEEE-faithful.
 CXXFLAGS ?= -O3 -march=native -std=c++17 -Wall -Wextra -Wno-unused-parameter
 OMPFLAGS := -fopenmp
 INCLUDES := -I.

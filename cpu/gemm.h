@@ -31,24 +31,35 @@
 //   must cost well under 0.5 ns per value. A plain copy does (0.3 ns); the transposing packs
 //   (W^T in forward, inp/dout for A) needed some care, see gemm_transpose_chunk.
 //
-// * The micro-kernel is MR x NR = 6 x 32. For float that is 6 rows x two 16-wide AVX-512
+// * The micro-kernel. With AVX-512 it is MR x NR = 6 x 32: for float 6 rows x two 16-wide zmm
 //   registers = 12 accumulators; each k step loads 2 vectors of B, broadcasts 6 scalars of A and
 //   issues 12 FMAs, so the FMA pipes, not the loads, are the limit. Measured on the Zen4 box
 //   (one core, operands in L1): 6x32 114 GFLOP/s (~the peak: 16 fp32 FMAs/cycle at ~3.6 GHz),
 //   8x32 111, 12x32 106, 6x64 113, 16x16 12(!). For double, 6 x 32 is 6 rows x four 8-wide
 //   registers = 24 accumulators (57 GFLOP/s, the double peak).
+//   With AVX2 and FMA but no AVX-512 (Zen 3, most Intel desktops) there are 16 ymm registers of 8
+//   floats, so 6 x 32 would need 24 accumulators: it spills, and ran at about 40% of the peak.
+//   There it is 6 x 16 for float and 6 x 8 for double (12 accumulators of the 16 registers),
+//   the classic Haswell shape. On a 2-core Zen 3 (AMD EPYC, family 25 model 1, 2026-11-30), one
+//   GPT-2 124M step's matmuls in dev/bench_gemm: 1.43-1.72x as fast (109-119 against 69-76
+//   GFLOP/s, the best of each shape's runs, two alternated rounds).
 //
-// * Why plain loops and not intrinsics or vector extensions: GCC 12 -O3 -march=native turns the
-//   kernel below (a local acc[MR][NR] array, a k loop around an i loop around a j loop of
-//   constant trip count NR = 32) into exactly the hand-written code: the accumulators stay in
-//   zmm registers, one vbroadcastss + 2 vfmadd231ps per row per k, nothing spilled (checked in
-//   the assembly). So vector extensions would buy nothing and cost readability and portability.
-//   It is fragile in one known way: with NR = 16 GCC unrolls the j loop before vectorising it
-//   and emits scalar code (10x slower), which is why NR is 32 for both types. If a future
-//   compiler regresses, look at `objdump -d` of gemm_micro_kernel first: dev/bench_gemm will
-//   show ~10 GFLOP/s instead of ~200. The only non-standard things used are __builtin_prefetch (a
-//   GCC builtin, not an intrinsic: a no-op on targets without prefetch), __builtin_fma(f) and
-//   GCC's optimize pragma (both below).
+// * Why plain loops where they do: GCC 12 -O3 -march=native turns the AVX-512 kernel below (a
+//   local acc[MR][NR] array, a k loop around an i loop around a j loop of constant trip count
+//   NR = 32) into exactly the hand-written code: the accumulators stay in zmm registers, one
+//   vbroadcastss + 2 vfmadd231ps per row per k, nothing spilled (checked in the assembly). It is
+//   fragile in one known way: with NR = 16 GCC unrolls the j loop before vectorising it and emits
+//   scalar code (10x slower; with AVX2 too, 2 GFLOP/s), which is why AVX2's kernel, which needs
+//   NR = 16, is written with intrinsics (gemm_micro_kernel_avx2). GCC's generic vector types
+//   would not do there either: they have no fused multiply-add but the compiler's contraction of
+//   a*b+c, which -ffp-contract decides, and a lane-by-lane fmaf stayed scalar. If a future
+//   compiler regresses, look at `objdump -d` of the micro-kernel first: dev/bench_gemm will show
+//   ~10 GFLOP/s instead of ~200 (AVX-512) or ~110 (AVX2). The only non-standard things used
+//   are __builtin_prefetch (a GCC builtin: a no-op on targets without prefetch), __builtin_fma(f),
+//   GCC's optimize and unroll pragmas (below) and, with AVX2 only, its intrinsics. Every kernel
+//   gives the same bits (tests/test_gemm.cpp checks them against their definition).
+//   Other targets (ARM's NEON, x86 without AVX2) get the 6 x 32 loops, which are not tuned for
+//   them.
 //
 // * Floating point. The FMA is spelled __builtin_fma(f), the body of std::fma (with FMA enabled
 //   at compile time, e.g. by -march=native, GCC vectorises it to vfmadd), so the result does not
@@ -63,7 +74,7 @@
 //   chain of FMAs in k order. The builtin, because -Og does not inline std::fma into -O3 code.
 //
 // * Blocking sizes (float; 32 KiB L1d and 1 MiB L2 per Zen4 core, 32 MiB shared L3):
-//   KC = 256: the B micro-panel (KC x NR floats = 32 KiB) is reused by every MR-row strip of the
+//   KC = 256: the B micro-panel (KC x NR floats = 32 KiB, 16 with AVX2) is reused by every MR-row strip of the
 //     A block; K is also the dimension along which we add into C once per slice, so deeper
 //     slices mean fewer passes over C (dweight of the LM head updates a 154 MB dW: with
 //     K = BT = 256 that is exactly one pass). KC = 384 measured the same, 128 and 512 slower.
@@ -93,7 +104,8 @@
 //   kept between calls, so there is no malloc per call. Without -fopenmp all runs on the caller.
 //
 // * Speed on the 2-core Zen4 box, 2 threads, trainer shapes (BT=256): ~180-215 GFLOP/s per shape,
-//   one GPT-2 124M step's worth of matmuls (190 GFLOP) in ~0.95 s. See dev/bench_gemm.cpp.
+//   one GPT-2 124M step's worth of matmuls (190 GFLOP) in ~0.95 s; on the 2-core Zen 3 with the
+//   AVX2 kernel ~80-120 GFLOP/s per shape, the step's matmuls in ~1.6-1.8 s. See dev/bench_gemm.cpp.
 #pragma once
 
 #include <algorithm>
@@ -105,15 +117,30 @@
 #include <omp.h>
 #endif
 
+// The AVX2 micro-kernel (intrinsics, 6 x 8-wide registers of float or 6 x 4 of double) where
+// the compiler targets AVX2 and FMA but not AVX-512; the plain loops everywhere else.
+// -DGEMM_AVX2_KERNEL=0 takes the loops (to compare them).
+#ifndef GEMM_AVX2_KERNEL
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define GEMM_AVX2_KERNEL 1
+#else
+#define GEMM_AVX2_KERNEL 0
+#endif
+#endif
+#if GEMM_AVX2_KERNEL
+#include <immintrin.h>
+#endif
+
 // Block sizes per element type. MR/NR: register tile; KC: depth of a K slice; MC/NC: the A block
-// height and B panel width (multiples of MR and NR).
+// height and B panel width (multiples of MR and NR). KC fixes where the sums of a C element are
+// cut (see Determinism), so it is the same for every kernel; MR/NR, MC and NC change no bits.
 template <typename T> struct gemm_blocking;
 template <> struct gemm_blocking<float> {
-    static constexpr int MR = 6, NR = 32;
+    static constexpr int MR = 6, NR = GEMM_AVX2_KERNEL ? 16 : 32;
     static constexpr int KC = 256, MC = 264, NC = 3072;
 };
 template <> struct gemm_blocking<double> {
-    static constexpr int MR = 6, NR = 32;
+    static constexpr int MR = 6, NR = GEMM_AVX2_KERNEL ? 8 : 32;
     static constexpr int KC = 128, MC = 132, NC = 1536;  // same bytes per block as float
 };
 
@@ -133,15 +160,15 @@ static inline T gemm_madd(T a, T b, T c) {
 #endif
 }
 
-// The micro-kernel: tile[MR][NR] = sum_{p<kc} a_panel[p*MR + i] * b_panel[p*NR + j].
+// The portable micro-kernel: tile[MR][NR] = sum_{p<kc} a_panel[p*MR + i] * b_panel[p*NR + j].
 // a_panel: MR x kc packed (MR values per k), b_panel: kc x NR packed (NR values per k). The
 // product goes to a small aligned scratch tile rather than straight into C: with a fixed,
 // contiguous destination GCC keeps acc[][] in registers for every kc (with the runtime ldc of C
 // in the loop it did not), and copying 6x32 values out costs nothing next to kc*12 FMAs.
 // noinline keeps the code generation of this loop independent of whoever calls it.
 template <typename T, int MR, int NR>
-__attribute__((noinline)) void gemm_micro_kernel(int kc, const T* __restrict a_panel,
-                                                 const T* __restrict b_panel, T* __restrict tile) {
+__attribute__((noinline)) void gemm_micro_kernel_loops(int kc, const T* __restrict a_panel,
+                                                       const T* __restrict b_panel, T* __restrict tile) {
     T acc[MR][NR] = {};
     for (int p = 0; p < kc; p++) {
         const T* a = a_panel + (long)p * MR;
@@ -154,9 +181,76 @@ __attribute__((noinline)) void gemm_micro_kernel(int kc, const T* __restrict a_p
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) tile[i * NR + j] = acc[i][j];
 }
+
+#if GEMM_AVX2_KERNEL
+// The same tile with AVX2 intrinsics: row i of the tile is NR / W registers of W lanes (W = 8
+// floats or 4 doubles), 12 accumulators in all of the 16 ymm registers, 2 loads of B and a
+// broadcast of A per row per k. Lane j of a register is the loop kernel's acc[i][j], updated by
+// the same fused multiply-add in the same k order: the same bits (tests/test_gemm.cpp checks it).
+template <typename T> struct gemm_avx2;
+template <> struct gemm_avx2<float> {
+    typedef __m256 reg;
+    static constexpr int W = 8;
+    static reg zero() { return _mm256_setzero_ps(); }
+    static reg load(const float* p) { return _mm256_loadu_ps(p); }
+    static reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+    static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+    static void store(float* p, reg r) { _mm256_storeu_ps(p, r); }
+};
+template <> struct gemm_avx2<double> {
+    typedef __m256d reg;
+    static constexpr int W = 4;
+    static reg zero() { return _mm256_setzero_pd(); }
+    static reg load(const double* p) { return _mm256_loadu_pd(p); }
+    static reg broadcast(const double* p) { return _mm256_broadcast_sd(p); }
+    static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_pd(a, b, c); }
+    static void store(double* p, reg r) { _mm256_storeu_pd(p, r); }
+};
+template <typename T, int MR, int NR>
+__attribute__((noinline)) void gemm_micro_kernel_avx2(int kc, const T* __restrict a_panel,
+                                                      const T* __restrict b_panel, T* __restrict tile) {
+    typedef gemm_avx2<T> V;
+    constexpr int NV = NR / V::W;
+    static_assert(NR % V::W == 0, "NR must be a whole number of registers");
+    // Every loop but k's unrolled by hand: GCC keeps acc[][] in registers only once its indices
+    // are constants; without the pragmas it stored all 12 to the stack at every k (2026-11-30,
+    // GCC 12: the kernel ran at a third of its speed inside gemm, where kc is not a constant).
+    typename V::reg acc[MR][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) acc[i][v] = V::zero();
+    for (int p = 0; p < kc; p++) {
+        typename V::reg b[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) b[v] = V::load(b_panel + (long)p * NR + v * V::W);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            const typename V::reg a_ip = V::broadcast(a_panel + (long)p * MR + i);
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; v++) acc[i][v] = V::fma(a_ip, b[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) V::store(tile + i * NR + v * V::W, acc[i][v]);
+}
+#endif
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
+
+// The micro-kernel gemm_block runs: AVX2's where it is built, else the loops.
+template <typename T, int MR, int NR>
+static inline void gemm_micro_kernel(int kc, const T* __restrict a_panel, const T* __restrict b_panel,
+                                     T* __restrict tile) {
+#if GEMM_AVX2_KERNEL
+    gemm_micro_kernel_avx2<T, MR, NR>(kc, a_panel, b_panel, tile);
+#else
+    gemm_micro_kernel_loops<T, MR, NR>(kc, a_panel, b_panel, tile);
+#endif
+}
 
 // Transpose a chunk of R strided rows into interleaved order:
 //   dst[q*dst_stride + r] = src[r*src_stride + q]      r < R, q < CHUNK

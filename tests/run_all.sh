@@ -21,6 +21,16 @@ total_fail=0
 total_skip=0
 failed_suites=()
 
+# The machine, to read the seconds by: CI's 2-core machines have differed in kind between runs (an
+# AVX-512 Zen 4, an AVX2 Zen 3 on which the CPU reference's matmuls run at about half the speed,
+# an Intel Xeon): dev/results/ci-times.md.
+if [ -r /proc/cpuinfo ]; then
+    simd=$(grep -m1 '^flags' /proc/cpuinfo | grep -qw avx512f && echo AVX-512 ||
+        { grep -m1 '^flags' /proc/cpuinfo | grep -qw avx2 && echo AVX2 || echo 'no AVX2'; })
+    echo "machine: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | xargs)," \
+        "family $(grep -m1 '^cpu family' /proc/cpuinfo | cut -d: -f2 | xargs) model $(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | cut -d: -f2 | xargs)," \
+        "$(getconf _NPROCESSORS_ONLN) CPUs, $simd"
+fi
 SECONDS=0  # bash's own clock: each suite's line gives its seconds, the last line the total (CI's budget)
 add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file, $4 = seconds it took[, $5 = its skipped tests]
     local p f

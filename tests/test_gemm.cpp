@@ -329,4 +329,68 @@ TEST(gemm_element_depends_only_on_its_row_and_column) {
             }
 }
 
+// The bits themselves, against gemm.h's definition of them (its "Determinism"): C(i,j) is, for
+// each K slice of KC (in order), t = 0; t = fma(A(i,k), B(k,j), t) over the slice's k in order;
+// C(i,j) = t for the first slice without accumulate, else C(i,j) + t. Which micro-kernel runs
+// (the loops, or AVX2's intrinsics; the tile MR x NR it is built for) and how the work is cut
+// must not show: a machine with another kernel trains to the same bits. Exact equality, float
+// and double, shapes across the tile, slice and block edges, every layout.
+template <typename T>
+static T fused_madd(T a, T b, T c) {
+#ifdef __FMA__
+    return std::fma(a, b, c);  // what gemm_madd computes where the build has FMA
+#else
+    return a * b + c;
+#endif
+}
+
+template <typename T>
+static bool check_bits_against_definition(int M, int N, int K, Layout a_layout, Layout b_layout, bool accumulate,
+                                          std::mt19937& rng) {
+    // the slices' depth is part of the definition, fixed for every machine and kernel: a
+    // checkpoint's bits depend on it (gemm_blocking's KC must stay this)
+    const int KC = sizeof(T) == sizeof(float) ? 256 : 128;
+    StridedMatrix<T> A = make_matrix<T>(M, K, a_layout, 0, rng);
+    StridedMatrix<T> B = make_matrix<T>(K, N, b_layout, 0, rng);
+    std::vector<T> C((size_t)M * N);
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    for (T& x : C) x = T(dist(rng));
+    std::vector<T> want = C;
+    gemm<T>(M, N, K, A.data.data(), A.rs, A.cs, B.data.data(), B.rs, B.cs, C.data(), N, accumulate);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            T& c = want[(size_t)i * N + j];
+            for (int k0 = 0; k0 < K; k0 += KC) {
+                T t = 0;
+                for (int k = k0; k < std::min(K, k0 + KC); k++) t = fused_madd(A.at(i, k), B.at(k, j), t);
+                c = (k0 == 0 && !accumulate) ? t : c + t;
+            }
+            if (memcmp(&c, &C[(size_t)i * N + j], sizeof(T)) != 0) {
+                CHECK(false, "M=%d N=%d K=%d A=%s B=%s accumulate=%d: C(%d,%d) = %.17g, the definition gives %.17g", M, N,
+                      K, layout_name(a_layout), layout_name(b_layout), (int)accumulate, i, j, (double)C[(size_t)i * N + j],
+                      (double)c);
+                return false;
+            }
+        }
+    return true;
+}
+
+TEST(gemm_bits_are_the_definitions) {
+    std::mt19937 rng(10);
+    printf("     (micro-kernel: %s, float tile %d x %d, double tile %d x %d)\n", GEMM_AVX2_KERNEL ? "AVX2 intrinsics" : "loops",
+           gemm_blocking<float>::MR, gemm_blocking<float>::NR, gemm_blocking<double>::MR, gemm_blocking<double>::NR);
+    const Layout layouts[] = {ROW_MAJOR, COL_MAJOR, BOTH_STRIDED};
+    int n = 0;
+    for (int M : {1, 7, 40})
+        for (int N : {1, 17, 45, 70})
+            for (int K : {5, 256 + 9, 2 * 256 + 1}) {
+                Layout a = layouts[n % 3], b = layouts[(n / 3) % 3];
+                bool accumulate = n++ % 2;
+                if (!check_bits_against_definition<float>(M, N, K, a, b, accumulate, rng)) return;
+                if (!check_bits_against_definition<double>(M, N, K / 2 + 1, b, a, !accumulate, rng)) return;
+            }
+    // the trainer's forward at a size that fills several A blocks and B panels, on every thread
+    if (!check_bits_against_definition<float>(gemm_blocking<float>::MC + 13, 300, 600, ROW_MAJOR, COL_MAJOR, false, rng)) return;
+}
+
 TEST_MAIN()
