@@ -131,6 +131,30 @@ inline void dist_shard_layout(size_t n, int W, std::vector<int>* count, std::vec
     }
 }
 
+// A CPU mask as the kernel's sched_getaffinity writes it and glibc's CPU_*_S macros read it: CPU c
+// is bit c % W of word c / W, W the bits of an unsigned long. A vector of words instead of
+// cpu_set_t, whose 1024 CPUs a kernel built for more refuses (EINVAL).
+using CpuMask = std::vector<unsigned long>;
+constexpr size_t CPU_MASK_WORD_BITS = 8 * sizeof(unsigned long);
+inline bool cpu_mask_has(const unsigned long* mask, size_t words, size_t cpu) {
+    return cpu / CPU_MASK_WORD_BITS < words && (mask[cpu / CPU_MASK_WORD_BITS] >> (cpu % CPU_MASK_WORD_BITS)) & 1;
+}
+
+// The OpenMP threads that are a rank's fair share of its CPUs: the sum over the CPUs of its own
+// mask `mine` of 1 / (how many of the node's masks hold that CPU), rounded down, at least 1.
+// `all` is the node's n_masks masks one after another, `words` long each, this rank's among them
+// (so every count is at least 1). 4 CPUs held by 2 ranks, and 1 held by this rank alone: 3.
+inline int dist_cpu_share(const unsigned long* mine, const unsigned long* all, int n_masks, size_t words) {
+    double share = 0;
+    for (size_t cpu = 0; cpu < words * CPU_MASK_WORD_BITS; cpu++) {
+        if (!cpu_mask_has(mine, words, cpu)) continue;
+        int holders = 0;
+        for (int r = 0; r < n_masks; r++) holders += cpu_mask_has(all + r * words, words, cpu) ? 1 : 0;
+        share += 1.0 / std::max(holders, 1);
+    }
+    return std::max(1, (int)(share + 1e-9));
+}
+
 #ifdef USE_MPI
 
 struct DistState {
@@ -175,6 +199,20 @@ inline void dist_check(int err, const char* what) {
                   "rank %d: %s failed: %s", dist_state().rank, what, msg);
 }
 
+// This process's CPU mask, sized for the kernel's CPUs (a cpu_set_t holds 1024; a kernel built for
+// more refuses it): from the CPUs configured, doubled until sched_getaffinity takes it. Empty
+// where it fails otherwise (then nothing is split).
+inline CpuMask cpu_mask_of_this_process() {
+    long configured = sysconf(_SC_NPROCESSORS_CONF);
+    size_t cpus = std::max<size_t>(CPU_SETSIZE, configured > 0 ? (size_t)configured : 0);
+    for (; cpus <= ((size_t)1 << 24); cpus *= 2) {
+        CpuMask mask(CEIL_DIV(cpus, CPU_MASK_WORD_BITS), 0);
+        if (sched_getaffinity(0, mask.size() * sizeof(unsigned long), reinterpret_cast<cpu_set_t*>(mask.data())) == 0) return mask;
+        if (errno != EINVAL) break;
+    }
+    return {};
+}
+
 // Ranks that share CPUs share them out. OpenMP (libgomp) starts one thread per CPU of the process's
 // affinity mask, so ranks whose masks overlap (mpirun --bind-to none, srun --cpu-bind=none, or
 // several ranks bound to one socket: Open MPI's default binding above 2 ranks) each start a thread
@@ -187,26 +225,24 @@ inline void dist_check(int err, const char* what) {
 // speed. Collective over the node's ranks (s.node).
 inline void dist_share_cores() {
     DistState& s = dist_state();
-    cpu_set_t mine;
-    CPU_ZERO(&mine);
-    bool known = sched_getaffinity(0, sizeof(mine), &mine) == 0;  // fails only past 1024 CPUs: no split then
-    std::vector<cpu_set_t> all(s.node_ranks);
+    CpuMask mine = cpu_mask_of_this_process();
+    bool known = !mine.empty();
+    // every rank's mask at the longest length among them (one exchange of equal counts)
+    int words = (int)mine.size(), max_words = 0;
+    std::vector<unsigned long> all;
     {
         DistBusy busy("the exchange of CPU masks");
-        dist_check(MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all.data(), (int)sizeof(mine), MPI_BYTE, s.node), "MPI_Allgather of the CPU masks");
+        dist_check(MPI_Allreduce(&words, &max_words, 1, MPI_INT, MPI_MAX, s.node), "MPI_Allreduce of the CPU mask lengths");
+        mine.resize(std::max(max_words, 1), 0);
+        all.resize(mine.size() * s.node_ranks);
+        dist_check(MPI_Allgather(mine.data(), (int)mine.size(), MPI_UNSIGNED_LONG, all.data(), (int)mine.size(), MPI_UNSIGNED_LONG, s.node),
+                   "MPI_Allgather of the CPU masks");
     }
     if (!known) return;
-    double share = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (!CPU_ISSET(cpu, &mine)) continue;
-        int holders = 0;
-        for (const cpu_set_t& other : all) holders += CPU_ISSET(cpu, &other) ? 1 : 0;
-        share += 1.0 / holders;  // holders >= 1: this rank's own mask is among them
-    }
 #ifdef _OPENMP
     const char* set = getenv("OMP_NUM_THREADS");
     if (set && *set) return;
-    int threads = std::max(1, (int)(share + 1e-9));
+    int threads = dist_cpu_share(mine.data(), all.data(), s.node_ranks, mine.size());
     if (threads < omp_get_max_threads()) {
         s.threads_default = omp_get_max_threads();
         omp_set_num_threads(threads);

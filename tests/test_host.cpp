@@ -18,6 +18,7 @@
 #include "host/update_guard.h"
 #include "tests/testing.h"
 
+#include <sched.h>
 #include <set>
 #include <string>
 #include <unistd.h>
@@ -1434,6 +1435,37 @@ TEST(dist_pieces_tile_an_8e9_vector_in_int_counts) {
                 }
                 CHECK(ok, "n=%zu W=%d piece=%zu: the parts do not tile the shards", n_small, W, piece);
             }
+}
+
+// dist_share_cores' count (host/distributed.h dist_cpu_share): the OpenMP threads a rank takes
+// when the node's ranks' CPU masks overlap, worked by hand, on masks made with glibc's own CPU_SET_S
+// (the layout sched_getaffinity writes), past cpu_set_t's 1024 CPUs where a node has more.
+TEST(dist_cpu_share_splits_shared_cpus_by_hand) {
+    const size_t cpus = 3072, words = cpus / CPU_MASK_WORD_BITS, bytes = words * sizeof(unsigned long);
+    auto mask = [&](std::initializer_list<std::pair<size_t, size_t>> ranges) {  // [lo, hi) CPU ranges
+        CpuMask m(words, 0);
+        for (auto [lo, hi] : ranges)
+            for (size_t c = lo; c < hi; c++) CPU_SET_S(c, bytes, reinterpret_cast<cpu_set_t*>(m.data()));
+        return m;
+    };
+    auto share = [&](std::vector<CpuMask> node, int r) {
+        std::vector<unsigned long> all;
+        for (const CpuMask& m : node) all.insert(all.end(), m.begin(), m.end());
+        return dist_cpu_share(node[r].data(), all.data(), (int)node.size(), words);
+    };
+    // glibc's macros and cpu_mask_has agree on every bit
+    CpuMask odd = mask({{1, 2}, {63, 65}, {1023, 1025}, {3071, 3072}});
+    for (size_t c = 0; c < cpus; c++)
+        CHECK(cpu_mask_has(odd.data(), words, c) == (bool)CPU_ISSET_S(c, bytes, reinterpret_cast<const cpu_set_t*>(odd.data())), "CPU %zu", c);
+    CHECK(!cpu_mask_has(odd.data(), words, cpus), "a CPU past the mask is not in it");
+    CpuMask low = mask({{0, 4}}), shifted = mask({{2, 6}}), high = mask({{1030, 1034}}), whole = mask({{0, 3000}});
+    CHECK(share({low, low}, 0) == 2 && share({low, low}, 1) == 2, "2 ranks on the same 4 CPUs: 2 threads each");
+    CHECK(share({low, shifted}, 0) == 3 && share({low, shifted}, 1) == 3, "4 CPUs, 2 of them shared: 2 + 2 x 1/2 = 3");
+    CHECK(share({low, high}, 0) == 4 && share({low, high}, 1) == 4, "disjoint masks: a thread per CPU");
+    CHECK(share({high, high, high, high}, 3) == 1, "4 ranks on CPUs 1030-1033 (past cpu_set_t): 1 each");
+    CHECK(share({whole, whole, whole}, 1) == 1000, "3 ranks on 3000 CPUs: 1000 each, not %d", share({whole, whole, whole}, 1));
+    CHECK(share({whole, low, low}, 0) == 2997, "CPUs 0-3 held by 3 ranks, 4-2999 by rank 0 alone: 2996 + 4/3, rounded down");
+    CHECK(share({low, low, low, low, low, low}, 5) == 1, "6 ranks on 4 CPUs: at least 1 thread");
 }
 
 // The settings read from the environment: unset or empty gives the default, a number in range is
