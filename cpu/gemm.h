@@ -41,8 +41,8 @@
 //   floats, so 6 x 32 would need 24 accumulators: it spills, and ran at about 40% of the peak.
 //   There it is 6 x 16 for float and 6 x 8 for double (12 accumulators of the 16 registers),
 //   the classic Haswell shape. On a 2-core Zen 3 (AMD EPYC, family 25 model 1, 2026-11-30), one
-//   GPT-2 124M step's matmuls in dev/bench_gemm: 1.43-1.72x as fast (109-119 against 69-76
-//   GFLOP/s, the best of each shape's runs, two alternated rounds).
+//   GPT-2 124M step's matmuls in dev/bench_gemm: 97-114 GFLOP/s against the loops' 65-75 (two
+//   alternated rounds; dev/results/2026-11-30-cpu-zen3-avx2.md).
 //
 // * Why plain loops where they do: GCC 12 -O3 -march=native turns the AVX-512 kernel below (a
 //   local acc[MR][NR] array, a k loop around an i loop around a j loop of constant trip count
@@ -74,10 +74,10 @@
 //   chain of FMAs in k order. The builtin, because -Og does not inline std::fma into -O3 code.
 //
 // * Blocking sizes (float; 32 KiB L1d and 1 MiB L2 per Zen4 core, 32 MiB shared L3):
-//   KC = 256: the B micro-panel (KC x NR floats = 32 KiB, 16 with AVX2) is reused by every MR-row strip of the
-//     A block; K is also the dimension along which we add into C once per slice, so deeper
-//     slices mean fewer passes over C (dweight of the LM head updates a 154 MB dW: with
-//     K = BT = 256 that is exactly one pass). KC = 384 measured the same, 128 and 512 slower.
+//   KC = 256: the B micro-panel (KC x NR floats = 32 KiB; 16 KiB with AVX2) is reused by every
+//     MR-row strip of the A block; K is also the dimension along which we add into C once per
+//     slice, so deeper slices mean fewer passes over C (dweight of the LM head updates a 154 MB
+//     dW: with K = BT = 256 that is exactly one pass). KC = 384 measured the same, 128 and 512 slower.
 //   MC = 264: an A block of MC x KC floats = 264 KiB sits comfortably in the 1 MiB L2, and
 //     264 = 44 * 6 covers the trainer's M = BT = 256 rows in a single block.
 //   NC = 3072: the B panel KC x NC = 3 MiB per thread streams through L2/L3; a wide NC means the
