@@ -90,9 +90,10 @@ build/tests/test_gemm: tests/test_gemm.cpp cpu/gemm.h tests/testing.h
 
 # The same suite on the micro-kernel this machine does not build natively (cpu/gemm.h), so both
 # are tested wherever make test runs: AVX2's intrinsics on an AVX-512 machine (-mno-avx512f), the
-# loops on any other (-DGEMM_AVX2_KERNEL=0). Their bits must be the same.
-NATIVE_AVX512 := $(shell $(CXX) $(CXXFLAGS) -dM -E -x c++ /dev/null 2>/dev/null | grep -c '__AVX512F__')
-OTHER_GEMM_KERNEL := $(if $(filter 0,$(NATIVE_AVX512)),-DGEMM_AVX2_KERNEL=0,-mno-avx512f)
+# loops on any other (-DGEMM_AVX2_KERNEL=0). Their bits must be the same. Deferred (=, not :=): the
+# compiler is asked only when this target is built, not at every make.
+NATIVE_AVX512 = $(shell $(CXX) $(CXXFLAGS) -dM -E -x c++ /dev/null 2>/dev/null | grep -c '__AVX512F__')
+OTHER_GEMM_KERNEL = $(if $(filter 0,$(NATIVE_AVX512)),-DGEMM_AVX2_KERNEL=0,-mno-avx512f)
 build/tests/test_gemm_other_kernel: tests/test_gemm.cpp cpu/gemm.h tests/testing.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(OTHER_GEMM_KERNEL) $(OMPFLAGS) $(INCLUDES) $< -o $@
