@@ -98,6 +98,12 @@ build/tests/test_gemm_other_kernel: tests/test_gemm.cpp cpu/gemm.h tests/testing
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(OTHER_GEMM_KERNEL) $(OMPFLAGS) $(INCLUDES) $< -o $@
 
+# cpu/fast_exp.h against double exp and tanh; -O3 -march=native, as the trainer, so that its
+# vectorized loops are the ones whose bits it compares with one element at a time
+build/tests/test_fast_exp: tests/test_fast_exp.cpp cpu/fast_exp.h tests/testing.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(INCLUDES) $< -o $@
+
 # Suites that run for a second or two at -O3 are built at -O1 (QUICK_CXXFLAGS): half the compile
 # time (test_host 13 s against 25 s, test_reference_states 13 s against 25 s, test_gpt_cpu 9 s
 # against 17 s on the 2-core machine, 2026-11-30) for at most 3 s more of running. The trainers,
@@ -126,7 +132,7 @@ build/tests/encode_text: tests/encode_text.cpp $(HOST_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(INCLUDES) $< -o $@
 
-CPP_TESTS := build/tests/test_gemm build/tests/test_gemm_other_kernel build/tests/test_host build/tests/test_gpt_cpu_vanilla build/tests/test_value_paths \
+CPP_TESTS := build/tests/test_gemm build/tests/test_gemm_other_kernel build/tests/test_fast_exp build/tests/test_host build/tests/test_gpt_cpu_vanilla build/tests/test_value_paths \
 	build/tests/test_reference_states
 
 # Every suite prints "N passed, N failed"; tests/run_all.sh adds them up and fails if any failed.

@@ -2,7 +2,7 @@
 # included by the Makefile.
 #
 #   make test-sanitize      builds build/sanitize/<suite> (-O1 -g1, ASan + UBSan, OpenMP) for
-#                           test_gemm, test_host, test_gpt_cpu_<path> for all five value paths,
+#                           test_gemm, test_fast_exp, test_host, test_gpt_cpu_<path> for all five value paths,
 #                           test_value_paths and test_reference_states, and the emulated GPU
 #                           build's vanilla bf16 test_gpt (SANITIZE_EMU_RUN below), and runs them
 #                           with tests/run_all.sh: any failed test or sanitizer report fails it
@@ -15,13 +15,17 @@
 # and -O1, so the GEMM runs unvectorised: slower, but every access instrumented.
 
 SANITIZE_CXXFLAGS := -O1 -g1 -std=c++17 -Wall -Wextra -Wno-unused-parameter $(FUZZ_SANITIZE)
-SANITIZE_TESTS := build/sanitize/test_gemm build/sanitize/test_host \
+SANITIZE_TESTS := build/sanitize/test_gemm build/sanitize/test_fast_exp build/sanitize/test_host \
 	$(addprefix build/sanitize/test_gpt_cpu_,$(VALUE_PATHS)) \
 	build/sanitize/test_value_paths build/sanitize/test_reference_states
 
 build/sanitize/test_gemm: tests/test_gemm.cpp cpu/gemm.h tests/testing.h sanitize.mk
 	@mkdir -p $(dir $@)
 	$(CXX) $(SANITIZE_CXXFLAGS) $(OMPFLAGS) $(INCLUDES) $< -o $@
+
+build/sanitize/test_fast_exp: tests/test_fast_exp.cpp cpu/fast_exp.h tests/testing.h sanitize.mk
+	@mkdir -p $(dir $@)
+	$(CXX) $(SANITIZE_CXXFLAGS) $(INCLUDES) $< -o $@
 
 build/sanitize/test_host: tests/test_host.cpp $(HOST_HEADERS) tests/testing.h sanitize.mk
 	@mkdir -p $(dir $@)

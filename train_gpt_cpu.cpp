@@ -44,6 +44,7 @@ activations, forward, backward, AdamW), sampling, then the training program, whi
 #include "host/params.h"       // defines: ParamSpec, param_specs, ParamTensors, layer_params, AdamWSettings, init_params_from_seed, sample_token
 // CPU kernels
 #include "cpu/gemm.h"          // defines: gemm (packed, cache-blocked, deterministic)
+#include "cpu/fast_exp.h"      // defines: fast_exp, vexp, gelu_tanh (float: vectorizable, the same bits everywhere)
 #include "cpu/value_paths.h"   // defines: VpVanilla, VpResformer, VpSvformer, VpSla, VpDepth, ActiveValuePath
 
 // ----------------------------------------------------------------------------
@@ -393,7 +394,7 @@ void gelu_forward(real* out, const real* inp, size_t N) {
 #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
         real x = inp[i];
-        out[i] = (real)0.5 * x * ((real)1 + std::tanh((real)GELU_SCALE * (x + (real)0.044715 * x * x * x)));
+        out[i] = (real)0.5 * x * ((real)1 + gelu_tanh((real)GELU_SCALE * (x + (real)0.044715 * x * x * x)));
     }
 }
 
@@ -403,7 +404,7 @@ void gelu_backward(real* dinp, const real* inp, const real* dout, size_t N) {
     for (size_t i = 0; i < N; i++) {
         real x = inp[i];
         real u = (real)GELU_SCALE * (x + (real)0.044715 * x * x * x);
-        real th = std::tanh(u);
+        real th = gelu_tanh(u);
         real sech2 = (real)1 - th * th;
         real grad = (real)0.5 * ((real)1 + th) + (real)0.5 * x * sech2 * (real)GELU_SCALE * ((real)1 + (real)3 * (real)0.044715 * x * x);
         dinp[i] += grad * dout[i];
@@ -420,7 +421,7 @@ void swiglu_forward(real* out, const real* inp, int N, int F) {
         const real* gate = inp + (size_t)i * 2 * F;
         const real* up = gate + F;
         for (int f = 0; f < F; f++) {
-            real sig = (real)1 / ((real)1 + std::exp(-gate[f]));
+            real sig = (real)1 / ((real)1 + vexp(-gate[f]));
             out[(size_t)i * F + f] = gate[f] * sig * up[f];
         }
     }
@@ -435,7 +436,7 @@ void swiglu_backward(real* dinp, const real* inp, const real* dout, int N, int F
         real* dgate = dinp + (size_t)i * 2 * F;
         real* dup = dgate + F;
         for (int f = 0; f < F; f++) {
-            real x = gate[f], sig = (real)1 / ((real)1 + std::exp(-x));
+            real x = gate[f], sig = (real)1 / ((real)1 + vexp(-x));
             real dy = dout[(size_t)i * F + f];
             dgate[f] += dy * up[f] * sig * ((real)1 + x * ((real)1 - sig));
             dup[f] += dy * x * sig;
@@ -449,6 +450,40 @@ void residual_forward(real* out, const real* a, const real* b, size_t N) {
     for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
 }
 
+// max(x[0..n)) in 16 lanes (lane k takes x[j] for j = k mod 16), then the lanes. The max of a set
+// does not depend on the order it is taken in, but a loop of std::max is one serial chain that
+// the compiler does not vectorize without -ffast-math. A NaN is passed over, as std::max passed
+// it over before; its exp still makes the row's sum and loss NaN.
+template <typename real>
+static real max_in_lanes(const real* x, int n) {
+    constexpr int LANES = 16;
+    real lane_max[LANES];
+    for (int k = 0; k < LANES; k++) lane_max[k] = -INFINITY;
+    int j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++) lane_max[k] = x[j + k] > lane_max[k] ? x[j + k] : lane_max[k];
+    real m = -INFINITY;
+    for (int k = 0; k < LANES; k++) m = lane_max[k] > m ? lane_max[k] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+// sum(x[0..n)) in double, in 16 fixed lanes (lane k adds x[j] for j = k mod 16, in order), the
+// lanes added pairwise, then the tail: a fixed order, the same bits at any vector width.
+template <typename real>
+static double sum_in_double_lanes(const real* x, int n) {
+    constexpr int LANES = 16;
+    double lane_sum[LANES] = {};
+    int j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++) lane_sum[k] += (double)x[j + k];
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int k = 0; k < width; k++) lane_sum[k] += lane_sum[k + width];
+    double sum = lane_sum[0];
+    for (; j < n; j++) sum += (double)x[j];
+    return sum;
+}
+
 // Fused classifier: softmax over the V real tokens (the Vp - V padded logits get probability 0
 // and gradient 0), the cross-entropy loss per position, and in backward dlogits in place.
 // PyTorch: F.cross_entropy(logits[..., :V], targets, reduction="none").
@@ -459,17 +494,17 @@ void crossentropy_softmax_forward(real* losses, real* logits_to_probs, const int
     // (log-sum-exp, as PyTorch and the GPU kernel compute it), not -log(prob[target]): a target
     // whose probability underflows (a logit gap beyond ~88 in fp32, as a confidently wrong model
     // gives) still costs its full loss; clamping the probability would cap it at a wrong value.
+    // Each row's max, exps and sum are three loops that vectorize (fast_exp, and 16 fixed lanes for
+    // the max and the sum: one serial chain of double adds was most of this function's time, 21% of
+    // a quickstart step on a Zen 5, with libm's expf another 10%). The lanes are fixed, so the bits
+    // depend neither on the machine's vector width nor on the thread count.
 #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         real* row = logits_to_probs + (size_t)i * Vp;
-        real maxv = -INFINITY;
-        for (int j = 0; j < V; j++) maxv = std::max(maxv, row[j]);
+        real maxv = max_in_lanes(row, V);
         double target_logit = row[targets[i]];
-        double sum = 0;
-        for (int j = 0; j < V; j++) {
-            row[j] = std::exp(row[j] - maxv);
-            sum += row[j];
-        }
+        for (int j = 0; j < V; j++) row[j] = vexp(row[j] - maxv);
+        double sum = sum_in_double_lanes(row, V);
         real inv = (real)(1.0 / sum);
         for (int j = 0; j < V; j++) row[j] *= inv;
         for (int j = V; j < Vp; j++) row[j] = 0;

@@ -139,9 +139,9 @@ TEST(fd_gelu_swiglu) {
 }
 
 TEST(fd_crossentropy_padded) {
-    int N = 4, V = 5, Vp = 8;
+    int N = 4, V = 37, Vp = 40;  // V: two 16-wide lanes of the max and the sum, and a tail of 5
     auto logits = random_vector(N * Vp, 24, 2.0);
-    std::vector<int> targets = {0, 4, 2, 1};
+    std::vector<int> targets = {0, 36, 20, 1};
     std::vector<double> work(N * Vp), losses(N);
     auto loss = [&]() {
         work = logits;
@@ -162,6 +162,54 @@ TEST(fd_crossentropy_padded) {
     check_gradient("crossentropy dlogits", logits.data(), d.data(), logits.size(), loss);
     for (int i = 0; i < N; i++)
         for (int j = V; j < Vp; j++) CHECK(d[i * Vp + j] == 0, "padded logit got a gradient");
+}
+
+// The float build's softmax over a vocabulary wider than its lanes (fast_exp, the 16-lane max
+// and double sum) against the same softmax in double: each probability within
+// (3 + |z_j - max|) * 2^-24 of its value (the exp's 1 ulp, the sum's and the reciprocal's
+// roundings, and z_j - max rounded to float, whose error the exp multiplies by |z_j - max|; and 2
+// ulps of a denormal, for the probabilities that underflow), and each loss within 2^-22 of the log-sum-exp. Rows: a spread of logits, one that underflows most
+// of its probabilities, and a constant one (every probability 1/V).
+TEST(crossentropy_float_over_a_wide_vocabulary) {
+    int N = 3, V = 1003, Vp = 1024;
+    std::vector<float> logits(N * Vp, 0.0f);
+    auto spread = random_vector(V, 28, 6.0);
+    for (int j = 0; j < V; j++) {
+        logits[j] = (float)spread[j];
+        logits[Vp + j] = (float)(spread[j] * 20);
+        logits[2 * Vp + j] = 0.25f;
+    }
+    std::vector<int> targets = {7, 1002, 500};
+    std::vector<float> work = logits, losses(N);
+    crossentropy_softmax_forward(losses.data(), work.data(), targets.data(), N, V, Vp);
+    for (int i = 0; i < N; i++) {
+        const float* z = &logits[(size_t)i * Vp];
+        double m = *std::max_element(z, z + V), s = 0;
+        for (int j = 0; j < V; j++) s += std::exp((double)z[j] - m);
+        int bad = 0;
+        for (int j = 0; j < V; j++) {
+            double want = std::exp((double)z[j] - m) / s, got = work[(size_t)i * Vp + j];
+            double bound = (3 + std::fabs(z[j] - m)) * std::ldexp(want, -24) + std::ldexp(1.0, -148);  // + 2 denormal ulps
+            if (std::fabs(got - want) > bound && bad++ < 3) test_fail(__FILE__, __LINE__, "row %d prob %d: %.9g, double gives %.9g", i, j, got, want);
+        }
+        CHECK(bad == 0, "row %d: %d probabilities off", i, bad);
+        for (int j = V; j < Vp; j++) CHECK(work[(size_t)i * Vp + j] == 0, "padded logit %d got probability", j);
+        double want_loss = m + std::log(s) - z[targets[i]];
+        CHECK(std::fabs(losses[i] - want_loss) <= std::ldexp(std::fabs(want_loss), -22), "row %d: loss %.9g, log-sum-exp %.9g", i, losses[i], want_loss);
+    }
+    // the lanes' helpers alone: the max wherever it stands, any length, and the sum's accuracy
+    for (int n = 0; n <= 40; n++)
+        for (int at = 0; at < std::max(n, 1); at++) {
+            std::vector<float> x(n, -3.0f);
+            if (n) x[at] = 2.0f;
+            float want = n ? 2.0f : -INFINITY;
+            CHECK(max_in_lanes(x.data(), n) == want, "max of %d with the largest at %d: %g", n, at, max_in_lanes(x.data(), n));
+        }
+    std::vector<float> terms(1003);
+    long double exact = 0;
+    for (int j = 0; j < 1003; j++) exact += terms[j] = (float)std::exp(-std::fabs(spread[j]));
+    double sum = sum_in_double_lanes(terms.data(), 1003);
+    CHECK(std::fabs(sum - (double)exact) <= 1e-14 * (double)exact, "sum %.17g, long double gives %.17Lg", sum, exact);
 }
 
 // A confidently wrong row: the target's probability underflows fp32 (logit gaps of 150 and 400),
