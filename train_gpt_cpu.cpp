@@ -293,6 +293,29 @@ void matmul_backward(real* dinp, real* dweight, real* dbias, const real* dout, c
     }
 }
 
+// One head's keys (or values) transposed: x_t[d * T + j] = x[j * x_rs + d], (T, D) -> (D, T), so
+// that a query's scores against every key can be taken over j in unit stride (scores_of_row).
+template <typename real>
+static void transpose_head(real* x_t, const real* x, int T, int D, long x_rs) {
+    for (int j = 0; j < T; j++)
+        for (int d = 0; d < D; d++) x_t[(size_t)d * T + j] = x[(size_t)j * x_rs + d];
+}
+
+// out[j] = sum_d a[d] * x_t[d * T + j] for j < n: the dot products of a with n keys, each a
+// chain of fused multiply-adds in d order, the n chains run side by side, which vectorizes over j.
+// (One dot product at a time is a serial chain that the compiler may not reorder without
+// -ffast-math: 11% of a quickstart step, with the loop below. GCC also made that chain's products
+// unfused at -O3, as at -O1, but fused ones elsewhere; std::fma fixes the bits at every level.)
+template <typename real>
+static void scores_of_row(real* out, const real* a, const real* x_t, int n, int T, int D) {
+    for (int j = 0; j < n; j++) out[j] = 0;
+    for (int d = 0; d < D; d++) {
+        real a_d = a[d];
+        const real* x_d = x_t + (size_t)d * T;
+        for (int j = 0; j < n; j++) out[j] = std::fma(a_d, x_d[j], out[j]);
+    }
+}
+
 // Causal self-attention core, flash-style: the forward keeps only the log-sum-exp of each row of
 // scores, and the backward recomputes the probabilities from it (memory O(T), not O(T^2)).
 // With GQA, query head h reads KV head h / G (HF repeat_kv). PyTorch:
@@ -305,19 +328,18 @@ void attention_forward(real* out, real* lse, const real* q, const real* k, const
     real scale = (real)1 / std::sqrt((real)D);
 #pragma omp parallel
     {
-        std::vector<real> p(T);
+        std::vector<real> p(T), k_t((size_t)D * T);
 #pragma omp for collapse(2)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
                 int g = h / G;
+                transpose_head(k_t.data(), k + (size_t)b * T * k_rs + (size_t)g * D, T, D, k_rs);
                 for (int i = 0; i < T; i++) {
                     const real* qi = q + ((size_t)b * T + i) * q_rs + (size_t)h * D;
+                    scores_of_row(p.data(), qi, k_t.data(), i + 1, T, D);
                     real maxs = -INFINITY;
                     for (int j = 0; j <= i; j++) {
-                        const real* kj = k + ((size_t)b * T + j) * k_rs + (size_t)g * D;
-                        real s = 0;
-                        for (int d = 0; d < D; d++) s += qi[d] * kj[d];
-                        p[j] = s * scale;
+                        p[j] = p[j] * scale;
                         maxs = std::max(maxs, p[j]);
                     }
                     real sum = 0;
@@ -331,7 +353,7 @@ void attention_forward(real* out, real* lse, const real* q, const real* k, const
                     for (int j = 0; j <= i; j++) {
                         const real* vj = v + ((size_t)b * T + j) * v_rs + (size_t)g * D;
                         real pj = p[j] * inv;
-                        for (int d = 0; d < D; d++) oi[d] += pj * vj[d];
+                        for (int d = 0; d < D; d++) oi[d] = std::fma(pj, vj[d], oi[d]);
                     }
                     lse[((size_t)b * H + h) * T + i] = maxs + std::log(sum);
                 }
@@ -350,10 +372,12 @@ void attention_backward(real* dq, real* dk, real* dv, const real* dout, const re
     real scale = (real)1 / std::sqrt((real)D);
 #pragma omp parallel
     {
-        std::vector<real> p(T), dp(T);
+        std::vector<real> s(T), dp(T), k_t((size_t)D * T), v_t((size_t)D * T);
 #pragma omp for collapse(2)
         for (int b = 0; b < B; b++)
-            for (int g = 0; g < Hkv; g++)
+            for (int g = 0; g < Hkv; g++) {
+                transpose_head(k_t.data(), k + (size_t)b * T * k_rs + (size_t)g * D, T, D, k_rs);
+                transpose_head(v_t.data(), v + (size_t)b * T * v_rs + (size_t)g * D, T, D, v_rs);
                 for (int h = g * G; h < (g + 1) * G; h++)
                     for (int i = 0; i < T; i++) {
                         size_t row_i = (size_t)b * T + i;
@@ -362,28 +386,25 @@ void attention_backward(real* dq, real* dk, real* dv, const real* dout, const re
                         const real* oi = out + row_i * H * D + (size_t)h * D;
                         real l = lse[((size_t)b * H + h) * T + i];
                         real delta = 0;
-                        for (int d = 0; d < D; d++) delta += doi[d] * oi[d];
+                        for (int d = 0; d < D; d++) delta = std::fma(doi[d], oi[d], delta);
                         real* dqi = dq + row_i * q_rs + (size_t)h * D;
+                        scores_of_row(s.data(), qi, k_t.data(), i + 1, T, D);     // S_ij (before the scale)
+                        scores_of_row(dp.data(), doi, v_t.data(), i + 1, T, D);   // dP_ij = dO_i . V_j
                         for (int j = 0; j <= i; j++) {
                             size_t row_j = (size_t)b * T + j;
                             const real* kj = k + row_j * k_rs + (size_t)g * D;
-                            const real* vj = v + row_j * v_rs + (size_t)g * D;
-                            real s = 0, dpj = 0;
-                            for (int d = 0; d < D; d++) {
-                                s += qi[d] * kj[d];
-                                dpj += doi[d] * vj[d];
-                            }
-                            real pj = std::exp(s * scale - l);
-                            real ds = pj * (dpj - delta) * scale;
+                            real pj = std::exp(std::fma(s[j], scale, -l));
+                            real ds = pj * (dp[j] - delta) * scale;
                             real* dkj = dk + row_j * dkv_rs + (size_t)g * D;
                             real* dvj = dv + row_j * dkv_rs + (size_t)g * D;
-                            for (int d = 0; d < D; d++) {
-                                dqi[d] += ds * kj[d];
-                                dkj[d] += ds * qi[d];
-                                dvj[d] += pj * doi[d];
-                            }
+                            // three loops, not one: with six streams GCC left the joint loop
+                            // scalar (its alias checks); each alone vectorizes
+                            for (int d = 0; d < D; d++) dqi[d] = std::fma(ds, kj[d], dqi[d]);
+                            for (int d = 0; d < D; d++) dkj[d] = std::fma(ds, qi[d], dkj[d]);
+                            for (int d = 0; d < D; d++) dvj[d] = std::fma(pj, doi[d], dvj[d]);
                         }
                     }
+            }
     }
 }
 

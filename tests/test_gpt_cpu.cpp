@@ -120,6 +120,78 @@ static void attention_fd(int H, int Hkv) {
 TEST(fd_attention_mha) { attention_fd(2, 2); }
 TEST(fd_attention_gqa) { attention_fd(4, 2); }
 
+// The float attention's bits against its definition written one score at a time: every dot product
+// a chain of fused multiply-adds in d order, the softmax and the three gradient sums in j order.
+// attention_forward/backward run the scores of a row side by side over j (scores_of_row, on keys
+// transposed per head); this checks that the bits are the definition's, with GQA, a T and a D that
+// fill no vector evenly. (Built at -O1 here; the same inputs hashed the same at -O0 to -O3, with
+// clang++ -O3 and without hardware FMA, on 2026-11-30: every multiply-add is an explicit std::fma.)
+TEST(attention_float_bits_are_the_definition) {
+    int B = 2, T = 37, H = 4, Hkv = 2, D = 24, G = H / Hkv;
+    long W = (H + 2 * Hkv) * D;
+    auto init = random_vector(B * T * W, 31), init_dout = random_vector(B * T * H * D, 32);
+    std::vector<float> qkv(init.begin(), init.end()), dout(init_dout.begin(), init_dout.end());
+    const float *q = qkv.data(), *k = q + H * D, *v = k + Hkv * D;
+    std::vector<float> out(B * T * H * D), lse(B * H * T), dqkv(qkv.size(), 0.0f);
+    attention_forward(out.data(), lse.data(), q, k, v, B, T, H, Hkv, D, W, W, W);
+    attention_backward(dqkv.data(), dqkv.data() + H * D, dqkv.data() + (H + Hkv) * D, dout.data(), q, k, v, out.data(), lse.data(), B, T, H, Hkv, D, W, W, W, W);
+
+    float scale = 1.0f / std::sqrt((float)D);
+    auto dot = [&](const float* a, const float* b) {
+        float s = 0;
+        for (int d = 0; d < D; d++) s = std::fma(a[d], b[d], s);
+        return s;
+    };
+    std::vector<float> want_out(out.size(), 0.0f), want_lse(lse.size()), want_d(qkv.size(), 0.0f);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int g = h / G;
+            for (int i = 0; i < T; i++) {
+                const float* qi = &qkv[(b * T + i) * W + h * D];
+                std::vector<float> p(i + 1);
+                float m = -INFINITY, sum = 0;
+                for (int j = 0; j <= i; j++) m = std::max(m, p[j] = dot(qi, &qkv[(b * T + j) * W + H * D + g * D]) * scale);
+                for (int j = 0; j <= i; j++) sum += (p[j] = std::exp(p[j] - m));
+                float* o = &want_out[(b * T + i) * H * D + h * D];
+                for (int j = 0; j <= i; j++)
+                    for (int d = 0; d < D; d++) o[d] = std::fma(p[j] * (1.0f / sum), qkv[(b * T + j) * W + (H + Hkv) * D + g * D + d], o[d]);
+                want_lse[(b * H + h) * T + i] = m + std::log(sum);
+            }
+        }
+    // the backward reads the forward's own out and lse (as the trainer does), so it is checked
+    // even where the forward is not; its loops in the trainer's order: b, g, the group's h, i, j
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < Hkv; g++)
+            for (int h = g * G; h < (g + 1) * G; h++)
+                for (int i = 0; i < T; i++) {
+                    const float* qi = &qkv[(b * T + i) * W + h * D];
+                    const float* doi = &dout[(b * T + i) * H * D + h * D];
+                    float delta = dot(doi, &out[(b * T + i) * H * D + h * D]), l = lse[(b * H + h) * T + i];
+                    for (int j = 0; j <= i; j++) {
+                        const float* kj = &qkv[(b * T + j) * W + H * D + g * D];
+                        const float* vj = &qkv[(b * T + j) * W + (H + Hkv) * D + g * D];
+                        float pj = std::exp(std::fma(dot(qi, kj), scale, -l)), ds = pj * (dot(doi, vj) - delta) * scale;
+                        for (int d = 0; d < D; d++) {
+                            float* dqi = &want_d[(b * T + i) * W + h * D];
+                            float* dkj = &want_d[(b * T + j) * W + H * D + g * D];
+                            float* dvj = &want_d[(b * T + j) * W + (H + Hkv) * D + g * D];
+                            dqi[d] = std::fma(ds, kj[d], dqi[d]);
+                            dkj[d] = std::fma(ds, qi[d], dkj[d]);
+                            dvj[d] = std::fma(pj, doi[d], dvj[d]);
+                        }
+                    }
+                }
+    auto same_bits = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+        size_t differ = 0, first = 0;
+        for (size_t i = 0; i < got.size(); i++)
+            if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+        CHECK(differ == 0, "%s: %zu of %zu differ, the first at %zu: %.9g against %.9g", what, differ, got.size(), first, got[first], want[first]);
+    };
+    same_bits(out, want_out, "out");
+    same_bits(lse, want_lse, "lse");
+    same_bits(dqkv, want_d, "dq, dk, dv");
+}
+
 TEST(fd_gelu_swiglu) {
     size_t N = 20;
     auto x = random_vector(N, 20, 2.0), R = random_vector(N, 21);
