@@ -14,7 +14,7 @@
 # with the same defines as its `make test` twin (VP_ERRORS_THROW, VALUE_PATH_ID); no -march=native
 # and -O1, so the GEMM runs unvectorised: slower, but every access instrumented.
 
-SANITIZE_CXXFLAGS := -O1 -g1 -std=c++17 -Wall -Wextra -Wno-unused-parameter $(FUZZ_SANITIZE)
+SANITIZE_CXXFLAGS := -O1 -g1 -ffp-contract=off -std=c++17 -Wall -Wextra -Wno-unused-parameter $(FUZZ_SANITIZE)
 SANITIZE_TESTS := build/sanitize/test_gemm build/sanitize/test_fast_exp build/sanitize/test_host \
 	$(addprefix build/sanitize/test_gpt_cpu_,$(VALUE_PATHS)) \
 	build/sanitize/test_value_paths build/sanitize/test_reference_states

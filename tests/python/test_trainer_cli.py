@@ -727,6 +727,22 @@ def test_resume_is_bit_exact(tmp_path, data, family, path):
     assert checkpoint_tensors(straight / "ckpt_00000012.bin") == checkpoint_tensors(broken / "ckpt_00000012.bin")
 
 
+@pytest.mark.parametrize("family", [TINY_GPT2, TINY_LLAMA], ids=["gpt2", "llama"])
+def test_the_trainer_at_O1_gives_the_O3_trainers_bits(tmp_path, data, family):
+    """build/tests/train_cpu_O1 is the vanilla trainer built at -O1: with -ffp-contract=off (the
+    Makefile's CXXFLAGS) nothing may depend on the optimization level, so the same run's losses
+    and final weights and moments are the same bits. (GCC fuses a * b + c at -O2 and above only:
+    with contraction on, these differed.)"""
+    twin = REPO / "build" / "tests" / "train_cpu_O1"
+    common = family + ["--train-data", str(data / "train_*.bin"), "--val-data", str(data / "val_*.bin"), "--total-batch-tokens", "64",
+                       "--max-steps", "6", "--lr", "3e-3", "--warmup-steps", "2", "--eval-every", "3"]
+    run(common + ["--out-dir", tmp_path / "O3"], expect=0)
+    run(common + ["--out-dir", tmp_path / "O1"], expect=0, binary=twin)
+    losses = lambda d: [(r["step"], r.get("train_loss"), r.get("val_loss")) for r in read_log(d) if "step" in r]
+    assert losses(tmp_path / "O3") == losses(tmp_path / "O1") and len(losses(tmp_path / "O1")) >= 6
+    assert checkpoint_tensors(tmp_path / "O3" / "ckpt_00000006.bin") == checkpoint_tensors(tmp_path / "O1" / "ckpt_00000006.bin")
+
+
 def test_resume_auto_starts_a_run_and_then_continues_it(tmp_path, data):
     """--resume auto, for a job submitted again and again with one command line: in a directory
     without checkpoints it is a new run (the same losses as one without --resume), in one with
