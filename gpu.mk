@@ -53,8 +53,11 @@ NVCC_FLAGS := $(GPU_OPT) -std=c++17 -lineinfo -diag-suppress 1675,550
 CUDA_LIBS := -lcublasLt -lcublas
 # the trainers: OpenMP for host/params.h's init, which draws the normals on every thread (the same
 # bits on any number; one core takes 5 s for GPT-2 124M and so about a minute for 1.5B parameters),
-# no -march=native (a trainer may run on another node than the one that built it)
-NVCC_HOST_OMP := -Xcompiler -fopenmp -lgomp
+# no -march=native (a trainer may run on another node than the one that built it). The host code
+# takes the CPU build's -ffp-contract=off and -fno-math-errno (Makefile, CXXFLAGS), so the code it
+# shares with the CPU build (host/: the init, the schedule; the CPU reference inside test_gpt) has
+# the CPU build's bits; device code is nvcc's (--fmad), which these do not touch.
+NVCC_HOST_OMP := -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno -lgomp
 # programs that include the CPU reference (tests, labs): its OpenMP and the host's SIMD too
 NVCC_HOST_CPU := $(NVCC_HOST_OMP) -Xcompiler -march=native
 prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)

@@ -93,7 +93,7 @@ else
 fi
 
 echo "building ${#TARGETS[@]} binaries in $WORK (sources $hash)"
-env "${MAKE_ENV[@]}" make -C "$WORK" -j"$(nproc)" NVCC_HOST_CPU="-Xcompiler -fopenmp,-march=x86-64-v3 -lgomp" "${MPI_FLAGS[@]}" "${TARGETS[@]}"
+env "${MAKE_ENV[@]}" make -C "$WORK" -j"$(nproc)" NVCC_HOST_CPU="-Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno,-march=x86-64-v3 -lgomp" "${MPI_FLAGS[@]}" "${TARGETS[@]}"
 [ "$(cd "$WORK" && source_hash)" = "$hash" ] || { echo "error: the copy's sources differ from the tree's" >&2; exit 1; }
 echo "$hash" >"$WORK/build/device_bundle.sources"
 mkdir -p build

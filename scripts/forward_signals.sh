@@ -39,13 +39,19 @@ forward_signals_run() {
     # leader, pending and caught are used by forward_signals_pass, which the traps run inside this
     # function
     local leader="" pending="" caught="" output tee_pid="" s rc=0
-    for s in INT TERM USR1; do trap "forward_signals_pass $s" "$s"; done
     if [ "$echo" = 1 ]; then
-        exec {output}> >(trap '' INT TERM USR1 && exec tee -a "$log")
+        # tee must ignore the signals from its first instant. A subshell resets the caller's traps
+        # to the default action, so a trap set inside it came too late when a Ctrl-C beat it (seen
+        # once, 2026-11-30, in test_recipes.py's Ctrl-C test during a fresh-clone make test: tee
+        # killed, no console file); ignored signals stay ignored through fork and exec. The price:
+        # a signal in the microseconds of this fork, before the traps below, is not seen.
+        trap '' INT TERM USR1
+        exec {output}> >(exec tee -a "$log")
         tee_pid=$!
     else
         exec {output}>>"$log"
     fi
+    for s in INT TERM USR1; do trap "forward_signals_pass $s" "$s"; done
     set -m
     "$@" </dev/null >&"$output" 2>&1 &
     leader=$!
