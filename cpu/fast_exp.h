@@ -15,8 +15,8 @@
 // once, as libm's are; exp(x) = 0 below about -103.97, +inf above about 88.72, NaN stays NaN.
 // PyTorch's CPU softmax uses a vectorized exp of the same kind (Sleef's, 1 ulp).
 //
-// The double build (finite differences, gradcheck) keeps std::exp and std::tanh: vexp<double> and
-// gelu_tanh<double> are those.
+// The double build (finite differences, gradcheck) keeps std::exp and std::tanh: the double
+// overloads of vexp and gelu_tanh are those.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -65,27 +65,20 @@ inline float fast_exp(float x) {
 // whose absolute error is at most 1.51 * 2^-24 (every float of [-20, 20] against double tanh,
 // 2026-11-30; libm's tanhf reached 1.74 * 2^-24 on a sample). Its *relative* error near 0 is
 // not bounded (tanh(1e-10) comes out 0): not a general tanh. NaN stays NaN, +-inf gives +-1.
-inline float gelu_tanh_float(float u) {
+inline float gelu_tanh(float u) {
     float e = fast_exp(-2.0f * std::fabs(u));
     return std::copysign((1.0f - e) / (1.0f + e), u);
 }
-
-// What the trainer calls, for its float and double builds: the classifier's softmax and SwiGLU's
-// sigmoid take vexp, GELU gelu_tanh. (The attention softmax keeps std::exp: over T <= 128 keys
-// the change measured nothing in the quickstart.)
-template <typename real>
-inline real vexp(real x) {
-    return std::exp(x);
-}
-template <>
-inline float vexp<float>(float x) {
-    return fast_exp(x);
-}
-template <typename real>
-inline real gelu_tanh(real u) {
+inline double gelu_tanh(double u) {
     return std::tanh(u);
 }
-template <>
-inline float gelu_tanh<float>(float u) {
-    return gelu_tanh_float(u);
+
+// The exp the trainer's float and double builds call in the classifier's softmax and SwiGLU's
+// sigmoid (overloads, picked by the argument's type). The attention softmax keeps std::exp: over
+// T <= 128 keys the change measured nothing in the quickstart.
+inline float vexp(float x) {
+    return fast_exp(x);
+}
+inline double vexp(double x) {
+    return std::exp(x);
 }
