@@ -124,7 +124,7 @@ build/emu/test_emu_race: build/emu/src/tests/emu/test_emu.cu $(EMU_SOURCES) buil
 EMU_TEST_BINS := $(foreach p,$(GPU_VALUE_PATHS),build/emu/$(p)/test_gpt_fp32 build/emu/$(p)/test_gpt_bf16)
 
 # run_all.sh entries are BINARY[@FILTER]
-EMU_CI_FILTER := forward_backward,attention_head_ranges,attention_wgmma_versions,attention_sum_kept,matmul_forward_lerp_bias,matmul_backward_dgelu,matmul_forward_gelu_epilogue,bias_grad_epilogue,depth_fused,classifier_threads_fit_v
+EMU_CI_FILTER := forward_backward,attention_head_ranges,attention_head_dim_128_versions,attention_wgmma_versions,attention_sum_kept,matmul_forward_lerp_bias,matmul_backward_dgelu,matmul_forward_gelu_epilogue,bias_grad_epilogue,depth_fused,classifier_threads_fit_v
 # under the race detector: its own tests, and Depth bf16's depth_fused (the fused kernels, whose
 # blocks wait on each other's flags, and then forward_backward's first config with them: the
 # attention kernels every path runs). The rest of EMU_CI_FILTER there (96 s), SLA bf16 and ResFormer

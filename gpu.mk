@@ -29,11 +29,18 @@ ifeq ($(filter $(PRECISION),BF16 FP32),)
 $(error unknown PRECISION '$(PRECISION)': choose BF16 or FP32)
 endif
 PREC := $(if $(filter FP32,$(PRECISION)),fp32,bf16)
-# The GPU of this machine, if any (compute capability without the dot: 90, 80, 89, ...): its
+# The GPU of this machine, if any (compute capability without the dot: 90, 80, 89, ...; nothing
+# where nvidia-smi prints anything else, as its "couldn't communicate with the NVIDIA driver"): its
 # architecture, sm_90a for Hopper (wgmma-capable, what the kernels are tuned for); sm_90a where
 # no GPU answers (the CI compile check, and bundles built off the device by dev/device_bundle.sh)
-GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-GPU_ARCH ?= $(if $(GPU_CC),$(if $(filter 90,$(GPU_CC)),sm_90a,sm_$(GPU_CC)),sm_90a)
+# or where it is older than compute capability 8.0 (V100, T4): the kernels need bf16 tensor cores
+# and cp.async. Such a GPU counts as none (make test compiles the GPU targets without running
+# test_gpt, make quickstart trains on the CPU) and `make train` says why it stops; GPU_ARCH given
+# by hand (a build for another machine) still builds.
+GPU_COMPUTE_CAP := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' ' | grep -E '^[0-9]+\.[0-9]+$$')
+GPU_CC := $(subst .,,$(GPU_COMPUTE_CAP))
+GPU_TOO_OLD := $(if $(GPU_CC),$(shell [ $(GPU_CC) -lt 80 ] && echo 1))
+GPU_ARCH ?= $(if $(and $(GPU_CC),$(if $(GPU_TOO_OLD),,1)),$(if $(filter 90,$(GPU_CC)),sm_90a,sm_$(GPU_CC)),sm_90a)
 BENCH_PYTHON ?= python3
 
 # value paths the GPU trainer implements (test_gpt runs for each): all of them
@@ -63,7 +70,28 @@ NVCC_HOST_CPU := $(NVCC_HOST_OMP) -Xcompiler -march=native
 prec_define = $(if $(filter fp32,$(1)),-DENABLE_FP32,-DENABLE_BF16)
 
 KERNEL_HEADERS := $(wildcard kernels/*.cuh)
-GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS)
+# $(GPU_BUILD)/gpu_arch: the GPU_ARCH the binaries there were compiled for, a prerequisite of each.
+# A make variable is no prerequisite: without it, `make train GPU_ARCH=sm_80` after a build for
+# sm_90a (on a cluster's login node without a GPU, say, then on an A100 node) would copy the old
+# binary, which has no code for the A100. Written as make reads this file (so that make -n and
+# make -q see the change too), only when GPU_ARCH changes: an unchanged one rebuilds nothing, and
+# one that did not exist yet is dated 1970 (binaries built before it, or brought for the same
+# sm_90a by dev/device_bundle.sh, stay up to date).
+GPU_ARCH_STAMP := $(GPU_BUILD)/gpu_arch
+GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS) $(GPU_ARCH_STAMP)
+ifneq ($(NVCC),)
+GPU_ARCH_WAS := $(shell cat $(GPU_ARCH_STAMP) 2>/dev/null)
+ifeq ($(wildcard $(GPU_ARCH_STAMP)),)
+$(shell mkdir -p $(GPU_BUILD) && echo "$(GPU_ARCH)" > $(GPU_ARCH_STAMP) && touch -d @0 $(GPU_ARCH_STAMP))
+else ifneq ($(GPU_ARCH_WAS),$(GPU_ARCH))
+$(shell echo "$(GPU_ARCH)" > $(GPU_ARCH_STAMP))
+# (a warning: on stderr, so that what make -s print-gpu-paths and the like print stays clean)
+$(warning GPU_ARCH is $(GPU_ARCH), was $(GPU_ARCH_WAS): the GPU binaries in $(GPU_BUILD) are built again)
+endif
+endif
+# (made again where something removed it after make read this file: make clean train)
+$(GPU_ARCH_STAMP):
+	@mkdir -p $(@D) && echo "$(GPU_ARCH)" > $@
 DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention wgmma
 # build variants of a path's benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
 # decides | value path, vanilla if left out | extra bench_gpt flags), timed against that path's
@@ -113,7 +141,7 @@ GPU_ALL_TARGETS := $(GPU_TRAINERS) $(GPU_MPI_TARGETS) $(TEST_GPT_BINS) $(GPU_BUI
 	$(addprefix $(GPU_BUILD)/dev/cuda/bf16/,$(DEV_CUDA_LABS)) $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/dev/cuda/bf16/bench_gpt_$(p)) \
 	$(VARIANT_BINS)
 
-.PHONY: train gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants print-bench-variant-path print-bench-variant-run-flags print-dev-cuda-labs
+.PHONY: train gpu-too-old gpu-all-paths test_gpt test-gpu gpu-compile-check gpu-compile-check-fast gpu-compile-check-sm80 dev-cuda bench gpu-no-nvcc clean-gpu print-gpu-paths print-bench-variants print-bench-variant-path print-bench-variant-run-flags print-dev-cuda-labs
 
 print-gpu-paths:
 	@echo $(GPU_VALUE_PATHS)
@@ -149,7 +177,7 @@ else
 # 15 min 52 s, an apt-get of OpenMPI less among the difference); the
 # test_gpt binaries there only print "skipped: no CUDA device", test_gpu_routes runs on the CPU.
 # A separate folder, so that an unoptimized binary never stands in for a real one in build/.
-HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+HAVE_GPU := $(if $(GPU_TOO_OLD),,$(shell nvidia-smi -L >/dev/null 2>&1 && echo 1))
 ifneq ($(HAVE_GPU),)
 GPU_TEST_TARGETS := gpu-compile-check
 GPU_TEST_RUN := $(TEST_GPT_BINS) $(GPU_BUILD)/tests/test_gpu_routes
@@ -188,9 +216,12 @@ $(GPU_BUILD)/%-mpi/train_fp32: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/
 	@mkdir -p $(dir $@) $(keep_dir)
 	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_HOST_OMP) $(NVCC_MPI) $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_fp32)
 
-train: build/$(VALUE_PATH)$(MPI_SUFFIX)/train_$(PREC)
+train: $(if $(and $(GPU_TOO_OLD),$(filter file,$(origin GPU_ARCH))),gpu-too-old,build/$(VALUE_PATH)$(MPI_SUFFIX)/train_$(PREC))
 	cp $< train
 	@echo "✓ ./train is the GPU trainer, VALUE_PATH=$(VALUE_PATH), PRECISION=$(PRECISION), GPU_ARCH=$(GPU_ARCH)$(if $(MPI_SUFFIX), with MPI + NCCL (run it under mpirun),)"
+
+gpu-too-old:
+	@echo "✗ this machine's GPU has compute capability $(GPU_COMPUTE_CAP); the GPU trainer's kernels need 8.0 or newer (bf16 tensor cores, cp.async): train on the CPU with make train_cpu (./train_cpu: the same flags, data and checkpoints), or build for another machine's GPU with GPU_ARCH=sm_80 (A100), sm_86, sm_89, sm_90a (H100), ..."; exit 1
 
 gpu-all-paths: $(foreach p,$(GPU_VALUE_PATHS),build/$(p)/train_$(PREC))
 	@echo "✓ GPU trainers ($(PRECISION)): $^"

@@ -754,6 +754,122 @@ TEST(attention_head_ranges) {
     gpt_free(&gm);
 }
 
+#ifdef ENABLE_BF16
+// What the tests of attention kernel versions share: the model of one config after a forward from
+// its seeds (every layer's attention inputs, out and lse in place), a random dO of the attention's
+// width with its delta scratch, device buffers freed with it, downloads and bitwise comparison.
+struct AttentionVersionsSetup {
+    ModelConfig c;
+    GpuModel gm;
+    int BT, HD, kvd;
+    size_t n_out, n_lse, n_kv;
+    std::vector<void*> bufs;
+    gpu::floatX* dout;
+    float* delta;
+    AttentionVersionsSetup(const TestConfig& tc, uint64_t batch_seed, uint64_t init_seed, uint64_t dout_seed) : c(config_from_flags(tc)) {
+        std::vector<int> inp, tgt;
+        random_batch(c, batch_seed, &inp, &tgt);
+        gpt_build(&gm, c);
+        gpt_init_params(&gm, init_seed);
+        forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+        BT = TB * TT, HD = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
+        n_out = (size_t)BT * HD, n_lse = (size_t)BT * c.n_head, n_kv = (size_t)BT * kvd;
+        std::vector<gpu::floatX> dout_h(n_out);
+        Rng rng = rng_stream(dout_seed, 0);
+        for (gpu::floatX& x : dout_h) x = __float2bfloat16_rn((float)(2.0 * rng_uniform(&rng) - 1.0));
+        dout = (gpu::floatX*)dev(n_out * 2);
+        cudaCheck(cudaMemcpy(dout, dout_h.data(), n_out * 2, cudaMemcpyHostToDevice));
+        delta = (float*)dev(n_lse * 4);
+    }
+    AttentionVersionsSetup(const AttentionVersionsSetup&) = delete;
+    ~AttentionVersionsSetup() {
+        for (void* p : bufs) cudaCheck(cudaFree(p));
+        gpt_free(&gm);
+    }
+    void* dev(size_t bytes) {
+        void* p;
+        cudaCheck(cudaMalloc(&p, bytes));
+        bufs.push_back(p);
+        return p;
+    }
+    static std::vector<gpu::floatX> get(const void* p, size_t n) {
+        std::vector<gpu::floatX> h(n);
+        cudaCheck(cudaMemcpy(h.data(), p, n * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
+        return h;
+    }
+    static bool same(const std::vector<gpu::floatX>& x, const std::vector<gpu::floatX>& y) { return memcmp(x.data(), y.data(), x.size() * 2) == 0; }
+};
+#endif
+
+// Head dim 128 (the QK-norm configs: Qwen3's heads), where version 4's backward kernels ask for
+// 102 KiB (dQ) and 103 KiB (dK/dV) of shared memory a block and so run single-buffered where a
+// block may have less (compute capability 8.6, 8.9, 12.0; att2_backward_async_fits): at every layer
+// the trainer's backward of a random dO against version 3's (single-buffered by construction) and
+// dQ version 8's over version 4's dK/dV kernel with its dS^T stores, bit for bit (dq of version 8
+// within one bf16 rounding of dS on a GPU, attention_head_ranges' rule), and the forward against
+// version 2's. On an H100 and the emulated one this compares the double-buffered kernels with the
+// single-buffered ones; as an RTX 4090 (VP_EMU_CC=8.9, tests/python/test_gpu_trainer_emu.py) the
+// single-buffered ones with their STORE_DS instance.
+TEST(attention_head_dim_128_versions) {
+#ifdef ENABLE_BF16
+    int checked = 0;
+    for (const TestConfig& tc : test_configs()) {
+        if (config_from_flags(tc).head_dim != 128) continue;
+        AttentionVersionsSetup t(tc, 27, 7, 37);
+        const ModelConfig& c = t.c;
+        GpuModel& gm = t.gm;
+        size_t n_out = t.n_out, n_lse = t.n_lse, n_kv = t.n_kv;
+        gpu::floatX *out = (gpu::floatX*)t.dev(n_out * 2), *dq = (gpu::floatX*)t.dev(n_out * 2), *dk = (gpu::floatX*)t.dev(n_kv * 2),
+                    *dv = (gpu::floatX*)t.dev(n_kv * 2);
+        float* lse = (float*)t.dev(n_lse * 4);
+        size_t ds_elems = gpu::attention_ds_elems(TB, c.n_head, TT);
+        gpu::floatX* ds = (gpu::floatX*)t.dev(ds_elems * 2);
+        auto get = AttentionVersionsSetup::get;
+        auto same = AttentionVersionsSetup::same;
+        for (int l = 0; l < c.n_layer; l++) {
+            // the backward of the layer's own forward (the trainer's out and lse) on the random dO
+            gpu::AttentionArgs bw = gpu::attention_forward_args(&gm, l);
+            bw.dout = t.dout, bw.delta = t.delta;
+            bw.dq_rs = t.HD, bw.dk_rs = bw.dv_rs = t.kvd;
+            bw.dq = dq, bw.dk = dk, bw.dv = dv;
+            std::vector<gpu::floatX> got[3][3];  // [version 4, 3, 8][dq, dk, dv]
+            for (int way = 0; way < 3; way++) {
+                if (way == 0) gpu::attention_backward4(bw, gm.stream);
+                else if (way == 1) gpu::attention_backward3(bw, gm.stream);
+                else {
+                    gpu::AttentionArgs v8 = bw;
+                    v8.ds = ds, v8.ds_elems = ds_elems;
+                    gpu::attention_backward8(v8, gm.stream, 4);
+                }
+                cudaCheck(cudaStreamSynchronize(gm.stream));
+                got[way][0] = get(dq, n_out), got[way][1] = get(dk, n_kv), got[way][2] = get(dv, n_kv);
+            }
+            gpu::AttentionArgs f4 = gpu::attention_forward_args(&gm, l), f2 = f4;
+            f2.out = out, f2.lse = lse;
+            gpu::attention_forward2(f2, gm.stream);  // against the trainer's forward, whose out and lse are the layer's
+            cudaCheck(cudaStreamSynchronize(gm.stream));
+            bool fwd_same = same(get(out, n_out), get(f4.out, n_out)) && same_bits(gpu_download(lse, n_lse), gpu_download(f4.lse, n_lse));
+            bool v3_same = same(got[1][0], got[0][0]) && same(got[1][1], got[0][1]) && same(got[1][2], got[0][2]);
+            bool v8_dkv_same = same(got[2][1], got[0][1]) && same(got[2][2], got[0][2]), v8_dq_same = same(got[2][0], got[0][0]);
+            printf("  %s layer %d (head dim 128, backward %s-buffered here): version 3 %s, dQ version 8's dk/dv %s, its dq %s, forward version 2 %s\n",
+                   tc.name, l, gpu::att2_backward_async_fits(128) ? "double" : "single", v3_same ? "the same bits" : "DIFFERS",
+                   v8_dkv_same ? "the same bits" : "DIFFER", v8_dq_same ? "the same bits" : "differs", fwd_same ? "the same bits" : "DIFFERS");
+            CHECK(v3_same, "%s layer %d: attention backward versions 3 and 4 differ at head dim 128", tc.name, l);
+            CHECK(v8_dkv_same, "%s layer %d: dk/dv of dQ version 8 (dK/dV at 4) and version 4 differ at head dim 128", tc.name, l);
+            CHECK(fwd_same, "%s layer %d: attention forward versions 2 and 4 differ at head dim 128", tc.name, l);
+#ifdef VP_CUDA_EMU
+            CHECK(v8_dq_same, "%s layer %d: dq of dQ version 8 (dK/dV at 4) and version 4 differs under the emulator at head dim 128", tc.name, l);
+#else
+            double margin = bf16_rounding_margin(got[0][0], got[2][0]);
+            CHECK(margin <= 1.0, "%s layer %d: dq of dQ version 8 (dK/dV at 4) is off version 4 by %.3f of its bound at head dim 128", tc.name, l, margin);
+#endif
+            checked++;
+        }
+    }
+    CHECK(checked > 0, "no config of this path has head dim 128");
+#endif
+}
+
 // Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's versions 6 and 7 and the
 // backward's (their dQ and dK/dV kernels; 7 is 6 with the operand each block multiplies by every
 // tile held in registers; and the dQ kernel's 8, from the dK/dV kernel's dS^T) against the
@@ -766,42 +882,22 @@ TEST(attention_wgmma_versions) {
 #ifdef ENABLE_BF16
     int checked = 0;
     for (const TestConfig& tc : test_configs()) {
-        ModelConfig c = config_from_flags(tc);
-        if (c.head_dim != 64) continue;
-        std::vector<int> inp, tgt;
-        random_batch(c, 23, &inp, &tgt);
-        GpuModel gm;
-        gpt_build(&gm, c);
-        gpt_init_params(&gm, 5);
-        forward_loss(&gm, inp.data(), tgt.data(), TB, TT);  // every layer's attention inputs in place
-        int BT = TB * TT, HD = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
-        size_t n_out = (size_t)BT * HD, n_lse = (size_t)BT * c.n_head, n_kv = (size_t)BT * kvd;
-        std::vector<gpu::floatX> dout_h(n_out);
-        Rng rng = rng_stream(29, 0);
-        for (gpu::floatX& x : dout_h) x = __float2bfloat16_rn((float)(2.0 * rng_uniform(&rng) - 1.0));
-        std::vector<void*> bufs;
-        auto dev = [&](size_t bytes) {
-            void* p;
-            cudaCheck(cudaMalloc(&p, bytes));
-            bufs.push_back(p);
-            return p;
-        };
+        if (config_from_flags(tc).head_dim != 64) continue;
+        AttentionVersionsSetup t(tc, 23, 5, 29);
+        const ModelConfig& c = t.c;
+        GpuModel& gm = t.gm;
+        int HD = t.HD, kvd = t.kvd;
+        size_t n_out = t.n_out, n_lse = t.n_lse, n_kv = t.n_kv;
+        auto dev = [&](size_t bytes) { return t.dev(bytes); };
         gpu::floatX* o4 = (gpu::floatX*)dev(n_out * 2);
         gpu::floatX* o6 = (gpu::floatX*)dev(n_out * 2);
         float* l4 = (float*)dev(n_lse * 4);
         float* l6 = (float*)dev(n_lse * 4);
-        gpu::floatX* dout = (gpu::floatX*)dev(n_out * 2);
-        float* delta = (float*)dev(n_lse * 4);
         gpu::floatX* dq[2] = {(gpu::floatX*)dev(n_out * 2), (gpu::floatX*)dev(n_out * 2)};
         gpu::floatX* dk[2] = {(gpu::floatX*)dev(n_kv * 2), (gpu::floatX*)dev(n_kv * 2)};
         gpu::floatX* dv[2] = {(gpu::floatX*)dev(n_kv * 2), (gpu::floatX*)dev(n_kv * 2)};
-        cudaCheck(cudaMemcpy(dout, dout_h.data(), n_out * 2, cudaMemcpyHostToDevice));
-        auto get = [](const void* p, size_t n) {
-            std::vector<gpu::floatX> h(n);
-            cudaCheck(cudaMemcpy(h.data(), p, n * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
-            return h;
-        };
-        auto same = [](const std::vector<gpu::floatX>& x, const std::vector<gpu::floatX>& y) { return memcmp(x.data(), y.data(), x.size() * 2) == 0; };
+        auto get = AttentionVersionsSetup::get;
+        auto same = AttentionVersionsSetup::same;
         for (int l = 0; l < c.n_layer; l++) {
             gpu::AttentionArgs a = gpu::attention_forward_args(&gm, l);
             if (!gpu::attention_wgmma_supported(a)) {
@@ -814,7 +910,7 @@ TEST(attention_wgmma_versions) {
             gpu::attention_forward4(a4, gm.stream);
             // the backward of the layer's own forward (the trainer's out and lse) on the random dO
             gpu::AttentionArgs bw = gpu::attention_forward_args(&gm, l);
-            bw.dout = dout, bw.delta = delta;
+            bw.dout = t.dout, bw.delta = t.delta;
             bw.dq_rs = HD, bw.dk_rs = bw.dv_rs = kvd;
             bw.dq = dq[0], bw.dk = dk[0], bw.dv = dv[0];
             gpu::attention_backward4(bw, gm.stream);
@@ -871,7 +967,7 @@ TEST(attention_wgmma_versions) {
                 for (auto src : {std::make_pair(a.v, a.v_rs), std::make_pair(a.v_mix, a.v_mix_rs), std::make_pair(a.v_alt, a.v_alt_rs)}) {
                     if (!src.first) continue;
                     std::vector<gpu::floatX> hv(n_kv);
-                    cudaCheck(cudaMemcpy2D(hv.data(), kvd * sizeof(gpu::floatX), src.first, src.second * sizeof(gpu::floatX), kvd * sizeof(gpu::floatX), BT,
+                    cudaCheck(cudaMemcpy2D(hv.data(), kvd * sizeof(gpu::floatX), src.first, src.second * sizeof(gpu::floatX), kvd * sizeof(gpu::floatX), t.BT,
                                            cudaMemcpyDeviceToHost));
                     for (gpu::floatX x : hv) vmax = std::max(vmax, fabsf((float)x));
                 }
@@ -891,8 +987,6 @@ TEST(attention_wgmma_versions) {
             }
             checked++;
         }
-        for (void* p : bufs) cudaCheck(cudaFree(p));
-        gpt_free(&gm);
     }
     printf("  attention versions 6 and 7 (forward, dq, dk, dv) and the dQ kernel's 8 compared with version 4 at %d layers\n", checked);
     // where wgmma can run (an H100/H200 in an sm_90a build, or the emulator), some config must run
@@ -1646,6 +1740,12 @@ int main(int argc, char** argv) {
     if (no_device) {
         printf("skipped: no CUDA device (test_gpt, %s build; compiled, not run)\n", PRECISION_NAME);
         return 0;
+    }
+    try {
+        gpu::check_device_runs_this_build();  // as the trainer does first: one clear failure, not one per test
+    } catch (const VpError& e) {
+        printf("FAILED: %s\n0 passed, 1 failed\n", e.what());
+        return 1;
     }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));

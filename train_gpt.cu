@@ -491,6 +491,7 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0)
         runtime_error("run on a machine with an NVIDIA GPU, or use ./train_cpu", "no CUDA device found");
+    check_device_runs_this_build();  // compute capability 8.0+, and code for it in this binary
     check_gpu_index_limits(c, m->options.batch_size, m->options.seq_len);  // before the first allocation
     m->config = c;
     m->specs = param_specs(c);

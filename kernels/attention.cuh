@@ -2013,6 +2013,13 @@ inline size_t att2_smem_dkdv(int D, bool async) {
     return (2 + 2 * nbuf) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16) + 2 * nbuf * ATT2_TILE * sizeof(float);
 }
 inline size_t att2_smem_dq(int D, bool async) { return (2 + 2 * (async ? 2 : 1)) * ATT2_TILE * att2_lds(D) * sizeof(__nv_bfloat16); }
+// Whether version 4's double-buffered backward kernels fit this GPU's shared memory at head dim D.
+// At D = 128 the dQ kernel takes 102 KiB and the dK/dV kernel 103 KiB: more than the 99 KiB a
+// block may have on compute capability 8.6, 8.9 and 12.0 (RTX 30xx, 40xx, 50xx, A10, L4, L40),
+// where they run single-buffered (version 3's way, 68 and 69 KiB: the same sums in the same order,
+// so the same bits). Every other head dim, and every kernel on an A100 (163 KiB) or an H100
+// (227 KiB), fits; so does the forward (85 KiB at D = 128).
+inline bool att2_backward_async_fits(int D) { return att2_smem_dkdv(D, true) <= (size_t)cuda_max_smem_optin() && att2_smem_dq(D, true) <= (size_t)cuda_max_smem_optin(); }
 
 template <int D, bool ASYNC, int MT, class Pro = AttNoPrologue>
 void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream, const Pro& pro = Pro()) {
@@ -2024,6 +2031,8 @@ void attention_forward2_d(const AttentionArgs& a, cudaStream_t stream, const Pro
 
 template <int D, bool ASYNC>
 void attention_backward_dq2_d(const AttentionArgs& a, cudaStream_t stream) {
+    if constexpr (ASYNC && D == 128)
+        if (!att2_backward_async_fits(D)) return attention_backward_dq2_d<D, false>(a, stream);
     size_t smem_q = att2_smem_dq(D, ASYNC);
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel2<D, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
     attention_backward_dq_kernel2<D, ASYNC><<<dim3(CEIL_DIV(a.T, ATT2_TILE), a.B * (a.h1 - a.h0)), ATT2_THREADS, smem_q, stream>>>(a);
@@ -2031,6 +2040,8 @@ void attention_backward_dq2_d(const AttentionArgs& a, cudaStream_t stream) {
 }
 template <int D, int QSTEP, bool ASYNC, class Epi = AttNoEpilogue, bool STORE_DS = false>
 void attention_backward_dkdv2_d(const AttentionArgs& a, cudaStream_t stream, const Epi& epi = Epi()) {
+    if constexpr (ASYNC && D == 128)
+        if (!att2_backward_async_fits(D)) return attention_backward_dkdv2_d<D, QSTEP, false, Epi, STORE_DS>(a, stream, epi);
     int G = a.H / a.Hkv;
     size_t smem_kv = att2_smem_dkdv(D, ASYNC);
     auto dkdv_kernel = attention_backward_dkdv_kernel2<D, QSTEP, ASYNC, Epi, STORE_DS>;
@@ -2058,8 +2069,9 @@ void attention_forward_tc(AttentionArgs a, cudaStream_t stream) {
     });
 }
 // Version 6 needs a Hopper GPU (compute capability 9.0) and a build for sm_90a, and runs D = 64
-// only: attention_wgmma_available says whether this process can run it (always, under the
-// emulator); the trainer's entry point falls back to version 4 otherwise.
+// only: attention_wgmma_available says whether this process can run it (under the emulator:
+// wherever it reports 9.0, its default; VP_EMU_CC); the trainer's entry point falls back to
+// version 4 otherwise.
 #ifndef VP_CUDA_EMU
 // 1 in the device code of a build for sm_90a, 0 in any other: an H100 runs a GPU_ARCH=sm_90 build
 // (no "a") whose wgmma wrappers trap, so the compute capability alone does not say that version 6
@@ -2071,20 +2083,20 @@ static __device__ int attention_wgmma_in_device_code = 0;
 #endif
 #endif
 inline bool attention_wgmma_available() {
-#ifdef VP_CUDA_EMU
-    return true;
-#else
     static int available = -1;
     if (available < 0) {
         int dev = 0, major = 0, minor = 0, in_device_code = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+#ifdef VP_CUDA_EMU
+        in_device_code = 1;  // every kernel is compiled for the emulator
+#else
         if (10 * major + minor == 90) cudaCheck(cudaMemcpyFromSymbol(&in_device_code, attention_wgmma_in_device_code, sizeof(int)));
-        available = in_device_code == 1;
+#endif
+        available = 10 * major + minor == 90 && in_device_code == 1;
     }
     return available == 1;
-#endif
 }
 // Whether version 6 (the forward, and the backward's dQ kernel) runs these arguments here.
 inline bool attention_wgmma_supported(const AttentionArgs& a) { return a.D == 64 && attention_wgmma_available(); }
@@ -2371,7 +2383,7 @@ inline bool attention_ds_needed() {
 inline size_t attention_backward_dkdv_smem(const AttentionArgs& a) {
 #ifdef ENABLE_BF16
     if (attention_version_wgmma(attention_dkdv_active_version(a))) return att6_smem_dkdv();  // from the unaligned start
-    return att2_smem_dkdv(a.D, true);
+    return att2_smem_dkdv(a.D, att2_backward_async_fits(a.D));
 #else
     (void)a;
     return 0;

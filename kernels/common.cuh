@@ -297,4 +297,50 @@ inline int cuda_max_smem_optin() { return cuda_device_attribute<cudaDevAttrMaxSh
 
 inline int cuda_num_sms() { return cuda_device_attribute<cudaDevAttrMultiProcessorCount>(); }
 
+// A kernel that does nothing: whether the loaded binary holds it for this GPU says whether the
+// binary holds code for this GPU at all (check_device_runs_this_build).
+static __global__ void device_code_probe_kernel() {}
+
+// The GPU build's first check of its device, before any allocation or launch, so that a mismatch
+// is one clear error instead of "no kernel image is available" at some later launch:
+//   - compute capability 8.0 or newer: the kernels use bf16 tensor cores (mma.sync m16n8k16 bf16)
+//     and cp.async, which older GPUs (V100 7.0, T4 7.5) lack;
+//   - this binary has machine code for the GPU: a build for sm_90a (the default where no GPU
+//     answers, e.g. a cluster's login node) has none for an A100 (8.0) or a B200 (10.0), and one
+//     for sm_80 none for an H100 (machine code runs only within its major version; the builds
+//     embed no PTX to compile at load time).
+inline void check_device_runs_this_build() {
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    int cc = 10 * prop.major + prop.minor;
+    if (cc < 80)
+        runtime_error("train on the CPU (make train_cpu: ./train_cpu takes the same flags, data and checkpoints), or on a GPU of compute capability 8.0 "
+                      "or newer (A100, A10, L4, L40, RTX 30xx to 50xx, H100, H200, B200)",
+                      "the GPU trainer's kernels need compute capability 8.0 or newer (bf16 tensor cores, cp.async); GPU %d, %s, is %d.%d", dev, prop.name,
+                      prop.major, prop.minor);
+#ifndef VP_CUDA_EMU
+    cudaFuncAttributes attributes;
+    cudaError_t err = cudaFuncGetAttributes(&attributes, device_code_probe_kernel);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // the error is reported here, not left for the next call
+        char built[128] = "";
+#ifdef __CUDA_ARCH_LIST__
+        const int archs[] = {__CUDA_ARCH_LIST__};  // the compute capabilities compiled for, as 800, 900
+        for (int arch : archs)
+            snprintf(built + strlen(built), sizeof(built) - strlen(built), "%s%d.%d", built[0] ? ", " : "", arch / 100, arch / 10 % 10);
+#endif
+        char arch[16], hint[256];
+        if (cc == 90) snprintf(arch, sizeof(arch), "sm_90a");  // wgmma's attention kernels (gpu.mk's GPU_ARCH)
+        else snprintf(arch, sizeof(arch), "sm_%d", cc);
+        snprintf(hint, sizeof(hint),
+                 "build it for this GPU: make train on a machine with this GPU reads its architecture from nvidia-smi; elsewhere, make train GPU_ARCH=%s",
+                 arch);
+        runtime_error(hint, "this binary has no code for GPU %d, %s (compute capability %d.%d): it was built for compute capability %s (%s)", dev,
+                      prop.name, prop.major, prop.minor, built[0] ? built : "unknown", cudaGetErrorString(err));
+    }
+#endif
+}
+
 }  // namespace gpu

@@ -189,6 +189,32 @@ struct Emulator {
         dry_run = dry && strcmp(dry, "1") == 0;
         const char* mem = getenv("VP_EMU_MEM_BYTES");
         device_limit = mem ? (size_t)strtoull(mem, nullptr, 10) : (size_t)80 << 30;  // an H100's 80 GB
+        const char* cc = getenv("VP_EMU_CC");
+        if (cc && *cc) gpu = emulated_gpu(cc);
+    }
+    // VP_EMU_CC=8.9 (nvidia-smi's compute_cap): the emulator reports that GPU's compute capability,
+    // SM count and the most shared memory a block may opt in to, and refuses a launch over it, as
+    // such a GPU does; the kernels still run the emulator's way (wgmma included: the trainer's
+    // attention_wgmma_available asks for 9.0). For the launchers' choices on GPUs other than an
+    // H100: the 99 KiB of compute capability 8.6, 8.9 and 12.0 (RTX 30xx, 40xx, 50xx), an A100's
+    // 163 KiB, and the refusal of GPUs older than 8.0.
+    struct Gpu {
+        const char* cc;
+        int major, minor, sms, smem_optin;
+        const char* example;
+    };
+    Gpu gpu = {"9.0", 9, 0, 132, 232448, "an H100"};
+    static Gpu emulated_gpu(const char* cc) {
+        static const Gpu known[] = {{"7.0", 7, 0, 80, 98304, "a V100"},       {"7.5", 7, 5, 40, 65536, "a T4"},
+                                    {"8.0", 8, 0, 108, 166912, "an A100"},    {"8.6", 8, 6, 82, 101376, "an RTX 3090"},
+                                    {"8.9", 8, 9, 128, 101376, "an RTX 4090"}, {"9.0", 9, 0, 132, 232448, "an H100"},
+                                    {"10.0", 10, 0, 148, 232448, "a B200"},   {"12.0", 12, 0, 170, 101376, "an RTX 5090"}};
+        for (const Gpu& g : known)
+            if (!strcmp(cc, g.cc)) return g;
+        fprintf(stderr, "CUDA emulator: VP_EMU_CC=%s: use one of", cc);
+        for (const Gpu& g : known) fprintf(stderr, " %s (%s)", g.cc, g.example);
+        fprintf(stderr, "\n");
+        exit(2);
     }
 };
 bool set_stream_policy(const char* name);
@@ -783,7 +809,7 @@ static void run_block(int nthreads) {
 }
 
 cudaError_t set_max_dynamic_smem(const void* fn, int bytes) {
-    if (bytes < 0 || bytes > 232448) return cudaErrorInvalidValue;  // sm_90: at most 227 KiB per block
+    if (bytes < 0 || bytes > emu().gpu.smem_optin) return cudaErrorInvalidValue;  // 227 KiB on an H100 (VP_EMU_CC)
     emu().max_dynamic_smem[fn] = bytes;
     return cudaSuccess;
 }
@@ -1439,13 +1465,15 @@ cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : set_error(c
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev) {
     if (dev != 0) return set_error(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof(*prop));
-    snprintf(prop->name, sizeof(prop->name), "CUDA emulator on the CPU (tests/emu; limits of an sm_90 GPU)");
+    const vp_emu::Emulator::Gpu& gpu = emu().gpu;
+    // (no GPU's name in it: the trainer's MFU reads the peak off names such as "H100")
+    snprintf(prop->name, sizeof(prop->name), "CUDA emulator on the CPU (tests/emu; the limits of a compute capability %s GPU)", gpu.cc);
     prop->totalGlobalMem = emu().device_limit;
     prop->sharedMemPerBlock = 49152;
-    prop->sharedMemPerBlockOptin = 232448;
-    prop->multiProcessorCount = 132;
-    prop->major = 9;
-    prop->minor = 0;
+    prop->sharedMemPerBlockOptin = gpu.smem_optin;
+    prop->multiProcessorCount = gpu.sms;
+    prop->major = gpu.major;
+    prop->minor = gpu.minor;
     prop->maxThreadsPerBlock = 1024;
     prop->warpSize = 32;
     prop->l2CacheSize = 50 << 20;
@@ -1454,8 +1482,10 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev) {
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev) {
     if (dev != 0) return set_error(cudaErrorInvalidDevice);
     switch (attr) {
-        case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
-        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 232448; return cudaSuccess;
+        case cudaDevAttrMultiProcessorCount: *value = emu().gpu.sms; return cudaSuccess;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu().gpu.smem_optin; return cudaSuccess;
+        case cudaDevAttrComputeCapabilityMajor: *value = emu().gpu.major; return cudaSuccess;
+        case cudaDevAttrComputeCapabilityMinor: *value = emu().gpu.minor; return cudaSuccess;
     }
     return set_error(cudaErrorInvalidValue);
 }

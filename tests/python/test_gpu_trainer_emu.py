@@ -7,8 +7,10 @@ set-up and the memory check, --recompute through the CLI, logs, checkpoints and 
 checkpoints moving between ./train and ./train_cpu on the command line. A pass here is not a GPU
 result (see docs/gpu.md for what the emulator cannot show).
 """
+import os
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -436,3 +438,77 @@ def test_a_step_0_checkpoint_resumes_as_a_fresh_run_in_the_gpu_build(tmp_path, d
     run(emu_trainer("bf16"), base + ["--max-steps", "2", "--out-dir", tmp_path / "d", "--resume", "1"], expect=0)
     run(emu_trainer("bf16"), base + ["--max-steps", "2", "--out-dir", tmp_path / "fresh"], expect=0)
     assert train_losses(tmp_path / "d") == train_losses(tmp_path / "fresh") and len(train_losses(tmp_path / "fresh")) == 2
+
+
+# ---------------------------------------------------------------------------
+# GPUs other than an H100: the emulator as another GPU (VP_EMU_CC, tests/emu/cuda_emu.cpp) reports
+# its compute capability and SM count and refuses a launch over its shared memory per block, as
+# the GPU does: 163 KiB on an A100 (8.0), 99 KiB on compute capability 8.6, 8.9 and 12.0 (RTX 30xx,
+# 40xx, 50xx), 227 KiB on a B200 (10.0), and wgmma only at 9.0.
+
+def test_a_gpu_older_than_8_0_is_refused_before_anything_is_written(tmp_path, data):
+    """A T4 (7.5) lacks the bf16 tensor cores and cp.async the kernels use: the trainer says so and
+    what to do (./train_cpu), exit 1, before any allocation, and a run directory keeps what it had."""
+    out = tmp_path / "run"
+    run(emu_trainer("bf16"), common(data, 3) + ["--out-dir", out], expect=0)
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    p = run(emu_trainer("bf16"), common(data, 6) + ["--out-dir", out, "--resume", "1"], expect=1, env={"VP_EMU_CC": "7.5"})
+    assert "the GPU trainer's kernels need compute capability 8.0 or newer" in p.stderr and "is 7.5" in p.stderr, p.stderr[-2000:]
+    assert "HINT: train on the CPU (make train_cpu" in p.stderr and "device:" not in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+
+
+def test_head_dim_128_on_a_99_kib_gpu_trains_to_the_h100s_bits(tmp_path, data):
+    """At head dim 128 version 4's attention backward asks for 102 KiB (dQ) and 103 KiB (dK/dV) of
+    shared memory a block: an RTX 4090 (8.9) allows 99, so there the two kernels run single-
+    buffered, version 3's way, the same sums in the same order. As an RTX 4090 the emulator trains
+    to the emulated H100's losses and weights bit for bit (and without that choice the launch is
+    refused: the run fails)."""
+    model = ["--arch", "llama", "--layers", "2", "--heads", "2", "--kv-heads", "1", "--dim", "32", "--head-dim", "128", "--ffn-dim", "48",
+             "--vocab", "64", "--max-seq", "16", "--seq-len", "16"]
+    args = model + ["--train-data", str(data / "train_*.bin"), "--batch-size", "2", "--max-steps", "3", "--lr", "3e-3", "--checkpoint-every", "3"]
+    runs = {}
+    for cc in ("9.0", "8.9"):
+        out = tmp_path / cc
+        p = run(emu_trainer("bf16"), args + ["--out-dir", out], expect=0, env={"VP_EMU_CC": cc})
+        assert f"compute capability {cc} GPU" in p.stdout, p.stdout[-2000:]
+        runs[cc] = (train_losses(out), checkpoint_tensors(out / "ckpt_00000003.bin"))
+    assert len(runs["9.0"][0]) == 3 and runs["8.9"] == runs["9.0"]
+
+
+@pytest.mark.parametrize("cc", ["8.0", "8.6", "10.0", "12.0"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_full_size_step_fits_each_gpus_shared_memory(tmp_path, cc, head_dim):
+    """A Qwen3-like model (GQA, QK-norm, heads of 64 or 128) at T = 1024 through one training step in
+    the emulator's dry run (VP_EMU_DRY_RUN=1: every launch checked, nothing computed) as each GPU:
+    no launch is refused for its shared memory or its SM count (the grids of the fused row passes
+    and the global norm are sized by it)."""
+    from vp_data.shards import write_shard
+    d = tmp_path / "data"
+    d.mkdir()
+    write_shard(str(d / "train_000.bin"), np.tile(np.arange(64, dtype=np.uint16), 40), 1)
+    model = ["--arch", "llama", "--layers", "2", "--heads", "8", "--kv-heads", "2", "--qk-norm", "1", "--dim", "512", "--head-dim", str(head_dim),
+             "--vocab", "64", "--max-seq", "1024", "--seq-len", "1024", "--batch-size", "2", "--max-steps", "1", "--train-data", str(d / "train_*.bin")]
+    p = run(emu_trainer("bf16"), model, expect=0, env={"VP_EMU_DRY_RUN": "1", "VP_EMU_CC": cc})
+    assert "step     1/1" in p.stdout and f"compute capability {cc} GPU" in p.stdout, p.stdout[-2000:]
+    assert "refused" not in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("path, tests", [("vanilla", "attention_head_dim_128_versions"), ("sla", "attention_head_dim_128_versions"),
+                                         ("depth", "depth_fused")])
+def test_gpt_suites_as_an_rtx_4090(path, tests):
+    """test_gpt's bit-for-bit checks of the kernels that the 99 KiB of an RTX 4090 (8.9) change at
+    head dim 128 (the QK-norm configs): attention_head_dim_128_versions compares the trainer's
+    backward, now single-buffered, with version 3's and with dQ version 8's over version 4's dK/dV
+    kernel and its dS^T stores (SLA: with the skip heads' second K/V source); depth_fused the Depth
+    backward run inside that dK/dV kernel with the standalone kernels."""
+    binary = REPO / "build" / "emu" / path / "test_gpt_bf16"
+    assert binary.exists(), f"{binary} is missing: run 'make test' (it builds the emulated test_gpt first)"
+    p = subprocess.run([str(binary), tests], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "2", "VP_EMU_CC": "8.9"})
+    assert p.returncode == 0 and re.search(r"^[1-9]\d* passed, 0 failed$", p.stdout, re.M), p.stdout[-3000:] + p.stderr[-2000:]
+    assert "compute capability 8.9 GPU" in p.stdout
+    if path != "depth":
+        assert "head dim 128, backward single-buffered here" in p.stdout, p.stdout[-2000:]
+    else:
+        assert re.search(r"llama_qknorm_s2 +fused forward off, fused backward ran \(dK/dV kernel version 4\), 1 step: losses the same, 0 of", p.stdout)

@@ -88,8 +88,10 @@ def test_attention_kernels_leave_nothing_to_fuse(tmp_path):
     # forward: versions 2 and 4 at head dims 16, 32, 64, 128, version 5 at 16, 32, 64 (128 runs
     # version 4), versions 6 and 7; dQ: versions 2 and 4 at each head dim, 6 and 7, and 8 at each head dim;
     # dK/dV: versions 2 (64 queries a step) and 3/4 (16), each with and without cp.async where built, at each
-    # head dim, 6 and 7, and the dS^T-storing kernels of dQ version 8 (4 at each head dim, 6 and 7)
+    # head dim, 6 and 7, and the dS^T-storing kernels of dQ version 8 (4 at each head dim, 6 and 7,
+    # and 4 without cp.async at head dim 128, where a block may not have the 103 KiB of the
+    # double-buffered one: RTX 30xx-50xx, att2_backward_async_fits)
     assert p.stdout.count("attention_forward_kernel2") == 11 and p.stdout.count("attention_forward_kernel6") == 2, p.stdout
     assert p.stdout.count("attention_backward_dq_kernel2") == 8 and p.stdout.count("attention_backward_dq_kernel6") == 2, p.stdout
     assert p.stdout.count("attention_backward_dq_kernel8") == 4, p.stdout
-    assert p.stdout.count("attention_backward_dkdv_kernel2") == 16 and p.stdout.count("attention_backward_dkdv_kernel6") == 4, p.stdout
+    assert p.stdout.count("attention_backward_dkdv_kernel2") == 17 and p.stdout.count("attention_backward_dkdv_kernel6") == 4, p.stdout
