@@ -488,9 +488,14 @@ inline void gpt_build(GpuModel* m, const ModelConfig& c) {
     if (c.n_embd % 8 || c.ffn_dim % 8)
         usage_error("choose them so; a checkpoint of such a shape runs in ./train_cpu", "the GPU kernels need --dim (%d) and --ffn-dim (%d) to be multiples of 8",
                     c.n_embd, c.ffn_dim);
+    // no GPU, no driver, or a driver older than the CUDA toolkit this was built with (the last two
+    // both read as cudaErrorInsufficientDriver): CUDA's own words say which
     int dev_count = 0;
-    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0)
-        runtime_error("run on a machine with an NVIDIA GPU, or use ./train_cpu", "no CUDA device found");
+    cudaError_t count_err = cudaGetDeviceCount(&dev_count);
+    if (count_err != cudaSuccess || dev_count == 0)
+        runtime_error("run on a machine with an NVIDIA GPU and a driver at least as new as this CUDA toolkit (nvidia-smi lists the GPU and the "
+                      "newest CUDA its driver runs), or use ./train_cpu",
+                      "no CUDA device found (%s)", count_err == cudaSuccess ? "no GPU is visible" : cudaGetErrorString(count_err));
     check_device_runs_this_build();  // compute capability 8.0+, and code for it in this binary
     check_gpu_index_limits(c, m->options.batch_size, m->options.seq_len);  // before the first allocation
     m->config = c;

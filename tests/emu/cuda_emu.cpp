@@ -194,10 +194,10 @@ struct Emulator {
     }
     // VP_EMU_CC=8.9 (nvidia-smi's compute_cap): the emulator reports that GPU's compute capability,
     // SM count and the most shared memory a block may opt in to, and refuses a launch over it, as
-    // such a GPU does; the kernels still run the emulator's way (wgmma included: the trainer's
-    // attention_wgmma_available asks for 9.0). For the launchers' choices on GPUs other than an
-    // H100: the 99 KiB of compute capability 8.6, 8.9 and 12.0 (RTX 30xx, 40xx, 50xx), an A100's
-    // 163 KiB, and the refusal of GPUs older than 8.0.
+    // such a GPU does. It still executes every instruction at any of them (wgmma too: the trainer
+    // uses it only where attention_wgmma_available finds 9.0). For the launchers' choices on GPUs
+    // other than an H100: the 99 KiB of compute capability 8.6, 8.9 and 12.0 (RTX 30xx, 40xx,
+    // 50xx), an A100's 163 KiB, and the refusal of GPUs older than 8.0.
     struct Gpu {
         const char* cc;
         int major, minor, sms, smem_optin;

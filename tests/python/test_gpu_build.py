@@ -1,5 +1,6 @@
 """What make test's GPU compile check built (build/check, gpu.mk), read without a GPU."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -108,3 +109,24 @@ def test_a_binary_built_for_another_gpu_architecture_is_built_again(tmp_path):
     binary.write_text("built again\n")
     q = make(["-q", str(binary)], a100, gb)
     assert q.returncode == 0, q.stdout + q.stderr
+
+
+def test_the_gpu_trainer_without_a_gpu_says_why_in_cudas_words(tmp_path):
+    """The compile check's trainer (the real CUDA runtime) on this machine, which has no GPU: exit 1
+    before anything is written, CUDA's reason in the message (no device, no driver, or one older
+    than the toolkit) and what to do."""
+    binary = GPU_BUILD / "vanilla" / "train_bf16"
+    if not binary.exists():
+        pytest.skip(f"{binary} is not built (make gpu-compile-check-fast needs nvcc)")
+    if subprocess.run(["sh", "-c", "nvidia-smi -L"], capture_output=True).returncode == 0:
+        pytest.skip("a GPU is present")
+    from vp_data.shards import write_shard
+    import numpy as np
+    write_shard(str(tmp_path / "train_000.bin"), np.arange(64, dtype=np.uint16).repeat(4), 1)
+    out = tmp_path / "run"
+    p = subprocess.run([str(binary), "--arch", "llama", "--layers", "2", "--heads", "2", "--dim", "32", "--vocab", "64", "--max-seq", "16",
+                        "--seq-len", "16", "--max-steps", "1", "--train-data", str(tmp_path / "train_*.bin"), "--out-dir", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert re.search(r"error: no CUDA device found \((?!no GPU is visible)[^)]+\)", p.stderr), p.stderr
+    assert "nvidia-smi lists the GPU" in p.stderr and "./train_cpu" in p.stderr and not out.exists(), p.stderr
