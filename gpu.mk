@@ -46,7 +46,9 @@ BENCH_PYTHON ?= python3
 # value paths the GPU trainer implements (test_gpt runs for each): all of them
 GPU_VALUE_PATHS := $(VALUE_PATHS)
 
-gencode = -gencode=arch=compute_$(patsubst sm_%,%,$(1)),code=$(1)
+# one -gencode per architecture: GPU_ARCH may list several ("sm_80 sm_90a": one binary for a
+# cluster's A100 and H100 nodes, each running its own machine code; one compile per architecture)
+gencode = $(foreach a,$(1),-gencode=arch=compute_$(patsubst sm_%,%,$(a)),code=$(a))
 # -O3, no --use_fast_math (the FP32 build is compared with the CPU reference to tight bounds);
 # -lineinfo costs nothing at run time and lets ncu/compute-sanitizer name source lines.
 # Suppressed front-end warnings, both about shared code that g++ compiles cleanly: 1675 the
@@ -80,18 +82,18 @@ KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 GPU_ARCH_STAMP := $(GPU_BUILD)/gpu_arch
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS) $(GPU_ARCH_STAMP)
 ifneq ($(NVCC),)
-GPU_ARCH_WAS := $(shell cat $(GPU_ARCH_STAMP) 2>/dev/null)
+GPU_ARCH_WAS := $(strip $(shell cat $(GPU_ARCH_STAMP) 2>/dev/null))
 ifeq ($(wildcard $(GPU_ARCH_STAMP)),)
-$(shell mkdir -p $(GPU_BUILD) && echo "$(GPU_ARCH)" > $(GPU_ARCH_STAMP) && touch -d @0 $(GPU_ARCH_STAMP))
-else ifneq ($(GPU_ARCH_WAS),$(GPU_ARCH))
-$(shell echo "$(GPU_ARCH)" > $(GPU_ARCH_STAMP))
+$(shell mkdir -p $(GPU_BUILD) && echo "$(strip $(GPU_ARCH))" > $(GPU_ARCH_STAMP) && touch -d @0 $(GPU_ARCH_STAMP))
+else ifneq ($(GPU_ARCH_WAS),$(strip $(GPU_ARCH)))
+$(shell echo "$(strip $(GPU_ARCH))" > $(GPU_ARCH_STAMP))
 # (a warning: on stderr, so that what make -s print-gpu-paths and the like print stays clean)
 $(warning GPU_ARCH is $(GPU_ARCH), was $(GPU_ARCH_WAS): the GPU binaries in $(GPU_BUILD) are built again)
 endif
 endif
 # (made again where something removed it after make read this file: make clean train)
 $(GPU_ARCH_STAMP):
-	@mkdir -p $(@D) && echo "$(GPU_ARCH)" > $@
+	@mkdir -p $(@D) && echo "$(strip $(GPU_ARCH))" > $@
 DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention wgmma
 # build variants of a path's benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
 # decides | value path, vanilla if left out | extra bench_gpt flags), timed against that path's

@@ -65,6 +65,20 @@ def test_make_train_compiles_for_the_gpu_that_nvidia_smi_names(tmp_path, compute
 
 
 @needs_nvcc
+def test_gpu_arch_may_list_several_architectures(tmp_path):
+    """One binary for a cluster's A100 and H100 nodes: a -gencode per architecture, and the stamp
+    holds the list (the same list again rebuilds nothing)."""
+    bin_dir = fake_nvidia_smi(tmp_path, None, fails=True)
+    gb = tmp_path / "gb"
+    p = make(["-n", f"{gb}/vanilla/train_bf16", "GPU_ARCH=sm_80 sm_90a"], bin_dir, gb)
+    assert p.returncode == 0, p.stderr
+    assert "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a" in p.stdout, p.stdout[-2000:]
+    assert (gb / "gpu_arch").read_text().strip() == "sm_80 sm_90a"
+    q = make(["-n", f"{gb}/vanilla/train_bf16", "GPU_ARCH=sm_80  sm_90a"], bin_dir, gb)
+    assert "GPU_ARCH is" not in q.stderr, q.stderr
+
+
+@needs_nvcc
 def test_a_broken_driver_reads_as_no_gpu_not_as_an_architecture(tmp_path):
     p = make(["-n", f"{tmp_path}/gb/vanilla/train_bf16"], fake_nvidia_smi(tmp_path, None, fails=True), tmp_path / "gb")
     assert p.returncode == 0, p.stderr
