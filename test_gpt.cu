@@ -782,9 +782,12 @@ struct AttentionVersionsSetup {
         delta = (float*)dev(n_lse * 4);
     }
     AttentionVersionsSetup(const AttentionVersionsSetup&) = delete;
-    ~AttentionVersionsSetup() {
-        for (void* p : bufs) cudaCheck(cudaFree(p));
-        gpt_free(&gm);
+    ~AttentionVersionsSetup() {  // no throw from here (a destructor): a sticky CUDA error is the failing test's to report
+        for (void* p : bufs) (void)cudaFree(p);
+        try {
+            gpt_free(&gm);
+        } catch (const VpError&) {
+        }
     }
     void* dev(size_t bytes) {
         void* p;
