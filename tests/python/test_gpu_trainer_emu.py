@@ -484,8 +484,8 @@ def test_head_dim_128_on_a_99_kib_gpu_trains_to_the_h100s_bits(tmp_path, data):
 def test_full_size_step_fits_each_gpus_shared_memory(tmp_path, cc, head_dim, path):
     """A Qwen3-like model (GQA, QK-norm, heads of 64 or 128) at T = 1024 through one training step in
     the emulator's dry run (VP_EMU_DRY_RUN=1: every launch checked, nothing computed) as each GPU:
-    no launch is refused for its shared memory or its SM count; at head dim 128 on 99 KiB also
-    with ResFormer's mix (Depth's kernels there: test_gpt_suites_as_an_rtx_4090)."""
+    no launch is refused for its shared memory per block; at head dim 128 on 99 KiB also with
+    ResFormer's mix (Depth's kernels there: test_gpt_suites_as_an_rtx_4090)."""
     from vp_data.shards import write_shard
     d = tmp_path / "data"
     d.mkdir()
