@@ -81,19 +81,20 @@ KERNEL_HEADERS := $(wildcard kernels/*.cuh)
 # sm_90a by dev/device_bundle.sh, stay up to date).
 GPU_ARCH_STAMP := $(GPU_BUILD)/gpu_arch
 GPU_SOURCES := train_gpt.cu $(KERNEL_HEADERS) $(HOST_HEADERS) $(GPU_ARCH_STAMP)
+new_gpu_arch_stamp = mkdir -p $(GPU_BUILD) && echo "$(strip $(GPU_ARCH))" > $(GPU_ARCH_STAMP) && touch -d @0 $(GPU_ARCH_STAMP)
 ifneq ($(NVCC),)
 GPU_ARCH_WAS := $(strip $(shell cat $(GPU_ARCH_STAMP) 2>/dev/null))
 ifeq ($(wildcard $(GPU_ARCH_STAMP)),)
-$(shell mkdir -p $(GPU_BUILD) && echo "$(strip $(GPU_ARCH))" > $(GPU_ARCH_STAMP) && touch -d @0 $(GPU_ARCH_STAMP))
+$(shell $(new_gpu_arch_stamp))
 else ifneq ($(GPU_ARCH_WAS),$(strip $(GPU_ARCH)))
 $(shell echo "$(strip $(GPU_ARCH))" > $(GPU_ARCH_STAMP))
 # (a warning: on stderr, so that what make -s print-gpu-paths and the like print stays clean)
 $(warning GPU_ARCH is $(GPU_ARCH), was $(GPU_ARCH_WAS): the GPU binaries in $(GPU_BUILD) are built again)
 endif
 endif
-# (made again where something removed it after make read this file: make clean train)
+# (made again, the same way, where something removed it after make read this file: make clean train)
 $(GPU_ARCH_STAMP):
-	@mkdir -p $(@D) && echo "$(strip $(GPU_ARCH))" > $@
+	@$(new_gpu_arch_stamp)
 DEV_CUDA_LABS := attention_forward attention_backward classifier layernorm rmsnorm gelu depth_attention wgmma
 # build variants of a path's benchmark (dev/bench_variants.list: name | extra nvcc flags | what it
 # decides | value path, vanilla if left out | extra bench_gpt flags), timed against that path's

@@ -795,6 +795,15 @@ struct AttentionVersionsSetup {
         bufs.push_back(p);
         return p;
     }
+    // the backward of layer l's own forward (the trainer's out and lse) on the random dO, its
+    // gradients into dq (BT, H*D), dk and dv (BT, Hkv*D)
+    gpu::AttentionArgs backward_args(int l, gpu::floatX* dq, gpu::floatX* dk, gpu::floatX* dv) {
+        gpu::AttentionArgs bw = gpu::attention_forward_args(&gm, l);
+        bw.dout = dout, bw.delta = delta;
+        bw.dq_rs = HD, bw.dk_rs = bw.dv_rs = kvd;
+        bw.dq = dq, bw.dk = dk, bw.dv = dv;
+        return bw;
+    }
     static std::vector<gpu::floatX> get(const void* p, size_t n) {
         std::vector<gpu::floatX> h(n);
         cudaCheck(cudaMemcpy(h.data(), p, n * sizeof(gpu::floatX), cudaMemcpyDeviceToHost));
@@ -830,11 +839,7 @@ TEST(attention_head_dim_128_versions) {
         auto get = AttentionVersionsSetup::get;
         auto same = AttentionVersionsSetup::same;
         for (int l = 0; l < c.n_layer; l++) {
-            // the backward of the layer's own forward (the trainer's out and lse) on the random dO
-            gpu::AttentionArgs bw = gpu::attention_forward_args(&gm, l);
-            bw.dout = t.dout, bw.delta = t.delta;
-            bw.dq_rs = t.HD, bw.dk_rs = bw.dv_rs = t.kvd;
-            bw.dq = dq, bw.dk = dk, bw.dv = dv;
+            gpu::AttentionArgs bw = t.backward_args(l, dq, dk, dv);
             std::vector<gpu::floatX> got[3][3];  // [version 4, 3, 8][dq, dk, dv]
             for (int way = 0; way < 3; way++) {
                 if (way == 0) gpu::attention_backward4(bw, gm.stream);
@@ -889,7 +894,6 @@ TEST(attention_wgmma_versions) {
         AttentionVersionsSetup t(tc, 23, 5, 29);
         const ModelConfig& c = t.c;
         GpuModel& gm = t.gm;
-        int HD = t.HD, kvd = t.kvd;
         size_t n_out = t.n_out, n_lse = t.n_lse, n_kv = t.n_kv;
         auto dev = [&](size_t bytes) { return t.dev(bytes); };
         gpu::floatX* o4 = (gpu::floatX*)dev(n_out * 2);
@@ -911,11 +915,7 @@ TEST(attention_wgmma_versions) {
             gpu::AttentionArgs a4 = a;
             a4.out = o4, a4.lse = l4;
             gpu::attention_forward4(a4, gm.stream);
-            // the backward of the layer's own forward (the trainer's out and lse) on the random dO
-            gpu::AttentionArgs bw = gpu::attention_forward_args(&gm, l);
-            bw.dout = t.dout, bw.delta = t.delta;
-            bw.dq_rs = HD, bw.dk_rs = bw.dv_rs = kvd;
-            bw.dq = dq[0], bw.dk = dk[0], bw.dv = dv[0];
+            gpu::AttentionArgs bw = t.backward_args(l, dq[0], dk[0], dv[0]);
             gpu::attention_backward4(bw, gm.stream);
             cudaCheck(cudaStreamSynchronize(gm.stream));
             std::vector<gpu::floatX> h4 = get(o4, n_out), q4 = get(dq[0], n_out), k4 = get(dk[0], n_kv), v4 = get(dv[0], n_kv);
@@ -970,7 +970,7 @@ TEST(attention_wgmma_versions) {
                 for (auto src : {std::make_pair(a.v, a.v_rs), std::make_pair(a.v_mix, a.v_mix_rs), std::make_pair(a.v_alt, a.v_alt_rs)}) {
                     if (!src.first) continue;
                     std::vector<gpu::floatX> hv(n_kv);
-                    cudaCheck(cudaMemcpy2D(hv.data(), kvd * sizeof(gpu::floatX), src.first, src.second * sizeof(gpu::floatX), kvd * sizeof(gpu::floatX), t.BT,
+                    cudaCheck(cudaMemcpy2D(hv.data(), t.kvd * sizeof(gpu::floatX), src.first, src.second * sizeof(gpu::floatX), t.kvd * sizeof(gpu::floatX), t.BT,
                                            cudaMemcpyDeviceToHost));
                     for (gpu::floatX x : hv) vmax = std::max(vmax, fabsf((float)x));
                 }

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from test_ptx_fusion import nvcc
 from test_trainer_cli import REPO
 
 GPU_BUILD = REPO / "build" / "check"
@@ -30,8 +31,7 @@ def test_gpu_trainer_initializes_on_every_openmp_thread(trainer):
 # How gpu.mk picks the GPU architecture: `make` with a stand-in nvidia-smi first on the PATH, in
 # dry runs (-n, -q) against a GPU_BUILD of the test's own, so that nothing is compiled.
 
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc: gpu.mk's GPU targets are defined only where the CUDA toolkit is")
+needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="no nvcc: gpu.mk's GPU targets are defined only where the CUDA toolkit is")
 
 
 def fake_nvidia_smi(tmp_path, compute_cap, name="NVIDIA Test GPU", fails=False):
