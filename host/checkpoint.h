@@ -25,7 +25,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -119,6 +121,62 @@ inline void make_dirs(const std::string& dir) {
     if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) runtime_error("choose another --out-dir", "'%s' is not a directory", dir.c_str());
 }
 
+// The pid of the process that holds an flock on the open file fd, from /proc/locks (Linux; the
+// lines are "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF"), or 0 where it is not found (a lock
+// held on another machine that shares the directory, or no /proc).
+inline long flock_holder_pid(int fd) {
+    struct stat st;
+    FILE* f = fopen("/proc/locks", "r");
+    if (!f || fstat(fd, &st) != 0) {
+        if (f) fclose(f);
+        return 0;
+    }
+    char line[256], kind[16];
+    long pid = 0, found = 0;
+    unsigned maj = 0, min = 0;
+    unsigned long inode = 0;
+    while (!found && fgets(line, sizeof(line), f))
+        if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%lu", kind, &pid, &maj, &min, &inode) == 5 && strcmp(kind, "FLOCK") == 0 &&
+            inode == (unsigned long)st.st_ino && maj == major(st.st_dev) && min == minor(st.st_dev))
+            found = pid;
+    fclose(f);
+    return found;
+}
+
+// Two runs in one --out-dir would write over each other's checkpoints and log (a job submitted
+// twice, or submitted again while the first still runs: with --resume auto both would continue
+// from the same checkpoint). Rank 0 holds an exclusive flock on DIR/.lock (an empty file) from
+// before it reads the directory until it exits; the kernel drops the lock when the process ends,
+// however it ends, so a killed run leaves nothing to clean up (the file stays, unlocked). Returns
+// false, with nothing done, when DIR does not exist yet (the trainer calls it again once it has
+// made DIR). A file system that cannot lock (some network file systems) gets a note, not an error.
+inline bool lock_out_dir(const std::string& dir) {
+    static bool held = false;
+    if (held || dir.empty()) return true;
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+    std::string path = dir + "/.lock";
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) runtime_error("check that --out-dir is writable", "cannot open '%s': %s", path.c_str(), strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        if (err == EWOULDBLOCK) {
+            long holder = flock_holder_pid(fd);
+            char who[64] = "on this machine or another that shares the directory";
+            if (holder > 0) snprintf(who, sizeof(who), "pid %ld", holder);
+            close(fd);
+            runtime_error("wait for that run to end (or stop it), or choose another --out-dir",
+                          "--out-dir '%s' is in use by another run (%s): two runs there would overwrite each other's checkpoints and log.jsonl", dir.c_str(), who);
+        }
+        close(fd);
+        printf("note: cannot lock '%s' (%s): nothing stops a second run from using --out-dir '%s' at the same time\n", path.c_str(), strerror(err), dir.c_str());
+        held = true;
+        return true;
+    }
+    held = true;  // fd stays open, and locked, until the process exits
+    return true;
+}
+
 // Steps of every complete checkpoint (ckpt_<digits>.bin, 8 digits or more: checkpoint_path pads
 // to 8 and writes more past step 99,999,999) in dir, ascending. Temporary files of an interrupted
 // write (.ckpt_*.tmp) and anything that is not a regular file are ignored.
@@ -164,7 +222,7 @@ struct CheckpointWriter {
     std::string error;  // empty while all is well
 };
 
-#define CHECKPOINT_WRITE_HINT "free disk space (or choose another --out-dir) and resume; the earlier checkpoints are intact"
+#define CHECKPOINT_WRITE_HINT "free disk space (or raise a file-size limit, ulimit -f; or choose another --out-dir) and resume; the earlier checkpoints are intact"
 
 // Floats per piece that a streamed save moves through host memory: 64 MB by default;
 // VP_CHECKPOINT_CHUNK (floats) overrides it, so tests can cut tiny models into many pieces.

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -22,7 +24,72 @@
 
 struct Logger {
     FILE* jsonl = nullptr;  // NULL when no --out-dir is given: console only
+    std::string path;       // DIR/log.jsonl
 };
+
+// Whether text is one whole JSON object: '{', then brackets that close (outside strings) exactly
+// at its last byte. Enough to tell a record that lost only its newline from one cut short.
+inline bool json_object_is_whole(const std::string& text) {
+    if (text.empty() || text[0] != '{') return false;
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (size_t i = 0; i < text.size(); i++) {
+        char ch = text[i];
+        if (in_string) {
+            if (escaped) escaped = false;
+            else if (ch == '\\') escaped = true;
+            else if (ch == '"') in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            if (--depth == 0) return i + 1 == text.size();
+        }
+    }
+    return false;
+}
+
+// A resumed run appends to log.jsonl, whose last line may be cut: the run before was killed while
+// writing it, or a full disk stopped it there (logger_write_line). The partial record would glue
+// onto this run's first line and damage both, so it is cut off, and printed, so that its bytes
+// are not lost without a word. Scans back from the end in blocks: the file may be long.
+inline void logger_drop_cut_last_line(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) return;  // none yet: the append creates it (or says why it cannot)
+    std::string tail;  // the bytes after the last newline, in order
+    bool found_newline = false;
+    long end = (fseek(f, 0, SEEK_END) == 0) ? ftell(f) : -1;
+    long pos = end;
+    char block[4096];
+    while (pos > 0 && !found_newline) {
+        long n = std::min<long>(pos, (long)sizeof(block));
+        pos -= n;
+        if (fseek(f, pos, SEEK_SET) != 0 || fread(block, 1, (size_t)n, f) != (size_t)n) {
+            fclose(f);
+            runtime_error("check the disk and the file", "cannot read '%s' to append to it: %s", path.c_str(), strerror(errno));
+        }
+        long i = n;
+        while (i > 0 && block[i - 1] != '\n') i--;
+        found_newline = i > 0;
+        tail.insert(0, block + i, (size_t)(n - i));
+        if (found_newline) pos += i;  // the size to keep: up to and including that newline
+    }
+    fclose(f);
+    if (end <= 0 || tail.empty()) return;  // empty, or it ends in a newline
+    if (json_object_is_whole(tail)) {  // only its newline is missing: the record is kept
+        FILE* a = fopen_check(path.c_str(), "ab", "check that --out-dir is writable");
+        bool ok = fputc('\n', a) != EOF;
+        if (fclose(a) != 0 || !ok) runtime_error("check that --out-dir is writable", "cannot append to '%s': %s", path.c_str(), strerror(errno));
+        return;
+    }
+    if (truncate(path.c_str(), (off_t)pos) != 0)
+        runtime_error("check that --out-dir is writable", "cannot cut the partial last line off '%s': %s", path.c_str(), strerror(errno));
+    std::string shown;
+    for (unsigned char ch : tail.substr(0, 200)) shown += (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+    printf("note: '%s' ended in a cut line (the run before was stopped while writing it, or the disk was full); dropped its %zu bytes: %s%s\n",
+           path.c_str(), tail.size(), shown.c_str(), tail.size() > 200 ? "..." : "");
+}
 
 // A new run (append false) never truncates a log.jsonl already there (a run that stopped before
 // its first checkpoint leaves one): it is kept as log.jsonl.1 (or .2, ...), and the run says so.
@@ -30,6 +97,7 @@ inline void logger_open(Logger* lg, const std::string& out_dir, bool append) {
     lg->jsonl = nullptr;
     if (out_dir.empty()) return;
     std::string path = out_dir + "/log.jsonl";
+    lg->path = path;
     struct stat st;
     if (!append && stat(path.c_str(), &st) == 0) {
         std::string kept;
@@ -39,6 +107,7 @@ inline void logger_open(Logger* lg, const std::string& out_dir, bool append) {
                           kept.c_str(), strerror(errno));
         printf("note: '%s' held an earlier run's log; kept as '%s'\n", path.c_str(), kept.c_str());
     }
+    if (append) logger_drop_cut_last_line(path);
     lg->jsonl = fopen(path.c_str(), append ? "a" : "w");
     if (!lg->jsonl) runtime_error("check that --out-dir is writable", "cannot open '%s': %s", path.c_str(), strerror(errno));
 }
@@ -50,9 +119,16 @@ inline void logger_close(Logger* lg) {
 
 inline void logger_write_line(Logger* lg, const std::string& json) {
     if (!lg->jsonl) return;
-    fputs(json.c_str(), lg->jsonl);
-    fputc('\n', lg->jsonl);
-    fflush(lg->jsonl);
+    // A line that did not reach the file (a full disk, a file-size limit) stops the run: training
+    // on with a log that has lost steps, unnoticed until a plot, is worse. The checkpoints already
+    // written are kept; the partial line is cut off when the run is resumed.
+    if (fputs(json.c_str(), lg->jsonl) == EOF || fputc('\n', lg->jsonl) == EOF || fflush(lg->jsonl) != 0) {
+        int err = errno;
+        fclose(lg->jsonl);  // (may fail too: the error above is the one to report)
+        lg->jsonl = nullptr;
+        runtime_error("free space on the disk of --out-dir (or raise the file-size limit), then run the same command with --resume 1: it goes on from the newest checkpoint",
+                      "cannot write to '%s': %s", lg->path.c_str(), strerror(err));
+    }
 }
 
 // JSON string escaping for the few strings we log (paths, globs, names).

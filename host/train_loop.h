@@ -352,7 +352,10 @@ inline std::string diverged_hint(const RunConfig& rc) {
 // evaluation's, or after rank 0's sample), so all stop after the same step whichever rank got the
 // signal. The handler is installed only for the step loop (and a --max-steps 0 evaluation):
 // before it there is nothing to save.
-constexpr int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1};
+// SIGHUP (a terminal or ssh session that closed under a run started without nohup, tmux or a
+// scheduler) stops it the same way, so that the steps since the last checkpoint are saved, unless
+// it was ignored when the trainer started (nohup: hangups are to change nothing then).
+constexpr int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
 constexpr int NUM_STOP_SIGNALS = sizeof(STOP_SIGNALS) / sizeof(STOP_SIGNALS[0]);
 
 inline void stop_signal_handler(int sig) {
@@ -383,6 +386,8 @@ inline void install_stop_signal_handlers() {
     sa.sa_handler = stop_signal_handler;
     sigemptyset(&sa.sa_mask);
     for (int sig : STOP_SIGNALS) {
+        struct sigaction before;
+        if (sig == SIGHUP && sigaction(SIGHUP, nullptr, &before) == 0 && before.sa_handler == SIG_IGN) continue;  // nohup
         // reads and writes go on (SA_RESTART); a second SIGINT takes the default action (SA_RESETHAND)
         sa.sa_flags = SA_RESTART | (sig == SIGINT ? SA_RESETHAND : 0);
         sigaction(sig, &sa, nullptr);
@@ -446,6 +451,10 @@ void save_checkpoint(Model* model, const RunConfig& rc, const ModelConfig& c, in
 
 template <typename Model>
 int train_main_unguarded(int argc, char** argv) {
+    // A file-size limit (ulimit -f) would end the process by SIGXFSZ at the write that crosses it,
+    // with no message and a partial checkpoint left behind; ignored, the write fails with EFBIG,
+    // which the checkpoint and log writers report (and the checkpoint's partial file is removed).
+    signal(SIGXFSZ, SIG_IGN);
     dist_init(&argc, &argv);
     int world = dist_world();
     bool rank0 = dist_rank() == 0;
@@ -462,6 +471,7 @@ int train_main_unguarded(int argc, char** argv) {
     if (run_config_to_text(rc).size() > CHECKPOINT_MAX_RUN_TEXT)  // else its checkpoints could not be read back
         usage_error("shorten the paths and globs (a directory of shards needs one glob, not a list)",
                     "the flags add up to more than %d bytes, more than a checkpoint can store", CHECKPOINT_MAX_RUN_TEXT);
+    if (rank0) lock_out_dir(rc.out_dir);  // before the directory is read (a new one: once made, below)
     if (rc.resume == RESUME_AUTO) resolve_resume_auto(&rc);
     CheckpointMeta meta;
     std::string ckpt_path;
@@ -594,6 +604,7 @@ int train_main_unguarded(int argc, char** argv) {
     Logger lg;
     if (rank0) {
         if (!rc.out_dir.empty()) make_dirs(rc.out_dir);
+        lock_out_dir(rc.out_dir);
         logger_open(&lg, rc.out_dir, rc.resume != 0);
         logger_write_line(&lg, config_json<Model>(rc, c, model.num_params, grad_accum, rc.resume ? start_step : -1));
     }
@@ -904,7 +915,14 @@ int train_main_unguarded(int argc, char** argv) {
 template <typename Model>
 int train_main(int argc, char** argv) {
     try {
-        return train_main_unguarded<Model>(argc, argv);
+        int code = train_main_unguarded<Model>(argc, argv);
+        // The console may hold the only copy of a result (a --max-steps 0 evaluation or sample
+        // without --out-dir): output lost to a full disk must not end as a success. (A run stopped
+        // by a signal keeps its 128 + N: after the first signal a console that is gone is expected.)
+        if (code == 0 && (fflush(stdout) != 0 || ferror(stdout)))
+            runtime_error("free space where standard output goes (or send it elsewhere) and run again; log.jsonl and the checkpoints, if any, are complete",
+                          "writing the console output (standard output) failed%s%s", errno ? ": " : "", errno ? strerror(errno) : "");
+        return code;
     } catch (const std::bad_alloc&) {
         runtime_error("use a smaller --batch-size, --seq-len or model, or a machine with more memory", "out of host memory");
     }

@@ -54,12 +54,14 @@ struct ErrorCapture {
     ErrorCapture& operator=(const ErrorCapture&) = delete;
 };
 
-// The first stop signal (SIGINT, SIGTERM, SIGUSR1) the trainer received, 0 if none: set by the
+// The first stop signal (SIGINT, SIGTERM, SIGUSR1, SIGHUP) the trainer received, 0 if none: set by the
 // handler of host/train_loop.h, read by the step loop and by the evaluations (host/mc_eval.h),
 // which end early on it. Here, below both, since an evaluation cannot include the loop.
 inline volatile sig_atomic_t g_stop_signal = 0;
 
-inline const char* stop_signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
+inline const char* stop_signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
 
 // For an evaluation's batch loop or a sample's token loop: whether to end it here. cut_short
 // null: never (one that is not cut); else once a stop signal is pending, and *cut_short then says so.

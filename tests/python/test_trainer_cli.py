@@ -790,9 +790,9 @@ def start_and_wait_for_step(args, out_dir, step, binary=None):
     raise AssertionError(f"the run did not reach step {step} (exit {proc.returncode})\nstdout:\n{out[-2000:]}\nstderr:\n{err[-2000:]}")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=["SIGINT", "SIGTERM", "SIGUSR1"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP"])
 def test_a_signal_stops_after_the_step_with_a_checkpoint_that_resumes_exactly(tmp_path, data, sig):
-    """Ctrl-C, a scheduler's SIGTERM or Slurm's --signal=USR1 mid-run: the step in progress ends,
+    """Ctrl-C, a scheduler's SIGTERM, Slurm's --signal=USR1 or a closed terminal's SIGHUP mid-run: the step in progress ends,
     its checkpoint is saved, the run exits 128 + the signal's number and log.jsonl says so; resumed
     from there it gives the losses, evals, samples and weights of a run that never stopped (a
     constant lr, so that the stopped run's --max-steps of a million need not be reached)."""
@@ -915,6 +915,126 @@ def test_a_signal_still_saves_when_the_console_pipe_is_gone(tmp_path, data):
     assert proc.returncode == 128 + signal.SIGTERM, proc.returncode
     stop = read_log(out)[-1]
     assert stop["event"] == "stopped" and (out / f"ckpt_{stop['step']:08d}.bin").exists(), stop
+
+
+def test_sighup_changes_nothing_under_nohup(tmp_path, data):
+    """A run started with SIGHUP ignored (nohup, or a shell that ignores it) keeps it ignored: the
+    hangup of the terminal it was started from must not stop it. A SIGTERM still does."""
+    out = tmp_path / "run"
+    args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "1000000", "--lr-schedule", "constant", "--out-dir", out]
+    proc = subprocess.Popen([str(TRAINER)] + [str(a) for a in args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        deadline = time.time() + 60
+        while logged_steps(out) < 2 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGHUP)
+        steps = logged_steps(out)
+        while logged_steps(out) < steps + 20 and proc.poll() is None and time.time() < deadline:  # it trains on
+            time.sleep(0.005)
+        assert proc.poll() is None, f"exit {proc.returncode}: {proc.stderr.read()[-2000:]}"
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM and "SIGHUP" not in err, (proc.returncode, err[-2000:])
+    assert read_log(out)[-1]["signal"] == "SIGTERM"
+
+
+def test_a_second_run_in_a_busy_out_dir_is_refused(tmp_path, data):
+    """The same job submitted twice (with --resume auto, as the recipes run, both would continue
+    from one checkpoint and write over each other's files): the second run finds DIR/.lock held
+    and stops, naming the first run's pid, before it reads or writes anything there. The lock goes
+    with the process: once the first run has stopped, the same command resumes."""
+    out = tmp_path / "run"
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--lr-schedule", "constant", "--checkpoint-every", "2", "--out-dir", out]
+    first = start_and_wait_for_step(common + ["--max-steps", "1000000", "--resume", "auto"], out, 3)
+    try:
+        log_before = (out / "log.jsonl").read_text()
+        for resume in ("auto", "1", "0"):
+            p = run(common + ["--max-steps", "1000000", "--resume", resume], expect=1)
+            assert f"--out-dir '{out}' is in use by another run (pid {first.pid})" in p.stderr, p.stderr[-2000:]
+            assert "HINT: wait for that run to end (or stop it), or choose another --out-dir" in p.stderr and "resuming" not in p.stdout
+        log_now = (out / "log.jsonl").read_text()
+        assert log_now.startswith(log_before) and log_now.count('"event":"config"') == 1  # nothing of the second run's
+        assert not list(out.glob("log.jsonl.*"))  # (the first run's log was not moved aside)
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 128 + signal.SIGTERM
+    stopped = read_log(out)[-1]["step"]
+    p = run(common + ["--max-steps", stopped + 2, "--resume", "auto"], expect=0)
+    assert f"(step {stopped})" in p.stdout and read_log(out)[-1]["step"] == stopped + 2
+
+
+def file_size_limit(limit):
+    """preexec_fn: the child's files may not grow past `limit` bytes (ulimit -f)."""
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_log_that_cannot_be_written_stops_the_run_and_its_cut_line_is_dropped_on_resume(tmp_path, data):
+    """A log line that does not reach the file (a full disk; here a file-size limit, which also
+    checks that SIGXFSZ does not kill the trainer) stops the run with exit 1 and a message, rather
+    than training on with steps missing from the log. Resumed, the run cuts the partial line off
+    (and prints it), so the log stays one JSON object a line; a whole record that lost only its
+    newline is kept."""
+    out = tmp_path / "run"
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--lr-schedule", "constant", "--out-dir", out]
+    run(common + ["--max-steps", "2"], expect=0)
+    limit = (out / "log.jsonl").stat().st_size + 3000  # some 25 step lines more
+    p = subprocess.run([str(TRAINER)] + [str(a) for a in common + ["--max-steps", "1000", "--resume", "1"]], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=file_size_limit(limit))
+    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert f"error: cannot write to '{out}/log.jsonl': File too large" in p.stderr, p.stderr[-2000:]
+    assert "HINT: free space on the disk of --out-dir (or raise the file-size limit), then run the same command with --resume 1" in p.stderr
+    raw = (out / "log.jsonl").read_bytes()
+    assert len(raw) == limit and not (out / "ckpt_00001000.bin").exists()
+    cut = raw[raw.rfind(b"\n") + 1:]
+    p = run(common + ["--max-steps", "4", "--resume", "1"], expect=0)
+    if cut:  # the line that crossed the limit was written up to it
+        assert f"ended in a cut line" in p.stdout and f"dropped its {len(cut)} bytes: {cut.decode()[:200]}" in p.stdout, p.stdout[-2000:]
+    log = read_log(out)  # every line is JSON
+    assert [r["step"] for r in log if "train_loss" in r][-2:] == [3, 4]
+    # a record whole but for its newline is kept, and the next run's lines start on a line of their own
+    with open(out / "log.jsonl", "a") as f:
+        f.write('{"step":4,"note":"no newline","list":[1,{"a":"}"}]}')
+    p = run(common + ["--max-steps", "5", "--resume", "1"], expect=0)
+    assert "cut line" not in p.stdout
+    log = read_log(out)
+    assert {"step": 4, "note": "no newline", "list": [1, {"a": "}"}]} in log and log[-1]["step"] == 5
+
+
+def test_a_checkpoint_over_a_file_size_limit_is_an_error_not_a_signal(tmp_path, data):
+    """ulimit -f below a checkpoint's size: the write fails with EFBIG (the trainer ignores
+    SIGXFSZ, which would end it silently with a partial file left), the run stops with exit 1 and
+    the hint names the limit, the partial file is removed and the earlier checkpoint is intact."""
+    out = tmp_path / "run"
+    common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--lr-schedule", "constant", "--out-dir", out]
+    run(common + ["--max-steps", "2"], expect=0)
+    before = (out / "ckpt_00000002.bin").read_bytes()
+    p = subprocess.run([str(TRAINER)] + [str(a) for a in common + ["--max-steps", "4", "--resume", "1"]], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=file_size_limit(len(before) // 2))
+    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert f"writing checkpoint '{out}/ckpt_00000004.bin' failed" in p.stderr and "File too large" in p.stderr, p.stderr[-2000:]
+    assert "raise a file-size limit, ulimit -f" in p.stderr
+    assert (out / "ckpt_00000002.bin").read_bytes() == before and not list(out.glob(".ckpt_*")) and not (out / "ckpt_00000004.bin").exists()
+
+
+def test_console_output_lost_to_a_full_disk_is_an_error(tmp_path, data):
+    """An evaluation-only run's val loss is on the console alone: written to a full disk
+    (/dev/full), the run does not end as a success."""
+    args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--val-data", data / "val_*.bin", "--max-steps", "0"]
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([str(TRAINER)] + [str(a) for a in args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 1 and "error: writing the console output (standard output) failed: No space left on device" in p.stderr, p.stderr[-2000:]
+    run(args, expect=0)  # the same run to a console that takes it
 
 
 def long_eval_flags(tmp_path, data, kind):
