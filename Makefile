@@ -191,6 +191,8 @@ $(VENV)/.installed: requirements.txt
 reference-states: venv
 	$(VENV_PY) dev/reference/make_states.py
 test-reference: venv
+	@$(VENV_PY) -c "import torch" 2>/dev/null || { echo "error: make test-reference needs PyTorch, which $(VENV) lacks" >&2; \
+		echo "---> HINT: $(VENV)/bin/pip install -r requirements-reference.txt (about 5 GB: torch with its CUDA wheels, which run on the CPU too), then run it again" >&2; exit 1; }
 	$(VENV_PY) -m pytest -q dev/reference && $(VENV_PY) dev/reference/make_states.py --check
 
 # ---------------------------------------------------------------------------

@@ -261,7 +261,8 @@ inline void flag_set_value(const FlagSpec& f, const char* value) {
                 ng.glob = eq + 1;
                 for (char ch : ng.name)
                     if (!(isalnum((unsigned char)ch) || ch == '_' || ch == '-'))
-                        usage_error(nullptr, "%s name '%s' may only use letters, digits, '_' and '-' (it becomes part of a log key)", f.name, ng.name.c_str());
+                        usage_error("a path with '=' in it needs a name first: NAME=PATH (the name ends at the first '=')",
+                                    "%s name '%s' may only use letters, digits, '_' and '-' (it becomes part of a log key)", f.name, ng.name.c_str());
                 if (ng.name.empty() || ng.glob.empty()) usage_error(nullptr, "%s '%s' must be PATH or NAME=PATH", f.name, value);
             } else {
                 ng.glob = value;

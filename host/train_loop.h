@@ -542,11 +542,14 @@ int train_main_unguarded(int argc, char** argv) {
     bool have_tok = !rc.tokenizer.empty();
     if (have_tok) tokenizer_init(&tok, rc.tokenizer.c_str());
     // a tokenizer of more tokens than the model's vocabulary is not the model's: its samples would
-    // be decoded into another tokenizer's text (fewer is fine: a vocabulary padded, as llm.c's 50304)
-    if (have_tok && tok.vocab_size > c.vocab_size)
-        usage_error("pass the tokenizer the model was trained with (the .vptok beside its shards)",
-                    "--tokenizer '%s' has %d tokens, more than the model's vocabulary of %d: the tokenizer does not match the model", rc.tokenizer.c_str(),
-                    tok.vocab_size, c.vocab_size);
+    // be decoded into another tokenizer's text. Fewer is fine by as much as a vocabulary is padded
+    // (llm.c's 50304 for GPT-2's 50257; Qwen's 151936 for 151665), not by thousands: Llama-2's
+    // 32000 with a GPT-2 model of 50257 is the wrong file.
+    const int tokenizer_pad_slack = 1024;
+    if (have_tok && (tok.vocab_size > c.vocab_size || c.vocab_size - tok.vocab_size > tokenizer_pad_slack))
+        usage_error("pass the tokenizer the model was trained with (the .vptok beside its shards), or none (samples are then printed as token ids)",
+                    "--tokenizer '%s' has %d tokens, %s the model's vocabulary of %d: the tokenizer does not match the model", rc.tokenizer.c_str(),
+                    tok.vocab_size, tok.vocab_size > c.vocab_size ? "more than" : "over 1024 fewer than (more than padding)", c.vocab_size);
     std::vector<int> sample_start = sample_context(rc, have_tok ? &tok : nullptr, c.vocab_size, T);
 
     if (dist) model_dist_init((const Model*)nullptr);  // collective; the GPU build picks its device here

@@ -105,9 +105,14 @@ RESOURCES = {
     ),
 }
 
+# Said wherever a file is missing offline. Not every file is in the project's shared data (the
+# small test and demo files are; OpenWebText, SlimPajama, the Pile, FineWeb, HellaSwag and GPT-2's weights
+# are not), so the hint offers each way in, without promising that the shared copy holds this one.
 FILL_HINT = (
-    "fill the cache with `scripts/fill_cache_from_shared.sh ../shared/data \"$VALUEPATH_CACHE\"`, "
-    "or run once with network access"
+    "run once with network access, or copy the files to that path from a machine that has them; "
+    "a directory laid out as the cache (another machine's $VALUEPATH_CACHE, or the project's "
+    "../shared/data, which holds the test and demo files only) is linked in with "
+    "`scripts/fill_cache_from_shared.sh DIR \"$VALUEPATH_CACHE\"`"
 )
 
 

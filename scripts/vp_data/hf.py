@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 
@@ -310,6 +311,8 @@ def _index_shards(index: str) -> list:
 
 def config_from_hf(hf: dict, max_seq: int | None = None) -> Config:
     """The valuepath Config of an HF config.json, or a DataError naming what does not map."""
+    if not isinstance(hf, dict):
+        raise DataError(f"config.json holds a JSON {type(hf).__name__}, not an object of settings: not an HF model's config")
     mt = hf.get("model_type")
 
     def need(key, default=None):
@@ -318,44 +321,71 @@ def config_from_hf(hf: dict, max_seq: int | None = None) -> Config:
             raise DataError(f"config.json ({mt}) has no '{key}'")
         return v
 
+    # A hand-edited or damaged config.json: a size must be a whole number above 0 (not "12", 1.5 or
+    # true), an epsilon or RoPE base a finite number above 0, or the model built from it is wrong
+    def size(key, default=None):
+        v = need(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise DataError(f"config.json ({mt}): '{key}' is {json.dumps(v)}; it must be a whole number above 0")
+        return v
+
+    def optional_size(key):
+        return None if hf.get(key) is None else size(key)
+
+    def positive(key, default):
+        v = hf.get(key, default)
+        if v is None:
+            v = default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise DataError(f"config.json ({mt}): '{key}' is {json.dumps(v)}; it must be a finite number above 0")
+        return v
+
+    def settings(key):
+        v = hf.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise DataError(f"config.json ({mt}): '{key}' is {json.dumps(v)}; it must be an object of settings")
+        return v
+
     def refuse_if(cond, what):
         if cond:
             raise DataError(f"this {mt} model uses {what}, which valuepath's model does not implement; it cannot be "
                             f"imported without changing its outputs")
 
     if mt == "gpt2":
-        C, H, L = need("n_embd"), need("n_head"), need("n_layer")
+        C, H, L = size("n_embd"), size("n_head"), size("n_layer")
         refuse_if(hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"),
                   f"activation_function={hf.get('activation_function')} (valuepath's GPT-2 has the tanh GELU)")
         refuse_if(not hf.get("scale_attn_weights", True), "unscaled attention (scale_attn_weights=false)")
         refuse_if(hf.get("scale_attn_by_inverse_layer_idx", False), "scale_attn_by_inverse_layer_idx")
         refuse_if(not hf.get("tie_word_embeddings", True), "an untied output head (valuepath's GPT-2 is always tied)")
-        cfg = Config(arch="gpt2", n_layer=L, n_head=H, n_kv_head=H, n_embd=C, head_dim=C // H if H else 0,
-                     ffn_dim=hf.get("n_inner") or 4 * C, vocab_size=need("vocab_size"),
-                     max_seq_len=need("n_positions"), norm_eps=f32(hf.get("layer_norm_epsilon", 1e-5)))
+        cfg = Config(arch="gpt2", n_layer=L, n_head=H, n_kv_head=H, n_embd=C, head_dim=C // H,
+                     ffn_dim=optional_size("n_inner") or 4 * C, vocab_size=size("vocab_size"),
+                     max_seq_len=size("n_positions"), norm_eps=f32(positive("layer_norm_epsilon", 1e-5)))
     elif mt in ("llama", "qwen3"):
-        C, H, L = need("hidden_size"), need("num_attention_heads"), need("num_hidden_layers")
-        Hkv = hf.get("num_key_value_heads") or H
-        D = hf.get("head_dim") or (C // H if H else 0)  # Qwen3: 128 whatever the width (--head-dim)
+        C, H, L = size("hidden_size"), size("num_attention_heads"), size("num_hidden_layers")
+        Hkv = optional_size("num_key_value_heads") or H
+        D = optional_size("head_dim") or C // H  # Qwen3: 128 whatever the width (--head-dim)
         refuse_if(hf.get("hidden_act", "silu") != "silu", f"hidden_act={hf.get('hidden_act')} (SwiGLU needs silu)")
         refuse_if(hf.get("attention_bias", False), "attention biases")
         refuse_if(hf.get("mlp_bias", False), "MLP biases")
         refuse_if(hf.get("pretraining_tp", 1) != 1, "pretraining_tp != 1")
         refuse_if(hf.get("use_sliding_window", False), "sliding-window attention")
-        rp = hf.get("rope_parameters") or {}
-        scaling = hf.get("rope_scaling")
+        rp = settings("rope_parameters") or {}
+        scaling = settings("rope_scaling")
         rope_type = rp.get("rope_type", rp.get("type", "default"))
         refuse_if(rope_type != "default" or (scaling and scaling.get("rope_type", scaling.get("type")) != "default"),
                   f"RoPE scaling ({rope_type if rope_type != 'default' else scaling})")
-        theta = rp.get("rope_theta", hf.get("rope_theta", 10000.0))
+        theta = rp["rope_theta"] if "rope_theta" in rp else positive("rope_theta", 10000.0)
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+            raise DataError(f"config.json ({mt}): rope_parameters' 'rope_theta' is {json.dumps(theta)}; it must be a finite number above 0")
         cfg = Config(arch="llama", n_layer=L, n_head=H, n_kv_head=Hkv, n_embd=C, head_dim=D,
-                     ffn_dim=need("intermediate_size"), vocab_size=need("vocab_size"),
-                     max_seq_len=need("max_position_embeddings"), rope_theta=f32(theta),
-                     qk_norm=1 if mt == "qwen3" else 0, norm_eps=f32(hf.get("rms_norm_eps", 1e-6)),
+                     ffn_dim=size("intermediate_size"), vocab_size=size("vocab_size"),
+                     max_seq_len=size("max_position_embeddings"), rope_theta=f32(theta),
+                     qk_norm=1 if mt == "qwen3" else 0, norm_eps=f32(positive("rms_norm_eps", 1e-6)),
                      tie_embeddings=1 if hf.get("tie_word_embeddings", False) else 0)
     elif mt == "valuepath":  # written by export with remote code: the Config itself
         try:
-            cfg = Config(**need("valuepath"))
+            cfg = Config(**settings("valuepath") or need("valuepath"))
         except TypeError as e:
             raise DataError(f"config.json's 'valuepath' block does not match this version's Config: {e}") from None
         if max_seq is not None and max_seq != cfg.max_seq_len:
@@ -384,6 +414,11 @@ def _is_buffer(name: str) -> bool:
 
 def import_model(src: str, out_ckpt: str, max_seq: int | None = None, force: bool = False) -> Config:
     """Converts an HF gpt2 / llama / qwen3 model to a valuepath checkpoint without optimizer state."""
+    # --force replaces a checkpoint, not a link, directory, device or pipe of that name (the atomic
+    # rename would put a regular file in its place: as root, over /dev/full)
+    if os.path.lexists(out_ckpt) and (os.path.islink(out_ckpt) or not os.path.isfile(out_ckpt)):
+        raise DataError(f"{out_ckpt} exists and is not a regular file (a link, directory, device or pipe); "
+                        f"give the path of the checkpoint file to write")
     if os.path.exists(out_ckpt) and not force:
         raise DataError(f"{out_ckpt} exists; choose another name or pass --force to replace it")
     cfg_path, files = resolve_source(src)
@@ -412,7 +447,12 @@ def import_model(src: str, out_ckpt: str, max_seq: int | None = None, force: boo
         used.add(name)
         return a
 
-    params = np.zeros(num_params(cfg), dtype=np.float32)
+    n = num_params(cfg)
+    try:
+        params = np.zeros(n, dtype=np.float32)
+    except (MemoryError, ValueError):
+        raise DataError(f"{src}: its config.json makes a model of {n:,} parameters ({4 * n / 1e9:.1f} GB), more than this "
+                        f"machine can hold; check the sizes in config.json against the weights") from None
     P = _flat_view(cfg, params)
     if hf.get("model_type") == "valuepath":
         for name, shape in param_layout(cfg):

@@ -256,7 +256,12 @@ def main(argv=None) -> int:
                          "sha256 where a PREFIX.manifest.json beside it records one")
     val.add_argument("files", nargs="+", help="shard files or globs")
     val.add_argument("--vocab-size", type=int, help="fail if a token id is >= this")
+    val.add_argument("--seq-len", type=int, default=1,
+                     help="fail if a shard holds fewer than this + 1 tokens, which the trainer refuses for "
+                          "--seq-len T (default 1: a shard with no sequence at any T, 0 or 1 tokens, fails)")
     args = ap.parse_args(argv)
+    if args.cmd == "validate" and args.seq_len < 1:
+        ap.error(f"--seq-len {args.seq_len}: give the trainer's --seq-len, 1 or more")
     try:
         files = _expand(args.files)
         if args.cmd == "inspect":
@@ -286,6 +291,10 @@ def main(argv=None) -> int:
             recorded = _manifest_hashes(files)
             for path in files:
                 toks = read_shard(path, vocab_size=args.vocab_size)
+                if len(toks) < args.seq_len + 1:
+                    raise DataError(f"{path}: {len(toks):,} tokens, fewer than the {args.seq_len + 1:,} of one sequence "
+                                    f"of --seq-len {args.seq_len} with its target: the trainer refuses the shard; "
+                                    f"remove it, or re-run the prepare script with a larger --shard-size")
                 total += len(toks)
                 want = recorded.get(os.path.abspath(path))
                 if want is not None:

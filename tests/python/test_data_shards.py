@@ -170,3 +170,14 @@ def test_inspect_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "vp_data.shards", "validate", str(tmp_path / "bad.bin")],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 1 and "shorter than the 1024-byte header" in r.stderr
+    # a shard too short for one sequence: the trainer refuses it, so validate does too (no sequence
+    # at all by default; with --seq-len T, fewer than T + 1 tokens)
+    shards.write_shard(str(tmp_path / "empty.bin"), np.array([], dtype=np.int64), 1)
+    r = subprocess.run([sys.executable, "-m", "vp_data.shards", "validate", str(tmp_path / "empty.bin")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "0 tokens, fewer than the 2 of one sequence of --seq-len 1" in r.stderr, r.stderr
+    for seq_len, code in [("2", 0), ("3", 1)]:
+        r = subprocess.run([sys.executable, "-m", "vp_data.shards", "validate", str(p), "--seq-len", seq_len],
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == code, (seq_len, r.stdout, r.stderr)
+    assert "3 tokens, fewer than the 4 of one sequence of --seq-len 3 with its target: the trainer refuses the shard" in r.stderr

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -343,6 +344,16 @@ def hf_dir(tmp_path, name="llama_gqa"):
     ({"num_key_value_heads": 3}, "does not make a valuepath model"),
     ({"intermediate_size": 48}, "has shape"),
     ({"vocab_size": None}, "has no 'vocab_size'"),
+    # a damaged or hand-edited config.json: a clear refusal, not a traceback or a wrong model
+    ({"num_hidden_layers": "2"}, "'num_hidden_layers' is \"2\"; it must be a whole number above 0"),
+    ({"hidden_size": 1.5}, "'hidden_size' is 1.5; it must be a whole number above 0"),
+    ({"num_attention_heads": 0}, "'num_attention_heads' is 0; it must be a whole number above 0"),
+    ({"num_key_value_heads": True}, "'num_key_value_heads' is true"),
+    ({"vocab_size": 1e12}, "'vocab_size' is 1000000000000.0"),
+    ({"vocab_size": 10 ** 13}, "more than this machine can hold"),
+    ({"rms_norm_eps": -1}, "'rms_norm_eps' is -1; it must be a finite number above 0"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": "big"}}, "'rope_theta' is \"big\""),
+    ({"rope_scaling": "linear"}, "'rope_scaling' is \"linear\"; it must be an object of settings"),
 ])
 def test_import_refuses_what_does_not_map(tmp_path, change, words):
     d = hf_dir(tmp_path)
@@ -358,6 +369,9 @@ def test_import_refuses_what_does_not_map(tmp_path, change, words):
     ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
     ({"tie_word_embeddings": False}, "untied output head"),
     ({"n_inner": 96}, "has shape"),
+    ({"n_embd": True}, "'n_embd' is true; it must be a whole number above 0"),
+    ({"n_head": 0}, "'n_head' is 0"),
+    ({"layer_norm_epsilon": float("nan")}, "'layer_norm_epsilon' is NaN; it must be a finite number above 0"),
 ])
 def test_import_refuses_gpt2_variants(tmp_path, change, words):
     d = hf_dir(tmp_path, "gpt2")
@@ -366,6 +380,29 @@ def test_import_refuses_gpt2_variants(tmp_path, change, words):
     (d / "config.json").write_text(json.dumps(config))
     _, _, err = convert("import", d, tmp_path / "out.bin", expect=1)
     assert words in err and not (tmp_path / "out.bin").exists(), err
+
+
+def test_import_refuses_a_config_that_is_not_an_object_and_an_output_that_is_not_a_file(tmp_path):
+    """config.json holding a list is not a model's settings; --force replaces a checkpoint file, not
+    a link (whose target would survive while the name points elsewhere), a directory or a device."""
+    d = hf_dir(tmp_path)
+    good = (d / "config.json").read_text()
+    (d / "config.json").write_text("[1, 2]")
+    _, _, err = convert("import", d, tmp_path / "out.bin", expect=1)
+    assert "config.json holds a JSON list, not an object of settings" in err and not (tmp_path / "out.bin").exists(), err
+    (d / "config.json").write_text(good)
+    target = tmp_path / "target.bin"
+    target.write_bytes(b"kept")
+    (tmp_path / "link.bin").symlink_to(target)
+    (tmp_path / "dir.bin").mkdir()
+    os.mkfifo(tmp_path / "fifo.bin")
+    for name in ("link.bin", "dir.bin", "fifo.bin"):
+        _, _, err = convert("import", d, tmp_path / name, "--force", expect=1)
+        assert f"{tmp_path / name} exists and is not a regular file" in err, err
+    assert (tmp_path / "link.bin").is_symlink() and target.read_bytes() == b"kept" and (tmp_path / "dir.bin").is_dir()
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo.bin").st_mode)
+    convert("import", d, target, "--force")  # a regular file is replaced
+    assert target.read_bytes() != b"kept"
 
 
 def test_import_refuses_bad_weights(tmp_path):

@@ -138,6 +138,7 @@ def test_help_lists_every_flag_with_its_default():
     (["--arch", "llama", "--tie-embeddings", "2", "--train-data", "x"], "--tie-embeddings must be 0 or 1"),
     (["--eval-mc", "", "--train-data", "x"], "--eval-mc is empty"),
     (["--eval-mc", "a b=x.vpmc", "--train-data", "x"], "--eval-mc name 'a b' may only use"),
+    (["--val-data", "/tmp/a=b/val_*.bin", "--train-data", "x"], "HINT: a path with '=' in it needs a name first: NAME=PATH"),
     (["--eval-mc", "h=a.vpmc", "--eval-mc", "h=b.vpmc", "--train-data", "x"], "--eval-mc: the set name 'h' is used twice"),
     (["--eval-mc", "norm2=a.vpmc", "--train-data", "x"], "--eval-mc name 'norm2' starts like a metric"),
     (["--eval-mc", "tokavg_x=a.vpmc", "--train-data", "x"], "--eval-mc name 'tokavg_x' starts like a metric"),
@@ -1359,6 +1360,14 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path, data):
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--sample-every", "1",
                          "--tokenizer", enc], expect=2)
     assert "has 50257 tokens, more than the model's vocabulary of 64" in p.stderr
+    # fewer tokens than the vocabulary: padding (llm.c's 50304) is fine, thousands fewer is another
+    # tokenizer (Llama-2's 32000 for a GPT-2 model); the margin is 1024
+    with_vocab = lambda v: [str(v) if a == "64" and TINY_GPT2[i - 1] == "--vocab" else a for i, a in enumerate(TINY_GPT2)]
+    for vocab, expect in [(50304, 0), (50257 + 1024, 0), (50257 + 1025, 2)]:
+        p = run(with_vocab(vocab) + ["--train-data", str(data / "train_*.bin"), "--max-steps", "0", "--sample-every", "1",
+                                     "--sample-tokens", "2", "--tokenizer", enc], expect=expect)
+    assert f"has 50257 tokens, over 1024 fewer than (more than padding) the model's vocabulary of {50257 + 1025}" in p.stderr
+    assert "or none (samples are then printed as token ids)" in p.stderr
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "5", "--skip-loss-z", "3", "--skip-window", "5"], expect=0)
     assert "judge no step of this run" in p.stdout
     p = run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "6", "--skip-loss-z", "3", "--skip-window", "5"], expect=0)
