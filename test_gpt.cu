@@ -88,8 +88,10 @@ static const double TOL_GRAD = 16 * BF16_U;   // 0.0625 normwise relative per te
 static const double TOL_STEPS = 4 * BF16_U;   // 0.016 relative, per step's loss over 10 AdamW steps
 // each step's gradient norm: taken at weights the two trajectories have moved apart (the loss error
 // grows about 1.4x a step, see STEPS_LR), so wider than one backward's TOL_GRAD; measured worst
-// 3.3e-2 (H200, vanilla, 2026-11-28) and 4.1e-2 (emulated, the QK-norm config), 6x below this
-static const double TOL_STEP_NORM = 4 * TOL_GRAD;  // 0.25
+// 3.3e-2 (H200, the QK-norm config, 2026-11-28; the other configs 2e-3..1.2e-2) and 4.1e-2
+// (emulated, the QK-norm config): the bound is 3x the worst, the margin of the other bounds
+// (4 x TOL_GRAD, 6x, until 2026-12-01)
+static const double TOL_STEP_NORM = 2 * TOL_GRAD;  // 0.125
 #endif
 
 // ----------------------------------------------------------------------------
@@ -361,18 +363,19 @@ static void check_steps(const TestConfig& tc) {
     GpuModel gm;
     gpt_build(&gm, c);
     gpt_init_params(&gm, 42);
-    double worst = 0;
+    double worst = 0, worst_norm = 0;
     for (int step = 1; step <= 10; step++) {
         float cn, gn;
         float cl = train_step(&cpu, inp, tgt, step, &cn, STEPS_LR);
         float gl = train_step(&gm, inp, tgt, step, &gn, STEPS_LR);
         double rel = std::fabs((double)gl - cl) / std::fabs(cl);
         worst = std::max(worst, rel);
+        worst_norm = std::max(worst_norm, std::fabs((double)gn - cn) / cn);
         printf("    %-18s step %2d  loss cpu %.6f gpu %.6f (rel %.2e)  norm cpu %.5f gpu %.5f\n", tc.name, step, cl, gl, rel, cn, gn);
         CHECK(rel <= TOL_STEPS, "%s step %d: loss %.7f vs CPU %.7f", tc.name, step, gl, cl);
         CHECK(std::fabs(gn - cn) <= TOL_STEP_NORM * cn, "%s step %d: grad norm %.6g vs CPU %.6g", tc.name, step, gn, cn);
     }
-    printf("    %-18s worst step loss rel err %.3e (bound %.1e)\n", tc.name, worst, TOL_STEPS);
+    printf("    %-18s worst step loss rel err %.3e (bound %.1e), grad norm %.3e (bound %.1e)\n", tc.name, worst, TOL_STEPS, worst_norm, TOL_STEP_NORM);
     gpt_free(&gm);
     gpt_free(&cpu);
 }
@@ -822,8 +825,8 @@ struct AttentionVersionsSetup {
 // version 2's. On an H100 and the emulated one this compares the double-buffered kernels with the
 // single-buffered ones; as an RTX 4090 (VP_EMU_CC=8.9, tests/python/test_gpu_trainer_emu.py) the
 // single-buffered ones with their STORE_DS instance.
+#ifdef ENABLE_BF16  // (the fp32 build has no bf16 kernels to compare: no test there, rather than an empty one)
 TEST(attention_head_dim_128_versions) {
-#ifdef ENABLE_BF16
     int checked = 0;
     for (const TestConfig& tc : test_configs()) {
         if (config_from_flags(tc).head_dim != 128) continue;
@@ -875,8 +878,8 @@ TEST(attention_head_dim_128_versions) {
         }
     }
     CHECK(checked > 0, "no config of this path has head dim 128");
-#endif
 }
+#endif
 
 // Attention on the warpgroup MMA (wgmma, Hopper, D = 64): the forward's versions 6 and 7 and the
 // backward's (their dQ and dK/dV kernels; 7 is 6 with the operand each block multiplies by every
@@ -886,8 +889,8 @@ TEST(attention_head_dim_128_versions) {
 // v~; the backward on a random dO, gradients into fresh buffers): bit for bit under the CUDA
 // emulator (it sums each k16 step in order for mma and wgmma alike); on a GPU within the bounds
 // derived below. Not run where version 6 cannot (head dim, not an H100/H200).
+#ifdef ENABLE_BF16  // (bf16 kernels only, as above)
 TEST(attention_wgmma_versions) {
-#ifdef ENABLE_BF16
     int checked = 0;
     for (const TestConfig& tc : test_configs()) {
         if (config_from_flags(tc).head_dim != 64) continue;
@@ -995,8 +998,8 @@ TEST(attention_wgmma_versions) {
     // where wgmma can run (an H100/H200 in an sm_90a build, or the emulator), some config must run
     // it: none of head dim 64 would leave this test with nothing checked
     CHECK(!gpu::attention_wgmma_available() || checked > 0, "wgmma can run here, but no layer of any config was compared (none of head dim 64?)");
-#endif
 }
+#endif
 
 // Multiple-choice scoring (host/mc_eval.h) forwards each batch at its own length: B and T below
 // the allocated TB x TT, after a forward at TB x TT. The GPU's per-row sums of -log p, at

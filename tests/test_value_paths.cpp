@@ -484,7 +484,19 @@ TEST(sla_other_settings_by_spec_and_fd) {
                         CHECK(k == row[HD + i] && v == row[HD + KV + i], "%s L=%d n_l=%d n_h=%d chain=%d layer %d row %d column %d: want layer %d's K/V",
                               arch_name(cs.arch), cs.L, cs.n_l, cs.n_h, chain, l, r, i, src);
                     }
-            if (chain) CHECK(cs.n_l != 1 || want[cs.L - 1][d.Hkv - 1] == 0, "n_l = 1 CHAIN resolves to layer 0");
+            // value_paths.md: with n_l = 1 the chain takes every skip head of every layer back to
+            // layer 0's own K/V. Checked on the K/V the path gave the last layer, against layer 0's
+            // projection directly (not through want, which the check above shares)
+            if (chain && cs.n_l == 1 && cs.n_h / G >= 1 && cs.L >= 2) {
+                int g = d.Hkv - 1;  // the last KV head: a skip head when n_h >= G
+                const std::pair<std::vector<double>, std::vector<double>>& last = kv[cs.L - 1];
+                for (int r = 0; r < d.BT(); r++)
+                    for (int i = g * d.D; i < (g + 1) * d.D; i++) {
+                        const double* row0 = rig.qkv[0].data() + (size_t)r * rig.W;
+                        CHECK(last.first[(size_t)r * KV + i] == row0[HD + i] && last.second[(size_t)r * KV + i] == row0[HD + KV + i],
+                              "n_l = 1 CHAIN, L=%d: layer %d's skip head %d does not read layer 0's K/V (row %d column %d)", cs.L, cs.L - 1, g, r, i);
+                    }
+            }
             char what[96];
             snprintf(what, sizeof(what), "sla %s L=%d n_l=%d n_h=%d chain=%d", arch_name(cs.arch), cs.L, cs.n_l, cs.n_h, chain);
             rig.fd_check<VpSla>(what);

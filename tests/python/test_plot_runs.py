@@ -461,7 +461,7 @@ def test_student_t_quantiles_are_exact():
 
 
 def test_student_t_matches_scipy():
-    """Where scipy is installed (the dev tree; CI has no scipy): the series and the quantile at every df to 60."""
+    """Against scipy (requirements.txt, so CI runs it too): the series and the quantile at every df to 60."""
     stats = pytest.importorskip("scipy.stats")
     for df in range(1, 61):
         assert plot_runs.student_t_quantile(0.95, df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-12)

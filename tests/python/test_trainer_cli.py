@@ -592,13 +592,20 @@ def test_many_long_val_sets_are_stored_whole(tmp_path, data):
 
 
 def test_uint32_shards(tmp_path):
-    """Version-2 shards (uint32 tokens) for vocabularies over 65,536."""
+    """Version-2 shards (uint32 tokens) for vocabularies over 65,536: ids over 65,535 train, and
+    the reader takes 4 bytes a token: one id of 70,000 at position 123 is reported as that id at
+    that position (read as uint16 it would be two ids in range, 4464 and 1, and no error)."""
     toks = pattern_tokens(600, vocab=70000, seed=3)
     toks[::7] = 69999
     write_shard(str(tmp_path / "big.bin"), toks, 2)
     args = ["--arch", "gpt2", "--layers", "1", "--heads", "1", "--dim", "8", "--vocab", "70000", "--max-seq", "8",
             "--seq-len", "8", "--batch-size", "2", "--train-data", str(tmp_path / "big.bin"), "--max-steps", "2"]
-    run(args, expect=0)
+    p = run(args, expect=0)
+    assert "train data: 600 tokens" in p.stdout, p.stdout[-2000:]
+    toks[123] = 70000
+    write_shard(str(tmp_path / "big.bin"), toks, 2)
+    p = run(args, expect=1)
+    assert "token id 70000 at position 123 is out of range for vocab size 70000" in p.stderr, p.stderr[-2000:]
 
 
 def test_sample_decoded_with_gpt2_tokenizer(tmp_path, data):
@@ -723,7 +730,7 @@ def test_resume_is_bit_exact(tmp_path, data, family, path):
     assert len(a) == 7 + 2 and a == b  # steps 6..12 and the evals at 8 and 12, exactly equal
     assert read_log(broken)[-10]["event"] == "config" and read_log(broken)[-10]["resumed_from"] == 5
     samples = lambda out: re.findall(r"---- sample at step (\d+) ----\n(.*)", out)
-    assert [s for s in samples(p1.stdout) if int(s[0]) > 5] == samples(p2.stdout)
+    assert [s for s in samples(p1.stdout) if int(s[0]) > 5] == samples(p2.stdout) and [s[0] for s in samples(p2.stdout)] == ["6", "9", "12"]
     # the final weights and AdamW moments, byte for byte (the stored command lines differ: --out-dir, --resume)
     assert checkpoint_tensors(straight / "ckpt_00000012.bin") == checkpoint_tensors(broken / "ckpt_00000012.bin")
 
