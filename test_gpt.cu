@@ -910,10 +910,8 @@ TEST(attention_wgmma_versions) {
         auto same = AttentionVersionsSetup::same;
         for (int l = 0; l < c.n_layer; l++) {
             gpu::AttentionArgs a = gpu::attention_forward_args(&gm, l);
-            if (!gpu::attention_wgmma_supported(a)) {
-                printf("  attention on wgmma (version 6): not run here (not a compute capability 9.0 GPU, or a build without sm_90a)\n");
-                break;
-            }
+            if (!gpu::attention_wgmma_supported(a))  // (the same GPU and build at every layer: the first says it)
+                SKIP_TEST("attention on wgmma (version 6) cannot run here: not a compute capability 9.0 GPU, or a build without sm_90a");
             // version 4, then each wgmma version wv into the second buffers
             gpu::AttentionArgs a4 = a;
             a4.out = o4, a4.lse = l4;

@@ -149,7 +149,7 @@ write_summary() {
         fi
     } >"$SUMMARY.tmp" && mv -f "$SUMMARY.tmp" "$SUMMARY"
 }
-counts() { grep -Eo '[0-9]+ passed, [0-9]+ failed' "$1" | tail -1; }
+counts() { grep -Eo '[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?' "$1" | tail -1; }
 # make_shard FILE: a synthetic llm.c-format shard (magic 20240520, version 1 = uint16 tokens, vocab
 # 512). Synthetic because data/ is git-ignored: the device copy of the tree has no TinyShakespeare.
 make_shard() {

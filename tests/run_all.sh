@@ -39,7 +39,7 @@ add_counts() {  # $1 = suite name, $2 = exit code, $3 = log file, $4 = seconds i
     p=${p:-0}
     f=${f:-0}
     if [ "$2" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed, or failed without counting
-    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then f=1; echo "!! $1 ran no test"; fi
+    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "${5:-0}" -eq 0 ]; then f=1; echo "!! $1 ran no test"; fi
     total_pass=$((total_pass + p))
     total_fail=$((total_fail + f))
     [ "$f" -ne 0 ] && failed_suites+=("$1")
@@ -59,7 +59,12 @@ report() {
         total_skip=$((total_skip + 1))
         echo "== ${1%%@*}: skipped (no CUDA device)"
     else
-        add_counts "$1" "$2" "$3" "$4"
+        # a C++ suite's tests that skipped themselves (tests/testing.h SKIP_TEST): its closing
+        # line ends ", N skipped"; they join the total as pytest's do
+        local s
+        s=$(grep -Eo '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$3" | tail -1 | grep -Eo '[0-9]+ skipped' | grep -Eo '[0-9]+' || true)
+        total_skip=$((total_skip + ${s:-0}))
+        add_counts "$1" "$2" "$3" "$4" "$s"
     fi
 }
 

@@ -4,8 +4,11 @@
 // failure with a message and goes on; REQUIRE(cond, ...) records and returns from the test.
 // main() comes from TEST_MAIN(): it runs every test (or those whose name contains one of the
 // comma-separated parts of argv[1]), prints "PASS name (seconds)" or "FAIL name (seconds)" and
-// why, then the closing line "N passed, N failed", and exits 1 if anything failed, so neither CI
-// nor tests/run_all.sh can miss a failure. A filter that matches no test fails too.
+// why, then the closing line "N passed, N failed" (", N skipped" added when a test skipped), and
+// exits 1 if anything failed, so neither CI nor tests/run_all.sh can miss a failure. A filter that
+// matches no test fails too. A test that cannot run here (the hardware it needs is absent) calls
+// SKIP_TEST(fmt, ...): it prints "SKIP name: why" and counts as skipped, not passed, so that a
+// pass always means that something was checked.
 #pragma once
 
 #include <chrono>
@@ -48,6 +51,20 @@ inline void test_fail(const char* file, int line, const char* fmt, ...) {
     test_failures().push_back(full);
 }
 
+// Why the test that is running now skipped itself ("" while it has not).
+inline std::string& test_skip_reason() {
+    static std::string reason;
+    return reason;
+}
+
+#define SKIP_TEST(...)                                             \
+    do {                                                           \
+        char skip_why_[512];                                       \
+        snprintf(skip_why_, sizeof(skip_why_), __VA_ARGS__);       \
+        test_skip_reason() = skip_why_;                            \
+        return;                                                    \
+    } while (0)
+
 #define TEST(name)                                             \
     static void name();                                        \
     static TestRegistrar name##_registrar(#name, name);        \
@@ -81,12 +98,13 @@ inline int run_registered_tests(int argc, char** argv) {
         if (len) filters.emplace_back(p, len);
         p = comma ? comma + 1 : p + len;
     }
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (const TestCase& t : test_registry()) {
         bool selected = filters.empty();
         for (const std::string& f : filters) selected |= strstr(t.name, f.c_str()) != nullptr;
         if (!selected) continue;
         test_failures().clear();
+        test_skip_reason().clear();
         fflush(stdout);
         auto t0 = std::chrono::steady_clock::now();
 #ifdef VP_ERRORS_THROW
@@ -100,7 +118,10 @@ inline int run_registered_tests(int argc, char** argv) {
 #endif
         // seconds per test: what CI's time budget is spent on (make test's suites print theirs)
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (test_failures().empty()) {
+        if (test_failures().empty() && !test_skip_reason().empty()) {  // (a check that failed before the skip still fails it)
+            printf("SKIP %s: %s\n", t.name, test_skip_reason().c_str());
+            skipped++;
+        } else if (test_failures().empty()) {
             printf("PASS %s (%.1f s)\n", t.name, secs);
             passed++;
         } else {
@@ -112,13 +133,14 @@ inline int run_registered_tests(int argc, char** argv) {
     }
     // a filter that selects nothing (a misspelt test name) must not read as a pass: "0 passed,
     // 0 failed" with exit 0 would hide that the test meant was never run
-    if (!filters.empty() && passed + failed == 0) {
+    if (!filters.empty() && passed + failed + skipped == 0) {
         printf("FAIL no test's name contains '%s'; the tests are:\n", argv[1]);
         for (const TestCase& t : test_registry()) printf("     %s\n", t.name);
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    if (skipped) printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    else printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
 

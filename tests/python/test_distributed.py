@@ -507,6 +507,35 @@ def test_a_dead_or_hung_rank_ends_the_job(tmp_path, data, how):
         end_job(proc, pids, even_if_ended=True)  # a rank frozen by SIGSTOP outlives mpirun
 
 
+def test_a_second_job_in_a_busy_out_dir_stops_at_once(tmp_path, data):
+    """The same 2-rank job started twice (--resume auto, as a resubmitted batch job): the second
+    job's rank 0 finds the first's rank 0 holding --out-dir's lock and stops with its pid; mpirun
+    ends the second job's other rank, which waits in the first collective. The first job trains
+    on and stops by SIGUSR1 as usual."""
+    out = tmp_path / "run"
+    args = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--max-steps", "100000000", "--lr-schedule", "constant",
+                        "--out-dir", out, "--resume", "auto"]
+    proc, tag = start_two_ranks(args)
+    pids = {}
+    try:
+        deadline = time.time() + 60
+        while (len(pids) < 2 or logged_steps(out) < 2) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            pids = pids if len(pids) == 2 else rank_pids(tag)
+        assert len(pids) == 2 and logged_steps(out) >= 2, f"the first job did not start training: {pids}"
+        t0 = time.time()
+        second = mpirun(2, args, expect=None, timeout=60)
+        assert second.returncode != 0 and time.time() - t0 < 30, (second.returncode, second.stderr[-2000:])
+        assert f"is in use by another run (pid {pids[0]})" in second.stderr, second.stderr[-2000:]
+        # (the text, not read_log: the first job may be writing its last line just now)
+        assert proc.poll() is None and (out / "log.jsonl").read_text().count('"event":"config"') == 1
+        os.kill(pids[0], signal.SIGUSR1)
+        proc.communicate(timeout=120)
+    finally:
+        end_job(proc, pids)
+    assert proc.returncode == 128 + signal.SIGUSR1 and read_log(out)[-1]["event"] == "stopped"
+
+
 def signal_rank_1_at_step(args, out_dir, step, sig):
     """Starts a 2-rank job, sends `sig` to rank 1 alone once log.jsonl records `step` steps, and
     returns (Popen, stdout, stderr) when the job has ended; ranks left running are killed."""

@@ -497,6 +497,19 @@ def test_full_size_step_fits_each_gpus_shared_memory(tmp_path, cc, head_dim, pat
     assert "refused" not in p.stderr, p.stderr[-2000:]
 
 
+def test_gpt_wgmma_versions_skip_on_a_gpu_without_wgmma():
+    """attention_wgmma_versions compares the wgmma kernels, which run on compute capability 9.0
+    only: as an RTX 4090 it reports itself skipped, with the reason (tests/testing.h SKIP_TEST),
+    not passed with nothing checked; the closing line counts it, and the exit is 0."""
+    binary = REPO / "build" / "emu" / "vanilla" / "test_gpt_bf16"
+    assert binary.exists(), f"{binary} is missing: run 'make test' (it builds the emulated test_gpt first)"
+    p = subprocess.run([str(binary), "attention_wgmma_versions"], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "2", "VP_EMU_CC": "8.9"})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "SKIP attention_wgmma_versions: attention on wgmma (version 6) cannot run here" in p.stdout, p.stdout[-3000:]
+    assert p.stdout.rstrip().endswith("0 passed, 0 failed, 1 skipped"), p.stdout[-3000:]
+
+
 @pytest.mark.parametrize("path, tests", [("vanilla", "attention_head_dim_128_versions"), ("sla", "attention_head_dim_128_versions"),
                                          ("depth", "depth_fused")])
 def test_gpt_suites_as_an_rtx_4090(path, tests):

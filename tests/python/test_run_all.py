@@ -134,6 +134,20 @@ def test_pytest_skips_join_the_total_and_never_fail_the_run(tree):
     assert rc == 0 and total(out) == (3, 0, 0), out
 
 
+def test_cpp_tests_that_skip_themselves_join_the_total(tree):
+    # tests/testing.h's SKIP_TEST: the closing line gains ", N skipped"; a suite whose only test
+    # skipped ran no test that failed, and is not "ran no test" either
+    mixed = suite(tree, "mixed", 'echo "SKIP x: no such GPU"; echo "3 passed, 0 failed, 2 skipped"')
+    only = suite(tree, "only", 'echo "SKIP y: no such GPU"; echo "0 passed, 0 failed, 1 skipped"')
+    rc, out = run(tree, mixed, only)
+    assert rc == 0, out
+    assert total(out) == (6, 0, 4), out  # and the stub pytest's 3 passed, 1 skipped
+    assert "== bin/mixed: 3 passed, 0 failed, 2 skipped" in out and "== bin/only: 0 passed, 0 failed, 1 skipped" in out, out
+    failing = suite(tree, "failing", 'echo "1 passed, 1 failed, 1 skipped"; exit 1')
+    rc, out = run(tree, mixed, failing)
+    assert rc != 0 and total(out)[1:] == (1, 4), out
+
+
 def test_no_python_and_no_venv(tree):
     ok = suite(tree, "ok", 'echo "1 passed, 0 failed"')
     rc, out = run(tree, "--no-python", "--jobs", "2", ok)
