@@ -22,7 +22,9 @@
 # torch, transformers and lm-eval (requirements-reference.txt).
 #
 # Ctrl-C, or SIGTERM or SIGUSR1 sent to this script, stops the run in progress after its step (it
-# saves a checkpoint in its directory) and the script, with status 128 + the signal.
+# saves a checkpoint in its directory) and the script, with status 128 + the signal. Each run
+# starts afresh, but the earlier comparison's run of that name is set aside until the new one has
+# finished: a run that fails or is stopped goes to $OUT/NAME.failed, and the earlier one back.
 #
 # Needs the TinyShakespeare shards (python scripts/prepare_tinyshakespeare.py). Each path runs
 # with its default settings (value_paths.md section 10), which this model's shape resolves to:
@@ -50,6 +52,10 @@ LIMIT=${LIMIT:-}
 INCLUDE=${INCLUDE:-}
 MODEL="--arch $ARCH --layers 6 --heads 6 --dim 192 --vocab $VOCAB --max-seq 64 --seq-len 64 --batch-size 8"
 TRAIN="--max-steps $STEPS --lr 2e-3 --warmup-steps 20 --eval-every $STEPS --eval-batches $EVAL_BATCHES"
+# (checked before anything is removed or run: a bad value must not cost the earlier comparison)
+[[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || { echo "error: STEPS is '$STEPS'; give a whole number of steps in digits, e.g. STEPS=400" >&2; exit 2; }
+[[ "$EVAL_BATCHES" =~ ^[1-9][0-9]*$ ]] || { echo "error: EVAL_BATCHES is '$EVAL_BATCHES'; give a whole number of batches, e.g. EVAL_BATCHES=16" >&2; exit 2; }
+[[ "$ARCH" =~ ^(gpt2|llama)$ ]] || { echo "error: ARCH is '$ARCH'; give gpt2 or llama" >&2; exit 2; }
 read -r -a seeds <<<"$SEEDS"
 [ ${#seeds[@]} -ge 1 ] || { echo "error: SEEDS is empty; give one or more seeds, e.g. SEEDS=\"1337 1338\"" >&2; exit 2; }
 [[ "$VOCAB" =~ ^[1-9][0-9]*$ ]] || { echo "error: VOCAB is '$VOCAB', not a vocabulary size; give the tokenizer's, e.g. VOCAB=50257 (GPT-2)" >&2; exit 2; }
@@ -77,21 +83,39 @@ for path in $PATHS; do
         name=$path  # one seed: runs/compare_paths/vanilla as before; several: vanilla@1337, ...
         [ ${#seeds[@]} -gt 1 ] && name=$path@$seed
         dir=$OUT/$name
-        rm -rf "$dir"
+        # Each comparison starts its runs afresh, but the earlier comparison's run (and console
+        # log) is only set aside until this one has finished: a run that fails or is stopped (a bad
+        # EXTRA flag, a crash, Ctrl-C) puts it back, so a mistake never costs finished results.
+        rm -rf "$dir.earlier" "$OUT.$name.earlier.log"
+        [ -e "$dir" ] && mv "$dir" "$dir.earlier"
+        [ -e "$OUT.$name.log" ] && mv "$OUT.$name.log" "$OUT.$name.earlier.log"
         echo "== $name: $bin" >&2
         : >"$OUT.$name.log"
         # shellcheck disable=SC2086
         forward_signals_run "$OUT.$name.log" 0 "$bin" $MODEL $TRAIN --seed "$seed" $EXTRA \
             --train-data "$DATA/tinyshakespeare_train_*.bin" --val-data "$DATA/tinyshakespeare_val_*.bin" --out-dir "$dir"
         rc=$FORWARDED_RC
-        if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
-            # Ctrl-C, or SIGTERM or SIGUSR1 to this script or to the trainer: the run saved its step
-            echo "error: the $name run stopped on signal $((rc - 128)) (see $OUT.$name.log); no further run started" >&2
-            exit "$rc"
-        elif [ "$rc" -ne 0 ]; then
-            echo "error: $name failed, see $OUT.$name.log" >&2
+        if [ "$rc" -ne 0 ]; then
+            failed_log=$OUT.$name.log
+            if [ -e "$dir.earlier" ] || [ -e "$OUT.$name.earlier.log" ]; then
+                # this run (a stopped one saved its step) goes to $dir.failed, the earlier one back
+                failed_log=$OUT.$name.failed.log
+                mv "$OUT.$name.log" "$failed_log"
+                rm -rf "$dir.failed"
+                [ -e "$dir" ] && mv "$dir" "$dir.failed"
+                [ -e "$dir.earlier" ] && mv "$dir.earlier" "$dir"
+                [ -e "$OUT.$name.earlier.log" ] && mv "$OUT.$name.earlier.log" "$OUT.$name.log"
+                echo "note: the earlier comparison's $name run is back in $dir; this one is in $dir.failed (if it wrote anything)" >&2
+            fi
+            if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
+                # Ctrl-C, or SIGTERM or SIGUSR1 to this script or to the trainer
+                echo "error: the $name run stopped on signal $((rc - 128)) (see $failed_log); no further run started" >&2
+                exit "$rc"
+            fi
+            echo "error: $name failed, see $failed_log" >&2
             exit 1
         fi
+        rm -rf "$dir.earlier" "$OUT.$name.earlier.log"
         dirs+=("$name=$dir")
         run_dirs+=("$dir")
     done

@@ -51,6 +51,18 @@ MPI_KILL_WAIT=${MPI_KILL_WAIT:-30}
 [[ "$MPI_KILL_WAIT" =~ ^[1-9][0-9]*$ ]] ||
     recipe_die "MPI_KILL_WAIT must be a positive number of seconds, got '$MPI_KILL_WAIT'" "e.g. MPI_KILL_WAIT=60"
 
+# recipe_whole NAME...: each named setting must be a whole number above 0 written in digits. The
+# recipes compute with STEPS and EVAL_EVERY, and bash's arithmetic takes '1e5' (a form the
+# trainer accepts) as an error and carries on without what it was computing (the checkpoint flags
+# among them): such a value stops the recipe here, before anything runs.
+recipe_whole() {
+    local name
+    for name in "$@"; do
+        [[ "${!name}" =~ ^[1-9][0-9]*$ ]] ||
+            recipe_die "$name must be a whole number above 0 in digits, got '${!name}'" "e.g. $name=20000 (not 2e4: the recipe computes with it)"
+    done
+}
+
 # recipe_batch TOTAL B T: checks that a step of TOTAL tokens is whole micro-batches of B x T on
 # each of NGPU ranks, and prints the gradient accumulation that makes it up.
 recipe_batch() {

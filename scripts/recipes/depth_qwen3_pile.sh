@@ -60,6 +60,7 @@ MODEL=${MODEL:-"--arch llama $shape --qk-norm 1 --vocab 50277 --rope-theta $ROPE
 DEPTH_FLAGS=()
 [[ "$MODEL" == *"$shape"* ]] && DEPTH_FLAGS=(--depth-stride "$stride")
 
+recipe_whole STEPS EVAL_EVERY
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
 recipe_checkpoint_flags
 recipe_data "$DATA/pile_train_*.bin" ".venv/bin/python scripts/prepare_pile.py --budget 32e9"

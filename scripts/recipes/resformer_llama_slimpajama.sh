@@ -41,6 +41,7 @@ case "$SIZE" in
 esac
 MODEL=${MODEL:-"--arch llama $shape --vocab 50277 --rope-theta 10000 --max-seq $T"}
 
+recipe_whole STEPS EVAL_EVERY
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
 recipe_checkpoint_flags
 recipe_data "$DATA/slimpajama_train_*.bin" ".venv/bin/python scripts/prepare_slimpajama.py --budget 20e9 --mix resformer"

@@ -32,6 +32,7 @@ MODEL=${MODEL:-"--arch gpt2 --layers 12 --heads 12 --dim 768 --vocab 50257 --max
 EVAL_EVERY=${EVAL_EVERY:-250}
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
 
+recipe_whole STEPS EVAL_EVERY
 recipe_batch "$TOTAL" "$B" "$T" >/dev/null
 recipe_checkpoint_flags
 recipe_data "$DATA/openwebtext_train_*.bin" ".venv/bin/python scripts/prepare_openwebtext.py"

@@ -163,11 +163,39 @@ def test_full_size_commands_for_eight_gpus():
     ("gpt2_124m_owt.sh", {"KEEP_EVERY": 1500}, "KEEP_EVERY=1500 is not a multiple of CHECKPOINT_EVERY=1000"),
     ("sla_gpt2_owt.sh", {"KEEP_EVERY": "-1"}, "KEEP_EVERY must be a non-negative integer, got '-1'"),
     ("depth_qwen3_pile.sh", {"CHECKPOINT_EVERY": 0}, "CHECKPOINT_EVERY must be a positive integer, got '0'"),
+    # bash's arithmetic cannot read 1e5: the recipe went on without its checkpoint flags
+    ("gpt2_124m_owt.sh", {"STEPS": "1e5"}, "STEPS must be a whole number above 0 in digits, got '1e5'"),
+    ("sla_gpt2_owt.sh", {"STEPS": "abc"}, "STEPS must be a whole number above 0 in digits, got 'abc'"),
+    ("resformer_llama_slimpajama.sh", {"STEPS": "0"}, "STEPS must be a whole number above 0 in digits, got '0'"),
+    ("depth_qwen3_pile.sh", {"EVAL_EVERY": "1e3"}, "EVAL_EVERY must be a whole number above 0 in digits, got '1e3'"),
 ])
 def test_bad_settings_stop_before_anything_runs(tmp_path, name, env, needle):
     p = recipe(name, {"OUT": tmp_path / "out", **env}, expect=2)
     assert needle in p.stderr and "HINT" in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_compare_paths_keeps_the_earlier_results_when_a_run_fails(tmp_path):
+    """scripts/compare_paths.sh starts its runs afresh, but the earlier comparison's run and console
+    log are only set aside until the new run has finished: a run that fails (here a bad EXTRA
+    flag) puts them back, and says so. A bad STEPS stops the script before anything is touched."""
+    from test_plot_runs import compare_paths
+    p, out = compare_paths(tmp_path, PATHS="vanilla")
+    assert p.returncode == 0, p.stdout + p.stderr
+    before = {f.name: f.read_bytes() for f in (out / "vanilla").iterdir()}
+    console = (tmp_path / "cmp.vanilla.log").read_text()
+    assert "log.jsonl" in before and console
+    p, out = compare_paths(tmp_path, PATHS="vanilla", EXTRA="--bogus 1")
+    assert p.returncode == 1 and f"the earlier comparison's vanilla run is back in {out / 'vanilla'}" in p.stderr, p.stderr[-2000:]
+    assert {f.name: f.read_bytes() for f in (out / "vanilla").iterdir()} == before
+    assert (tmp_path / "cmp.vanilla.log").read_text() == console
+    assert "unknown flag '--bogus'" in (tmp_path / "cmp.vanilla.failed.log").read_text()
+    assert not (out / "vanilla.earlier").exists()  # (the bad flag stopped the run before it made its directory)
+    p, out = compare_paths(tmp_path, PATHS="vanilla", STEPS="2e2")
+    assert p.returncode == 2 and "STEPS is '2e2'; give a whole number of steps in digits" in p.stderr, p.stderr[-2000:]
+    assert {f.name: f.read_bytes() for f in (out / "vanilla").iterdir()} == before
+    p, out = compare_paths(tmp_path, PATHS="vanilla")  # a new comparison replaces the earlier one
+    assert p.returncode == 0 and not (out / "vanilla.earlier").exists() and not (tmp_path / "cmp.vanilla.earlier.log").exists()
 
 
 def test_a_failed_run_fails_the_recipe(tmp_path):
