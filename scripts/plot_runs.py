@@ -91,15 +91,30 @@ def is_number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+# The trainer writes its counts as C++ integers of at most 64 bits (seed %llu, num_params %zu). A
+# JSON integer has no bound: one of 400 digits is damage, and would be an OverflowError where it
+# meets a float (the x axis, a plot).
+COUNT_LIMIT = 2**64
+
+
 def is_count(x):
-    """A whole number >= 0 (JSON's true and false are not one, though Python's bool is an int)."""
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+    """A whole number 0 <= x < 2^64 (JSON's true and false are not one, though Python's bool is an int)."""
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < COUNT_LIMIT
+
+
+def shown(x):
+    """repr(x) for a message, cut short: a damaged field may hold a 400-digit number."""
+    r = repr(x)
+    return r if len(r) <= 60 else f"{r[:40]}... ({len(r)} characters)"
 
 
 # the fields of a step line (host/logger.h logger_step writes all five on every step)
 STEP_KEYS = ("train_loss", "lr", "grad_norm", "ms", "tok_per_s")
 # config fields that must be whole numbers (the x axis, the table's columns and splicing use them)
 CONFIG_INTS = ("tokens_per_step", "num_params", "max_steps")
+# ... and those that must be whole numbers where present (the settings column and --group use them;
+# older trainers do not write world and zero)
+CONFIG_OPTIONAL_INTS = ("world", "zero", "seed")
 
 
 class Run:
@@ -173,20 +188,21 @@ class Run:
             if key not in record:
                 raise LogError(f"{self.log_path}:{number}: the config line has no \"{key}\"; "
                                "was it written by an older trainer? re-run it, or add the field by hand")
-        for key in CONFIG_INTS:
+        for key in CONFIG_INTS + tuple(k for k in CONFIG_OPTIONAL_INTS if k in record):
             if not is_count(record[key]):
                 raise LogError(f"{self.log_path}:{number}: the config line's \"{key}\" is not a whole number: "
-                               f"{record[key]!r}; the log is damaged: fix that field by hand")
-        if not isinstance(record["value_path"], str):
-            raise LogError(f"{self.log_path}:{number}: the config line's \"value_path\" is not a string: "
-                           f"{record['value_path']!r}; the log is damaged: fix that field by hand")
+                               f"{shown(record[key])} (0 to 2^64 - 1); the log is damaged: fix that field by hand")
+        for key in ("value_path", "arch"):
+            if key in record and not isinstance(record[key], str):  # value_path is there (checked above)
+                raise LogError(f"{self.log_path}:{number}: the config line's \"{key}\" is not a string: "
+                               f"{shown(record[key])}; the log is damaged: fix that field by hand")
         if number > 1:
             if "resumed_from" not in record:
                 raise LogError(f"{self.log_path}:{number}: a second config line without \"resumed_from\": "
                                "two runs wrote to one log; split the file at that line")
             resumed = record["resumed_from"]
             if not is_count(resumed):
-                raise LogError(f"{self.log_path}:{number}: \"resumed_from\" is not a step number: {resumed!r}; "
+                raise LogError(f"{self.log_path}:{number}: \"resumed_from\" is not a step number: {shown(resumed)}; "
                                "the log is damaged: split the file at that line")
             # what the interrupted segment logged after its checkpoint is replaced by the resumed one
             self.steps = {s: r for s, r in self.steps.items() if s <= resumed}
@@ -199,10 +215,13 @@ class Run:
         """value as a float, null read as NaN (the trainer writes null for a non-finite value)."""
         if value is None:
             return math.nan
-        if not is_number(value):
-            raise LogError(f"{self.log_path}:{number}: \"{key}\" is not a number: {value!r}; "
-                           "the log is damaged: delete that line to plot the rest")
-        return float(value)
+        try:
+            if not is_number(value):
+                raise TypeError
+            return float(value)
+        except (TypeError, OverflowError):  # OverflowError: an integer past float's range (400 digits)
+            raise LogError(f"{self.log_path}:{number}: \"{key}\" is not a number: {shown(value)}; "
+                           "the log is damaged: delete that line to plot the rest") from None
 
     def _check_step(self, record, number):
         """Type-check a step line in place: the five fields present and numbers (null -> NaN)."""
@@ -235,8 +254,9 @@ class Run:
 
     def _step_of(self, record, number):
         step = record.get("step")
-        if not isinstance(step, int) or step < 0:
-            raise LogError(f"{self.log_path}:{number}: \"step\" is not a step number: {step!r}")
+        if not is_count(step):
+            raise LogError(f"{self.log_path}:{number}: \"step\" is not a step number: {shown(step)}; "
+                           "the log is damaged: delete that line to plot the rest")
         return step
 
     @property

@@ -59,6 +59,21 @@ def render(record: dict, style: str):
     return harness_clean(record["activity_label"] + ": " + ctx), [harness_clean(e) for e in record["endings"]]
 
 
+def whole_number(x):
+    """A label as an int: a JSON integer, or one written as a string ("2", as HF's copy has it);
+    None for anything else. int() alone read 1.9 as 1 and true as 1: another ending than the
+    record's, scored without a word."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, float):
+        return int(x) if x.is_integer() else None
+    if isinstance(x, str) and re.fullmatch(r"\s*[0-9]+\s*", x):
+        return int(x)
+    return None
+
+
 def read_records(path: str, limit):
     """The split's records, checked: a damaged line is an error naming the line."""
     records = []
@@ -83,6 +98,8 @@ def read_records(path: str, limit):
                 r = json.loads(line)
             except ValueError as e:
                 raise DataError(f"{path}:{n}: not JSON ({e}); delete the file from the cache and re-run to fetch it again") from None
+            except RecursionError:  # valid JSON nested thousands of levels deep: no HellaSwag record is
+                raise DataError(f"{path}:{n}: JSON nested too deeply to read; not a HellaSwag record") from None
             need = ("ctx", "ctx_a", "ctx_b", "activity_label", "endings", "label")
             missing = [k for k in need if k not in r] if isinstance(r, dict) else list(need)
             if missing:
@@ -97,10 +114,10 @@ def read_records(path: str, limit):
             endings = r["endings"]
             if not isinstance(endings, list) or len(endings) < 2 or not all(isinstance(e, str) and e.strip() for e in endings):
                 raise DataError(f"{path}:{n}: 'endings' must be 2 or more non-empty strings")
-            try:
-                label = int(r["label"])
-            except (TypeError, ValueError):
-                raise DataError(f"{path}:{n}: label {r['label']!r} is not an integer") from None
+            label = whole_number(r["label"])
+            if label is None:
+                raise DataError(f"{path}:{n}: label {json.dumps(r['label'])[:40]} is not an integer (the index of the "
+                                f"right ending); not a HellaSwag record")
             if not 0 <= label < len(endings):
                 raise DataError(f"{path}:{n}: label {label} is not one of its {len(endings)} endings")
             r["label"] = label
@@ -116,7 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--input", help="a local hellaswag_SPLIT.jsonl instead of the cached/downloaded one")
     ap.add_argument("--render", choices=("llmc", "harness"), default="llmc", help="how an example becomes text (default llmc; see above)")
     ap.add_argument("--limit", type=cli.positive_int, help="the first N examples only")
-    ap.add_argument("--tokenizer", default="gpt2", help="gpt2 | neox | llama2 (default gpt2): the model's")
+    ap.add_argument("--tokenizer", type=cli.tokenizer_name, default="gpt2",
+                    help="gpt2 | neox | llama2 (default gpt2): the model's")
     ap.add_argument("--tokenizer-path", help="tokenizer file or directory (default: the cache), as for the prepare_* scripts")
     ap.add_argument("--out-dir", default="data/hellaswag", help="where the .vpmc goes (default data/hellaswag)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing file made with other inputs or flags (default: refuse)")

@@ -23,6 +23,7 @@ to fill the cache; we never silently reach for the network.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import sys
 import urllib.error
@@ -144,12 +145,21 @@ def download(url: str, dest: str, sha256: str | None = None, timeout: float = 60
                     break
                 h.update(b)
                 f.write(b)
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
+    except BaseException as e:
+        # Whatever stopped it (a connection cut short, Ctrl-C), the .part file is not the file:
+        # never leave it behind.
         try:
             os.remove(tmp)
         except OSError:
             pass
-        raise DataError(f"could not download {url} to {dest}: {e}; {FILL_HINT}") from None
+        # http.client.HTTPException is not an OSError: IncompleteRead (the server closed the
+        # connection before Content-Length bytes came), BadStatusLine, ...
+        if isinstance(e, (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException)):
+            why = str(e)
+            if isinstance(e, http.client.HTTPException) and type(e).__name__ not in why:
+                why = f"{type(e).__name__}: {why}"  # BadStatusLine's text alone is only the line it got
+            raise DataError(f"could not download {url} to {dest}: {why}; {FILL_HINT}") from None
+        raise
     if sha256 is not None and h.hexdigest() != sha256:
         os.remove(tmp)
         raise DataError(f"download of {url} has sha256 {h.hexdigest()}, expected {sha256}; not kept")

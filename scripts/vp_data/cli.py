@@ -76,12 +76,24 @@ def fraction(s: str) -> float:
     return v
 
 
+def tokenizer_name(s: str) -> str:
+    """--tokenizer: an unknown name is a usage error (exit 2, with the valid names), found before
+    anything is read, as for every other bad flag value; it was a data error (exit 1) found later."""
+    from .tokenizer import canonical_name
+
+    try:
+        return canonical_name(s)
+    except DataError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_common_args(ap: argparse.ArgumentParser, *, out_dir: str, tokenizer: str, shard_size: int) -> None:
     """`out_dir` is the default shown in --help; "data/<name>" means "derived from --name"."""
     g = ap.add_argument_group("output and running")
     g.add_argument("--out-dir", default=None if "<" in out_dir else out_dir,
                    help=f"where shards, the manifest and the .vptok file go (default {out_dir})")
-    g.add_argument("--tokenizer", default=tokenizer, help=f"gpt2 | neox | llama2 (default {tokenizer})")
+    g.add_argument("--tokenizer", type=tokenizer_name, default=tokenizer,
+                   help=f"gpt2 | neox | llama2 (default {tokenizer})")
     g.add_argument("--tokenizer-path", help="tokenizer file (tokenizer.json / tokenizer.model) or, for gpt2, the "
                    "directory with encoder.json + vocab.bpe; default: the cache ($VALUEPATH_CACHE/tokenizers/...)")
     g.add_argument("--shard-size", type=shard_size_arg, default=shard_size,

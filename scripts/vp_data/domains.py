@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 
 from . import DataError, cache, cli, tokenizer
-from .pipeline import Job, Source, StreamSpec
+from .pipeline import Job, Source, StreamSpec, split_name_problem
 from .readers import base_name, detect_format, read_jsonl, read_parquet
 
 # ("holdout" is not a split word: SlimPajama names both validation and test files example_holdout_N.)
@@ -280,8 +280,15 @@ def main(corpus: Corpus, doc: str, argv=None) -> int:
         mix = corpus.parse_mix(args.mix or corpus.default_mix) if args.budget else None
     except DataError as e:  # a bad flag value: a usage error, as argparse's own
         ap.error(str(e))
+    # an unknown domain name is a bad flag value: a usage error (exit 2) naming the valid ones
+    def full_or_usage_error(flag, name):
+        try:
+            return corpus.full(name)
+        except DataError as e:
+            ap.error(f"argument {flag}: {e}")
+
     if args.domains:
-        domains = [corpus.full(d.strip()) for d in args.domains.split(",") if d.strip()]
+        domains = [full_or_usage_error("--domains", d.strip()) for d in args.domains.split(",") if d.strip()]
     elif mix is not None:
         domains = sorted(mix)
     else:
@@ -290,7 +297,7 @@ def main(corpus: Corpus, doc: str, argv=None) -> int:
         mix = {k: v for k, v in mix.items() if k in domains}
         if not mix:
             raise DataError("--domains leaves no domain of --mix")
-    default_domain = corpus.full(args.default_domain) if args.default_domain else None
+    default_domain = full_or_usage_error("--default-domain", args.default_domain) if args.default_domain else None
 
     spec = tokenizer.resolve(args.tokenizer, args.tokenizer_path)
     if args.input_dir:
@@ -328,8 +335,24 @@ def main(corpus: Corpus, doc: str, argv=None) -> int:
     def keep(doc) -> bool:
         return domains is None or doc.key in domains
 
+    val_names: dict = {}  # domain value -> its val stream, checked once
+
     def val_stream(doc) -> str:
-        return "val_" + corpus.short(doc.key) if args.val_by_domain else "val"
+        if not args.val_by_domain:
+            return "val"
+        name = val_names.get(doc.key)
+        if name is None:
+            name = "val_" + corpus.short(doc.key)
+            # Checked where a domain is first seen, before any tokenizing: a --domain-field that holds
+            # the text makes a file name of kilobytes, which used to fail only at its first shard.
+            problem = split_name_problem(corpus.name, name)
+            if problem:
+                shown = f"{doc.key[:40]!r}{'...' if len(doc.key) > 40 else ''} ({len(doc.key):,} characters)"
+                raise DataError(f"--domain-field {args.domain_field}: the domain {shown} cannot name a per-domain "
+                                f"val set ({problem}); pass the --domain-field that holds the domain, or "
+                                f"--val-by-domain 0 for one val set")
+            val_names[doc.key] = name
+        return name
 
     train_quota = None
     if args.budget:

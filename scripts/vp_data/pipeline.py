@@ -21,7 +21,9 @@ per-domain token counts used for budgets). A re-run with the same inputs and fla
 checks the finished shards, skips every document before each stream's resume position
 without tokenizing it, and drops the first `offset` tokens of the document at it. The
 result is byte-identical to an uninterrupted run. Shards are written to `<name>.tmp` and
-renamed, so an interrupted write never leaves a complete-looking shard.
+renamed, so an interrupted write never leaves a complete-looking shard. The fingerprint has
+the inputs' names and sizes only, so the document at each resume point is checked against a
+digest in the manifest (doc_digest): other content of the same size is refused, not mixed in.
 """
 
 from __future__ import annotations
@@ -64,11 +66,40 @@ MAX_HEAD_TOKENS = 2**31 - 1
 # Shard numbers have six digits (000000 to 999999): a seventh would sort shard 1,000,000's name
 # between _100000 and _100001, and the trainer reads a data set's shards in name (byte) order.
 MAX_SHARDS = 1_000_000
+# The longest file name (bytes) of ext4, XFS, btrfs, tmpfs and most other file systems.
+NAME_MAX = 255
 
 
 def fold_limit(shard_size: int) -> int:
     """A last shard with fewer tokens than this goes into the previous one."""
     return min(FOLD_MAX + 1, shard_size // 2)
+
+
+def doc_digest(toks: np.ndarray) -> str:
+    """What a shard's resume point records of the document it falls in: BLAKE2b-128 of the
+    document's token ids as little-endian uint32 (delimiter included). The manifest's fingerprint
+    has only the inputs' names and sizes (hashing many GB of inputs on every run is too slow), so a
+    file replaced by other content of the same size (a reshuffled export) passes it; the document
+    at the resume point then differs, and a resume that would mix the two contents is refused.
+    One small hash per shard, of tokens the run has anyway."""
+    return hashlib.blake2b(np.ascontiguousarray(toks, dtype="<u4").tobytes(), digest_size=16).hexdigest()
+
+
+def split_name_problem(prefix: str, split: str) -> str | None:
+    """Why `split` cannot be the split part of a shard's file name (PREFIX_SPLIT_NNNNNN.bin), or None.
+    Asked when a stream is first made, before any tokenizing: a val set named after a domain value
+    (a --domain-field that holds the text) used to fail only when its first shard was written."""
+    if not split or "/" in split or "\0" in split:
+        return "a file name part cannot be empty or hold '/' or NUL"
+    longest = f"{prefix}_{split}_{MAX_SHARDS - 1:06d}.bin.tmp"
+    n = len(longest.encode("utf-8", "surrogatepass"))
+    if n > NAME_MAX:
+        return f"its shard files would have names of {n:,} bytes, and a file system allows {NAME_MAX}"
+    return None
+
+
+class InputsChanged(DataError):
+    """A resume found other documents than the earlier run had at its resume point."""
 
 
 class StopRequested(Exception):
@@ -104,6 +135,7 @@ class Stream:
         self.finished = False
         self.resume_pos: tuple | None = None  # skip documents before this position
         self.resume_off = 0  # ... and this many tokens of the document at it
+        self.resume_doc: str | None = None  # ... whose doc_digest this must be (None: not recorded)
         self.counts: dict[str, int] = {}  # tokens accepted per quota key
         self.docs = 0  # documents accepted (the one a shard ends in included)
         self.parts: list[np.ndarray] = []
@@ -165,16 +197,18 @@ class Stream:
 
     # -- writing
     def append(self, toks: np.ndarray, pos: tuple, start_off: int) -> None:
-        i, n = 0, len(toks)
+        """Append the document's tokens from `start_off` on (the whole document is passed so that a
+        shard ending inside it can record its digest: see doc_digest)."""
+        i, n = start_off, len(toks)
         while i < n:
             take = min(self.capacity() - self.fill, n - i)
             self.parts.append(toks[i : i + take])
             self.fill += take
             i += take
             if self.fill == self.capacity():
-                self._flush([pos[0], pos[1], start_off + i])
+                self._flush([pos[0], pos[1], i], doc_digest(toks))
 
-    def _flush(self, resume) -> None:
+    def _flush(self, resume, resume_doc: str | None = None) -> None:
         i = self._index()
         path = os.path.join(self.job.out_dir, self.filename(i))
         version = self.job.shard_version
@@ -187,17 +221,18 @@ class Stream:
         for c in chunks:
             h.update(c)
         write_atomic(path, chunks, HEADER_BYTES + self.fill * dtype.itemsize)
-        self.shards.append(
-            {
-                "file": os.path.basename(path),
-                "split": self.split_name(i),
-                "tokens": self.fill,
-                "sha256": h.hexdigest(),
-                "resume": resume,  # None: the stream's last shard
-                "docs": self.docs,
-                "counts": dict(self.counts),
-            }
-        )
+        entry = {
+            "file": os.path.basename(path),
+            "split": self.split_name(i),
+            "tokens": self.fill,
+            "sha256": h.hexdigest(),
+            "resume": resume,  # None: the stream's last shard
+            "docs": self.docs,
+            "counts": dict(self.counts),
+        }
+        if resume is not None:
+            entry["resume_doc"] = resume_doc
+        self.shards.append(entry)
         self.parts = []
         self.fill = 0
         self.job.on_shard_written(self)
@@ -259,7 +294,85 @@ class Stream:
             else:
                 self.resume_pos = (last["resume"][0], last["resume"][1])
                 self.resume_off = last["resume"][2]
+                # manifests written before the digest was recorded resume unchecked
+                self.resume_doc = last.get("resume_doc")
         return len(kept)
+
+
+# ---------------------------------------------------------------- manifest structure
+
+class ManifestDamaged(ValueError):
+    """A manifest that is valid JSON of our format but not of the structure this code writes."""
+
+
+def check_manifest(m: dict) -> None:
+    """Check every field a resume reads, in one place, before anything uses it. Without this a hand
+    edit (a shard's "split" null, "docs" a list, a count a string) passed the reading and failed
+    later in arithmetic or sorting, with a traceback, or resumed on garbage."""
+
+    def fail(where, what):
+        raise ManifestDamaged(f"{where}: {what}")
+
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def is_name(v):  # of a stream or split: part of shard file names
+        return isinstance(v, str) and len(v) <= NAME_MAX and re.fullmatch(r"[a-z0-9_]+", v) is not None
+
+    def get(d, key, where, kinds, need=True, what=None):
+        """d[key] if it is one of `kinds` (a missing key is None, allowed unless `need`)."""
+        if key not in d:
+            if need:
+                fail(where, f"no {key!r}")
+            return None
+        v = d[key]
+        if not kinds(v):
+            fail(f"{where}.{key}", f"{v!r:.60} is not {what}")
+        return v
+
+    if "complete" in m and not isinstance(m["complete"], bool):
+        fail("complete", f"{m['complete']!r:.60} is not true or false")
+    streams = m.get("streams", {})
+    if not isinstance(streams, dict):
+        fail("streams", "not an object")
+    for name, st in streams.items():
+        where = f"streams.{name}"
+        # a stream's name becomes part of its shard file names
+        if not is_name(name):
+            fail(where, "not a stream name (lowercase letters, digits and '_')")
+        if not isinstance(st, dict):
+            fail(where, "not an object")
+        get(st, "finished", where, lambda v: isinstance(v, bool), need=False, what="true or false")
+        shards = get(st, "shards", where, lambda v: isinstance(v, list), need=False, what="a list")
+        for i, e in enumerate(shards or []):
+            w = f"{where}.shards[{i}]"
+            if not isinstance(e, dict):
+                fail(w, "not an object")
+            get(e, "file", w, lambda v: isinstance(v, str) and v not in ("", ".", "..") and "/" not in v
+                and "\0" not in v, what="a file name")
+            get(e, "split", w, is_name, what="a split name")
+            get(e, "tokens", w, is_int, what="a count")
+            get(e, "docs", w, is_int, what="a count")
+            get(e, "sha256", w, lambda v: v is None or isinstance(v, str), need=False, what="a hash")
+            get(e, "resume_doc", w, lambda v: v is None or isinstance(v, str), need=False, what="a hash")
+            get(e, "resume", w, lambda v: v is None or (isinstance(v, list) and len(v) == 3 and all(map(is_int, v))),
+                what="null or [source, document, offset]")
+            get(e, "counts", w, lambda v: isinstance(v, dict) and all(map(is_int, v.values())),
+                what="an object of counts")
+    sources = m.get("sources") or {}
+    if not isinstance(sources, dict):
+        fail("sources", "not an object")
+    for k, d in sources.items():
+        where = f"sources.{k}"
+        if not k.isdigit():
+            fail(where, "not a source number")
+        if not isinstance(d, dict):
+            fail(where, "not an object")
+        get(d, "stop", where, lambda v: v is None or (isinstance(v, list) and len(v) == 2 and all(map(is_int, v))),
+            need=False, what="null or [source, document]")
+        get(d, "done", where, lambda v: isinstance(v, bool), need=False, what="true or false")
+        get(d, "fed", where, lambda v: isinstance(v, list) and all(map(is_name, v)), need=False,
+            what="a list of stream names")
 
 
 # ---------------------------------------------------------------- sources
@@ -419,12 +532,19 @@ class Job:
         self.complete = False
         self.vptok_name = f"{tokenizer.name}.vptok"
         self._closed: list = []
+        self._workers: list = []  # the pool's processes, watched for one that dies (see _check_workers)
+        self._source_names: list = []
 
     # -- streams
     def stream(self, name: str) -> Stream:
         s = self.streams.get(name)
         if s is None:
             spec = self.stream_factory(name)
+            for split in (spec.split, spec.head_split) if spec.head_tokens else (spec.split,):
+                problem = split_name_problem(self.prefix, split)
+                if problem:  # a script checks its own names first, with a hint that fits (domains.py)
+                    raise DataError(f"cannot name the shards of stream '{name[:60]}'"
+                                    f"{'...' if len(name) > 60 else ''}: {problem}")
             s = self.streams[name] = Stream(spec, self)
         return s
 
@@ -479,11 +599,13 @@ class Job:
         if m is None:
             return
         try:
+            check_manifest(m)
             all_kept = self._restore(m)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             # valid JSON of the right format, but not the structure this code writes (edited by hand)
             if not self.overwrite:
-                raise DataError(f"{self.manifest_path}: damaged ({type(e).__name__}: {e}); pass --overwrite to "
+                what = str(e) if isinstance(e, ManifestDamaged) else f"{type(e).__name__}: {e}"
+                raise DataError(f"{self.manifest_path}: damaged ({what}); pass --overwrite to "
                                 f"start over (it replaces the '{self.prefix}' shards beside it)") from None
             self.streams, self.sources, self.reused = {}, {}, 0
             self._remove_own()
@@ -557,6 +679,21 @@ class Job:
 
     # -- running
     def run(self, sources: list) -> int:
+        try:
+            return self._run(sources)
+        except InputsChanged:
+            if not self.overwrite:
+                raise
+        # Found while resuming (the names and sizes of the inputs match, so the manifest was taken
+        # for ours): --overwrite means start again, as it does for a manifest of other inputs.
+        print("note: the inputs changed since the earlier run; --overwrite: starting again", file=sys.stderr)
+        self._remove_own()
+        self.streams, self.sources, self.reused, self.complete = {}, {}, 0, False
+        self.stats = Stats()
+        self.bad = BadRecords(self.bad.skip, self.bad.max_warnings)
+        return self._run(sources)  # nothing to resume now, so this cannot come back here
+
+    def _run(self, sources: list) -> int:
         t0 = time.time()
         self.tok = build(self.spec)
         # uint16 shards whenever the vocabulary fits (all three supported tokenizers do).
@@ -571,6 +708,8 @@ class Job:
             self._summary(t0, note="already complete, nothing to do")
             return 0
         _WORKER.update(tok=self.tok, spec=self.spec, tf=self.tf)
+        self._source_names = [src.name for src in sources]
+        self._workers = []
         pool = None
         if self.workers > 1:
             # Fork before tqdm starts its monitor thread and before the parent encodes
@@ -578,7 +717,12 @@ class Job:
             # process with running threads is unsafe. Loading a tokenizer starts none.
             method = "fork" if sys.platform.startswith("linux") else "spawn"
             ctx = multiprocessing.get_context(method)
+            before = {p.pid for p in ctx.active_children()}
             pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.spec, self.tf))
+            # multiprocessing.Pool quietly replaces a worker that dies (the OOM killer, a kill -9), but
+            # the batch it held is lost and its result never comes: the run would wait forever. The
+            # pool's processes are this process's new children (Pool keeps them in a private list).
+            self._workers = [p for p in ctx.active_children() if p.pid not in before]
         ok = False
         try:
             export_vptok(self.tok, os.path.join(self.out_dir, self.vptok_name))
@@ -699,9 +843,54 @@ class Job:
                 self._consume(st, targets, *pending.popleft())
         while pending:
             self._consume(st, targets, *pending.popleft())
+        for s in self.streams.values():
+            # The source ended before a stream's resume point (a shorter input): finishing that stream
+            # now would leave the rest of the earlier input out without a word.
+            if not s.finished and s.resume_pos is not None and s.resume_pos[0] == sno:
+                raise self._inputs_changed(f"{self._source_name(sno)} ends before document {s.resume_pos[1]:,}, "
+                                           f"where stream {s.spec.name} resumes")
+
+    def _source_name(self, sno: int) -> str:
+        name = self._source_names[sno] if sno < len(self._source_names) else ""
+        return f"input '{name}'" if name else f"input {sno}"
+
+    def _inputs_changed(self, what: str) -> DataError:
+        return InputsChanged(f"cannot resume '{self.prefix}': the inputs changed since the earlier run ({what}), "
+                             f"so the shards in {self.out_dir} hold other documents; pass --overwrite to start "
+                             f"again, or restore the inputs of that run")
+
+    def _check_workers(self) -> None:
+        """A dead worker is an error whenever it is noticed (before each batch is used, and while
+        waiting for one): whether it held a batch cannot be told, and one that did never answers."""
+        for p in self._workers:
+            code = p.exitcode  # polls (waitpid WNOHANG); None while it runs
+            if code is None:
+                continue
+            if code < 0:
+                try:
+                    sig = signal.Signals(-code).name
+                except ValueError:
+                    sig = f"signal {-code}"
+                how = f"killed by {sig}" + (": out of memory?" if -code == signal.SIGKILL else "")
+            else:
+                how = f"exited with code {code}"
+            raise DataError(f"a tokenizer worker died ({how}); the {self.totals()['shards']} finished shard(s) in "
+                            f"{self.out_dir} are kept; re-run the same command to resume (with fewer --workers if "
+                            f"memory is short)")
+
+    def _result(self, result) -> list:
+        if not self._workers:
+            return result.get()
+        self._check_workers()
+        # get() would wait forever for the batch of a worker that died: wait in short steps, looking
+        # at the workers in between (a ready result returns at once, so this costs no throughput).
+        while not result.ready():
+            result.wait(0.1)
+            self._check_workers()
+        return result.get()
 
     def _consume(self, st: SourceState, targets, meta, result) -> None:
-        arrays = result.get()
+        arrays = self._result(result)
         ntok = 0
         for (pos, s, key), toks in zip(meta, arrays):
             if st.stop is not None and pos > st.stop:
@@ -712,16 +901,18 @@ class Job:
             if s.resume_pos is not None:
                 if pos == s.resume_pos:
                     off = s.resume_off
+                    if (s.resume_doc is not None and doc_digest(toks) != s.resume_doc) or off > len(toks):
+                        raise self._inputs_changed(f"document {pos[1]:,} of {self._source_name(pos[0])}, where "
+                                                   f"stream {s.spec.name} resumes, is not the one it was")
                     s.resume_pos = None
-                    s.append(toks[off:], pos, off)  # accepted and counted before the interruption
+                    s.append(toks, pos, off)  # accepted and counted before the interruption
                     ntok += len(toks) - off
                     self._check_stop(st, targets, s, pos)
                     continue
                 if pos > s.resume_pos:
-                    raise DataError(
-                        f"cannot resume '{self.prefix}': the document where stream {s.spec.name} stopped "
-                        f"({s.resume_pos}) is gone; the input changed. Pass --overwrite to start over"
-                    )
+                    # the document at the resume point is empty now (skipped above) or the input shorter
+                    raise self._inputs_changed(f"document {s.resume_pos[1]:,} of {self._source_name(pos[0])}, "
+                                               f"where stream {s.spec.name} resumes, is gone")
                 continue
             if not s.accept(key, len(toks)):
                 self.stats.rejected += 1

@@ -6,13 +6,16 @@ Formats: plain text `.txt` (optionally `.gz`/`.zst`), JSON lines `.jsonl`/`.json
 
 Bad input is reported through a `BadRecords` policy: by default the first bad record
 raises a DataError naming the file and line (or row); with --skip-bad-records it is
-skipped and counted. A corrupt compressed stream (broken zstd frame, truncated gzip) ends
-that file: we cannot find the next record boundary inside a broken frame.
+skipped and counted. A corrupt compressed stream (broken zstd frame, truncated gzip, a 0-byte
+.gz/.zst) ends that file: we cannot find the next record boundary inside a broken frame. A
+damaged Parquet page costs the rest of its row group (each row counted), and text with bytes
+that are not UTF-8 the document that holds them.
 """
 
 from __future__ import annotations
 
 import codecs
+import collections
 import gzip
 import json
 import os
@@ -39,16 +42,20 @@ class BadRecords:
 
     def __init__(self, skip: bool = False, max_warnings: int = 10):
         self.skip = skip
-        self.count = 0
+        self.count = 0  # records skipped
+        self.warned = 0  # messages: one may stand for many records
         self.max_warnings = max_warnings
 
-    def __call__(self, where: str, msg: str) -> None:
+    def __call__(self, where: str, msg: str, records: int = 1) -> None:
+        """`records`: how many records this skips, where that is known (the rest of a Parquet row
+        group); the summary's count is what was skipped, not how many messages were printed."""
         if not self.skip:
             raise DataError(f"{where}: {msg} (pass --skip-bad-records to skip and count such records)")
-        self.count += 1
-        if self.count <= self.max_warnings:
+        self.count += records
+        self.warned += 1
+        if self.warned <= self.max_warnings:
             print(f"warning: skipped bad record: {where}: {msg}", file=sys.stderr)
-            if self.count == self.max_warnings:
+            if self.warned == self.max_warnings:
                 print("warning: (further bad-record warnings suppressed; see the summary count)", file=sys.stderr)
 
 
@@ -79,7 +86,10 @@ def _zstd_chunks(f) -> Iterator[bytes]:
     # reader silently stops at a truncated frame, which would hide a broken download.
     import zstandard
 
-    dctx = zstandard.ZstdDecompressor()
+    # zstd refuses by default a frame whose window is over 128 MB (window log 27), but `zstd --long=31`
+    # (and the library's window_log=31) writes valid frames with a window up to 2 GB; its own CLI reads
+    # them with --long=31 (= --memory=2GB). Only a frame that needs it gets the memory.
+    dctx = zstandard.ZstdDecompressor(max_window_size=2**31)
     dobj = None
     while True:
         buf = f.read(CHUNK)
@@ -108,6 +118,12 @@ def byte_chunks(path: str) -> Iterator[bytes]:
     comp = compression_of(path)
     try:
         with open(path, "rb") as f:
+            if comp is not None and os.fstat(f.fileno()).st_size == 0:
+                # gzip and zstd readers take an empty file for an empty stream, but no compressor
+                # writes 0 bytes (an empty input still gets a header): this is an interrupted copy
+                # or download, not an empty corpus
+                raise _Corrupt(f"the file is empty (0 bytes), which is not a valid {comp} stream (an interrupted copy "
+                               f"or download?)")
             if comp == "zstd":
                 yield from _zstd_chunks(f)
             elif comp == "gzip":
@@ -152,7 +168,9 @@ def iter_lines(path: str, bad: BadRecords) -> Iterator[tuple[int, bytes]]:
                 lineno += 1
                 yield lineno, line
     except _Corrupt as e:
-        bad(f"{path}:line {lineno + 1}", f"{e}; records after line {lineno} of this file could not be read")
+        lost = (f"records after line {lineno} of this file could not be read" if lineno
+                else "no record of this file could be read")
+        bad(f"{path}:line {lineno + 1}", f"{e}; {lost}")
         return
     rest = b"".join(held)
     if rest:
@@ -167,7 +185,7 @@ def _get_field(obj, dotted: str):
             # Some dumps store `meta` as a JSON string rather than an object.
             try:
                 obj = json.loads(obj)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
                 raise KeyError(part) from None
         if not isinstance(obj, dict) or part not in obj:
             raise KeyError(part)
@@ -215,6 +233,11 @@ def read_jsonl(path: str, bad: BadRecords, text_field: str = "text", key_field: 
         except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
             bad(where, f"invalid JSON: {e}")
             continue
+        except RecursionError:
+            # valid JSON nested deeper than the parser's recursion limit ('[' * 200000): no text
+            # corpus writes that, and it cannot be read without a stack that deep
+            bad(where, "JSON nested too deeply to read (thousands of levels of [ or {)")
+            continue
         r = _text_and_key(rec, where, text_field, key_field, key_required, bad)
         if r is not None:
             yield Doc(r[0], where, r[1])
@@ -226,11 +249,23 @@ def read_parquet(path: str, bad: BadRecords, text_field: str = "text", key_field
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        open(path, "rb").close()  # a missing file, a directory, no permission: the user's to fix, not skippable
     except FileNotFoundError:
         raise DataError(f"input file not found: {path}") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a directory, expected a file") from None
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    try:
+        # Checks each page's CRC where the writer stored one (pyarrow's write_page_checksum): a damaged
+        # page is then an error instead of garbage text. Pages written without a CRC are not checked;
+        # a flipped byte inside one can still decode as other text, which nothing here can tell.
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: cannot read as Parquet: {e}") from None
+        # no readable footer (a truncated copy, a 0-byte file, not Parquet at all): like a broken
+        # compressed stream, no row of the file can be found
+        bad(path, f"cannot read as Parquet: {e}; no row of this file could be read")
+        return
     names = pf.schema_arrow.names
     tcol = text_field.split(".")[0]
     if tcol not in names:
@@ -239,17 +274,49 @@ def read_parquet(path: str, bad: BadRecords, text_field: str = "text", key_field
     kcol = key_field.split(".")[0] if key_field else None
     if kcol and kcol in names and kcol != tcol:
         cols.append(kcol)
+    meta = pf.metadata
     row = 0
+    # Row group by row group: the footer holds where each one starts, so a damaged page costs only
+    # the rest of its row group, and the message can say which one.
+    for g in range(meta.num_row_groups):
+        end = row + meta.row_group(g).num_rows
+        try:
+            for batch in pf.iter_batches(batch_size=batch_size, columns=cols, row_groups=[g]):
+                for rec in _batch_rows(batch):
+                    where = f"{path}: row {row}"
+                    row += 1
+                    if isinstance(rec, UnicodeDecodeError):
+                        bad(where, f"invalid UTF-8 in a string column: {rec}")
+                        continue
+                    r = _text_and_key(rec, where, text_field, key_field, key_required, bad)
+                    if r is not None:
+                        yield Doc(r[0], where, r[1])
+        except (pa.ArrowException, OSError) as e:
+            # A damaged page: pyarrow raises a plain OSError for most ("Corrupt snappy compressed
+            # data.", a page header that does not parse, a CRC mismatch), ArrowInvalid for others.
+            # The rows of this row group not yet read are lost, and counted as such.
+            lost = max(end - row, 1)
+            bad(f"{path}: row {row} (row group {g} of {meta.num_row_groups})",
+                f"corrupt Parquet data: {e}; rows {row} to {row + lost - 1} (the rest of the row group) could "
+                f"not be read",
+                records=lost)
+            row = max(end, row + 1)
+
+
+def _batch_rows(batch) -> list:
+    """A record batch as dicts. pyarrow does not check that a string column is UTF-8 when it reads
+    one, only when it converts it, and then fails the whole batch: the rows are converted one by
+    one, so that each bad row (its UnicodeDecodeError in its place) is a bad record of its own."""
     try:
-        for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
-            for rec in batch.to_pylist():
-                where = f"{path}: row {row}"
-                row += 1
-                r = _text_and_key(rec, where, text_field, key_field, key_required, bad)
-                if r is not None:
-                    yield Doc(r[0], where, r[1])
-    except pa.ArrowException as e:
-        bad(f"{path}: row {row}", f"corrupt Parquet data: {e}")
+        return batch.to_pylist()
+    except UnicodeDecodeError:
+        rows = []
+        for i in range(batch.num_rows):
+            try:
+                rows.append(batch.slice(i, 1).to_pylist()[0])
+            except UnicodeDecodeError as e:
+                rows.append(e)
+        return rows
 
 
 def read_hf_dataset(ds, name: str, bad: BadRecords, text_field: str = "text", batch_size: int = 1000) -> Iterator[Doc]:
@@ -273,21 +340,43 @@ SPLIT_MODES = ("file", "blank-line", "line", "eot")
 EOT_MARK = "<|endoftext|>"
 
 
-def _decoded(path: str, bad: BadRecords, normalize_newlines: bool) -> Iterator[str]:
-    """UTF-8 text of a file in chunks; CRLF/CR -> LF when asked (before any splitting)."""
-    dec = codecs.getincrementaldecoder("utf-8")("strict")
-    offset = 0
+# What the "surrogateescape" error handler makes of bytes that are not UTF-8: one lone surrogate
+# per byte, which no valid UTF-8 decodes to (strict UTF-8 refuses encoded surrogates too). A run of
+# them is one entry of `bad_at` below.
+_ESCAPED = re.compile("[\udc80-\udcff]+")
+
+
+def _decoded(path: str, bad: BadRecords, normalize_newlines: bool, bad_at: collections.deque) -> Iterator[str]:
+    """UTF-8 text of a file in chunks; CRLF/CR -> LF when asked (before any splitting).
+
+    A byte that is not UTF-8 stays in the text as a lone surrogate (surrogateescape), and the file
+    offset of each run of them is appended to `bad_at`, in order: the document it ends up in is the
+    bad record (read_text), where replacing it and going on would keep a damaged document and
+    count only the first bad byte of the file."""
+    dec = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+    offset = 0  # bytes read
+    done = 0  # bytes decoded into text (the decoder holds back an incomplete character)
     hold_cr = False
+    run_open = False  # the text so far ends in a bad byte: a run at the start of the next piece continues it
+
+    def note_bad(s: str) -> None:
+        nonlocal run_open
+        if not s:
+            return
+        at, pos = done, 0
+        for m in _ESCAPED.finditer(s):
+            at += len(s[pos : m.start()].encode("utf-8", "surrogateescape"))  # bytes up to the run
+            pos = m.start()
+            if not (m.start() == 0 and run_open):
+                bad_at.append(at)
+        run_open = bool(_ESCAPED.match(s[-1]))
+
     try:
         for chunk in byte_chunks(path):
-            try:
-                s = dec.decode(chunk)
-            except UnicodeDecodeError as e:
-                bad(f"{path}: byte {offset + e.start}", "invalid UTF-8")
-                # Only reached with --skip-bad-records: carry on, replacing bad bytes.
-                dec = codecs.getincrementaldecoder("utf-8")("replace")
-                s = dec.decode(chunk)
+            s = dec.decode(chunk)
             offset += len(chunk)
+            note_bad(s)
+            done = offset - len(dec.getstate()[0])
             if normalize_newlines:
                 if hold_cr:
                     s = "\r" + s
@@ -298,12 +387,10 @@ def _decoded(path: str, bad: BadRecords, normalize_newlines: bool) -> Iterator[s
             if s:
                 yield s
     except _Corrupt as e:
-        bad(f"{path}: byte {offset}", f"{e}; the rest of this file could not be read")
-    try:
-        tail = dec.decode(b"", final=True)
-    except UnicodeDecodeError:
-        bad(f"{path}: byte {offset}", "invalid UTF-8 at end of file")
-        tail = ""
+        lost = "the rest of this file could not be read" if offset else "nothing of this file could be read"
+        bad(f"{path}: byte {offset}", f"{e}; {lost}")
+    tail = dec.decode(b"", final=True)  # an incomplete character at the end: escaped, so bad
+    note_bad(tail)
     if hold_cr:
         tail = "\r" + tail
     if normalize_newlines:
@@ -339,9 +426,14 @@ def split_stream(chunks: Iterator[str], delim: str, keep: bool) -> Iterator[str]
 def read_text(path: str, bad: BadRecords, split: str = "file", normalize_newlines: bool = False) -> Iterator[Doc]:
     """A text file as documents: the whole file, blank-line sections, lines, or
     `<|endoftext|>`-separated stories (TinyStories' format)."""
-    chunks = _decoded(path, bad, normalize_newlines)
+    bad_at = collections.deque()  # file offsets of the bytes that are not UTF-8, not yet reported
+    chunks = _decoded(path, bad, normalize_newlines, bad_at)
     if split == "file":
-        yield Doc("".join(chunks), f"{path}")
+        text = "".join(chunks)
+        if not bad_at:
+            yield Doc(text, f"{path}")
+        else:
+            bad(f"{path}: byte {bad_at[0]}", "invalid UTF-8")
         return
     if split == "blank-line":
         pieces = split_stream(chunks, "\n\n", keep=True)
@@ -352,6 +444,15 @@ def read_text(path: str, bad: BadRecords, split: str = "file", normalize_newline
     else:
         raise DataError(f"unknown --doc-split {split!r}; choose one of {', '.join(SPLIT_MODES)}")
     for i, p in enumerate(pieces):
+        # bad_at is non-empty only while a bad byte read so far has not been reported: it is the
+        # next document's, or a later one's (reading runs ahead of splitting), so only then search
+        n = len(_ESCAPED.findall(p)) if bad_at else 0
+        if n:
+            at = bad_at[0]
+            for _ in range(min(n, len(bad_at))):
+                bad_at.popleft()
+            bad(f"{path}: byte {at}", f"invalid UTF-8 (in document {i} of this file, counting from 0)")
+            continue
         yield Doc(p, f"{path}: document {i}")
 
 

@@ -162,7 +162,7 @@ def test_damaged_manifest_with_our_fingerprint(tmp_path, run_script, lines_txt):
     m["streams"]["main"]["shards"] = [{"tokens": 1}]
     (out / "r.manifest.json").write_text(json.dumps(m))
     r = run_script("prepare_text", *args, expect=1)
-    assert "damaged (KeyError" in r.err and "--overwrite" in r.err
+    assert "damaged (streams.main.shards[0]: no 'file')" in r.err and "--overwrite" in r.err
     run_script("prepare_text", *args, "--overwrite")
     assert all_files_digest(out) == want
 
@@ -433,3 +433,230 @@ def test_a_domain_budget_met_exactly_takes_no_more_documents():
     assert s.accept("b", 4) and s.full()  # the overshoot of one document per key
     assert not s.accept("c", 1)  # a key without a quota takes nothing
     assert s.counts == {"a": 5, "b": 7}
+
+
+# ---------------------------------------------------------------- a second audit
+
+@pytest.fixture(scope="module")
+def numbered_jsonl(tmp_path_factory):
+    """3,000 distinct documents of 20 to 69 words ("Document 17: word0 word1 ..."), as JSON lines."""
+    d = tmp_path_factory.mktemp("numbered")
+    lines = [json.dumps({"text": f"Document {i}: " + " ".join(f"word{j}" for j in range(20 + i * 7 % 50))})
+             for i in range(3000)]
+    p = d / "corp.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p, lines
+
+
+def test_a_killed_tokenizer_worker_stops_the_run_and_it_resumes(tmp_path, numbered_jsonl):
+    # multiprocessing.Pool replaces a worker that dies (OOM killer, kill -9) but loses its batch,
+    # whose result never came: the run waited forever. Here a pool child SIGKILLs itself when it is
+    # handed the batch holding document 1500.
+    import signal
+    import subprocess
+    import sys
+
+    from vptest import SCRIPTS
+
+    src, _ = numbered_jsonl
+    argv = [str(src), "--name", "k", "--val-split", "none", "--shard-size", "2000", "--no-progress"]
+    code = ("import os, runpy, signal, sys\n"
+            f"sys.path.insert(0, {SCRIPTS!r})\n"
+            "from vp_data import pipeline\n"
+            "real = pipeline._encode_batch\n"
+            "def _encode_batch(texts):\n"
+            "    if any(t.startswith('Document 1500:') for t in texts):\n"
+            "        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return real(texts)\n"
+            "_encode_batch.__module__, _encode_batch.__qualname__ = 'vp_data.pipeline', '_encode_batch'\n"
+            "pipeline._encode_batch = _encode_batch  # the forked workers run this one\n"
+            "sys.argv = ['prepare_text.py'] + sys.argv[1:]\n"
+            "runpy.run_path(os.path.join(sys.path[0], 'prepare_text.py'), run_name='__main__')\n")
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-c", code, *argv, "--workers", "2", "--out-dir", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the run and its pool: its own session
+        p.communicate()
+        pytest.fail("the run hung after a tokenizer worker was killed")
+    assert p.returncode == 1, err
+    assert "a tokenizer worker died (killed by SIGKILL: out of memory?)" in err
+    assert "re-run the same command to resume" in err and "Traceback" not in err
+    with open(out / "k.manifest.json") as f:
+        m = json.load(f)
+    kept = [e["file"] for e in m["streams"]["main"]["shards"]]
+    assert m["complete"] is False and len(kept) >= 5  # documents 0-1279 at least were in finished shards
+    assert sorted(f for f in os.listdir(out) if f.endswith(".bin")) == kept
+
+    from conftest import load_script
+    from vp_data import cli
+
+    ref = tmp_path / "ref"
+    assert cli.run(load_script("prepare_text").main, argv + ["--workers", "1", "--out-dir", str(ref)]) == 0
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cli.run(load_script("prepare_text").main, argv + ["--workers", "2", "--out-dir", str(out)]) == 0
+    assert f"({len(kept)} reused)" in buf.getvalue()
+    assert all_files_digest(out) == all_files_digest(ref)
+
+
+def stopped_after_two_shards(run_script, src, out):
+    args = [src, "--name", "c", "--val-split", "none", "--shard-size", "4000", "--workers", "1", "--out-dir", out]
+    run_script("prepare_text", *args, "--stop-after-shards", "2", expect=3)
+    return args
+
+
+def corpus_stopped_after_two_shards(tmp_path, run_script, numbered_jsonl):
+    """400 numbered documents in corp.jsonl, a run stopped after two shards: (src, out, args, lines)."""
+    _, lines = numbered_jsonl
+    src = tmp_path / "corp.jsonl"
+    src.write_text("\n".join(lines[:400]) + "\n")
+    out = tmp_path / "out"
+    return src, out, stopped_after_two_shards(run_script, src, out), lines
+
+
+def test_an_input_replaced_by_other_content_of_the_same_size_is_not_resumed(tmp_path, run_script, numbered_jsonl):
+    # The fingerprint holds the inputs' names and sizes only: a reshuffled export of the same size used
+    # to resume, its shards mixing the two orders (documents written twice, others never).
+    import random
+
+    src, out, args, lines = corpus_stopped_after_two_shards(tmp_path, run_script, numbered_jsonl)
+    before = all_files_digest(out)
+    with open(out / "c.manifest.json") as f:
+        first = json.load(f)["streams"]["main"]["shards"][0]
+    assert first["resume"][:2] == [0, first["docs"] - 1] and len(first["resume_doc"]) == 32
+
+    shuffled = lines[:400]
+    random.Random(1).shuffle(shuffled)
+    original = src.read_bytes()
+    src.write_text("\n".join(shuffled) + "\n")
+    assert len(src.read_bytes()) == len(original)
+    r = run_script("prepare_text", *args, expect=1)
+    assert "cannot resume 'c': the inputs changed since the earlier run" in r.err
+    assert "where stream main resumes, is not the one it was" in r.err and "--overwrite" in r.err
+    assert all_files_digest(out) == before  # refusing touches nothing
+
+    # the same size, but fewer documents: the input ends before the resume point
+    whole = "\n".join(lines[:50]) + "\n"
+    src.write_bytes(whole.encode() + b" " * (len(original) - len(whole)))
+    r = run_script("prepare_text", *args, expect=1)
+    assert "input 'c' ends before document" in r.err and "the inputs changed" in r.err
+
+    src.write_bytes(original)  # the earlier inputs resume
+    run_script("prepare_text", *args)
+    ref = tmp_path / "ref"
+    run_script("prepare_text", *args[:-1], ref)
+    assert all_files_digest(out) == all_files_digest(ref)
+
+    # --overwrite, as the message says, starts again on the new inputs (their names and sizes match
+    # the manifest's, so it used to resume them)
+    out2 = tmp_path / "out2"
+    args2 = stopped_after_two_shards(run_script, src, out2)
+    src.write_text("\n".join(shuffled) + "\n")
+    r = run_script("prepare_text", *args2, "--overwrite")
+    assert "the inputs changed since the earlier run; --overwrite: starting again" in r.err
+    assert "reused" not in r.out
+    run_script("prepare_text", *args2[:-1], tmp_path / "ref2")
+    assert all_files_digest(out2) == all_files_digest(tmp_path / "ref2") != all_files_digest(ref)
+
+
+def test_a_manifest_without_the_resume_digest_still_resumes(tmp_path, run_script, numbered_jsonl):
+    # manifests written before the digest existed resume as they did (unchecked)
+    src, out, args, _ = corpus_stopped_after_two_shards(tmp_path, run_script, numbered_jsonl)
+    path = out / "c.manifest.json"
+    m = json.loads(path.read_text())
+    for e in m["streams"]["main"]["shards"]:
+        del e["resume_doc"]
+    path.write_text(json.dumps(m))
+    r = run_script("prepare_text", *args)
+    assert "(2 reused)" in r.out
+    run_script("prepare_text", *args[:-1], tmp_path / "ref")
+    assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
+
+
+@pytest.mark.parametrize("edit,where", [
+    (lambda m: m["streams"]["main"]["shards"][0].update(split=None), "streams.main.shards[0].split: None"),
+    (lambda m: m["streams"]["main"]["shards"][1].update(docs=[3]), "streams.main.shards[1].docs: [3]"),
+    (lambda m: m["streams"]["main"]["shards"][1].update(counts={"*": "x"}), "streams.main.shards[1].counts"),
+    (lambda m: m["streams"]["main"]["shards"][1].update(tokens=True), "streams.main.shards[1].tokens: True"),
+    (lambda m: m["streams"]["main"]["shards"][1].update(resume=[0, "7", 3]), "streams.main.shards[1].resume"),
+    (lambda m: m["streams"]["main"]["shards"][1].update(resume_doc=7), "streams.main.shards[1].resume_doc"),
+    (lambda m: m["streams"]["main"].update(shards={}), "streams.main.shards: {}"),
+    (lambda m: m["streams"].update({"../x": m["streams"]["main"]}), "streams.../x: not a stream name"),
+    (lambda m: m["sources"]["0"].update(stop="x"), "sources.0.stop: 'x'"),
+    (lambda m: m["sources"]["0"].update(stop=[0]), "sources.0.stop: [0]"),
+    (lambda m: m["sources"]["0"].update(fed=3), "sources.0.fed: 3"),
+    (lambda m: m["sources"]["0"].update(fed=[None]), "sources.0.fed: [None]"),
+    (lambda m: m["sources"].update({"0": []}), "sources.0: not an object"),
+    (lambda m: m["sources"].update({"x": {}}), "sources.x: not a source number"),
+    (lambda m: m.update(complete="no"), "complete: 'no'"),
+])
+def test_a_manifest_with_wrong_types_is_damaged_not_a_traceback(tmp_path, run_script, numbered_jsonl, edit, where):
+    # These used to end in a TypeError, AttributeError or KeyError traceback (or resume on garbage)
+    # after the manifest had been read.
+    _, lines = numbered_jsonl
+    src = tmp_path / "corp.jsonl"
+    src.write_text("\n".join(lines[:400]) + "\n")
+    out = tmp_path / "out"
+    args = stopped_after_two_shards(run_script, src, out)
+    path = out / "c.manifest.json"
+    m = json.loads(path.read_text())
+    edit(m)
+    path.write_text(json.dumps(m))
+    before = all_files_digest(out)
+    r = run_script("prepare_text", *args, expect=1)
+    assert r.err.startswith(f"error: {path}: damaged ({where}"), r.err
+    assert "pass --overwrite to start over" in r.err and r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert all_files_digest(out) == before
+    run_script("prepare_text", *args, "--overwrite")
+    run_script("prepare_text", *args[:-1], tmp_path / "ref")
+    assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
+
+
+def test_a_domain_that_cannot_name_a_file_is_refused_before_tokenizing(tmp_path, run_script, monkeypatch):
+    # --domain-field text made val sets named after whole documents; the first shard's write failed
+    # with ENAMETOOLONG, after the tokenizing, in a message of kilobytes.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vp_data import pipeline
+
+    d = tmp_path / "in"
+    d.mkdir()
+    texts = [f"page {i} " + "some words of a web page " * 20 for i in range(20)]
+    pq.write_table(pa.table({"text": texts, "dump": ["CC-MAIN-2024-10"] * 20}), d / "000_00000.parquet")
+    calls = []
+    real = pipeline._encode_batch
+    monkeypatch.setattr(pipeline, "_encode_batch", lambda texts: calls.append(len(texts)) or real(texts))
+    base = ["prepare_fineweb", "--input-dir", d, "--val-fraction", "0.5", "--val-by-domain", "1", "--workers", "1"]
+    r = run_script(*base, "--domain-field", "text", "--out-dir", tmp_path / "a", expect=1)
+    assert r.err.startswith("error: --domain-field text: the domain 'page ") and len(r.err) < 400, r.err
+    assert "cannot name a per-domain val set" in r.err and "a file system allows 255" in r.err
+    assert "--val-by-domain 0" in r.err and calls == []
+    assert not [f for f in os.listdir(tmp_path / "a") if f.endswith(".bin")]
+    # the real domain field, and one val set, still work
+    run_script(*base, "--out-dir", tmp_path / "b")
+    assert "fineweb_val_ccmain202410_000000.bin" in os.listdir(tmp_path / "b") and calls
+    run_script(*base[:-4], "--domain-field", "text", "--val-by-domain", "0", "--workers", "1",
+               "--out-dir", tmp_path / "c")
+    assert "fineweb_val_000000.bin" in os.listdir(tmp_path / "c")
+
+
+def test_shard_name_parts(tmp_path):
+    from vp_data import DataError, tokenizer
+    from vp_data.pipeline import Job, StreamSpec, split_name_problem
+
+    assert split_name_problem("p", "val_x") is None
+    assert "'/' or NUL" in split_name_problem("p", "val_a/b") and "'/' or NUL" in split_name_problem("p", "a\0b")
+    # "p_" + split + "_999999.bin.tmp" (17 more bytes) may be 255 bytes long, not 256
+    assert split_name_problem("p", "v" * 238) is None
+    assert "names of 256 bytes" in split_name_problem("p", "v" * 239)
+    job = Job(out_dir=str(tmp_path), prefix="p", tokenizer=tokenizer.resolve("gpt2"), config={},
+              stream_factory=lambda n: StreamSpec(n, "val/" + n))
+    with pytest.raises(DataError, match=r"cannot name the shards of stream 'x': a file name part cannot"):
+        job.stream("x")

@@ -716,13 +716,37 @@ def test_null_values_are_nan_in_the_tables_and_gaps_in_the_curves(tmp_path):
     (lambda t: t.replace('"tokens_per_step": 16', '"tokens_per_step": "16"'), "\"tokens_per_step\" is not a whole number: '16'"),
     (lambda t: t.replace('"num_params": 1000', '"num_params": null'), '"num_params" is not a whole number: None'),
     (lambda t: t.replace('"val_loss": 4.0', '"val_loss": [1, 2]'), ':4: "val_loss" is not a number'),
+    # a TypeError (joining the table's cells, comparing world with 1) or an OverflowError (a 400-digit
+    # integer meeting a float) used to come out as a traceback
+    (lambda t: t.replace('"arch": "gpt2"', '"arch": 5', 1), ':1: the config line\'s "arch" is not a string: 5'),
+    (lambda t: t.replace('"arch": "gpt2"', '"arch": ["gpt2"]', 1), ':1: the config line\'s "arch" is not a string: [\'gpt2\']'),
+    (lambda t: t.replace('"world": 1', '"world": "2"', 1), ':1: the config line\'s "world" is not a whole number: \'2\''),
+    (lambda t: t.replace('"world": 1', '"world": null', 1), ':1: the config line\'s "world" is not a whole number: None'),
+    (lambda t: t.replace('"world": 1', '"world": 2, "zero": 1.5', 1), ':1: the config line\'s "zero" is not a whole number: 1.5'),
+    (lambda t: t.replace('"tokens_per_step": 16', '"tokens_per_step": 1' + "0" * 400),
+     ':1: the config line\'s "tokens_per_step" is not a whole number: 1000000000000000000000000000000000000000... (401 characters) (0 to 2^64 - 1)'),
+    (lambda t: t.replace('"seed": 1', '"seed": 18446744073709551616', 1), ':1: the config line\'s "seed" is not a whole number: 18446744073709551616'),
+    (lambda t: t.replace('"train_loss": 4.8', '"train_loss": 1' + "0" * 400), ':3: "train_loss" is not a number: 1000000000'),
+    (lambda t: t.replace('"val_loss": 4.0', '"val_loss": -1' + "0" * 400), ':4: "val_loss" is not a number: -1000000000'),
+    (lambda t: t.replace('{"step": 2, "val_loss"', '{"step": 1' + "0" * 400 + ', "val_loss"'), ':4: "step" is not a step number: 100000'),
 ])
 def test_malformed_fields_are_clear_errors(tmp_path, change, message):
     d = write_log(tmp_path / "r")
-    (d / "log.jsonl").write_text(change((d / "log.jsonl").read_text()))
+    text = (d / "log.jsonl").read_text()
+    assert change(text) != text  # the case really changes the log
+    (d / "log.jsonl").write_text(change(text))
     p = plot([d, "--table"], expect=1)
     assert message in p.stderr and "log.jsonl" in p.stderr and "HINT" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_the_largest_counts_the_trainer_writes_are_read(tmp_path):
+    """The bound on whole numbers is the trainer's (uint64: --seed 18446744073709551615 is logged as such)."""
+    d = write_log(tmp_path / "r", config={"seed": 2**64 - 1, "world": 2, "zero": 3, "arch": "llama"})
+    r = plot_runs.Run("r", str(d / "log.jsonl"))
+    assert r.config["seed"] == 2**64 - 1 and r.settings() == {"world": 2, "zero": 3}
+    row = table_rows(plot([f"r={d}", "--table"], expect=0).stdout)["r"]
+    assert (row["arch"], row["settings"]) == ("llama", "world=2, zero=3")
 
 
 def test_panels_that_apply_to_no_run_are_a_usage_error(tmp_path):
