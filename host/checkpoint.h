@@ -150,9 +150,21 @@ inline long flock_holder_pid(int fd) {
 // however it ends, so a killed run leaves nothing to clean up (the file stays, unlocked). Returns
 // false, with nothing done, when DIR does not exist yet (the trainer calls it again once it has
 // made DIR). A file system that cannot lock (some network file systems) gets a note, not an error.
-inline bool lock_out_dir(const std::string& dir) {
-    static bool held = false;
-    if (held || dir.empty()) return true;
+// The lock is the OutDirLock's: its destructor releases it, for the tests and fuzzers that run
+// train_main in-process again and again (a process that exits releases it anyway).
+struct OutDirLock {
+    int fd = -1;
+    bool settled = false;  // locked, or the file system cannot lock: nothing more to try
+    OutDirLock() = default;
+    OutDirLock(const OutDirLock&) = delete;
+    OutDirLock& operator=(const OutDirLock&) = delete;
+    ~OutDirLock() {
+        if (fd >= 0) close(fd);
+    }
+};
+
+inline bool lock_out_dir(OutDirLock* lock, const std::string& dir) {
+    if (lock->settled || dir.empty()) return true;
     struct stat st;
     if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
     std::string path = dir + "/.lock";
@@ -170,10 +182,11 @@ inline bool lock_out_dir(const std::string& dir) {
         }
         close(fd);
         printf("note: cannot lock '%s' (%s): nothing stops a second run from using --out-dir '%s' at the same time\n", path.c_str(), strerror(err), dir.c_str());
-        held = true;
+        lock->settled = true;
         return true;
     }
-    held = true;  // fd stays open, and locked, until the process exits
+    lock->fd = fd;  // open, and locked, until the OutDirLock goes (or the process)
+    lock->settled = true;
     return true;
 }
 

@@ -471,7 +471,8 @@ int train_main_unguarded(int argc, char** argv) {
     if (run_config_to_text(rc).size() > CHECKPOINT_MAX_RUN_TEXT)  // else its checkpoints could not be read back
         usage_error("shorten the paths and globs (a directory of shards needs one glob, not a list)",
                     "the flags add up to more than %d bytes, more than a checkpoint can store", CHECKPOINT_MAX_RUN_TEXT);
-    if (rank0) lock_out_dir(rc.out_dir);  // before the directory is read (a new one: once made, below)
+    OutDirLock out_dir_lock;  // rank 0's, held to the end of the run
+    if (rank0) lock_out_dir(&out_dir_lock, rc.out_dir);  // before the directory is read (a new one: once made, below)
     if (rc.resume == RESUME_AUTO) resolve_resume_auto(&rc);
     CheckpointMeta meta;
     std::string ckpt_path;
@@ -607,7 +608,7 @@ int train_main_unguarded(int argc, char** argv) {
     Logger lg;
     if (rank0) {
         if (!rc.out_dir.empty()) make_dirs(rc.out_dir);
-        lock_out_dir(rc.out_dir);
+        lock_out_dir(&out_dir_lock, rc.out_dir);
         logger_open(&lg, rc.out_dir, rc.resume != 0);
         logger_write_line(&lg, config_json<Model>(rc, c, model.num_params, grad_accum, rc.resume ? start_step : -1));
     }
@@ -922,9 +923,10 @@ int train_main(int argc, char** argv) {
         // The console may hold the only copy of a result (a --max-steps 0 evaluation or sample
         // without --out-dir): output lost to a full disk must not end as a success. (A run stopped
         // by a signal keeps its 128 + N: after the first signal a console that is gone is expected.)
+        // (stdio keeps no reason for a write that failed earlier: the message names the usual one)
         if (code == 0 && (fflush(stdout) != 0 || ferror(stdout)))
             runtime_error("free space where standard output goes (or send it elsewhere) and run again; log.jsonl and the checkpoints, if any, are complete",
-                          "writing the console output (standard output) failed%s%s", errno ? ": " : "", errno ? strerror(errno) : "");
+                          "writing the console output (standard output) failed (a full disk?): what it printed is incomplete");
         return code;
     } catch (const std::bad_alloc&) {
         runtime_error("use a smaller --batch-size, --seq-len or model, or a machine with more memory", "out of host memory");
