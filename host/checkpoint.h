@@ -146,12 +146,12 @@ inline long flock_holder_pid(int fd) {
 // Two runs in one --out-dir would write over each other's checkpoints and log (a job submitted
 // twice, or submitted again while the first still runs: with --resume auto both would continue
 // from the same checkpoint). Rank 0 holds an exclusive flock on DIR/.lock (an empty file) from
-// before it reads the directory until it exits; the kernel drops the lock when the process ends,
-// however it ends, so a killed run leaves nothing to clean up (the file stays, unlocked). Returns
-// false, with nothing done, when DIR does not exist yet (the trainer calls it again once it has
-// made DIR). A file system that cannot lock (some network file systems) gets a note, not an error.
-// The lock is the OutDirLock's: its destructor releases it, for the tests and fuzzers that run
-// train_main in-process again and again (a process that exits releases it anyway).
+// before it reads the directory until the run ends: the OutDirLock's destructor releases it (for
+// the tests and fuzzers that run train_main in-process again and again), and the kernel drops it
+// when the process ends, however it ends, so a killed run leaves nothing to clean up (the file
+// stays, unlocked). Returns false, with nothing done, when DIR does not exist yet (the trainer
+// calls it again once it has made DIR). A file system that cannot lock (some network file
+// systems) gets a note, not an error.
 struct OutDirLock {
     int fd = -1;
     bool settled = false;  // locked, or the file system cannot lock: nothing more to try

@@ -24,7 +24,7 @@
 # Ctrl-C, or SIGTERM or SIGUSR1 sent to this script, stops the run in progress after its step (it
 # saves a checkpoint in its directory) and the script, with status 128 + the signal. Each run
 # starts afresh, but the earlier comparison's run of that name is set aside until the new one has
-# finished: a run that fails or is stopped goes to $OUT/NAME.failed, and the earlier one back.
+# finished: a run that fails or is stopped goes to $OUT.failed/NAME, and the earlier one back.
 #
 # Needs the TinyShakespeare shards (python scripts/prepare_tinyshakespeare.py). Each path runs
 # with its default settings (value_paths.md section 10), which this model's shape resolves to:
@@ -86,8 +86,10 @@ for path in $PATHS; do
         # Each comparison starts its runs afresh, but the earlier comparison's run (and console
         # log) is only set aside until this one has finished: a run that fails or is stopped (a bad
         # EXTRA flag, a crash, Ctrl-C) puts it back, so a mistake never costs finished results.
-        rm -rf "$dir.earlier" "$OUT.$name.earlier.log"
-        [ -e "$dir" ] && mv "$dir" "$dir.earlier"
+        # (beside $OUT, not in it, where plot_runs.py $OUT/* would take them for runs)
+        earlier=$OUT.earlier/$name
+        rm -rf "$earlier" "$OUT.$name.earlier.log"
+        [ -e "$dir" ] && mkdir -p "$OUT.earlier" && mv "$dir" "$earlier"
         [ -e "$OUT.$name.log" ] && mv "$OUT.$name.log" "$OUT.$name.earlier.log"
         echo "== $name: $bin" >&2
         : >"$OUT.$name.log"
@@ -97,15 +99,16 @@ for path in $PATHS; do
         rc=$FORWARDED_RC
         if [ "$rc" -ne 0 ]; then
             failed_log=$OUT.$name.log
-            if [ -e "$dir.earlier" ] || [ -e "$OUT.$name.earlier.log" ]; then
-                # this run (a stopped one saved its step) goes to $dir.failed, the earlier one back
+            if [ -e "$earlier" ] || [ -e "$OUT.$name.earlier.log" ]; then
+                # this run (a stopped one saved its step) goes to $OUT.failed/NAME, the earlier one back
                 failed_log=$OUT.$name.failed.log
                 mv "$OUT.$name.log" "$failed_log"
-                rm -rf "$dir.failed"
-                [ -e "$dir" ] && mv "$dir" "$dir.failed"
-                [ -e "$dir.earlier" ] && mv "$dir.earlier" "$dir"
+                rm -rf "$OUT.failed/$name"
+                [ -e "$dir" ] && mkdir -p "$OUT.failed" && mv "$dir" "$OUT.failed/$name"
+                [ -e "$earlier" ] && mv "$earlier" "$dir"
+                rmdir "$OUT.earlier" 2>/dev/null || true
                 [ -e "$OUT.$name.earlier.log" ] && mv "$OUT.$name.earlier.log" "$OUT.$name.log"
-                echo "note: the earlier comparison's $name run is back in $dir; this one is in $dir.failed (if it wrote anything)" >&2
+                echo "note: the earlier comparison's $name run is back in $dir; this one is in $OUT.failed/$name (if it wrote anything)" >&2
             fi
             if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
                 # Ctrl-C, or SIGTERM or SIGUSR1 to this script or to the trainer
@@ -115,7 +118,8 @@ for path in $PATHS; do
             echo "error: $name failed, see $failed_log" >&2
             exit 1
         fi
-        rm -rf "$dir.earlier" "$OUT.$name.earlier.log"
+        rm -rf "$earlier" "$OUT.$name.earlier.log"
+        rmdir "$OUT.earlier" 2>/dev/null || true  # (when it holds no other run)
         dirs+=("$name=$dir")
         run_dirs+=("$dir")
     done

@@ -154,7 +154,7 @@ class Run:
                 record = json.loads(line)
                 if not isinstance(record, dict):
                     raise ValueError("not an object")
-            except (ValueError, UnicodeDecodeError) as e:
+            except (ValueError, UnicodeDecodeError, RecursionError) as e:  # (JSON nested past the stack)
                 if last and not ends_complete:
                     # a run killed while writing its newest line: everything before it stands
                     warn(f"{self.log_path}:{number}: ignoring an incomplete last line (a run killed while writing it?)")

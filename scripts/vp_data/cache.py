@@ -110,10 +110,9 @@ RESOURCES = {
 # small test and demo files are; OpenWebText, SlimPajama, the Pile, FineWeb, HellaSwag and GPT-2's weights
 # are not), so the hint offers each way in, without promising that the shared copy holds this one.
 FILL_HINT = (
-    "run once with network access, or copy the files to that path from a machine that has them; "
-    "a directory laid out as the cache (another machine's $VALUEPATH_CACHE, or the project's "
-    "../shared/data, which holds the test and demo files only) is linked in with "
-    "`scripts/fill_cache_from_shared.sh DIR \"$VALUEPATH_CACHE\"`"
+    "run once with network access, or copy the file (or a whole $VALUEPATH_CACHE, e.g. with rsync) "
+    "there from a machine that has it; the project's ../shared/data (test and demo files only) is "
+    "linked in with `scripts/fill_cache_from_shared.sh ../shared/data \"$VALUEPATH_CACHE\"`"
 )
 
 

@@ -305,7 +305,7 @@ def _index_shards(index: str) -> list:
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]
         return sorted(set(weight_map.values()))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         raise DataError(f"{index}: not a safetensors index ({e})") from None
 
 
@@ -414,10 +414,11 @@ def _is_buffer(name: str) -> bool:
 
 def import_model(src: str, out_ckpt: str, max_seq: int | None = None, force: bool = False) -> Config:
     """Converts an HF gpt2 / llama / qwen3 model to a valuepath checkpoint without optimizer state."""
-    # --force replaces a checkpoint, not a link, directory, device or pipe of that name (the atomic
-    # rename would put a regular file in its place: as root, over /dev/full)
-    if os.path.lexists(out_ckpt) and (os.path.islink(out_ckpt) or not os.path.isfile(out_ckpt)):
-        raise DataError(f"{out_ckpt} exists and is not a regular file (a link, directory, device or pipe); "
+    # --force replaces a checkpoint file, not a directory, device or pipe of that name (the atomic
+    # rename would put a regular file in its place: as root, over /dev/full). A link to a regular
+    # file is replaced by the new file (the link's target is left as it was), as `mv` would.
+    if os.path.lexists(out_ckpt) and not os.path.isfile(out_ckpt):
+        raise DataError(f"{out_ckpt} exists and is not a regular file (a directory, device or pipe, or a link to one); "
                         f"give the path of the checkpoint file to write")
     if os.path.exists(out_ckpt) and not force:
         raise DataError(f"{out_ckpt} exists; choose another name or pass --force to replace it")
@@ -425,7 +426,7 @@ def import_model(src: str, out_ckpt: str, max_seq: int | None = None, force: boo
     try:
         with open(cfg_path) as f:
             hf = json.load(f)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested past the stack
         raise DataError(f"cannot read {cfg_path}: {e}") from None
     cfg = config_from_hf(hf, max_seq)
     where = {}  # tensor name (without GPT-2's optional "transformer." prefix) -> (file, name in file)

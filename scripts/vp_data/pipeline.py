@@ -23,7 +23,8 @@ without tokenizing it, and drops the first `offset` tokens of the document at it
 result is byte-identical to an uninterrupted run. Shards are written to `<name>.tmp` and
 renamed, so an interrupted write never leaves a complete-looking shard. The fingerprint has
 the inputs' names and sizes only, so the document at each resume point is checked against a
-digest in the manifest (doc_digest): other content of the same size is refused, not mixed in.
+digest in the manifest (doc_digest): an input replaced by other content of the same size (a
+reshuffled export) is refused, not mixed in; an edit before the resume point alone is not seen.
 """
 
 from __future__ import annotations
@@ -200,13 +201,15 @@ class Stream:
         """Append the document's tokens from `start_off` on (the whole document is passed so that a
         shard ending inside it can record its digest: see doc_digest)."""
         i, n = start_off, len(toks)
-        while i < n:
+        digest = None  # made once, at the first shard that ends in this document: one long
+        while i < n:   # document (--doc-split file) may hold hundreds of shard ends
             take = min(self.capacity() - self.fill, n - i)
             self.parts.append(toks[i : i + take])
             self.fill += take
             i += take
             if self.fill == self.capacity():
-                self._flush([pos[0], pos[1], i], doc_digest(toks))
+                digest = digest or doc_digest(toks)
+                self._flush([pos[0], pos[1], i], digest)
 
     def _flush(self, resume, resume_doc: str | None = None) -> None:
         i = self._index()
@@ -575,7 +578,7 @@ class Job:
                     m = json.load(f)
                 if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT:
                     raise ValueError("not a valuepath manifest")
-            except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError too
+            except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError too; RecursionError: nested JSON
                 m, unreadable = None, str(e)
         if unreadable is not None and not self.overwrite:
             raise DataError(f"{self.manifest_path}: unreadable ({unreadable}); pass --overwrite to start over "

@@ -223,7 +223,7 @@ def _manifest_hashes(files) -> dict:
                     man = json.load(f)
                 listed = [e for st in man.get("streams", {}).values() for e in st.get("shards", [])]
                 entries = [(os.path.join(d, e["file"]), e.get("split"), e.get("sha256")) for e in listed]
-            except (OSError, ValueError, AttributeError, KeyError, TypeError) as e:
+            except (OSError, ValueError, AttributeError, KeyError, TypeError, RecursionError) as e:
                 raise DataError(f"{m}: unreadable manifest ({e}); move it away to validate without it") from None
             ours = {split for path, split, _ in entries if path in given}
             if not ours:

@@ -134,7 +134,8 @@ def test_number_forms():
     assert cli.shard_size_arg("2146435071") == 2146435071
 
 
-@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"\xff\xfe", b'{"format": "valuepath-shards-manifest", '
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"\xff\xfe", b"[" * 100000 + b"]" * 100000,
+                                     b'{"format": "valuepath-shards-manifest", '
                                      b'"fingerprint": "x", "streams": {"main": {"shards": [{"tokens": 1}]}}}'])
 def test_damaged_manifest_is_an_error_that_overwrite_gets_past(tmp_path, run_script, lines_txt, content):
     out = tmp_path / "o"

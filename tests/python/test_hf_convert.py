@@ -383,8 +383,9 @@ def test_import_refuses_gpt2_variants(tmp_path, change, words):
 
 
 def test_import_refuses_a_config_that_is_not_an_object_and_an_output_that_is_not_a_file(tmp_path):
-    """config.json holding a list is not a model's settings; --force replaces a checkpoint file, not
-    a link (whose target would survive while the name points elsewhere), a directory or a device."""
+    """config.json holding a list is not a model's settings; --force replaces a checkpoint file (or
+    a link to one, as mv would: the target is left as it was), not a directory, a pipe or a link to
+    a device."""
     d = hf_dir(tmp_path)
     good = (d / "config.json").read_text()
     (d / "config.json").write_text("[1, 2]")
@@ -394,13 +395,18 @@ def test_import_refuses_a_config_that_is_not_an_object_and_an_output_that_is_not
     target = tmp_path / "target.bin"
     target.write_bytes(b"kept")
     (tmp_path / "link.bin").symlink_to(target)
+    (tmp_path / "devlink.bin").symlink_to("/dev/null")
     (tmp_path / "dir.bin").mkdir()
     os.mkfifo(tmp_path / "fifo.bin")
-    for name in ("link.bin", "dir.bin", "fifo.bin"):
+    for name in ("devlink.bin", "dir.bin", "fifo.bin"):
         _, _, err = convert("import", d, tmp_path / name, "--force", expect=1)
         assert f"{tmp_path / name} exists and is not a regular file" in err, err
-    assert (tmp_path / "link.bin").is_symlink() and target.read_bytes() == b"kept" and (tmp_path / "dir.bin").is_dir()
+    assert (tmp_path / "devlink.bin").is_symlink() and (tmp_path / "dir.bin").is_dir()
     assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo.bin").st_mode)
+    _, _, err = convert("import", d, tmp_path / "link.bin", expect=1)  # a link to a file: "exists", as a file
+    assert "exists; choose another name or pass --force" in err, err
+    convert("import", d, tmp_path / "link.bin", "--force")  # replaced by the checkpoint; the target kept
+    assert not (tmp_path / "link.bin").is_symlink() and target.read_bytes() == b"kept"
     convert("import", d, target, "--force")  # a regular file is replaced
     assert target.read_bytes() != b"kept"
 

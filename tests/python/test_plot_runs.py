@@ -317,10 +317,11 @@ def damaged(lines):
         (lambda l: l[:2] + ['{"stp":4,"loss":1}'] + l[2:], "neither a step nor an eval record"),
         (lambda l: [l[0].replace('"tokens_per_step"', '"tps"')] + l[1:], 'has no "tokens_per_step"'),
         (lambda l: l[:2] + ["[1, 2]"] + l[2:], ":3: not a JSON object"),
+        (lambda l: l[:2] + ["[" * 100000 + "]" * 100000] + l[2:], ":3: not a JSON object"),  # nested past Python's stack
     ]
 
 
-@pytest.mark.parametrize("case", range(8))
+@pytest.mark.parametrize("case", range(9))
 def test_damaged_log_is_a_clear_error(straight_and_resumed, tmp_path, case):
     straight, _ = straight_and_resumed
     lines = (straight / "log.jsonl").read_text().splitlines()

@@ -190,12 +190,13 @@ def test_compare_paths_keeps_the_earlier_results_when_a_run_fails(tmp_path):
     assert {f.name: f.read_bytes() for f in (out / "vanilla").iterdir()} == before
     assert (tmp_path / "cmp.vanilla.log").read_text() == console
     assert "unknown flag '--bogus'" in (tmp_path / "cmp.vanilla.failed.log").read_text()
-    assert not (out / "vanilla.earlier").exists()  # (the bad flag stopped the run before it made its directory)
+    assert not (tmp_path / "cmp.earlier").exists() and not (tmp_path / "cmp.failed").exists()  # (the bad flag: no directory made)
+    assert sorted(f.name for f in out.iterdir()) == ["vanilla"]  # nothing beside the runs that plot_runs.py cmp/* would take
     p, out = compare_paths(tmp_path, PATHS="vanilla", STEPS="2e2")
     assert p.returncode == 2 and "STEPS is '2e2'; give a whole number of steps in digits" in p.stderr, p.stderr[-2000:]
     assert {f.name: f.read_bytes() for f in (out / "vanilla").iterdir()} == before
     p, out = compare_paths(tmp_path, PATHS="vanilla")  # a new comparison replaces the earlier one
-    assert p.returncode == 0 and not (out / "vanilla.earlier").exists() and not (tmp_path / "cmp.vanilla.earlier.log").exists()
+    assert p.returncode == 0 and not (tmp_path / "cmp.earlier").exists() and not (tmp_path / "cmp.vanilla.earlier.log").exists()
 
 
 def test_a_failed_run_fails_the_recipe(tmp_path):
