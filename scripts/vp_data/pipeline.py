@@ -858,9 +858,11 @@ class Job:
         return f"input '{name}'" if name else f"input {sno}"
 
     def _inputs_changed(self, what: str) -> DataError:
+        # Not "or restore the earlier inputs": another stream of the same input, checked earlier,
+        # may have written a shard from the changed input by the time this one is found
         return InputsChanged(f"cannot resume '{self.prefix}': the inputs changed since the earlier run ({what}), "
                              f"so the shards in {self.out_dir} hold other documents; pass --overwrite to start "
-                             f"again, or restore the inputs of that run")
+                             f"again on these inputs")
 
     def _check_workers(self) -> None:
         """A dead worker is an error whenever it is noticed (before each batch is used, and while
