@@ -149,9 +149,9 @@ inline long flock_holder_pid(int fd) {
 // before it reads the directory until the run ends: the OutDirLock's destructor releases it (for
 // the tests and fuzzers that run train_main in-process again and again), and the kernel drops it
 // when the process ends, however it ends, so a killed run leaves nothing to clean up (the file
-// stays, unlocked). Returns false, with nothing done, when DIR does not exist yet (the trainer
-// calls it again once it has made DIR). A file system that cannot lock (some network file
-// systems) gets a note, not an error.
+// stays, unlocked). Does nothing while DIR does not exist yet (the trainer calls it again once it
+// has made DIR). A file system that cannot lock (some network file systems) gets a note, not an
+// error.
 struct OutDirLock {
     int fd = -1;
     bool settled = false;  // locked, or the file system cannot lock: nothing more to try
@@ -163,10 +163,9 @@ struct OutDirLock {
     }
 };
 
-inline bool lock_out_dir(OutDirLock* lock, const std::string& dir) {
-    if (lock->settled || dir.empty()) return true;
+inline void lock_out_dir(OutDirLock* lock, const std::string& dir) {
     struct stat st;
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+    if (lock->settled || dir.empty() || stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
     std::string path = dir + "/.lock";
     int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) runtime_error("check that --out-dir is writable", "cannot open '%s': %s", path.c_str(), strerror(errno));
@@ -183,11 +182,10 @@ inline bool lock_out_dir(OutDirLock* lock, const std::string& dir) {
         close(fd);
         printf("note: cannot lock '%s' (%s): nothing stops a second run from using --out-dir '%s' at the same time\n", path.c_str(), strerror(err), dir.c_str());
         lock->settled = true;
-        return true;
+        return;
     }
     lock->fd = fd;  // open, and locked, until the OutDirLock goes (or the process)
     lock->settled = true;
-    return true;
 }
 
 // Steps of every complete checkpoint (ckpt_<digits>.bin, 8 digits or more: checkpoint_path pads

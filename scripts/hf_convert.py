@@ -30,16 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from vp_data import DataError, cli, hf  # noqa: E402
-from vp_data.tokenizer import canonical_name  # noqa: E402
-
-
-def tokenizer_name(name: str) -> str:
-    """--tokenizer's type: an unknown name is a usage error (exit 2), found before anything is read."""
-    try:
-        return canonical_name(name)
-    except DataError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+from vp_data import cli, hf  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -48,7 +39,7 @@ def main(argv=None) -> int:
     ex = sub.add_parser("export", help="valuepath checkpoint -> HF model directory")
     ex.add_argument("ckpt", help="a valuepath checkpoint (ckpt_*.bin)")
     ex.add_argument("out_dir", help="the HF model directory to write")
-    ex.add_argument("--tokenizer", type=tokenizer_name,
+    ex.add_argument("--tokenizer", type=cli.tokenizer_name,
                     help="also write this tokenizer's HF files (gpt2, neox, llama2), from the cache")
     ex.add_argument("--force", action="store_true", help="replace files already in out_dir")
     ex.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",

@@ -332,13 +332,14 @@ def config_from_hf(hf: dict, max_seq: int | None = None) -> Config:
     def optional_size(key):
         return None if hf.get(key) is None else size(key)
 
-    def positive(key, default):
-        v = hf.get(key, default)
-        if v is None:
-            v = default
+    def finite_above_0(v, what):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise DataError(f"config.json ({mt}): '{key}' is {json.dumps(v)}; it must be a finite number above 0")
+            raise DataError(f"config.json ({mt}): {what} is {json.dumps(v)}; it must be a finite number above 0")
         return v
+
+    def positive(key, default):
+        v = hf.get(key)
+        return finite_above_0(default if v is None else v, f"'{key}'")
 
     def settings(key):
         v = hf.get(key)
@@ -375,9 +376,8 @@ def config_from_hf(hf: dict, max_seq: int | None = None) -> Config:
         rope_type = rp.get("rope_type", rp.get("type", "default"))
         refuse_if(rope_type != "default" or (scaling and scaling.get("rope_type", scaling.get("type")) != "default"),
                   f"RoPE scaling ({rope_type if rope_type != 'default' else scaling})")
-        theta = rp["rope_theta"] if "rope_theta" in rp else positive("rope_theta", 10000.0)
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
-            raise DataError(f"config.json ({mt}): rope_parameters' 'rope_theta' is {json.dumps(theta)}; it must be a finite number above 0")
+        theta = (finite_above_0(rp["rope_theta"], "rope_parameters' 'rope_theta'") if "rope_theta" in rp
+                 else positive("rope_theta", 10000.0))
         cfg = Config(arch="llama", n_layer=L, n_head=H, n_kv_head=Hkv, n_embd=C, head_dim=D,
                      ffn_dim=size("intermediate_size"), vocab_size=size("vocab_size"),
                      max_seq_len=size("max_position_embeddings"), rope_theta=f32(theta),

@@ -47,12 +47,13 @@ TINY_LLAMA = ["--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", 
               "--ffn-dim", "24", "--vocab", "64", "--max-seq", "16", "--seq-len", "8"]
 
 
-def run(args, expect=None, timeout=300, path="vanilla", binary=None, env=None):
-    """Runs a trainer: the CPU one of `path`, or `binary` (the emulated GPU trainer's tests pass theirs)."""
+def run(args, expect=None, timeout=300, path="vanilla", binary=None, env=None, preexec_fn=None):
+    """Runs a trainer: the CPU one of `path`, or `binary` (the emulated GPU trainer's tests pass theirs);
+    preexec_fn, if given, runs in the child before the trainer starts (a resource limit)."""
     binary = Path(binary) if binary else trainer(path)
     assert binary.exists(), f"{binary} is missing: run 'make test' (it builds every trainer the tests run first)"
     p = subprocess.run([str(binary)] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})})
+                       env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})}, preexec_fn=preexec_fn)
     if expect is not None:
         assert p.returncode == expect, f"exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
     return p
@@ -996,9 +997,7 @@ def test_a_log_that_cannot_be_written_stops_the_run_and_its_cut_line_is_dropped_
     common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--lr-schedule", "constant", "--out-dir", out]
     run(common + ["--max-steps", "2"], expect=0)
     limit = (out / "log.jsonl").stat().st_size + 3000  # some 25 step lines more
-    p = subprocess.run([str(TRAINER)] + [str(a) for a in common + ["--max-steps", "1000", "--resume", "1"]], capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=file_size_limit(limit))
-    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    p = run(common + ["--max-steps", "1000", "--resume", "1"], expect=1, preexec_fn=file_size_limit(limit))
     assert f"error: cannot write to '{out}/log.jsonl': File too large" in p.stderr, p.stderr[-2000:]
     assert "HINT: free space on the disk of --out-dir (or raise the file-size limit), then run the same command with --resume 1" in p.stderr
     raw = (out / "log.jsonl").read_bytes()
@@ -1026,9 +1025,7 @@ def test_a_checkpoint_over_a_file_size_limit_is_an_error_not_a_signal(tmp_path, 
     common = TINY_GPT2 + ["--train-data", data / "train_*.bin", "--lr-schedule", "constant", "--out-dir", out]
     run(common + ["--max-steps", "2"], expect=0)
     before = (out / "ckpt_00000002.bin").read_bytes()
-    p = subprocess.run([str(TRAINER)] + [str(a) for a in common + ["--max-steps", "4", "--resume", "1"]], capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=file_size_limit(len(before) // 2))
-    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    p = run(common + ["--max-steps", "4", "--resume", "1"], expect=1, preexec_fn=file_size_limit(len(before) // 2))
     assert f"writing checkpoint '{out}/ckpt_00000004.bin' failed" in p.stderr and "File too large" in p.stderr, p.stderr[-2000:]
     assert "raise a file-size limit, ulimit -f" in p.stderr
     assert (out / "ckpt_00000002.bin").read_bytes() == before and not list(out.glob(".ckpt_*")) and not (out / "ckpt_00000004.bin").exists()
