@@ -204,11 +204,12 @@ inline bool parse_long_strict(const char* s, long* out) {
     char* end = nullptr;
     errno = 0;
     double as_double = 0;
+    if (isspace((unsigned char)*s)) return false;  // strtol skips blanks: " 5" is not typed on purpose
     long v = strtol(s, &end, 10);
     if (*end == 'e' || *end == 'E' || *end == '.') {  // allow "1e6"-style integers if exact
-        as_double = strtod(s, &end);
-        if (*end || as_double != floor(as_double) || fabs(as_double) > 9e18) return false;
+        if (!parse_decimal_number(s, &as_double) || as_double != floor(as_double) || fabs(as_double) > 9e18) return false;
         v = (long)as_double;
+        end = (char*)s + strlen(s);
     }
     if (*end || errno) return false;
     *out = v;
@@ -238,9 +239,9 @@ inline void flag_set_value(const FlagSpec& f, const char* value) {
             break;
         }
         case FLAG_FLOAT: {
-            char* end = nullptr;
-            double v = strtod(value, &end);
-            if (!*value || *end || !std::isfinite(v)) usage_error(nullptr, "%s expects a number, got '%s'", f.name, value);
+            double v = 0;
+            if (!parse_decimal_number(value, &v) || !std::isfinite(v))
+                usage_error(nullptr, "%s expects a decimal number (like 3e-4 or 0.1), got '%s'", f.name, value);
             // the flag is stored as a float: 1e39 is a finite double but an infinite float
             if (!std::isfinite((float)v)) usage_error(nullptr, "%s value '%s' is out of range (at most %g)", f.name, value, (double)FLT_MAX);
             // and 1e-50 a float 0, which turns off what 0 means off (--grad-clip, --skip-loss-z)

@@ -11,6 +11,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdarg>
@@ -121,13 +122,41 @@ inline void print_error(const char* kind, const char* hint, const char* msg) {
 // docs/distributed.md and docs/gpu.md): `fallback` when it is unset or empty; a usage error that
 // names the variable and the range when it is not a number in [lo, hi], so a typo never silently
 // turns a setting off.
+// A decimal number as a person types it ("3e-4", "-0.5", ".1", "1E3"): true with *out set, false
+// for anything else. strtod alone also takes hexadecimal ("0x10" is 16), "inf", "nan" and leading
+// blanks, which a flag or an environment variable is never meant to hold: "--lr 0x10" would train
+// at 16. Range checks are the caller's (a finite double may still be an infinite float).
+inline bool parse_decimal_number(const char* s, double* out) {
+    if (!s) return false;
+    const char* p = s;
+    if (*p == '+' || *p == '-') p++;
+    bool digits = false;
+    while (isdigit((unsigned char)*p)) p++, digits = true;
+    if (*p == '.') {
+        p++;
+        while (isdigit((unsigned char)*p)) p++, digits = true;
+    }
+    if (!digits) return false;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!isdigit((unsigned char)*p)) return false;
+        while (isdigit((unsigned char)*p)) p++;
+    }
+    if (*p) return false;
+    char* end = nullptr;
+    double v = strtod(s, &end);  // the grammar above is a subset of strtod's: it reads all of s
+    if (*end) return false;
+    *out = v;
+    return true;
+}
+
 inline double env_number(const char* name, double fallback, double lo, double hi) {
     const char* e = getenv(name);
     if (!e || !*e) return fallback;
-    char* end = nullptr;
     errno = 0;
-    double v = strtod(e, &end);
-    if (end == e || *end || errno == ERANGE || !(v >= lo && v <= hi)) {
+    double v = 0;
+    if (!parse_decimal_number(e, &v) || errno == ERANGE || !(v >= lo && v <= hi)) {
         char hint[160];
         snprintf(hint, sizeof(hint), "set %s to a number from %g to %g, or unset it", name, lo, hi);
         usage_error(hint, "%s='%s' is not a number from %g to %g", name, e, lo, hi);

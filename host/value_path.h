@@ -137,7 +137,7 @@ inline std::string value_path_flags_to_text(const ValuePathFlags& flags) {
 inline int value_path_int_flag(const std::string& text, const char* name) {
     char* end = nullptr;
     long v = strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end || v < 0 || v > 1000000) usage_error(nullptr, "%s expects a non-negative integer, got '%s'", name, text.c_str());
+    if (text.empty() || isspace((unsigned char)text[0]) || *end || v < 0 || v > 1000000) usage_error(nullptr, "%s expects a non-negative integer, got '%s'", name, text.c_str());
     return (int)v;
 }
 
@@ -153,10 +153,9 @@ inline ValuePathConfig value_path_config_from_flags(const ValuePathFlags& f, int
     else usage_error(nullptr, "--resformer-lambda must be 'fixed' or 'learn', got '%s'", f.resformer_lambda.c_str());
     c.resformer_lambda_lr = 0.02f;
     if (!f.resformer_lambda_lr.empty()) {
-        char* end = nullptr;
-        double v = strtod(f.resformer_lambda_lr.c_str(), &end);
+        double v = 0;
         // stored as a float: 1e39 is a finite double but an infinite float
-        if (*end || !(v >= 0) || !std::isfinite((float)v)) usage_error(nullptr, "--resformer-lambda-lr expects a number >= 0 and at most %g, got '%s'", (double)FLT_MAX, f.resformer_lambda_lr.c_str());
+        if (!parse_decimal_number(f.resformer_lambda_lr.c_str(), &v) || !(v >= 0) || !std::isfinite((float)v)) usage_error(nullptr, "--resformer-lambda-lr expects a number >= 0 and at most %g, got '%s'", (double)FLT_MAX, f.resformer_lambda_lr.c_str());
         if (v > 0 && (float)v == 0) usage_error(nullptr, "--resformer-lambda-lr %s is below the smallest float (%g): it would be 0", f.resformer_lambda_lr.c_str(), (double)FLT_TRUE_MIN);
         if (!c.resformer_learn) usage_error(nullptr, "--resformer-lambda-lr only applies with --resformer-lambda learn");
         c.resformer_lambda_lr = (float)v;

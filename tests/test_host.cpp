@@ -1490,6 +1490,26 @@ TEST(env_number_refuses_what_is_not_a_number_in_range) {
     unsetenv(name);
 }
 
+// What a flag or environment variable holds is read as a person types it: hexadecimal ("0x10",
+// which strtod reads as 16), infinities, NaN and leading blanks are refused, not turned into a
+// learning rate of 16.
+TEST(decimal_numbers_only) {
+    struct Case { const char* text; double value; } good[] = {
+        {"3e-4", 3e-4}, {"0.1", 0.1}, {".5", 0.5}, {"5.", 5.0}, {"-2", -2.0}, {"+1E3", 1000.0}, {"6e+0", 6.0}, {"0", 0.0}};
+    for (const Case& c : good) {
+        double v = -1;
+        CHECK(parse_decimal_number(c.text, &v) && v == c.value, "'%s' read as %g", c.text, v);
+    }
+    for (const char* bad : {"0x10", "0X1p4", "inf", "-infinity", "nan", " 1", "1 ", "", ".", "-", "e5", "1e", "1e+", "1.2.3", "1,5", "--1"}) {
+        double v = -1;
+        CHECK(!parse_decimal_number(bad, &v) && v == -1, "'%s' accepted as %g", bad, v);
+    }
+    long n = 0;
+    CHECK(parse_long_strict("1e6", &n) && n == 1000000, "1e6 as an integer: %ld", n);
+    for (const char* bad : {"0x10", " 5", "1.5", "1e6 ", "0x1p4"})
+        CHECK(!parse_long_strict(bad, &n), "'%s' accepted as an integer", bad);
+}
+
 // The statistics update_guard_step should hold after the values x: for the first W, the plain
 // mean and population variance (two passes, long double); past W, mean_n = (1-a) mean_{n-1} + a x_n
 // and var_n = (1-a)(var_{n-1} + a (x_n - mean_{n-1})^2) with a = 1/W, from the exact first W.

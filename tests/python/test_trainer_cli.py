@@ -122,6 +122,9 @@ def test_help_lists_every_flag_with_its_default():
     (["--ffn-dim", "-1", "--train-data", "x"], "--ffn-dim must be >= 0"),
     # a finite double that is an infinite float: the flag is stored as a float
     (["--lr", "1e39", "--train-data", "x"], "--lr value '1e39' is out of range"),
+    # strtod reads hexadecimal: "0x10" would have trained at a learning rate of 16
+    (["--lr", "0x10", "--train-data", "x"], "--lr expects a decimal number (like 3e-4 or 0.1), got '0x10'"),
+    (["--weight-decay", "inf", "--train-data", "x"], "--weight-decay expects a decimal number"),
     # an empty glob (an unset shell variable) is not "no evaluation"
     (["--val-data", "", "--train-data", "x"], "--val-data is empty"),
     (["--lr-schedule", "step", "--train-data", "x"], "--lr-schedule must be cosine, linear, wsd or constant"),
