@@ -219,14 +219,14 @@ $(GPU_BUILD)/%-mpi/train_fp32: $(GPU_SOURCES) $(call ptx_twin_of,$(GPU_BUILD)/%/
 	@mkdir -p $(dir $@) $(keep_dir)
 	$(NVCC) $(NVCC_FLAGS) $(twin_gencode) $(INCLUDES) -DENABLE_FP32 -DVALUE_PATH_ID=$(VP_ID_$*) train_gpt.cu $(NVCC_HOST_OMP) $(NVCC_MPI) $(CUDA_LIBS) -o $@ $(call twin_check,$(GPU_BUILD)/$*/train_fp32)
 
-train: $(if $(and $(GPU_TOO_OLD),$(filter file,$(origin GPU_ARCH))),gpu-too-old,build/$(VALUE_PATH)$(MPI_SUFFIX)/train_$(PREC))
+train: $(if $(and $(GPU_TOO_OLD),$(filter file,$(origin GPU_ARCH))),gpu-too-old,$(GPU_BUILD)/$(VALUE_PATH)$(MPI_SUFFIX)/train_$(PREC))
 	cp $< train
 	@echo "✓ ./train is the GPU trainer, VALUE_PATH=$(VALUE_PATH), PRECISION=$(PRECISION), GPU_ARCH=$(GPU_ARCH)$(if $(MPI_SUFFIX), with MPI + NCCL (run it under mpirun),)"
 
 gpu-too-old:
 	@echo "✗ this machine's GPU has compute capability $(GPU_COMPUTE_CAP); the GPU trainer's kernels need 8.0 or newer (bf16 tensor cores, cp.async): train on the CPU with make train_cpu (./train_cpu: the same flags, data and checkpoints), or build for another machine's GPU with GPU_ARCH=sm_80 (A100), sm_86, sm_89, sm_90a (H100), ..."; exit 1
 
-gpu-all-paths: $(foreach p,$(GPU_VALUE_PATHS),build/$(p)/train_$(PREC))
+gpu-all-paths: $(foreach p,$(GPU_VALUE_PATHS),$(GPU_BUILD)/$(p)/train_$(PREC))
 	@echo "✓ GPU trainers ($(PRECISION)): $^"
 
 # ---------------------------------------------------------------------------

@@ -447,18 +447,21 @@ inline void* model_device_alloc(GpuModel* m, size_t bytes, const char* what) {
 }
 
 // The dense peak FLOP/s (in TFLOP/s) of this build's math on the device, from NVIDIA's datasheets
-// without sparsity: bf16 tensor cores 989.4 (H100 SXM, H200), 756 (H100 PCIe), 312 (A100); FP32
-// builds the fp32 non-tensor-core peak, 67 / 51 / 19.5. 0 for any other device, unless the
+// without sparsity: bf16 tensor cores 989.4 (H100 SXM, H200), 835 (H100 NVL, H200 NVL: half their
+// datasheets' 1,671 with sparsity), 756 (H100 PCIe), 312 (A100); FP32 builds the fp32
+// non-tensor-core peak, 67 / 60 / 51 / 19.5. 0 for any other device, unless the
 // environment gives VP_PEAK_TFLOPS (the trainer; dev/cuda/bench_gpt takes --peak-tflops).
 inline double device_peak_tflops(const cudaDeviceProp& p) {
     std::string name = p.name;
     bool h100 = name.find("H100") != std::string::npos, h200 = name.find("H200") != std::string::npos, a100 = name.find("A100") != std::string::npos;
     bool pcie = name.find("PCIe") != std::string::npos;
+    // the H100 NVL (a PCIe card at a higher clock than the H100 PCIe) has its own datasheet figure
+    bool nvl = name.find("NVL") != std::string::npos;
 #ifdef ENABLE_FP32
-    if (h100 || h200) return pcie ? 51.0 : 67.0;
+    if (h100 || h200) return pcie ? 51.0 : nvl ? 60.0 : 67.0;
     if (a100) return 19.5;
 #else
-    if (h100 || h200) return pcie ? 756.0 : 989.4;
+    if (h100 || h200) return pcie ? 756.0 : nvl ? 835.0 : 989.4;
     if (a100) return 312.0;
 #endif
     return 0;

@@ -12,7 +12,8 @@ timed steps after the warmup steps (the first steps include compilation).
 
 MFU uses the same formula as dev/cuda/bench_gpt.cu: FLOPs per token = 6 N + 12 L C T (PaLM,
 appendix B), N = parameters without the position table, divided by the device's dense bf16 peak
-(989.4 TFLOP/s H100 SXM / H200, 756 H100 PCIe, 312 A100; --peak-tflops overrides).
+(989.4 TFLOP/s H100 SXM / H200, 835 H100 NVL / H200 NVL, 756 H100 PCIe, 312 A100; --peak-tflops
+overrides).
 
 If B=64 does not fit in memory, the step is split into micro-batches with gradient accumulation
 (the same tokens per step); the line printed says so.
@@ -103,7 +104,7 @@ def main():
     name = torch.cuda.get_device_name(0)
     peak = args.peak_tflops
     if peak < 0:
-        peak = (756.0 if "PCIe" in name else 989.4) if ("H100" in name or "H200" in name) else (312.0 if "A100" in name else 0.0)
+        peak = (756.0 if "PCIe" in name else 835.0 if "NVL" in name else 989.4) if ("H100" in name or "H200" in name) else (312.0 if "A100" in name else 0.0)
     flops_per_step = (6.0 * N + 12.0 * L * C * T) * B * T
 
     def run(micro):
