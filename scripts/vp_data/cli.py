@@ -44,10 +44,17 @@ def nonneg_int(s: str) -> int:
 
 def shard_size_arg(s: str) -> int:
     """Checked here, not at the first full shard: the header holds the token count as an int32,
-    and the last shard of a split may grow by a folded tail (pipeline.FOLD_MAX)."""
-    from .pipeline import MAX_SHARD_SIZE
+    and the last shard of a split may grow by a folded tail (pipeline.FOLD_MAX). The least is
+    pipeline.MIN_SHARD_SIZE: the trainer needs T+1 tokens in a shard (T = --seq-len, at least 1),
+    so one-token shards could be trained on at no --seq-len, which `shards validate --seq-len`
+    only says after the whole run."""
+    from .pipeline import MAX_SHARD_SIZE, MIN_SHARD_SIZE
 
-    v = positive_int(s)
+    v = integer(s)
+    if v < MIN_SHARD_SIZE:
+        raise argparse.ArgumentTypeError(f"at least {MIN_SHARD_SIZE} tokens (the trainer reads a sequence of "
+                                         f"--seq-len T tokens and its target, T+1, from one shard), got {s!r}; "
+                                         f"the default 1e8 is a good size")
     if v > MAX_SHARD_SIZE:
         raise argparse.ArgumentTypeError(f"at most {MAX_SHARD_SIZE:,} tokens (the shard header's count is an "
                                          f"int32), got {s!r}; the default 1e8 is a good size")

@@ -25,6 +25,8 @@ renamed, so an interrupted write never leaves a complete-looking shard. The fing
 the inputs' names and sizes only, so the document at each resume point is checked against a
 digest in the manifest (doc_digest): an input replaced by other content of the same size (a
 reshuffled export) is refused, not mixed in; an edit before the resume point alone is not seen.
+Every stream's resume point is checked before the run writes its first shard (see
+Job._before_write), so a refused resume has written nothing and the earlier inputs still resume.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ BATCH_CHARS = 4_000_000  # ... or this many characters, whichever comes first
 FOLD_MAX = 2**20
 # The header's token count is an int32, and a shard can grow by up to FOLD_MAX tokens.
 MAX_SHARD_SIZE = 2**31 - 1 - FOLD_MAX
+# The trainer reads T+1 tokens (a sequence and its target) from one shard, and T is at least 1.
+MIN_SHARD_SIZE = 2
 # The val head shard (StreamSpec.head_tokens) is never folded into, so it may hold a full int32.
 MAX_HEAD_TOKENS = 2**31 - 1
 # Shard numbers have six digits (000000 to 999999): a seventh would sort shard 1,000,000's name
@@ -72,8 +76,10 @@ NAME_MAX = 255
 
 
 def fold_limit(shard_size: int) -> int:
-    """A last shard with fewer tokens than this goes into the previous one."""
-    return min(FOLD_MAX + 1, shard_size // 2)
+    """A last shard with fewer tokens than this goes into the previous one. Never less than
+    MIN_SHARD_SIZE: at --shard-size 2 or 3 half a shard is 1, and a one-token tail would be a shard
+    that no --seq-len can read."""
+    return max(MIN_SHARD_SIZE, min(FOLD_MAX + 1, shard_size // 2))
 
 
 def doc_digest(toks: np.ndarray) -> str:
@@ -212,6 +218,7 @@ class Stream:
                 self._flush([pos[0], pos[1], i], digest)
 
     def _flush(self, resume, resume_doc: str | None = None) -> None:
+        self.job._before_write()
         i = self._index()
         path = os.path.join(self.job.out_dir, self.filename(i))
         version = self.job.shard_version
@@ -504,8 +511,9 @@ class Job:
         normalize_newlines: bool = False,
         progress_total: int | None = None,
     ):
-        if shard_size <= 0:
-            raise DataError("--shard-size must be positive")
+        if shard_size < MIN_SHARD_SIZE:  # the flag refuses it (cli.shard_size_arg); this is for other callers
+            raise DataError(f"--shard-size must be at least {MIN_SHARD_SIZE} (the trainer needs T+1 tokens in a "
+                            f"shard), got {shard_size}")
         check_dataset_name(prefix)
         self.out_dir = out_dir
         self.prefix = prefix
@@ -537,6 +545,8 @@ class Job:
         self._closed: list = []
         self._workers: list = []  # the pool's processes, watched for one that dies (see _check_workers)
         self._source_names: list = []
+        self._sources: list = []
+        self._resume_checked = False  # every resume point this run has to pass is known good
 
     # -- streams
     def stream(self, name: str) -> Stream:
@@ -712,6 +722,8 @@ class Job:
             return 0
         _WORKER.update(tok=self.tok, spec=self.spec, tf=self.tf)
         self._source_names = [src.name for src in sources]
+        self._sources = list(sources)
+        self._resume_checked = False
         self._workers = []
         pool = None
         if self.workers > 1:
@@ -739,6 +751,12 @@ class Job:
                     continue
                 self._run_source(sno, src, pool)
                 st.done = True
+            for s in self.streams.values():
+                # A resume point in a source this run did not read (one more input in the manifest than
+                # now): finishing the stream would mark it complete without the rest of its documents.
+                if not s.finished and s.resume_pos is not None:
+                    raise self._inputs_changed(f"{self._source_name(s.resume_pos[0])}, where stream "
+                                               f"{s.spec.name} resumes, was not read")
             for s in list(self.streams.values()):
                 s.finish()
             if not self.totals()["tokens"]:
@@ -858,11 +876,75 @@ class Job:
         return f"input '{name}'" if name else f"input {sno}"
 
     def _inputs_changed(self, what: str) -> DataError:
-        # Not "or restore the earlier inputs": another stream of the same input, checked earlier,
-        # may have written a shard from the changed input by the time this one is found
+        # Both remedies work: every resume point is checked before the first shard of a run is written
+        # (_before_write), so nothing of the changed inputs is in the out dir when this is raised.
         return InputsChanged(f"cannot resume '{self.prefix}': the inputs changed since the earlier run ({what}), "
-                             f"so the shards in {self.out_dir} hold other documents; pass --overwrite to start "
-                             f"again on these inputs")
+                             f"so the shards in {self.out_dir} hold other documents; restore the inputs of that "
+                             f"run to resume it, or pass --overwrite to start again on these inputs")
+
+    def _before_write(self) -> None:
+        """Called before every shard is written. While a stream has not reached its resume point, its
+        document there is unchecked, and a stream that resumed earlier in the same input (or has no
+        shard yet) may already be taking documents of a changed input: writing a shard from them
+        leaves a mix that restoring the earlier inputs cannot undo. So the first write of a run waits
+        until every resume point is known good.
+
+        Ordinarily that costs nothing: at the interruption, every stream held less than a shard
+        taken after its own resume point, so with the same inputs no stream fills a shard before the
+        last resume point has been passed (and checked, in _consume). A stream that does (its shard
+        redone after damage, or a changed input) is the exception, and only then are the inputs read
+        ahead to the remaining resume points, without tokenizing the documents before them."""
+        if self._resume_checked:
+            return
+        if any(not s.finished and s.resume_pos is not None for s in self.streams.values()):
+            self._check_resume_points()
+        self._resume_checked = True
+
+    def _check_resume_points(self) -> None:
+        """Read each source to the last resume point in it that is still ahead, and check the document
+        at every one as _consume does: routed to its stream, not empty, its digest (where recorded)
+        and at least `offset` tokens long. Raises InputsChanged, before anything is written."""
+        ahead: dict[int, dict[int, Stream]] = {}
+        for s in self.streams.values():
+            if not s.finished and s.resume_pos is not None:
+                ahead.setdefault(s.resume_pos[0], {})[s.resume_pos[1]] = s
+        # Bad records are counted and reported by the run's own reading; an unskipped one raises here
+        # as it would there.
+        quiet = BadRecords(self.bad.skip, max_warnings=0)
+        for sno, points in sorted(ahead.items()):
+            if sno >= len(self._sources):
+                s = points[min(points)]
+                raise self._inputs_changed(f"{self._source_name(sno)}, where stream {s.spec.name} resumes, "
+                                           f"is not among the inputs")
+            src = self._sources[sno]
+            left = dict(points)
+            docs = src.open(quiet)
+            try:
+                for dno, doc in enumerate(docs):
+                    s = left.pop(dno, None)
+                    if s is not None:
+                        self._check_resume_doc(s, (sno, dno), doc, src)
+                        if not left:
+                            break
+            finally:
+                close = getattr(docs, "close", None)  # a generator: its files are closed now, not at GC
+                if close is not None:
+                    close()
+            if left:
+                dno = min(left)
+                raise self._inputs_changed(f"{self._source_name(sno)} ends before document {dno:,}, "
+                                           f"where stream {left[dno].spec.name} resumes")
+
+    def _check_resume_doc(self, s: Stream, pos: tuple, doc: Doc, src: Source) -> None:
+        toks = None
+        # a document now routed to another stream (or dropped) is one this stream would never see
+        if src.route(doc) == s.spec.name:
+            text = transform_text(doc.text, self.tf)
+            toks = self.tok.encode_doc(text) if text else None
+        if (toks is None or (s.resume_doc is not None and doc_digest(toks) != s.resume_doc)
+                or s.resume_off > len(toks)):
+            raise self._inputs_changed(f"document {pos[1]:,} of {self._source_name(pos[0])}, where stream "
+                                       f"{s.spec.name} resumes, is not the one it was")
 
     def _check_workers(self) -> None:
         """A dead worker is an error whenever it is noticed (before each batch is used, and while

@@ -112,6 +112,9 @@ def test_overwrite_leaves_datasets_with_a_longer_name_alone(tmp_path, run_script
     ("--workers", "nan", "expected a whole number"),
     ("--shard-size", "1e10", "at most 2,146,435,071 tokens"),
     ("--shard-size", "2147483647", "at most 2,146,435,071 tokens"),
+    # one-token shards: no --seq-len can be trained on them (the trainer needs T+1 tokens in a shard)
+    ("--shard-size", "1", "at least 2 tokens"),
+    ("--shard-size", "0", "at least 2 tokens"),
 ])
 def test_bad_numbers_are_usage_errors(tmp_path, flag, value, message, capsys):
     # inf used to raise OverflowError (a traceback), and a --shard-size too big for the header was
@@ -132,6 +135,42 @@ def test_number_forms():
     assert cli.integer("-7") == -7 and cli.integer("1e3") == 1000  # --seed
     assert cli.nonneg_int("12345678901234567891") == 12345678901234567891  # no float rounding
     assert cli.shard_size_arg("2146435071") == 2146435071
+    assert cli.shard_size_arg("2") == 2  # the least: one sequence of --seq-len 1 and its target
+
+
+@pytest.mark.parametrize("script,args", [
+    ("prepare_text", ["in.txt"]),
+    ("prepare_tinyshakespeare", []),
+    ("prepare_openwebtext", ["--parquet", "in.parquet"]),
+    ("prepare_slimpajama", []),
+    ("prepare_pile", []),
+    ("prepare_fineweb", []),
+])
+def test_a_one_token_shard_size_is_refused_by_every_script(tmp_path, capsys, monkeypatch, script, args):
+    # --shard-size 1 wrote one-token shards, which the trainer refuses at every --seq-len (it reads T+1
+    # tokens of a shard); `shards validate --seq-len` said so only after the whole run.
+    from conftest import load_script
+    from vp_data import pipeline
+
+    # a script that got past its flags would tokenize its whole input into one-token shards: fail fast
+    monkeypatch.setattr(pipeline.Job, "run", lambda *a, **k: pytest.fail("the run started"))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        load_script(script).main([*args, "--out-dir", str(out), "--shard-size", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --shard-size: at least 2 tokens" in err and "T+1" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_the_pipeline_refuses_a_one_token_shard_size_too():
+    # for a caller that makes a Job without the flags' checks
+    from vp_data import DataError, tokenizer
+    from vp_data.pipeline import Job, StreamSpec
+
+    with pytest.raises(DataError, match="--shard-size must be at least 2"):
+        Job(out_dir="unused", prefix="x", tokenizer=tokenizer.resolve("gpt2", None), config={},
+            stream_factory=lambda n: StreamSpec(n, "train"), shard_size=1)
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"\xff\xfe", b"[" * 100000 + b"]" * 100000,
@@ -420,6 +459,20 @@ def test_a_tail_of_half_a_shard_is_kept_and_a_shorter_one_folded(tmp_path, run_s
     assert sizes == ([20, 10] if extra == 0 else [29])
 
 
+@pytest.mark.parametrize("size,sizes", [(2, [2, 2, 3]), (3, [3, 4]), (4, [4, 3])])
+def test_no_shard_of_one_token_at_the_smallest_shard_sizes(tmp_path, run_script, ref_encode, size, sizes):
+    """Half of --shard-size 2 or 3 is 1 token, so a one-token tail was a shard of its own, which no
+    --seq-len can read (the trainer needs T+1 tokens): it is folded into the shard before it too. At 4
+    half a shard is 2 and nothing changes (a tail of 3 is kept)."""
+    text = "a" + " a" * 5
+    (tmp_path / "doc.txt").write_text(text)
+    assert len(ref_encode("gpt2", text)) == 7
+    out = tmp_path / "out"
+    run_script("prepare_text", tmp_path / "doc.txt", "--name", "f", "--out-dir", out, "--val-split", "none",
+               "--shard-size", size, "--workers", "1")
+    assert [read_header(f).num_tokens for f in shard_files(out, "f", "train")] == sizes
+
+
 def test_a_domain_budget_met_exactly_takes_no_more_documents():
     """The budget rule (vptest.first_by_quota): a key takes documents while its count is below its
     quota. With per-domain quotas (a --mix) the source does not stop when one domain is full, so a
@@ -452,7 +505,9 @@ def numbered_jsonl(tmp_path_factory):
 def test_a_killed_tokenizer_worker_stops_the_run_and_it_resumes(tmp_path, numbered_jsonl):
     # multiprocessing.Pool replaces a worker that dies (OOM killer, kill -9) but loses its batch,
     # whose result never came: the run waited forever. Here a pool child SIGKILLs itself when it is
-    # handed the batch holding document 1500.
+    # handed the batch holding document 1500, once the run has recorded five finished shards: the
+    # pool hands batches out ahead of the writer, so under load the batch can reach a worker before
+    # any shard is written, and the test would then find no manifest to check the resume against.
     import signal
     import subprocess
     import sys
@@ -461,19 +516,29 @@ def test_a_killed_tokenizer_worker_stops_the_run_and_it_resumes(tmp_path, number
 
     src, _ = numbered_jsonl
     argv = [str(src), "--name", "k", "--val-split", "none", "--shard-size", "2000", "--no-progress"]
-    code = ("import os, runpy, signal, sys\n"
+    out = tmp_path / "out"
+    code = ("import json, os, runpy, signal, sys, time\n"
             f"sys.path.insert(0, {SCRIPTS!r})\n"
             "from vp_data import pipeline\n"
             "real = pipeline._encode_batch\n"
+            "def five_shards_recorded():\n"
+            "    try:\n"
+            f"        with open({str(out / 'k.manifest.json')!r}) as f:\n"
+            "            return len(json.load(f)['streams']['main']['shards']) >= 5\n"
+            "    except (OSError, ValueError, KeyError, TypeError):\n"
+            "        return False\n"
             "def _encode_batch(texts):\n"
             "    if any(t.startswith('Document 1500:') for t in texts):\n"
+            "        # the other worker finishes the batches before this one, so the writer gets there\n"
+            "        deadline = time.monotonic() + 40\n"
+            "        while not five_shards_recorded() and time.monotonic() < deadline:\n"
+            "            time.sleep(0.05)\n"
             "        os.kill(os.getpid(), signal.SIGKILL)\n"
             "    return real(texts)\n"
             "_encode_batch.__module__, _encode_batch.__qualname__ = 'vp_data.pipeline', '_encode_batch'\n"
             "pipeline._encode_batch = _encode_batch  # the forked workers run this one\n"
             "sys.argv = ['prepare_text.py'] + sys.argv[1:]\n"
             "runpy.run_path(os.path.join(sys.path[0], 'prepare_text.py'), run_name='__main__')\n")
-    out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-c", code, *argv, "--workers", "2", "--out-dir", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -578,6 +643,134 @@ def test_a_manifest_without_the_resume_digest_still_resumes(tmp_path, run_script
     assert "(2 reused)" in r.out
     run_script("prepare_text", *args[:-1], tmp_path / "ref")
     assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
+
+
+def hash_split_stopped(run_script, src, out, workers, shards):
+    """Two streams of one input, train and val (a hash split), stopped after `shards` shards."""
+    args = [src, "--name", "c", "--val-split", "hash", "--val-fraction", "0.3", "--shard-size", "1500",
+            "--workers", workers, "--out-dir", out]
+    run_script("prepare_text", *args, "--stop-after-shards", shards, expect=3)
+    return args
+
+
+def routed_to(line):
+    """The stream prepare_text's hash split (the arguments of hash_split_stopped) sends a record to."""
+    from vp_data import cli
+
+    return "val" if cli.hash01(json.loads(line)["text"], 2357) < 0.3 else "train"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_changed_input_is_refused_before_any_stream_writes_from_it(tmp_path, run_script, numbered_jsonl,
+                                                                     workers):
+    # Train and val of one input resume at different documents. The input is replaced (same size) by
+    # one that keeps the documents up to the first resume point and has only documents of that stream
+    # after it. That stream's resume document matched, so it went on writing shards from the new
+    # documents; the other stream's resume point, further on, found the change only after that, and
+    # the shards already written held a mix: restoring the old input could no longer repair the run.
+    _, lines = numbered_jsonl
+    src = tmp_path / "corp.jsonl"
+    src.write_text("\n".join(lines[:600]) + "\n")
+    out = tmp_path / "out"
+    args = hash_split_stopped(run_script, src, out, workers, 3)
+    manifest = (out / "c.manifest.json").read_bytes()
+    resume = {n: st["shards"][-1]["resume"][1] for n, st in json.loads(manifest)["streams"].items() if st["shards"]}
+    assert set(resume) == {"train", "val"} and resume["train"] != resume["val"], resume
+    first = min(resume, key=resume.get)
+    before = all_files_digest(out)
+
+    original = src.read_bytes()
+    new = "\n".join(lines[:resume[first] + 1]) + "\n"
+    for line in lines[600:]:
+        if routed_to(line) == first and len(new) + len(line) + 1 <= len(original):
+            new += line + "\n"
+    assert len(original) - len(new) < 200  # hundreds of documents for `first`: many shards of it
+    src.write_bytes(new.encode() + b" " * (len(original) - len(new)))
+    r = run_script("prepare_text", *args, expect=1)
+    assert "cannot resume 'c': the inputs changed since the earlier run" in r.err
+    assert all_files_digest(out) == before and (out / "c.manifest.json").read_bytes() == manifest
+    assert "--overwrite" in r.err and "restore the inputs" in r.err  # both remedies work now
+
+    src.write_bytes(original)  # the remedy the message offers first
+    run_script("prepare_text", *args)
+    run_script("prepare_text", *args[:-1], tmp_path / "ref")
+    assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
+
+
+def count_openings(monkeypatch):
+    """How often prepare_text opens a JSON-lines input (load_script imports read_jsonl afresh)."""
+    from vp_data import readers
+
+    opened = []
+    real = readers.read_jsonl
+
+    def counted(path, *a, **k):
+        opened.append(os.path.basename(path))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(readers, "read_jsonl", counted)
+    return opened
+
+
+def test_a_resume_of_unchanged_inputs_reads_them_once(tmp_path, run_script, numbered_jsonl, monkeypatch):
+    # Checking every resume point before writing must not cost a second reading of the inputs on an
+    # ordinary resume: up to the last resume point, each stream takes less than a shard (it wrote
+    # none after its own), so the first write comes after every resume point has been passed.
+    _, lines = numbered_jsonl
+    src = tmp_path / "corp.jsonl"
+    src.write_text("\n".join(lines[:600]) + "\n")
+    out = tmp_path / "out"
+    args = hash_split_stopped(run_script, src, out, 1, 1)
+    opened = count_openings(monkeypatch)
+    for runs in range(1, 100):
+        opened.clear()
+        r = run_script("prepare_text", *args, "--stop-after-shards", "1", expect=None)
+        # (none in the run that only writes the last shard: the source was read to its end before)
+        assert opened in ([], ["corp.jsonl"]), (runs, opened)
+        if r.code == 0:
+            break
+        assert r.code == 3, r
+    run_script("prepare_text", *args[:-1], tmp_path / "ref")
+    assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
+
+
+def test_a_redone_shard_before_another_streams_resume_point_checks_it_first(tmp_path, run_script, numbered_jsonl,
+                                                                             monkeypatch):
+    # A damaged shard is redone from the one before it, so its stream writes shards before the other
+    # stream's (later) resume point is reached: that point is checked first, by reading ahead to it.
+    import random
+
+    _, lines = numbered_jsonl
+    src = tmp_path / "corp.jsonl"
+    src.write_text("\n".join(lines[:600]) + "\n")
+    out = tmp_path / "out"
+    args = hash_split_stopped(run_script, src, out, 1, 7)
+    m = json.loads((out / "c.manifest.json").read_text())
+    train, val = m["streams"]["train"]["shards"], m["streams"]["val"]["shards"]
+    assert len(train) >= 3 and train[0]["resume"] < val[-1]["resume"], m["streams"]
+    bad = out / train[1]["file"]
+    data = bytearray(bad.read_bytes())
+    data[-1] ^= 1
+    bad.write_bytes(bytes(data))
+    opened = count_openings(monkeypatch)
+    r = run_script("prepare_text", *args)
+    # kept: train's first shard and all of val's
+    assert "does not match the sha256" in r.err and f"({len(val) + 1} reused)" in r.out
+    assert opened == ["corp.jsonl", "corp.jsonl"]  # the run, and the look ahead to val's resume point
+    run_script("prepare_text", *args[:-1], tmp_path / "ref")
+    assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
+
+    # the same, with the input changed after train's resume point: refused with nothing written
+    args2 = hash_split_stopped(run_script, src, tmp_path / "out2", 1, 7)
+    (tmp_path / "out2" / train[1]["file"]).write_bytes(bytes(data))
+    before = all_files_digest(tmp_path / "out2")
+    cut = train[0]["resume"][1] + 1
+    rest = lines[cut:600]
+    random.Random(1).shuffle(rest)  # the same size, train's resume document kept
+    src.write_text("\n".join(lines[:cut] + rest) + "\n")
+    r = run_script("prepare_text", *args2, expect=1)
+    assert "where stream val resumes, is not the one it was" in r.err
+    assert all_files_digest(tmp_path / "out2") == before
 
 
 @pytest.mark.parametrize("edit,where", [
