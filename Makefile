@@ -190,10 +190,14 @@ $(VENV)/.installed: requirements.txt
 # The PyTorch reference (optional: .venv/bin/pip install -r requirements-reference.txt)
 reference-states: venv
 	$(VENV_PY) dev/reference/make_states.py
-test-reference: venv
-	@$(VENV_PY) -c "import torch" 2>/dev/null || { echo "error: make test-reference needs PyTorch, which $(VENV) lacks" >&2; \
+# test-reference: what make test skips without those: the reference's own tests, the committed
+# states against a fresh run of it, and the checks inside transformers and lm-eval (hf_convert.py's
+# exports, --eval-mc against the harness, compare_paths.sh TASKS=). VENV=DIR for another venv.
+test-reference: venv $(PATH_TRAINERS)
+	@$(VENV_PY) -c "import torch, transformers, lm_eval" 2>/dev/null || { echo "error: make test-reference needs PyTorch, transformers and lm-eval, which $(VENV) lacks" >&2; \
 		echo "---> HINT: $(VENV)/bin/pip install -r requirements-reference.txt (about 5 GB: torch with its CUDA wheels, which run on the CPU too), then run it again" >&2; exit 1; }
-	$(VENV_PY) -m pytest -q dev/reference && $(VENV_PY) dev/reference/make_states.py --check
+	$(VENV_PY) -m pytest -q -rs dev/reference tests/python/test_hf_convert.py tests/python/test_mc_eval_vs_harness.py && \
+		$(VENV_PY) dev/reference/make_states.py --check
 
 # ---------------------------------------------------------------------------
 # benchmarks (figures, never pass/fail)

@@ -19,7 +19,8 @@
 #
 # TASKS (lm-eval task names; INCLUDE: a directory of extra task YAMLs) adds a downstream table:
 # scripts/eval_harness.py on every run's final checkpoint, results in $OUT.eval.json. It needs
-# torch, transformers and lm-eval (requirements-reference.txt).
+# torch, transformers and lm-eval (requirements-reference.txt) in .venv, or in the Python that
+# PYTHON names.
 #
 # Ctrl-C, or SIGTERM or SIGUSR1 sent to this script, stops the run in progress after its step (it
 # saves a checkpoint in its directory) and the script, with status 128 + the signal. Each run
@@ -132,8 +133,9 @@ echo
 table_flags=()
 [[ " $PATHS " == *" vanilla "* ]] && table_flags=(--baseline vanilla)
 [ ${#seeds[@]} -gt 1 ] && table_flags+=(--group)
-PY=python3
-[ -x .venv/bin/python ] && PY=.venv/bin/python
+# PYTHON: the interpreter for the table and TASKS (.venv's by default): one with lm-eval for TASKS
+PY=${PYTHON:-python3}
+[ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && PY=.venv/bin/python
 if "$PY" -c "import matplotlib" >/dev/null 2>&1; then
     "$PY" scripts/plot_runs.py "${dirs[@]}" "${table_flags[@]}" --out "$OUT.png"
 else

@@ -23,6 +23,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,8 +181,11 @@ def test_compare_paths_adds_the_downstream_table(tmp_path, vp_cache):
     from test_plot_runs import compare_paths
 
     rec_path, _ = records_and_vpmc(tmp_path, vp_cache, "gpt2")
+    # GPT-2's vocabulary, not compare_paths()'s small one: lm_eval reads the runs through the GPT-2
+    # tokenizer, which eval_harness.py picks by the vocabulary's size
     p, out = compare_paths(tmp_path, timeout=900, PATHS="vanilla depth", TASKS="vp_hellaswag_local", LIMIT="40",
-                           INCLUDE=str(harness_task(tmp_path, rec_path)))
+                           INCLUDE=str(harness_task(tmp_path, rec_path)), VOCAB="50257",
+                           PYTHON=sys.executable)  # the one with lm_eval, which may not be .venv's
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     results = json.loads((tmp_path / "cmp.eval.json").read_text())["results"]
     assert [(r["value_path"], r["step"], r["n"]) for r in results] == [("vanilla", 2, 40), ("depth", 2, 40)]
