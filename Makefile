@@ -191,13 +191,20 @@ $(VENV)/.installed: requirements.txt
 reference-states: venv
 	$(VENV_PY) dev/reference/make_states.py
 # test-reference: what make test skips without those: the reference's own tests, the committed
-# states against a fresh run of it, and the checks inside transformers and lm-eval (hf_convert.py's
-# exports, --eval-mc against the harness, compare_paths.sh TASKS=). VENV=DIR for another venv.
-test-reference: venv $(PATH_TRAINERS)
+# states against a fresh run of it, the checks inside transformers and lm-eval (hf_convert.py's
+# exports, --eval-mc against the harness, compare_paths.sh TASKS=), and the randomized
+# differential check: REFERENCE_FUZZ_COUNT random shapes of seed REFERENCE_FUZZ_SEED
+# (dev/reference/fuzz_states.py: about 55 s on 2 cores for 500) compared with the CPU build by
+# test_reference_states. VENV=DIR for another venv.
+REFERENCE_FUZZ_SEED ?= 1
+REFERENCE_FUZZ_COUNT ?= 500
+test-reference: venv $(PATH_TRAINERS) build/tests/test_reference_states
 	@$(VENV_PY) -c "import torch, transformers, lm_eval" 2>/dev/null || { echo "error: make test-reference needs PyTorch, transformers and lm-eval, which $(VENV) lacks" >&2; \
 		echo "---> HINT: $(VENV)/bin/pip install -r requirements-reference.txt (about 5 GB: torch with its CUDA wheels, which run on the CPU too), then run it again" >&2; exit 1; }
 	$(VENV_PY) -m pytest -q -rs dev/reference tests/python/test_hf_convert.py tests/python/test_mc_eval_vs_harness.py && \
-		$(VENV_PY) dev/reference/make_states.py --check
+		$(VENV_PY) dev/reference/make_states.py --check && \
+		$(VENV_PY) dev/reference/fuzz_states.py --quiet --seed $(REFERENCE_FUZZ_SEED) --count $(REFERENCE_FUZZ_COUNT) --jobs $(TEST_JOBS) --out build/reference_fuzz && \
+		VP_REFERENCE_STATES_DIR=build/reference_fuzz build/tests/test_reference_states
 
 # ---------------------------------------------------------------------------
 # benchmarks (figures, never pass/fail)

@@ -16,12 +16,13 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 struct TestCase {
     const char* name;
-    void (*fn)();
+    std::function<void()> fn;  // (a std::function, so that a suite can add tests at run time: one per file)
 };
 
 inline std::vector<TestCase>& test_registry() {

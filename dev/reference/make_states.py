@@ -38,6 +38,10 @@ JSON header keys:
                 model.structural_zero_grads), for an exact-zero check
     fp32_noise  what the same reference computed in float32 differs from float64 by (for the
                 test bounds, informative only)
+    fp32_check, fp32_sensitivity   (only in the random states of fuzz_states.py) false: the C++
+                compares its float64 run only, since float32 rounding alone would move this
+                state by more than a tenth of a bound; what one float32 rounding of the
+                parameters moves the float64 results by (forward_state)
     arrays      [{name, dtype, shape, offset}] for: params (num_params), grads (num_params),
                 inputs (B,T) i32, targets (B,T) i32, logits (B,T,V) over the real vocab,
                 losses (B,T) per-position cross-entropy
@@ -153,82 +157,194 @@ def scaled_err(a, ref):
 def compute_state(name, index, batch_seed=None):
     """Everything a state holds, computed in float64 from float32 parameters. batch_seed given:
     use that batch (as recorded in a state) instead of searching for one."""
-    cfg = state_config(name)
-    params = M.random_params(cfg, seed=1000 + index)
     extreme = EXTREME.get(name.split("_", 1)[0])
-    if extreme:
-        P = M.unflatten(cfg, params)
-        for tensor, factor in extreme[1].items():
-            if tensor in P:
-                P[tensor].mul_(factor)  # exact in float32: the factors' products stay representable
-    params = params.numpy()  # float32: what the C++ loads exactly
-    # The batch: redrawn (batch seed + 1) until the trajectory is well conditioned in float32, i.e.
-    # clipping is on in some steps and off in others, every gradient norm is >= 2% away from the
-    # clip threshold, and the same reference in float32
-    # follows the float64 losses to 2e-6. AdamW turns the sign of a near-zero gradient into a
-    # full lr step, so a rare batch amplifies float32 rounding ~100x; such a batch would test
-    # the conditioning of the problem, not the implementation.
     seeds = [batch_seed] if batch_seed is not None else [2000 + 100 * index + a for a in range(50)]
-    if extreme:  # no trajectory: the first batch
-        batch_seed = seeds[0]
-        g = torch.Generator().manual_seed(batch_seed)
-        idx = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
-        tgt = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
-        losses = lrs = norms = None
-        traj_dev = norm_dev = None
-        seeds = []
-    for batch_seed in seeds:
-        g = torch.Generator().manual_seed(batch_seed)
-        idx = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
-        tgt = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
-        losses, lrs, norms = trajectory(cfg, params, idx, tgt, torch.float64)
-        clip = train_setting()["grad_clip"]
-        margin_ok = min(abs(n / clip - 1) for n in norms) >= 0.02 and min(norms) < clip < max(norms)
-        losses32, _, norms32 = trajectory(cfg, params, idx, tgt, torch.float32)
-        traj_dev = float(np.max(np.abs(np.array(losses32) - losses) / np.abs(losses)))
-        norm_dev = float(np.max(np.abs(np.array(norms32) - norms) / np.abs(norms)))
-        if margin_ok and traj_dev < 2e-6:
-            break
-    else:
-        if not extreme:
-            raise RuntimeError(f"{name}: no well-conditioned batch found")
+    return state_of_config(name, state_config(name), B, T, 1000 + index, seeds, scale=extreme[1] if extreme else None,
+                           with_train=not extreme)
+
+
+def draw_batch(cfg, Bn, Tn, batch_seed):
+    g = torch.Generator().manual_seed(batch_seed)
+    idx = torch.randint(0, cfg.vocab_size, (Bn, Tn), generator=g)
+    tgt = torch.randint(0, cfg.vocab_size, (Bn, Tn), generator=g)
+    return idx, tgt
+
+
+def perturbed(params, rng):
+    """The float32 parameters, each moved by one float32 rounding (a relative 2^-24, random
+    sign), in float64: the least that any float32 computation perturbs its inputs by."""
+    return np.asarray(params, np.float64) * (1 + 2.0**-24 * rng.choice([-1.0, 1.0], size=len(params)))
+
+
+def forward_state(cfg, params, idx, tgt, exact_zero=None, sensitivity_trials=0):
+    """The forward and backward of a batch in float64 and float32, the structural zeros, and the
+    float32 noise (what float32 moves each result by). exact_zero(cfg, idx): a mask of gradient
+    elements that are 0 in exact arithmetic but not by construction in torch (its autograd leaves
+    rounding there, ~1e-17 of the largest gradient): they are checked to be rounding, stored as 0
+    and left out of every noise figure. sensitivity_trials > 0 adds "sensitivity": how far the float64
+    results move when the parameters are perturbed by one float32 rounding (perturbed())."""
     loss, logits, per_pos, grads = M.forward_backward(cfg, params, idx, tgt, torch.float64)
     loss32, logits32, per_pos32, grads32 = M.forward_backward(cfg, params, idx, tgt, torch.float32)
     layout, n = M.param_offsets(cfg)
     zero = M.structural_zero_grads(cfg, idx)
-    assert torch.all(grads[zero] == 0), f"{name}: a structurally zero gradient is not zero"
+    assert torch.all(grads[zero] == 0), "a structurally zero gradient is not zero"
+    ez = None
+    if exact_zero is not None:
+        ez = exact_zero(cfg, idx) & ~zero
+        if ez.any():
+            noise_there = float(grads[ez].abs().max())
+            assert noise_there <= 1e-12 * float(grads.abs().max()), f"an exactly zero gradient is {noise_there:.3g}, not rounding"
+            grads[ez] = 0
+            grads32[ez] = 0
+    norm = float(grads.norm())
+
+    def deviation(loss_b, logits_b, per_pos_b, grads_b):
+        if ez is not None:
+            grads_b = grads_b.clone()
+            grads_b[ez] = 0
+        return {"loss": abs(loss_b - loss) / abs(loss), "logits": scaled_err(logits_b, logits),
+                "losses": scaled_err(per_pos_b, per_pos), "norm0": abs(float(grads_b.norm()) - norm) / norm,
+                "grads": {nm: scaled_err(grads_b[o:o + c], grads[o:o + c]) for nm, _, o, c in layout}}
+
+    noise = deviation(loss32, logits32, per_pos32, grads32)
+    noise.pop("norm0")  # (the states' fp32_noise has no such key; train's grad_norms[0] covers it)
+    out = {"loss": loss, "logits": logits, "per_pos": per_pos, "grads": grads, "zero": zero, "noise": noise}
+    if sensitivity_trials:
+        noise32 = dict(noise, norm0=deviation(loss32, logits32, per_pos32, grads32)["norm0"])
+        rng = np.random.default_rng(0)
+        sens = [deviation(*M.forward_backward(cfg, perturbed(params, rng), idx, tgt, torch.float64)) for _ in range(sensitivity_trials)]
+        out["sensitivity"] = worst_of(sens)
+        out["yardstick"] = worst_of(sens + [noise32])
+    return out
+
+
+def worst_of(devs):
+    """The largest of each figure over several deviation dicts (nested dicts too)."""
+    out = {}
+    for k, v in devs[0].items():
+        out[k] = worst_of([d[k] for d in devs]) if isinstance(v, dict) else max(d[k] for d in devs)
+    return out
+
+
+def find_trajectory(cfg, params, idx, tgt, norm_limit=None, sensitivity_trials=0):
+    """The batch search's test of a batch: its AdamW trajectory is well conditioned in float32,
+    i.e. clipping is on in some steps and off in others, every gradient norm is >= 2% away from the
+    clip threshold, and the same reference in float32 follows the float64 losses to 2e-6. AdamW
+    turns the sign of a near-zero gradient into a full lr step, so a rare batch amplifies float32
+    rounding ~100x; such a batch would test the conditioning of the problem, not the
+    implementation. norm_limit: also the gradient norms must move by at most that much, relative,
+    in float32 and (sensitivity_trials > 0) in float64 from parameters perturbed by one float32
+    rounding. Returns (losses, lrs, norms, traj_dev, norm_dev), or None if the batch fails."""
+    losses, lrs, norms = trajectory(cfg, params, idx, tgt, torch.float64)
+    clip = train_setting()["grad_clip"]
+    margin_ok = min(abs(n / clip - 1) for n in norms) >= 0.02 and min(norms) < clip < max(norms)
+    if not margin_ok and norm_limit is not None:
+        return None  # (make_states computes float32 first, whatever the margin: the same answer)
+    losses32, _, norms32 = trajectory(cfg, params, idx, tgt, torch.float32)
+    traj_dev = float(np.max(np.abs(np.array(losses32) - losses) / np.abs(losses)))
+    norm_dev = float(np.max(np.abs(np.array(norms32) - norms) / np.abs(norms)))
+    if not (margin_ok and traj_dev < 2e-6):
+        return None
+    if norm_limit is not None:
+        if norm_dev > norm_limit:
+            return None
+        rng = np.random.default_rng(0)
+        for _ in range(sensitivity_trials):
+            losses_p, _, norms_p = trajectory(cfg, perturbed(params, rng), idx, tgt, torch.float64)
+            if (np.max(np.abs(np.array(norms_p) - norms) / np.abs(norms)) > norm_limit
+                    or np.max(np.abs(np.array(losses_p) - losses) / np.abs(losses)) > 2e-6):
+                return None
+    return losses, lrs, norms, traj_dev, norm_dev
+
+
+def fp32_within(yardstick, limits):
+    """Whether every figure of a forward's float32 yardstick is within its limit (grads: per tensor)."""
+    return all(all(v <= limits[k] for v in y.values()) if isinstance(y, dict) else y <= limits[k] for k, y in yardstick.items())
+
+
+def state_of_config(name, cfg, Bn, Tn, param_seed, seeds, scale=None, with_train=True, generator=None,
+                    fp32_limits=None, exact_zero=None, sensitivity_trials=3):
+    """compute_state for any config (dev/reference/fuzz_states.py draws them): random_params(cfg,
+    param_seed), multiplied tensor by tensor by `scale` ({name: factor}, the extreme regime), a
+    (Bn, Tn) batch, the first of `seeds` that the batch search accepts (find_trajectory); without
+    with_train, the first seed and no trajectory. No batch accepted: RuntimeError.
+    fp32_limits (the fuzz states): {figure: limit} on the float32 yardstick of forward_state (the
+    larger of the float32 noise and the sensitivity to one rounding of the parameters), which the
+    batch must meet too, as must its gradient norms along the trajectory ("grad_norms"). If no
+    batch meets everything, the state is written without a trajectory from the first batch that
+    meets the forward's limits, or else from the first batch with "fp32_check": false (the C++
+    then compares only its float64 run: float32 rounding alone would move this state's results
+    by more than a tenth of a bound). `generator` adds entries to the header's "generator"."""
+    params = M.random_params(cfg, seed=param_seed)
+    if scale:
+        P = M.unflatten(cfg, params)
+        for tensor, factor in scale.items():
+            if tensor in P:
+                P[tensor].mul_(factor)  # exact in float32: the factors' products stay representable
+    params = params.numpy()  # float32: what the C++ loads exactly
+    fuzz = fp32_limits is not None
+    chosen = forward_only = None  # (seed, idx, tgt, forward_state, trajectory or None)
+    for batch_seed in (seeds if with_train else seeds[:1]):
+        idx, tgt = draw_batch(cfg, Bn, Tn, batch_seed)
+        fwd = forward_state(cfg, params, idx, tgt, exact_zero, sensitivity_trials if fuzz else 0)
+        if fuzz and not fp32_within(fwd["yardstick"], fp32_limits):
+            continue
+        forward_only = forward_only or (batch_seed, idx, tgt, fwd, None)
+        if not with_train:
+            chosen = forward_only
+            break
+        traj = find_trajectory(cfg, params, idx, tgt, fp32_limits["grad_norms"] if fuzz else None, sensitivity_trials if fuzz else 0)
+        if traj:
+            chosen = (batch_seed, idx, tgt, fwd, traj)
+            break
+    fp32_check = True
+    if chosen is None:
+        if not fuzz:
+            raise RuntimeError(f"{name}: no well-conditioned batch found")
+        chosen = forward_only
+        if chosen is None:
+            idx, tgt = draw_batch(cfg, Bn, Tn, seeds[0])
+            chosen = (seeds[0], idx, tgt, forward_state(cfg, params, idx, tgt, exact_zero, sensitivity_trials), None)
+            fp32_check = False
+    batch_seed, idx, tgt, fwd, traj = chosen
+    layout, n = M.param_offsets(cfg)
+    zero = fwd["zero"]
     # as [offset, count] ranges of the flat array
     edges = torch.diff(torch.cat([torch.tensor([0]), zero.int(), torch.tensor([0])])).nonzero().view(-1).tolist()
     zero_ranges = [[a, b - a] for a, b in zip(edges[0::2], edges[1::2])]
-    noise = {"loss": abs(loss32 - loss) / abs(loss), "logits": scaled_err(logits32, logits),
-             "losses": scaled_err(per_pos32, per_pos), "trajectory": traj_dev, "grad_norms": norm_dev,
-             "grads": {nm: scaled_err(grads32[o:o + c], grads[o:o + c]) for nm, _, o, c in layout}}
+    noise = dict(fwd["noise"], trajectory=traj[3] if traj else None, grad_norms=traj[4] if traj else None)
+    noise = {k: noise[k] for k in ("loss", "logits", "losses", "trajectory", "grad_norms", "grads")}  # (the order of the states)
     t = None
-    if not extreme:
+    if traj:
         t = train_setting()
-        t.update(lrs=lrs, grad_norms=norms, losses=losses)
+        t.update(lrs=traj[1], grad_norms=traj[2], losses=traj[0])
+    gen = {"script": "dev/reference/make_states.py", "torch": torch.__version__, "dtype": "float64",
+           "param_seed": param_seed, "batch_seed": batch_seed}
+    gen.update(generator or {})
     header = {
         "name": name,
         "format_version": FORMAT_VERSION,
-        "generator": {"script": "dev/reference/make_states.py", "torch": torch.__version__, "dtype": "float64",
-                      "param_seed": 1000 + index, "batch_seed": batch_seed},
-        "B": B, "T": T,
+        "generator": gen,
+        "B": Bn, "T": Tn,
         "config": dict(vars(cfg), arch_id=M.ARCHS.index(cfg.arch), path_id=M.PATHS.index(cfg.path)),
         "layout": [{"name": nm, "shape": list(sh), "offset": o, "count": c, "decay": int(nm in M.DECAY)}
                    for nm, sh, o, c in layout],
         "num_params": n,
-        "loss": loss,
+        "loss": fwd["loss"],
         "train": t,
         "zero_grad_ranges": zero_ranges,
         "fp32_noise": noise,
     }
+    if fuzz:
+        header["fp32_check"] = fp32_check
+        header["fp32_sensitivity"] = fwd["sensitivity"]
     arrays = [
         ("params", "f32", [n], params.astype(np.float32)),
-        ("grads", "f32", [n], grads.numpy().astype(np.float32)),
-        ("inputs", "i32", [B, T], idx.numpy().astype(np.int32)),
-        ("targets", "i32", [B, T], tgt.numpy().astype(np.int32)),
-        ("logits", "f32", [B, T, cfg.vocab_size], logits.numpy().astype(np.float32)),
-        ("losses", "f32", [B, T], per_pos.numpy().astype(np.float32)),
+        ("grads", "f32", [n], fwd["grads"].numpy().astype(np.float32)),
+        ("inputs", "i32", [Bn, Tn], idx.numpy().astype(np.int32)),
+        ("targets", "i32", [Bn, Tn], tgt.numpy().astype(np.int32)),
+        ("logits", "f32", [Bn, Tn, cfg.vocab_size], fwd["logits"].numpy().astype(np.float32)),
+        ("losses", "f32", [Bn, Tn], fwd["per_pos"].numpy().astype(np.float32)),
     ]
     return header, arrays
 

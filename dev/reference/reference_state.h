@@ -182,6 +182,8 @@ struct RefState {
     double loss = 0;                  // float64 mean cross-entropy
     RefTrain train;                   // (only if has_train)
     bool has_train = true;            // false: "train" is null (the extreme-regime states have no trajectory)
+    bool fp32_check = true;           // false: compare the float64 run only ("fp32_check": false, written by
+                                      // fuzz_states.py where float32 rounding alone moves the results near a bound)
     std::vector<float> params, grads; // (num_params)
     std::vector<int> inputs, targets; // (B, T)
     std::vector<float> logits;        // (B, T, V) real vocab columns only
@@ -335,6 +337,10 @@ inline bool ref_state_read(const std::string& path, RefState* s, std::string* er
         size_t off = (size_t)e.arr[0].num, cnt = (size_t)e.arr[1].num;
         if (off + cnt > s->num_params) return r.fail("zero_grad_ranges: a range runs past num_params");
         s->zero_grad_ranges.push_back({off, cnt});
+    }
+    if (const Json* f = h.find("fp32_check")) {  // (absent: true)
+        if (f->type != Json::BOOL) return r.fail("JSON header: 'fp32_check' is not true or false");
+        s->fp32_check = f->b;
     }
     // training trajectory, or null (an extreme-regime state: make_states.py EXTREME)
     const Json* t = h.find("train");

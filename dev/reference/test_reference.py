@@ -507,3 +507,55 @@ def test_state_is_what_the_reference_computes(index, name):
         return
     norms, clip = header["train"]["grad_norms"], header["train"]["grad_clip"]
     assert min(norms) < clip < max(norms)
+
+
+# ---------------------------------------------------------------------------------------------
+# The random states of fuzz_states.py (make test-reference compares the C++ with them)
+
+import fuzz_states as FZ  # noqa: E402
+
+
+def test_fuzz_configs_are_deterministic_within_the_bounds_premises_and_cover_the_corners():
+    draws = [FZ.draw_config(1, i) for i in range(400)]
+    again = [FZ.draw_config(1, i) for i in (399, 7, 0)]
+    assert [d[5] for d in again] == [draws[i][5] for i in (399, 7, 0)]  # config i depends only on (seed, i)
+    seen = set()
+    for cfg, B, T, _, seeds, _ in draws:
+        cfg.validate()
+        H, Hkv, D, C, F, L = cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.n_embd, cfg.ffn_dim, cfg.n_layer
+        assert B * T <= 16 and T <= 8 and 1 <= L <= 5 and 2 <= cfg.vocab_size <= 97 and 2 <= C <= 16
+        assert H * D <= 64 and (H + 2 * Hkv) * D <= 64 and (F if cfg.arch == "gpt2" else 2 * F) <= 64
+        assert cfg.vocab_size % 128 and len(seeds) == FZ.BATCH_DRAWS
+        seen |= {(cfg.arch, cfg.path), ("G", cfg.G), ("L", L), ("T", T)}
+        seen.add(("D odd",) if D % 2 else ("D even",))
+        if cfg.arch == "llama":
+            seen |= {("D != C/H",) if D * H != C else (), ("qkn", cfg.qk_norm), ("tie", cfg.tie_embeddings)}
+        if cfg.path == "resformer":
+            seen.add(("lambda", cfg.resformer_learn, cfg.resformer_lambda_lr))
+        if cfg.path == "sla":
+            seen |= {("n_l >= L",) if cfg.sla_layers >= L else ("n_l < L",), ("n_h", "0" if cfg.sla_heads == 0 else "H" if cfg.sla_heads == H else "mid"),
+                     ("chain", cfg.sla_chain)}
+        if cfg.path == "depth":
+            seen.add(("stride > L",) if cfg.depth_stride > L else ("stride 1",) if cfg.depth_stride == 1 else ("stride mid",))
+    want = {(a, p) for a in M.ARCHS for p in M.PATHS} | {("G", g) for g in (1, 2, 3)} | {("L", l) for l in range(1, 6)} | {("T", 1), ("T", 8)}
+    want |= {("D odd",), ("D even",), ("D != C/H",), ("qkn", 0), ("qkn", 1), ("tie", 0), ("tie", 1), ("n_l >= L",), ("n_l < L",), ("chain", 0), ("chain", 1)}
+    want |= {("n_h", x) for x in ("0", "H", "mid")} | {("stride > L",), ("stride 1",), ("stride mid",)}
+    want |= {("lambda", 0, M.f32(0.02))} | {("lambda", 1, M.f32(x)) for x in (0.0, 0.02, 0.1)}  # (fixed keeps the default lr)
+    assert want <= seen, want - seen
+
+
+def test_fuzz_state_of_one_index_is_the_one_a_count_writes_and_T1_gradients_are_exact_zeros():
+    seed, i = 1, 30  # a gpt2 SLA with T = 1 (draw_config(1, 30)): its q/k gradients are 0 in exact arithmetic
+    cfg, B, T, _, _, _ = FZ.draw_config(seed, i)
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_states.py")
+        subprocess.run([sys.executable, script, "--seed", str(seed), "--count", "31", "--jobs", "2", "--quiet", "--out", a], check=True)
+        subprocess.run([sys.executable, script, "--seed", str(seed), "--only", str(i), "--out", b], check=True, capture_output=True)
+        name = FZ.state_name(seed, i, cfg) + ".bin"
+        assert len(os.listdir(a)) == 31 and os.listdir(b) == [name]
+        with open(os.path.join(a, name), "rb") as fa, open(os.path.join(b, name), "rb") as fb:
+            assert fa.read() == fb.read()
+        header, arrays = S.read_state(os.path.join(b, name))
+    assert T == 1 and header["fp32_check"] in (True, False) and "fp32_sensitivity" in header
+    ez = FZ.exact_zero_grads(cfg, torch.as_tensor(arrays["inputs"])).numpy()
+    assert ez.any() and np.all(arrays["grads"][ez] == 0)
