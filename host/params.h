@@ -52,7 +52,9 @@ struct ParamSpec {
     int decay;         // 1 = AdamW weight decay applies (matrices), 0 = biases and gains
     double init_std;   // normal(0, std) init; 0 = constant init_value
     float init_value;  // for gains (1) and biases (0)
-    float own_lr = 0;  // > 0: this tensor's own peak learning rate (same schedule); 0 = --lr
+    // >= 0: this tensor's own peak learning rate (same schedule; 0 freezes it, as
+    // --resformer-lambda-lr 0 asks); -1: --lr
+    float own_lr = -1;
 };
 
 // The size table, in the struct's order: one place that says how big every tensor is.
@@ -220,7 +222,7 @@ struct AdamWSettings {
 
 // The learning rate of one tensor at this step: lr, or for a tensor with its own peak lr the same
 // schedule scaled to it (own_lr * lr / lr_peak). Computed in float, as every build's AdamW uses it.
-inline float tensor_lr(const ParamSpec& spec, const AdamWSettings& s) { return spec.own_lr > 0 && s.lr_peak > 0 ? spec.own_lr * (s.lr / s.lr_peak) : s.lr; }
+inline float tensor_lr(const ParamSpec& spec, const AdamWSettings& s) { return spec.own_lr >= 0 && s.lr_peak > 0 ? spec.own_lr * (s.lr / s.lr_peak) : s.lr; }
 
 
 struct SampleSettings {

@@ -1490,6 +1490,21 @@ TEST(env_number_refuses_what_is_not_a_number_in_range) {
     unsetenv(name);
 }
 
+// A tensor's own peak learning rate follows the schedule scaled to it, and 0 is a rate like any
+// other: --resformer-lambda-lr 0 froze nothing until 2026-12-01, when own_lr 0 still meant "use
+// --lr" and the lambdas trained at the model's rate (found by dev/reference/fuzz_states.py).
+TEST(own_learning_rate_zero_freezes_the_tensor) {
+    AdamWSettings s = {};
+    s.lr = 3e-4f;       // this step's scheduled lr
+    s.lr_peak = 6e-4f;  // --lr
+    ParamSpec plain = {"w", 4, 1, 0.02, 0};
+    ParamSpec own = {"vp_lambda", 4, 0, 0, 0.5f, 0.02f};
+    ParamSpec frozen = {"vp_lambda", 4, 0, 0, 0.5f, 0.0f};
+    CHECK(tensor_lr(plain, s) == s.lr, "no own lr: %g", tensor_lr(plain, s));
+    CHECK(tensor_lr(own, s) == 0.02f * (s.lr / s.lr_peak), "own lr 0.02 at half the peak: %g", tensor_lr(own, s));
+    CHECK(tensor_lr(frozen, s) == 0.0f, "own lr 0: %g", tensor_lr(frozen, s));
+}
+
 // What a flag or environment variable holds is read as a person types it: hexadecimal ("0x10",
 // which strtod reads as 16), infinities, NaN and leading blanks are refused, not turned into a
 // learning rate of 16.
