@@ -118,10 +118,6 @@ inline void print_error(const char* kind, const char* hint, const char* msg) {
     vp_fail(VP_EXIT_RUNTIME, "error", hint, fmt, ap);
 }
 
-// A number from the environment variable `name` (the few settings that are not flags: see
-// docs/distributed.md and docs/gpu.md): `fallback` when it is unset or empty; a usage error that
-// names the variable and the range when it is not a number in [lo, hi], so a typo never silently
-// turns a setting off.
 // A decimal number as a person types it ("3e-4", "-0.5", ".1", "1E3"): true with *out set, false
 // for anything else. strtod alone also takes hexadecimal ("0x10" is 16), "inf", "nan" and leading
 // blanks, which a flag or an environment variable is never meant to hold: "--lr 0x10" would train
@@ -151,6 +147,10 @@ inline bool parse_decimal_number(const char* s, double* out) {
     return true;
 }
 
+// A number from the environment variable `name` (the few settings that are not flags: see
+// docs/distributed.md and docs/gpu.md): `fallback` when it is unset or empty; a usage error that
+// names the variable and the range when it is not a number in [lo, hi], so a typo never silently
+// turns a setting off.
 inline double env_number(const char* name, double fallback, double lo, double hi) {
     const char* e = getenv(name);
     if (!e || !*e) return fallback;
