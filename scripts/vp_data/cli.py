@@ -63,10 +63,14 @@ def shard_size_arg(s: str) -> int:
 
 def head_tokens_arg(s: str) -> int:
     """--val-tokens of a head split (the first N tokens are val): one shard holds all of them, and
-    its header's count is an int32."""
-    from .pipeline import MAX_HEAD_TOKENS
+    its header's count is an int32. 0 is no val; 1 would be a val shard that no --seq-len can read
+    (the trainer needs T+1 tokens, pipeline.MIN_SHARD_SIZE)."""
+    from .pipeline import MAX_HEAD_TOKENS, MIN_SHARD_SIZE
 
     v = nonneg_int(s)
+    if 0 < v < MIN_SHARD_SIZE:
+        raise argparse.ArgumentTypeError(f"at least {MIN_SHARD_SIZE} tokens, or 0 for no val (the trainer reads a "
+                                         f"sequence and its target, T+1 tokens, from one shard), got {s!r}")
     if v > MAX_HEAD_TOKENS:
         raise argparse.ArgumentTypeError(f"at most {MAX_HEAD_TOKENS:,} tokens (the val split is one shard, and its "
                                          f"header's count is an int32), got {s!r}")

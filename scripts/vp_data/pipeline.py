@@ -26,7 +26,9 @@ the inputs' names and sizes only, so the document at each resume point is checke
 digest in the manifest (doc_digest): an input replaced by other content of the same size (a
 reshuffled export) is refused, not mixed in; an edit before the resume point alone is not seen.
 Every stream's resume point is checked before the run writes its first shard (see
-Job._before_write), so a refused resume has written nothing and the earlier inputs still resume.
+Job._before_write), so a refused resume has written nothing and the earlier inputs still resume;
+the exception is a change between two streams' resume points that moves a token budget's stop
+before the later one, found only when the stop is reached (the message then says --overwrite).
 """
 
 from __future__ import annotations
@@ -391,7 +393,10 @@ def check_manifest(m: dict) -> None:
 class Source:
     name: str
     open: Callable[[BadRecords], Iterator[Doc]]  # called lazily: a skipped source costs nothing
-    route: Callable[[Doc], str | None]  # stream name, or None to drop the document
+    # stream name, or None to drop the document. A function of the document alone (its text, key),
+    # never of what came before it: a resume skips documents, and the resume check
+    # (Job._check_resume_points) calls it again for the documents at the resume points.
+    route: Callable[[Doc], str | None]
     # Budgeted streams: once all are full the source stops early, for every stream it feeds
     # (see Job._consume). They only decide where it stops; which streams a source feeds is
     # whatever its route returns, recorded as it reads (SourceState.fed).
@@ -770,6 +775,7 @@ class Job:
             self.complete = True
             seconds = time.time() - t0
             self.save_manifest(stats={**self.totals(), "seconds": round(seconds, 3)})
+            self._warn_unreadable_shards()
             ok = True
         except StopRequested:
             self._close(pool, terminate=True)
@@ -868,19 +874,42 @@ class Job:
             # The source ended before a stream's resume point (a shorter input): finishing that stream
             # now would leave the rest of the earlier input out without a word.
             if not s.finished and s.resume_pos is not None and s.resume_pos[0] == sno:
+                if st.stop is not None and st.stop < s.resume_pos:
+                    # with the same inputs the budget is met where it was, after every resume point
+                    raise self._inputs_changed(f"the token budget was met at document {st.stop[1]:,} of "
+                                               f"{self._source_name(sno)}, before document {s.resume_pos[1]:,}, "
+                                               f"where stream {s.spec.name} resumes")
                 raise self._inputs_changed(f"{self._source_name(sno)} ends before document {s.resume_pos[1]:,}, "
                                            f"where stream {s.spec.name} resumes")
+
+    def _warn_unreadable_shards(self) -> None:
+        """A split whose tail could not be folded (the first train shard after a val head of
+        --val-tokens, where the input left only one token for train) can end in a shard shorter
+        than MIN_SHARD_SIZE, which no --seq-len can read: said here, not at the trainer's start."""
+        for s in self.streams.values():
+            for e in s.shards:
+                if e["tokens"] < MIN_SHARD_SIZE:
+                    print(f"warning: {e['file']} holds {e['tokens']} token(s), fewer than the {MIN_SHARD_SIZE} that "
+                          f"one sequence of --seq-len 1 and its target need: the trainer will refuse it; give the "
+                          f"{e['split']} split more text (after a val head: a smaller --val-tokens)",
+                          file=sys.stderr)
 
     def _source_name(self, sno: int) -> str:
         name = self._source_names[sno] if sno < len(self._source_names) else ""
         return f"input '{name}'" if name else f"input {sno}"
 
     def _inputs_changed(self, what: str) -> DataError:
-        # Both remedies work: every resume point is checked before the first shard of a run is written
-        # (_before_write), so nothing of the changed inputs is in the out dir when this is raised.
+        # Every resume point is checked before the first shard of a run is written (_before_write),
+        # so a change found there leaves the out dir as the earlier run left it, and restoring its
+        # inputs resumes it. A change between two resume points is only seen later, when it moves a
+        # budget's stop before the later one (the documents themselves carry no digest): shards of
+        # the changed input may have been written by then, and only --overwrite repairs that.
+        fix = ("restore the inputs of that run to resume it, or pass --overwrite to start again on these inputs"
+               if not self.stats.shards_this_run else
+               f"this run wrote {self.stats.shards_this_run} shard(s) from them before it could tell, so pass "
+               f"--overwrite to start again")
         return InputsChanged(f"cannot resume '{self.prefix}': the inputs changed since the earlier run ({what}), "
-                             f"so the shards in {self.out_dir} hold other documents; restore the inputs of that "
-                             f"run to resume it, or pass --overwrite to start again on these inputs")
+                             f"so the shards in {self.out_dir} hold other documents; {fix}")
 
     def _before_write(self) -> None:
         """Called before every shard is written. While a stream has not reached its resume point, its

@@ -115,6 +115,7 @@ def test_overwrite_leaves_datasets_with_a_longer_name_alone(tmp_path, run_script
     # one-token shards: no --seq-len can be trained on them (the trainer needs T+1 tokens in a shard)
     ("--shard-size", "1", "at least 2 tokens"),
     ("--shard-size", "0", "at least 2 tokens"),
+    ("--val-tokens", "1", "at least 2 tokens, or 0 for no val"),
 ])
 def test_bad_numbers_are_usage_errors(tmp_path, flag, value, message, capsys):
     # inf used to raise OverflowError (a traceback), and a --shard-size too big for the header was
@@ -136,6 +137,7 @@ def test_number_forms():
     assert cli.nonneg_int("12345678901234567891") == 12345678901234567891  # no float rounding
     assert cli.shard_size_arg("2146435071") == 2146435071
     assert cli.shard_size_arg("2") == 2  # the least: one sequence of --seq-len 1 and its target
+    assert cli.head_tokens_arg("0") == 0 and cli.head_tokens_arg("2") == 2
 
 
 @pytest.mark.parametrize("script,args", [
@@ -473,6 +475,23 @@ def test_no_shard_of_one_token_at_the_smallest_shard_sizes(tmp_path, run_script,
     assert [read_header(f).num_tokens for f in shard_files(out, "f", "train")] == sizes
 
 
+def test_a_one_token_train_shard_after_a_val_head_is_warned_of(tmp_path, run_script, ref_encode):
+    """The first train shard after a val head has no train shard to be folded into: an input that
+    leaves one token for train writes a one-token shard, which the trainer would refuse at its start.
+    The run says so when it writes it."""
+    text = "a" + " a" * 5
+    (tmp_path / "doc.txt").write_text(text)
+    assert len(ref_encode("gpt2", text)) == 7
+    out = tmp_path / "out"
+    r = run_script("prepare_text", tmp_path / "doc.txt", "--name", "f", "--out-dir", out, "--val-tokens", "6",
+                   "--workers", "1")
+    assert [read_header(f).num_tokens for f in shard_files(out, "f", "train")] == [1]
+    assert "warning: f_train_000001.bin holds 1 token(s)" in r.err and "a smaller --val-tokens" in r.err
+    r = run_script("prepare_text", tmp_path / "doc.txt", "--name", "g", "--out-dir", out, "--val-tokens", "5",
+                   "--workers", "1")
+    assert "warning" not in r.err  # two train tokens: one sequence of --seq-len 1 and its target
+
+
 def test_a_domain_budget_met_exactly_takes_no_more_documents():
     """The budget rule (vptest.first_by_quota): a key takes documents while its count is below its
     quota. With per-domain quotas (a --mix) the source does not stop when one domain is full, so a
@@ -732,6 +751,44 @@ def test_a_resume_of_unchanged_inputs_reads_them_once(tmp_path, run_script, numb
         assert r.code == 3, r
     run_script("prepare_text", *args[:-1], tmp_path / "ref")
     assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
+
+
+def test_a_budget_met_before_a_later_resume_point_says_what_was_written(tmp_path, run_script, numbered_jsonl):
+    # Train resumes at document a, val at b > a. The input (same size) has longer train documents
+    # between a and b, so --max-tokens is met before b: no resume document changed, so the check
+    # before the first write passes and train writes a shard from the new documents; the change is
+    # seen only when the stop keeps b from being reached. The message must say that this run wrote
+    # shards (restoring the old input would no longer resume), and --overwrite must then work.
+    _, lines = numbered_jsonl
+    lines = lines[:600]
+    src = tmp_path / "corp.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    args = [src, "--name", "c", "--val-split", "hash", "--val-fraction", "0.3", "--shard-size", "1500",
+            "--workers", "1", "--no-progress", "--out-dir", out, "--max-tokens", "4500"]
+    run_script("prepare_text", *args, "--stop-after-shards", "3", expect=3)
+    m = json.loads((out / "c.manifest.json").read_text())
+    a, b = m["streams"]["train"]["shards"][-1]["resume"][1], m["streams"]["val"]["shards"][-1]["resume"][1]
+    assert a < b, (a, b)
+    original = src.read_text()
+    new = []
+    for i, line in enumerate(lines):
+        if a < i < b and routed_to(line) == "train":
+            k = 0  # a longer document that the hash split still sends to train
+            while routed_to(cand := json.dumps({"text": json.loads(line)["text"] + " extra" * 300 + f" v{k}"})) != "train":
+                k += 1
+            line = cand
+        new.append(line)
+    text = "\n".join(new) + "\n"
+    while len(text) > len(original):
+        new.pop()
+        text = "\n".join(new) + "\n"
+    src.write_text(text + " " * (len(original) - len(text)))  # the same size: the fingerprint matches
+    r = run_script("prepare_text", *args, expect=1)
+    assert f"the token budget was met at document" in r.err and f"before document {b:,}, where stream val resumes" in r.err
+    assert "this run wrote 1 shard(s) from them" in r.err and "restore the inputs" not in r.err, r.err
+    r = run_script("prepare_text", *args, "--overwrite")
+    assert "starting again" in r.err
 
 
 def test_a_redone_shard_before_another_streams_resume_point_checks_it_first(tmp_path, run_script, numbered_jsonl,
