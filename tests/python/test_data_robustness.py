@@ -6,7 +6,9 @@ import os
 
 import pytest
 
+from vp_data.readers import Doc
 from vp_data.shards import read_header
+from vp_data.tokenizer import Tokenizer
 from vptest import all_files_digest, shard_files
 
 
@@ -911,3 +913,181 @@ def test_shard_name_parts(tmp_path):
               stream_factory=lambda n: StreamSpec(n, "val/" + n))
     with pytest.raises(DataError, match=r"cannot name the shards of stream 'x': a file name part cannot"):
         job.stream("x")
+
+
+# ---------------------------------------------------------------- every refusal of the resume check
+# Job._check_resume_points reads ahead to each stream's resume point before a resumed run writes its
+# first shard, and Job._run / _run_source refuse a resume point that cannot be reached. Each test
+# here is the only one that fails without the branch it names (each was tried with it removed).
+
+class _CharTokenizer(Tokenizer):
+    """One token per character (its code point modulo 250) after the delimiter: a document of n
+    characters is n + 1 tokens, so resume points and offsets can be set by hand."""
+
+    name, vocab_size, eot, eot_text = "chars", 256, 255, "<eot>"
+
+    def encode(self, text):
+        return [ord(c) % 250 for c in text]
+
+    def token_bytes(self, i):
+        return bytes([i])
+
+
+@pytest.fixture
+def char_job(tmp_path, monkeypatch):
+    """char_job(out, **kw): a Job of dataset 'k' at --shard-size 16 with _CharTokenizer, each stream
+    (train, val) written as the split of its own name. Fast: no pool, no real tokenizer."""
+    from vp_data import pipeline
+    from vp_data.pipeline import Job, StreamSpec
+    from vp_data.tokenizer import TokenizerSpec
+
+    monkeypatch.setattr(pipeline, "build", lambda spec: _CharTokenizer())
+    spec_file = tmp_path / "chars.tok"
+    spec_file.write_text("one token per character")
+
+    def make(out, **kw):
+        return Job(out_dir=str(out), prefix="k", tokenizer=TokenizerSpec("chars", (str(spec_file),)), config={},
+                   stream_factory=lambda name: StreamSpec(name, name), shard_size=16, workers=1, progress=False,
+                   **kw)
+
+    return make
+
+
+def keyed_docs(keys, first=0):
+    """One document per key, "d<i> " and 0 to 10 x's (5 to 15 tokens), routed by its key (by_key):
+    the route of a document can be changed without changing its text, and its text without its route."""
+    return [Doc(f"d{i} " + "x" * (i * 7 % 11), f"doc {i}", key) for i, key in enumerate(keys, first)]
+
+
+def by_key(docs, name="s"):
+    from vp_data.pipeline import Source
+
+    docs = list(docs)
+    return Source(name=name, open=lambda bad: iter(docs), route=lambda doc: doc.key)
+
+
+def damage(path):
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def val_resumes_after_train_is_redone(char_job, out):
+    """Twenty documents of one input, every fourth to val, stopped after nine shards: train resumes at
+    document 14, val at document 15 (4 tokens into it). Train's first shard is then damaged, so the
+    next run redoes train from document 0 and writes a shard at document 2, long before val's resume
+    point: that point is checked first, by reading ahead to it. Returns the documents."""
+    docs = keyed_docs(["val" if i % 4 == 3 else "train" for i in range(20)])
+    assert char_job(out, stop_after_shards=9).run([by_key(docs)]) == 3
+    m = json.loads((out / "k.manifest.json").read_text())
+    train, val = m["streams"]["train"]["shards"], m["streams"]["val"]["shards"]
+    assert train[0]["resume"] == [0, 2, 1] and train[-1]["resume"] == [0, 14, 15], train
+    assert val[-1]["resume"] == [0, 15, 4] and docs[15].key == "val", val
+    damage(out / train[0]["file"])
+    return docs
+
+
+def refused_before_writing(char_job, out, sources, what):
+    """A run over `sources` is refused for `what` and leaves the out dir as it was: the read ahead
+    found the change before the redone shard was written (after it, the message would say this run
+    wrote shards, and restoring the inputs would no longer be enough)."""
+    from vp_data.pipeline import InputsChanged
+
+    before, manifest = all_files_digest(out), (out / "k.manifest.json").read_bytes()
+    with pytest.raises(InputsChanged) as e:
+        char_job(out).run(sources)
+    msg = str(e.value)
+    assert f"cannot resume 'k': the inputs changed since the earlier run ({what})" in msg, msg
+    assert "restore the inputs of that run to resume it" in msg, msg
+    assert all_files_digest(out) == before and (out / "k.manifest.json").read_bytes() == manifest
+
+
+def resumes_as_one_run(char_job, tmp_path, out, sources):
+    """The earlier inputs, restored, resume to the bytes of an uninterrupted run."""
+    assert char_job(out).run(sources) == 0
+    assert char_job(tmp_path / "ref").run(sources) == 0
+    assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
+
+
+def test_resume_check_refuses_a_resume_document_now_routed_to_another_stream(tmp_path, char_job):
+    # Job._check_resume_doc's route check. Val's resume document has the same text (the same tokens,
+    # digest and length) but is now routed to train. Without the check the read ahead passes it,
+    # train writes its redone shard, and val finds its document gone only after that write.
+    out = tmp_path / "out"
+    docs = val_resumes_after_train_is_redone(char_job, out)
+    moved = keyed_docs(["train" if i == 15 else d.key for i, d in enumerate(docs)])
+    assert [d.text for d in moved] == [d.text for d in docs]
+    refused_before_writing(char_job, out, [by_key(moved)],
+                           "document 15 of input 's', where stream val resumes, is not the one it was")
+    resumes_as_one_run(char_job, tmp_path, out, [by_key(docs)])
+
+
+def test_resume_check_refuses_a_resume_document_with_other_tokens(tmp_path, char_job):
+    # Job._check_resume_doc's digest check. Val's resume document is still routed to val and as long
+    # as it was (the offset is inside it), but its text is another: only the digest tells.
+    out = tmp_path / "out"
+    docs = val_resumes_after_train_is_redone(char_job, out)
+    other = list(docs)
+    other[15] = Doc(docs[15].text.replace("x", "y"), docs[15].where, "val")
+    assert other[15].text != docs[15].text and len(other[15].text) == len(docs[15].text)
+    refused_before_writing(char_job, out, [by_key(other)],
+                           "document 15 of input 's', where stream val resumes, is not the one it was")
+    resumes_as_one_run(char_job, tmp_path, out, [by_key(docs)])
+
+
+def test_resume_check_refuses_a_resume_document_shorter_than_the_offset(tmp_path, char_job):
+    # Job._check_resume_doc's length check (offset > len(tokens)), the only check of the document's
+    # content where the manifest has no digest (written before it was recorded). Val's resume
+    # document, still routed to val, is now 3 tokens long; val resumes 4 tokens into it.
+    out = tmp_path / "out"
+    docs = val_resumes_after_train_is_redone(char_job, out)
+    path = out / "k.manifest.json"
+    m = json.loads(path.read_text())
+    del m["streams"]["val"]["shards"][-1]["resume_doc"]
+    path.write_text(json.dumps(m))
+    short = list(docs)
+    short[15] = Doc("d1", docs[15].where, "val")
+    refused_before_writing(char_job, out, [by_key(short)],
+                           "document 15 of input 's', where stream val resumes, is not the one it was")
+    resumes_as_one_run(char_job, tmp_path, out, [by_key(docs)])
+
+
+def test_resume_check_refuses_an_input_that_ends_before_a_resume_point_ahead(tmp_path, char_job):
+    # Job._check_resume_points, "ends before document N": the input now ends at document 14, before
+    # val's resume point. Without the read ahead's refusal, train writes its redone shard first and
+    # the end of the input says the same only after that write.
+    out = tmp_path / "out"
+    docs = val_resumes_after_train_is_redone(char_job, out)
+    refused_before_writing(char_job, out, [by_key(docs[:15])],
+                           "input 's' ends before document 15, where stream val resumes")
+    resumes_as_one_run(char_job, tmp_path, out, [by_key(docs)])
+
+
+def test_resume_check_refuses_a_resume_point_in_an_input_not_given(tmp_path, char_job):
+    # Job._check_resume_points, "is not among the inputs": input 0 feeds train, input 1 val, and the
+    # run stopped after val's first shard. The next run is given input 0 alone, with train's first
+    # shard damaged: before train writes it again, val's resume point is looked for in an input 1 that
+    # this run does not have (without the refusal: an IndexError).
+    out = tmp_path / "out"
+    sources = [by_key(keyed_docs(["train"] * 12), "a"), by_key(keyed_docs(["val"] * 12, first=12), "b")]
+    assert char_job(out, stop_after_shards=7).run(sources) == 3
+    m = json.loads((out / "k.manifest.json").read_text())
+    train, val = m["streams"]["train"]["shards"], m["streams"]["val"]["shards"]
+    assert train[-1]["resume"] == [0, 10, 5] and [e["resume"] for e in val] == [[1, 1, 4]], m["streams"]
+    damage(out / train[0]["file"])
+    refused_before_writing(char_job, out, sources[:1], "input 1, where stream val resumes, is not among the inputs")
+    resumes_as_one_run(char_job, tmp_path, out, sources)
+
+
+def test_a_resume_point_in_an_input_the_run_does_not_read_is_refused(tmp_path, char_job):
+    # Job._run's "where stream X resumes, was not read": one stream fed by two inputs, stopped after
+    # its shards of input 1 began. A run given input 0 alone writes nothing (the stream resumes past
+    # it), so no read ahead happens: without the refusal the stream was finished as it was and the
+    # set marked complete, the rest of input 1 left out without a word.
+    out = tmp_path / "out"
+    sources = [by_key(keyed_docs(["train"] * 12), "a"), by_key(keyed_docs(["train"] * 12, first=12), "b")]
+    assert char_job(out, stop_after_shards=8).run(sources) == 3
+    m = json.loads((out / "k.manifest.json").read_text())
+    assert m["streams"]["train"]["shards"][-1]["resume"] == [1, 2, 3], m["streams"]
+    refused_before_writing(char_job, out, sources[:1], "input 1, where stream train resumes, was not read")
+    resumes_as_one_run(char_job, tmp_path, out, sources)
