@@ -151,11 +151,11 @@ static ModelConfig config_from_flags(const TestConfig& tc) {
     return model_config_from_flags(rc);
 }
 
-static void random_batch(const ModelConfig& c, uint64_t seed, std::vector<int>* inp, std::vector<int>* tgt) {
+static void random_batch(const ModelConfig& c, uint64_t seed, std::vector<int>* inp, std::vector<int>* tgt, int B = TB, int T = TT) {
     Rng r = rng_stream(seed, 99);
-    inp->resize(TB * TT);
-    tgt->resize(TB * TT);
-    for (int i = 0; i < TB * TT; i++) {
+    inp->resize((size_t)B * T);
+    tgt->resize((size_t)B * T);
+    for (int i = 0; i < B * T; i++) {
         (*inp)[i] = (int)(rng_next_u64(&r) % c.vocab_size);
         (*tgt)[i] = (int)(rng_next_u64(&r) % c.vocab_size);
     }
@@ -240,11 +240,14 @@ static CheckpointMeta test_meta(const ModelConfig& c, int64_t step) {
 // GPU vs CPU
 
 // Logits, loss and every gradient after one forward/backward from the same init on the same batch.
-// Both builds' models of one config, from the same seed, and the test batch (TB x TT).
-static void build_pair(const ModelConfig& c, CpuModel* cpu, GpuModel* gm, std::vector<int>* inp, std::vector<int>* tgt) {
-    random_batch(c, 7, inp, tgt);
+// Both builds' models of one config, from the same seed, and the test batch (TB x TT unless
+// random_shapes gives its own B x T; recompute: the GPU model's --recompute).
+static void build_pair(const ModelConfig& c, CpuModel* cpu, GpuModel* gm, std::vector<int>* inp, std::vector<int>* tgt, int B = TB, int T = TT,
+                       int recompute = 0) {
+    random_batch(c, 7, inp, tgt, B, T);
     gpt_build(cpu, c);
     gpt_init_params(cpu, 1337);
+    gm->options.recompute = recompute;
     gpt_build(gm, c);
     gpt_init_params(gm, 1337);
 }
@@ -277,12 +280,13 @@ static void spread_gains_and_biases(CpuModel* cpu, GpuModel* gm, uint64_t seed) 
     gpu::upload_params(gm, cpu->params_memory);
 }
 
-static void check_forward_backward(const TestConfig& tc) {
+// B x T and recompute: random_shapes' draws; every other caller checks the test batch at --recompute 0.
+static void check_forward_backward(const TestConfig& tc, int B = TB, int T = TT, int recompute = 0) {
     ModelConfig c = config_from_flags(tc);
     std::vector<int> inp, tgt;
     CpuModel cpu;
     GpuModel gm;
-    build_pair(c, &cpu, &gm, &inp, &tgt);
+    build_pair(c, &cpu, &gm, &inp, &tgt, B, T, recompute);
     size_t n = cpu.num_params;
     REQUIRE(gm.num_params == n, "%s: %zu GPU parameters vs %zu CPU", tc.name, gm.num_params, n);
     std::vector<float> master = gpu_download(gm.master, n);
@@ -291,11 +295,11 @@ static void check_forward_backward(const TestConfig& tc) {
 
     // logits: the CPU keeps a copy before its softmax; the GPU leaves them in place with keep_logits
     cpu.save_logits = true;
-    float cpu_loss = forward_loss(&cpu, inp.data(), tgt.data(), TB, TT);
+    float cpu_loss = forward_loss(&cpu, inp.data(), tgt.data(), B, T);
     gm.keep_logits = true;
-    float gpu_loss_keep = forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+    float gpu_loss_keep = forward_loss(&gm, inp.data(), tgt.data(), B, T);
     std::vector<float> gpu_logits;
-    gpu::copy_logits_to_host(&gm, TB * TT, &gpu_logits);
+    gpu::copy_logits_to_host(&gm, B * T, &gpu_logits);
     gm.keep_logits = false;
     REQUIRE(cpu.debug_logits.size() == gpu_logits.size(), "%s: logits sizes differ", tc.name);
     check_close(tc.name, "logits", gpu_logits.data(), cpu.debug_logits.data(), gpu_logits.size(), TOL_LOGITS);
@@ -303,7 +307,7 @@ static void check_forward_backward(const TestConfig& tc) {
     gpt_zero_grad(&cpu);
     gpt_backward(&cpu, 1.0f);
     gpt_zero_grad(&gm);
-    float gpu_loss = forward_loss(&gm, inp.data(), tgt.data(), TB, TT);
+    float gpu_loss = forward_loss(&gm, inp.data(), tgt.data(), B, T);
     gpt_backward(&gm, 1.0f);
     printf("    %-18s %-12s cpu %.7f gpu %.7f (rel bound %.1e)\n", tc.name, "loss", cpu_loss, gpu_loss, TOL_LOSS);
     CHECK(std::fabs(gpu_loss - cpu_loss) <= TOL_LOSS * std::fabs(cpu_loss), "%s: loss %.7f vs CPU %.7f", tc.name, gpu_loss, cpu_loss);
@@ -338,6 +342,130 @@ static void check_forward_backward(const TestConfig& tc) {
 // the cross-layer settings are what distinguishes them, so none may be left out
 TEST(forward_backward) {
     for (const TestConfig& tc : test_configs()) check_forward_backward(tc);
+}
+
+// ----------------------------------------------------------------------------
+// random_shapes: check_forward_backward (logits, loss, every gradient, each layer's q/k/v, the
+// same bounds) on shapes drawn from a seed, where the fixed configs above have one shape per
+// family: the corners of the kernels' indexing that those miss (T = 1, T a multiple of the
+// 64-row attention tile and one past it, a vocabulary that is not a multiple of 128 or is 2,
+// GQA groups of 3, L = 1, head dims 16, 32, 64 and 128, a llama's --dim unrelated to H x D,
+// --ffn-dim other than the default, tied embeddings, --recompute 1 and 2) and the settings of
+// the binary's value path (ResFormer fixed/learn; SLA n_l from 1 to past L (vanilla), n_h from 0
+// to every head, ORIG and CHAIN; Depth's stride from 1 to past L).
+//
+//   VP_TEST_RANDOM_SHAPES=N   shapes to draw (default RANDOM_SHAPES_DEFAULT: about 1 to 2 s of the
+//                             emulator each on the 2-core machine, so the default adds well under a
+//                             minute per emulated build; dev/device_check.sh runs more on a GPU)
+//   VP_TEST_RANDOM_SEED=S     the seed (default 1); shape i depends on (S, i) only, so a failure
+//   VP_TEST_RANDOM_FIRST=i    is rerun alone with VP_TEST_RANDOM_FIRST=i VP_TEST_RANDOM_SHAPES=1
+//
+// Only shapes the GPU trainer accepts are drawn (model_config_from_flags' rules, and gpt_build's:
+// head dim 16/32/64/128, --dim and --ffn-dim multiples of 8, Depth's anchors; the index limits of
+// check_gpu_index_limits are far away at these sizes), and the drawn flags go through the
+// trainer's own parser, so a shape it refuses fails the test by its usage error, not silently.
+//
+// Sizes are kept within what the bounds (top of this file) were derived for: L <= 4 layers (the
+// bf16 bounds count the roundings of 4 blocks), --dim <= 256, H x D <= 512, --ffn-dim <= 1024,
+// vocabulary <= 600 and B x T <= 420 tokens (the fp32 bounds assume sums of 10^2..10^4 terms; the
+// fixed configs have C <= 256, F <= 1024, V = 300, 160 tokens). In bf16 the batch has at least
+// 16 tokens (B raised to ceil(16 / T)): TOL_LOSS = 2u holds because the loss averages the rows'
+// errors, which one row does not; the fp32 build's loss bound needs no averaging, so there B = 1,
+// T = 1 is drawn too.
+static const int RANDOM_SHAPES_DEFAULT = 20;
+
+struct RandomShape {
+    std::vector<std::string> args;  // the trainer's flags
+    int B, T, recompute;
+};
+
+static RandomShape draw_random_shape(uint64_t seed, uint64_t index) {
+    Rng r = rng_stream(seed, 1000 + index);
+    auto pick = [&](int lo, int hi) { return lo + (int)(rng_next_u64(&r) % (uint64_t)(hi - lo + 1)); };  // [lo, hi]
+    auto chance = [&](int pct) { return pick(1, 100) <= pct; };
+    RandomShape s;
+    auto arg = [&](const char* flag, long v) {
+        s.args.push_back(flag);
+        s.args.push_back(std::to_string(v));
+    };
+    bool llama = chance(50);
+    int L = pick(1, 4);
+    static const int dims[] = {16, 32, 64, 128};
+    int D = dims[pick(0, 3)];
+    int H, Hkv, C;
+    s.args = {"--arch", llama ? "llama" : "gpt2"};
+    if (!llama) {
+        H = pick(1, 256 / D);  // C = H x D <= 256
+        Hkv = H;
+        C = H * D;
+    } else {
+        static const int groups[] = {1, 2, 3, 4};
+        int G = groups[pick(0, 3)];
+        Hkv = pick(1, std::max(1, std::min(4, 512 / D / G)));
+        H = Hkv * G;
+        if (H * D > 512) Hkv = 1, H = G;  // (G = 4 at D = 128: 512)
+        // --dim: H x D where it is a width of at most 256 and half the time, else a multiple of 8
+        // with --head-dim (16..256, so also narrower or wider than H x D)
+        if (H * D <= 256 && chance(50)) C = H * D;
+        else {
+            C = 8 * pick(2, 32);
+            arg("--head-dim", D);
+        }
+        if (Hkv != H) arg("--kv-heads", Hkv);
+        if (chance(50)) arg("--qk-norm", 1);
+        if (chance(50)) arg("--tie-embeddings", 1);
+    }
+    arg("--layers", L);
+    arg("--heads", H);
+    arg("--dim", C);
+    if (chance(40)) arg("--ffn-dim", 8 * pick(1, std::min(128, C / 2)));  // 8..min(1024, 4C)
+    static const int vocab_edges[] = {2, 3, 127, 128, 129, 255, 256, 257};
+    arg("--vocab", chance(30) ? vocab_edges[pick(0, 7)] : pick(2, 600));
+    static const int t_edges[] = {1, 2, 63, 64, 65, 127, 128, 129};
+    s.T = chance(40) ? t_edges[pick(0, 7)] : pick(1, 140);
+    s.B = pick(1, 3);
+#ifndef ENABLE_FP32
+    if (s.B * s.T < 16) s.B = CEIL_DIV(16, s.T);  // see above: the bf16 loss bound averages rows
+#endif
+    arg("--max-seq", s.T + (chance(50) ? 0 : pick(1, 40)));
+    s.recompute = pick(0, 2);
+#if VALUE_PATH_ID == VP_RESFORMER
+    s.args.push_back("--resformer-lambda");
+    s.args.push_back(chance(50) ? "learn" : "fixed");
+#elif VALUE_PATH_ID == VP_SLA
+    int G = H / Hkv;
+    arg("--sla-layers", pick(1, L + 1));  // n_l >= L: no layer skips (vanilla)
+    arg("--sla-heads", G * pick(0, Hkv));  // whole KV groups, none to all
+    arg("--sla-chain", pick(0, 1));
+#elif VALUE_PATH_ID == VP_DEPTH
+    arg("--depth-stride", pick(1, L + 1));  // stride >= L - 1: layer 0 the one anchor
+#endif
+    return s;
+}
+
+TEST(random_shapes) {
+    int n = (int)env_number("VP_TEST_RANDOM_SHAPES", RANDOM_SHAPES_DEFAULT, 0, 1e6);
+    uint64_t seed = (uint64_t)env_number("VP_TEST_RANDOM_SEED", 1, 0, 1e15);
+    int first = (int)env_number("VP_TEST_RANDOM_FIRST", 0, 0, 1e9);
+    if (n == 0) SKIP_TEST("VP_TEST_RANDOM_SHAPES=0");
+    for (int i = first; i < first + n; i++) {
+        RandomShape s = draw_random_shape(seed, (uint64_t)i);
+        char name[32];
+        snprintf(name, sizeof(name), "random%d", i);
+        TestConfig tc{name, {}};
+        std::string line;
+        for (const std::string& a : s.args) {
+            tc.flags.push_back(a.c_str());
+            line += " " + a;
+        }
+        printf("  %s (VP_TEST_RANDOM_SEED=%llu VP_TEST_RANDOM_FIRST=%d):%s, B %d, T %d, --recompute %d\n", name, (unsigned long long)seed, i, line.c_str(), s.B,
+               s.T, s.recompute);
+        fflush(stdout);
+        size_t failed_before = test_failures().size();
+        check_forward_backward(tc, s.B, s.T, s.recompute);
+        if (test_failures().size() > failed_before)
+            printf("  %s FAILED:%s, B %d, T %d, --recompute %d\n", name, line.c_str(), s.B, s.T, s.recompute);
+    }
 }
 
 // 10 AdamW steps on one batch from the same init: the loss and gradient norm of every step.

@@ -66,7 +66,8 @@
 # BENCH_PARTS=profile for a call that only profiles; MEMORY_LABS (step 8's labs, "classifier
 # layernorm rmsnorm gelu depth_attention") to time fewer of them; ONLY_VARIANTS ("att_v4
 # bias_bgradb") to time only those variants of dev/bench_variants.list, in that order; AB_ROUNDS (4:
-# the ABBA rounds of a variant that is bench_gpt flags, step 4b).
+# the ABBA rounds of a variant that is bench_gpt flags, step 4b); RANDOM_SHAPES (60: step 2's
+# test_gpt random_shapes count, VP_TEST_RANDOM_SHAPES).
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-build/device_check}"
@@ -324,6 +325,12 @@ fi
 # The first binary that fails is run again with CUDA_LAUNCH_BLOCKING=1, so that a fault (an
 # illegal or misaligned address) is reported at the launch that made it rather than at a later
 # synchronisation, and under compute-sanitizer's memcheck where the machine has it.
+# test_gpt's random_shapes draws RANDOM_SHAPES shapes here (default 60; the emulated suites and
+# make test draw test_gpt.cu's default of 20): check_forward_backward on each, a few tenths of a
+# second a shape on a GPU (an estimate: the CPU reference's forward and backward and one gpt_build
+# a shape, not yet timed on a device), inside the step's 150 s. A failure prints the shape's
+# VP_TEST_RANDOM_SEED and VP_TEST_RANDOM_FIRST, which rerun it alone (seed 1 here).
+RANDOM_SHAPES="${RANDOM_SHAPES:-60}"
 RERUN_DONE=0
 rerun_failure() {
     local bin="$1" tlog="$2"
@@ -341,7 +348,7 @@ for path in $TEST_PATHS; do
         tlog="$OUT_DIR/test_gpt.log"
         unit_begin "test_gpt $path $prec" || continue
         if [ -x "$bin" ]; then
-            run_step "test_gpt $path $prec" 150 "$tlog" "$bin"
+            run_step "test_gpt $path $prec" 150 "$tlog" env VP_TEST_RANDOM_SHAPES="$RANDOM_SHAPES" "$bin"
             rc=$?
             section=$(grep -A100000 "== test_gpt $path $prec (limit" "$tlog")
             c=$(echo "$section" | counts /dev/stdin)
