@@ -7,8 +7,10 @@
 // for GPT-2, Llama with GQA (G = 2), and Llama with GQA (G = 4), QK-norm and tied embeddings, 4 layers, at T = 80 (one
 // full 64-row attention tile plus a ragged one), with the flags of the binary's value path (one
 // binary per VALUE_PATH, as the trainer; test_configs() says which settings each path runs). Each
-// layer's q/k/v projection gradients are compared on their own, and ResFormer's dlambda. Then the
-// GPU build alone:
+// layer's q/k/v projection gradients are compared on their own, and ResFormer's dlambda. The same
+// comparison runs on shapes drawn from a seed (random_shapes: T = 1, ragged and whole tiles, head
+// dims 16 to 128, GQA groups of 3, L = 1, vocabularies off the padding, --recompute, the path's
+// settings; VP_TEST_RANDOM_SHAPES, VP_TEST_RANDOM_SEED). Then the GPU build alone:
 //   * determinism: two runs from the same seed give bit-identical losses, norms and weights;
 //   * --resume: save after 5 steps, reload, rerun steps 6..10: bit-identical to the uninterrupted run;
 //   * checkpoints move between builds: GPU -> CPU and CPU -> GPU give bit-identical weights;
