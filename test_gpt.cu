@@ -373,7 +373,8 @@ TEST(forward_backward) {
 // fixed configs have C <= 256, F <= 1024, V = 300, 160 tokens). In bf16 the batch has at least
 // 16 tokens (B raised to ceil(16 / T)): TOL_LOSS = 2u holds because the loss averages the rows'
 // errors, which one row does not; the fp32 build's loss bound needs no averaging, so there B = 1,
-// T = 1 is drawn too.
+// T = 1 is drawn too. (Without the floor, emulated vanilla bf16, seed 5, 2026-12-01: the 7 shapes
+// of 1 to 4 tokens had loss errors of at most 6% of TOL_LOSS; the floor keeps to the derivation.)
 static const int RANDOM_SHAPES_DEFAULT = 20;
 
 struct RandomShape {
