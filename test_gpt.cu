@@ -381,9 +381,9 @@ TEST(forward_backward) {
 // against TOL_GRAD 0.0625. Layer l's dlambda is one scalar, <G^l, v^0 - v^l> summed over B*T*Hkv*D
 // terms (cpu/vp_resformer.h), and there the sum cancels: sum |terms| / |sum| = 68 (256 terms) and
 // 332 (2016 terms), ||terms||_2 / |sum| = 4.3 and 7.4, 5 to 7 times smaller sums than a random
-// walk's. bf16 inputs (G^l, and v^0 - v^l of two bf16 vectors) with ~4u relative error a term give
-// ~4u x 7.4 = 0.12 on such a sum; the fp32 build's error on the same shape 29 is 6e-7, the same
-// ~1e-7 x 7.4. A normwise relative bound on a one-element sum with cancellation is unbounded as the
+// walk's. So the errors are 0.106 / 4.3 = 0.025 (6u) and 0.117 / 7.4 = 0.016 (4u) of ||terms||_2,
+// what a term's bf16 inputs carry (G^l, and v^0 - v^l of two bf16 vectors, each a few roundings
+// deep); the fp32 build's error on the same shape 29 is 6e-7, likewise ~1e-7 x 7.4. A normwise relative bound on a one-element sum with cancellation is unbounded as the
 // sum goes to 0: the check that would hold is |err| <= bound x sum |terms|, which needs the terms.
 // Seeds 1 (shapes 0..59) and 2 (0..39) have no such shape.
 static const int RANDOM_SHAPES_DEFAULT = 20;
