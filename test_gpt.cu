@@ -358,7 +358,8 @@ TEST(forward_backward) {
 //
 //   VP_TEST_RANDOM_SHAPES=N   shapes to draw (default RANDOM_SHAPES_DEFAULT: about 1 to 2 s of the
 //                             emulator each on the 2-core machine, so the default adds well under a
-//                             minute per emulated build; dev/device_check.sh runs more on a GPU)
+//                             minute per emulated build; dev/device_check.sh's RANDOM_SHAPES sets
+//                             it on a GPU, 20 unless told)
 //   VP_TEST_RANDOM_SEED=S     the seed (default 1); shape i depends on (S, i) only, so a failure
 //   VP_TEST_RANDOM_FIRST=i    is rerun alone with VP_TEST_RANDOM_FIRST=i VP_TEST_RANDOM_SHAPES=1
 //
