@@ -241,12 +241,14 @@ static CheckpointMeta test_meta(const ModelConfig& c, int64_t step) {
 // ----------------------------------------------------------------------------
 // GPU vs CPU
 
+static const uint64_t PAIR_BATCH_SEED = 7;  // build_pair's batch (random_shapes draws it first too)
+
 // Logits, loss and every gradient after one forward/backward from the same init on the same batch.
 // Both builds' models of one config, from the same seed, and the test batch (TB x TT unless
 // random_shapes gives its own B x T; recompute: the GPU model's --recompute).
 static void build_pair(const ModelConfig& c, CpuModel* cpu, GpuModel* gm, std::vector<int>* inp, std::vector<int>* tgt, int B = TB, int T = TT,
                        int recompute = 0) {
-    random_batch(c, 7, inp, tgt, B, T);
+    random_batch(c, PAIR_BATCH_SEED, inp, tgt, B, T);
     gpt_build(cpu, c);
     gpt_init_params(cpu, 1337);
     gm->options.recompute = recompute;
@@ -488,7 +490,7 @@ TEST(random_shapes) {
             }
             ModelConfig c = config_from_flags(tc);
             std::vector<int> inp, tgt;
-            random_batch(c, 7, &inp, &tgt, s.B, s.T);  // build_pair's batch
+            random_batch(c, PAIR_BATCH_SEED, &inp, &tgt, s.B, s.T);  // the batch build_pair will draw
             bool constant = c.arch == ARCH_LLAMA && s.T >= 2;
             for (int b = 0; constant && b < s.B; b++)
                 for (int t = 1; t < s.T; t++) constant &= inp[(size_t)b * s.T + t] == inp[(size_t)b * s.T];

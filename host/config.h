@@ -203,13 +203,13 @@ inline bool parse_long_strict(const char* s, long* out) {
     if (!s || !*s) return false;
     char* end = nullptr;
     errno = 0;
-    double as_double = 0;
     if (isspace((unsigned char)*s)) return false;  // strtol skips blanks: " 5" is not typed on purpose
     long v = strtol(s, &end, 10);
     if (*end == 'e' || *end == 'E' || *end == '.') {  // allow "1e6"-style integers if exact
+        double as_double = 0;
         if (!parse_decimal_number(s, &as_double) || as_double != floor(as_double) || fabs(as_double) > 9e18) return false;
-        v = (long)as_double;
-        end = (char*)s + strlen(s);
+        *out = (long)as_double;
+        return true;
     }
     if (*end || errno) return false;
     *out = v;

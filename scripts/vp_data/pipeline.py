@@ -879,8 +879,7 @@ class Job:
                     raise self._inputs_changed(f"the token budget was met at document {st.stop[1]:,} of "
                                                f"{self._source_name(sno)}, before document {s.resume_pos[1]:,}, "
                                                f"where stream {s.spec.name} resumes")
-                raise self._inputs_changed(f"{self._source_name(sno)} ends before document {s.resume_pos[1]:,}, "
-                                           f"where stream {s.spec.name} resumes")
+                raise self._ends_before(sno, s.resume_pos[1], s)
 
     def _warn_unreadable_shards(self) -> None:
         """A split whose tail could not be folded (the first train shard after a val head of
@@ -961,8 +960,7 @@ class Job:
                     close()
             if left:
                 dno = min(left)
-                raise self._inputs_changed(f"{self._source_name(sno)} ends before document {dno:,}, "
-                                           f"where stream {left[dno].spec.name} resumes")
+                raise self._ends_before(sno, dno, left[dno])
 
     def _check_resume_doc(self, s: Stream, pos: tuple, doc: Doc, src: Source) -> None:
         toks = None
@@ -970,10 +968,20 @@ class Job:
         if src.route(doc) == s.spec.name:
             text = transform_text(doc.text, self.tf)
             toks = self.tok.encode_doc(text) if text else None
+        self._check_resume_tokens(s, pos, toks)
+
+    def _check_resume_tokens(self, s: Stream, pos: tuple, toks) -> None:
+        """The tokens of the document at stream s's resume point pos (None: it is empty now, or no
+        longer routed to s) must be those the earlier run stopped in: its digest (where the manifest
+        has one), and at least the offset it had taken."""
         if (toks is None or (s.resume_doc is not None and doc_digest(toks) != s.resume_doc)
                 or s.resume_off > len(toks)):
             raise self._inputs_changed(f"document {pos[1]:,} of {self._source_name(pos[0])}, where stream "
                                        f"{s.spec.name} resumes, is not the one it was")
+
+    def _ends_before(self, sno: int, dno: int, s: Stream) -> DataError:
+        return self._inputs_changed(f"{self._source_name(sno)} ends before document {dno:,}, where stream "
+                                    f"{s.spec.name} resumes")
 
     def _check_workers(self) -> None:
         """A dead worker is an error whenever it is noticed (before each batch is used, and while
@@ -1016,10 +1024,8 @@ class Job:
                 continue
             if s.resume_pos is not None:
                 if pos == s.resume_pos:
+                    self._check_resume_tokens(s, pos, toks)
                     off = s.resume_off
-                    if (s.resume_doc is not None and doc_digest(toks) != s.resume_doc) or off > len(toks):
-                        raise self._inputs_changed(f"document {pos[1]:,} of {self._source_name(pos[0])}, where "
-                                                   f"stream {s.spec.name} resumes, is not the one it was")
                     s.resume_pos = None
                     s.append(toks, pos, off)  # accepted and counted before the interruption
                     ntok += len(toks) - off

@@ -629,8 +629,7 @@ def test_an_input_replaced_by_other_content_of_the_same_size_is_not_resumed(tmp_
     assert all_files_digest(out) == before  # refusing touches nothing
 
     # the same size, but fewer documents: the input ends before the resume point
-    whole = "\n".join(lines[:50]) + "\n"
-    src.write_bytes(whole.encode() + b" " * (len(original) - len(whole)))
+    write_same_size(src, "\n".join(lines[:50]) + "\n", len(original))
     r = run_script("prepare_text", *args, expect=1)
     assert "input 'c' ends before document" in r.err and "the inputs changed" in r.err
 
@@ -666,12 +665,36 @@ def test_a_manifest_without_the_resume_digest_still_resumes(tmp_path, run_script
     assert all_files_digest(out) == all_files_digest(tmp_path / "ref")
 
 
-def hash_split_stopped(run_script, src, out, workers, shards):
-    """Two streams of one input, train and val (a hash split), stopped after `shards` shards."""
+def hash_split_stopped(run_script, src, out, workers, shards, *flags):
+    """Two streams of one input, train and val (a hash split), stopped after `shards` shards; the
+    arguments of the run (more `flags` given), --out-dir OUT last."""
     args = [src, "--name", "c", "--val-split", "hash", "--val-fraction", "0.3", "--shard-size", "1500",
-            "--workers", workers, "--out-dir", out]
+            "--workers", workers, *flags, "--out-dir", out]
     run_script("prepare_text", *args, "--stop-after-shards", shards, expect=3)
     return args
+
+
+def hash_split_corpus_stopped(tmp_path, run_script, lines, workers, shards, *flags):
+    """hash_split_stopped on the first 600 numbered documents in tmp_path/corp.jsonl, into
+    tmp_path/out: (src, out, args)."""
+    src = tmp_path / "corp.jsonl"
+    src.write_text("\n".join(lines[:600]) + "\n")
+    out = tmp_path / "out"
+    return src, out, hash_split_stopped(run_script, src, out, workers, shards, *flags)
+
+
+def write_same_size(src, text, size):
+    """text in src, padded with spaces to `size` bytes: an input whose name and size (the
+    manifest's fingerprint) are those of the earlier run's."""
+    data = text.encode()
+    assert len(data) <= size
+    src.write_bytes(data + b" " * (size - len(data)))
+
+
+def damage(path):
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
 
 
 def routed_to(line):
@@ -690,10 +713,7 @@ def test_a_changed_input_is_refused_before_any_stream_writes_from_it(tmp_path, r
     # documents; the other stream's resume point, further on, found the change only after that, and
     # the shards already written held a mix: restoring the old input could no longer repair the run.
     _, lines = numbered_jsonl
-    src = tmp_path / "corp.jsonl"
-    src.write_text("\n".join(lines[:600]) + "\n")
-    out = tmp_path / "out"
-    args = hash_split_stopped(run_script, src, out, workers, 3)
+    src, out, args = hash_split_corpus_stopped(tmp_path, run_script, lines, workers, 3)
     manifest = (out / "c.manifest.json").read_bytes()
     resume = {n: st["shards"][-1]["resume"][1] for n, st in json.loads(manifest)["streams"].items() if st["shards"]}
     assert set(resume) == {"train", "val"} and resume["train"] != resume["val"], resume
@@ -706,7 +726,7 @@ def test_a_changed_input_is_refused_before_any_stream_writes_from_it(tmp_path, r
         if routed_to(line) == first and len(new) + len(line) + 1 <= len(original):
             new += line + "\n"
     assert len(original) - len(new) < 200  # hundreds of documents for `first`: many shards of it
-    src.write_bytes(new.encode() + b" " * (len(original) - len(new)))
+    write_same_size(src, new, len(original))
     r = run_script("prepare_text", *args, expect=1)
     assert "cannot resume 'c': the inputs changed since the earlier run" in r.err
     assert all_files_digest(out) == before and (out / "c.manifest.json").read_bytes() == manifest
@@ -738,10 +758,7 @@ def test_a_resume_of_unchanged_inputs_reads_them_once(tmp_path, run_script, numb
     # ordinary resume: up to the last resume point, each stream takes less than a shard (it wrote
     # none after its own), so the first write comes after every resume point has been passed.
     _, lines = numbered_jsonl
-    src = tmp_path / "corp.jsonl"
-    src.write_text("\n".join(lines[:600]) + "\n")
-    out = tmp_path / "out"
-    args = hash_split_stopped(run_script, src, out, 1, 1)
+    src, out, args = hash_split_corpus_stopped(tmp_path, run_script, lines, 1, 1)
     opened = count_openings(monkeypatch)
     for runs in range(1, 100):
         opened.clear()
@@ -763,12 +780,7 @@ def test_a_budget_met_before_a_later_resume_point_says_what_was_written(tmp_path
     # shards (restoring the old input would no longer resume), and --overwrite must then work.
     _, lines = numbered_jsonl
     lines = lines[:600]
-    src = tmp_path / "corp.jsonl"
-    src.write_text("\n".join(lines) + "\n")
-    out = tmp_path / "out"
-    args = [src, "--name", "c", "--val-split", "hash", "--val-fraction", "0.3", "--shard-size", "1500",
-            "--workers", "1", "--no-progress", "--out-dir", out, "--max-tokens", "4500"]
-    run_script("prepare_text", *args, "--stop-after-shards", "3", expect=3)
+    src, out, args = hash_split_corpus_stopped(tmp_path, run_script, lines, 1, 3, "--max-tokens", "4500")
     m = json.loads((out / "c.manifest.json").read_text())
     a, b = m["streams"]["train"]["shards"][-1]["resume"][1], m["streams"]["val"]["shards"][-1]["resume"][1]
     assert a < b, (a, b)
@@ -785,7 +797,7 @@ def test_a_budget_met_before_a_later_resume_point_says_what_was_written(tmp_path
     while len(text) > len(original):
         new.pop()
         text = "\n".join(new) + "\n"
-    src.write_text(text + " " * (len(original) - len(text)))  # the same size: the fingerprint matches
+    write_same_size(src, text, len(original))
     r = run_script("prepare_text", *args, expect=1)
     assert f"the token budget was met at document" in r.err and f"before document {b:,}, where stream val resumes" in r.err
     assert "this run wrote 1 shard(s) from them" in r.err and "restore the inputs" not in r.err, r.err
@@ -800,17 +812,11 @@ def test_a_redone_shard_before_another_streams_resume_point_checks_it_first(tmp_
     import random
 
     _, lines = numbered_jsonl
-    src = tmp_path / "corp.jsonl"
-    src.write_text("\n".join(lines[:600]) + "\n")
-    out = tmp_path / "out"
-    args = hash_split_stopped(run_script, src, out, 1, 7)
+    src, out, args = hash_split_corpus_stopped(tmp_path, run_script, lines, 1, 7)
     m = json.loads((out / "c.manifest.json").read_text())
     train, val = m["streams"]["train"]["shards"], m["streams"]["val"]["shards"]
     assert len(train) >= 3 and train[0]["resume"] < val[-1]["resume"], m["streams"]
-    bad = out / train[1]["file"]
-    data = bytearray(bad.read_bytes())
-    data[-1] ^= 1
-    bad.write_bytes(bytes(data))
+    damage(out / train[1]["file"])
     opened = count_openings(monkeypatch)
     r = run_script("prepare_text", *args)
     # kept: train's first shard and all of val's
@@ -821,7 +827,7 @@ def test_a_redone_shard_before_another_streams_resume_point_checks_it_first(tmp_
 
     # the same, with the input changed after train's resume point: refused with nothing written
     args2 = hash_split_stopped(run_script, src, tmp_path / "out2", 1, 7)
-    (tmp_path / "out2" / train[1]["file"]).write_bytes(bytes(data))
+    damage(tmp_path / "out2" / train[1]["file"])
     before = all_files_digest(tmp_path / "out2")
     cut = train[0]["resume"][1] + 1
     rest = lines[cut:600]
@@ -964,12 +970,6 @@ def by_key(docs, name="s"):
 
     docs = list(docs)
     return Source(name=name, open=lambda bad: iter(docs), route=lambda doc: doc.key)
-
-
-def damage(path):
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 1
-    path.write_bytes(bytes(data))
 
 
 def val_resumes_after_train_is_redone(char_job, out):
