@@ -23,6 +23,12 @@ struct VpResformer {
         std::vector<LayerQKV<real>> own;  // per layer: its own projections (v^0 is own[0].v)
         std::vector<real> v_mixed;        // (L,B,T,Hkv*D): v^_l for l >= 1
         std::vector<real> dv0_acc;        // (B,T,Hkv*D): sum_{l>=1} lambda_l G^l, added into layer 0
+        // (L), --resformer-lambda learn, written by the backward: dlambda_l's rounding scale,
+        // sqrt(sum_i (|G_i| (|v^0_i| + |v^l_i|))^2), the 2-norm of its terms at the size their
+        // inputs have before v^0 - v^l and the sum cancel. dlambda_l is one sum that can cancel
+        // (sum |terms| 300x |sum|), so an error in it is judged against this, not |dlambda_l|
+        // (test_gpt's random_shapes); nothing else reads it.
+        std::vector<double> dlambda_scale;
     };
 
     template <typename real>
@@ -30,6 +36,7 @@ struct VpResformer {
         s->own.assign(d.L, LayerQKV<real>());
         s->v_mixed.assign((size_t)d.L * d.BT() * d.KV(), 0);
         s->dv0_acc.assign((size_t)d.BT() * d.KV(), 0);
+        s->dlambda_scale.assign(d.L, 0.0);
     }
 
     template <typename real>
@@ -73,10 +80,16 @@ struct VpResformer {
         if (c.vp.resformer_learn) {
             const LayerQKV<real>& own = s->own[l];
             const LayerQKV<real>& first = s->own[0];
-            double dlam = 0;  // one fixed-order sum: the gradient of one scalar
+            double dlam = 0, scale2 = 0;  // one fixed-order sum: the gradient of one scalar
             for (int r = 0; r < BT; r++)
-                for (int i = 0; i < KV; i++) dlam += (double)dv_att[(size_t)r * KV + i] * (first.v[r * first.v_rs + i] - own.v[r * own.v_rs + i]);
+                for (int i = 0; i < KV; i++) {
+                    real g = dv_att[(size_t)r * KV + i], v0 = first.v[r * first.v_rs + i], vl = own.v[r * own.v_rs + i];
+                    dlam += (double)g * (v0 - vl);
+                    double size = std::fabs((double)g) * (std::fabs((double)v0) + std::fabs((double)vl));
+                    scale2 += size * size;
+                }
             dlambda[l] += (real)dlam;
+            s->dlambda_scale[l] = std::sqrt(scale2);
         }
     }
 };
