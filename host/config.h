@@ -154,7 +154,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--beta1",       FLAG_FLOAT,  RC_FIELD(beta1),       "0.9",   "AdamW beta1"},
     {"--beta2",       FLAG_FLOAT,  RC_FIELD(beta2),       "0.95",  "AdamW beta2"},
     {"--eps",         FLAG_FLOAT,  RC_FIELD(eps),         "1e-8",  "AdamW epsilon"},
-    {"--weight-decay",FLAG_FLOAT,  RC_FIELD(weight_decay),"0.1",   "AdamW decoupled weight decay, applied to matrices only (not to biases or norm gains)"},
+    {"--weight-decay",FLAG_FLOAT,  RC_FIELD(weight_decay),"0.1",   "AdamW decoupled weight decay, applied to every matrix, the embeddings included (not to biases, norm gains or ResFormer's lambdas)"},
     {"--lr-schedule", FLAG_STRING, RC_FIELD(lr_schedule), "cosine","after warmup: cosine or linear decay to lr * min-lr-frac at --max-steps; wsd (stable at lr, then a linear decay over the last --cooldown-frac); constant"},
     {"--warmup-steps",FLAG_INT,    RC_FIELD(warmup_steps),"0",     "linear warmup steps before the schedule"},
     {"--min-lr-frac", FLAG_FLOAT,  RC_FIELD(min_lr_frac), "0.1",   "the decay ends at lr * min-lr-frac at --max-steps (cosine, linear, wsd; not constant)"},
@@ -179,7 +179,7 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
     {"--sample-every",FLAG_INT,    RC_FIELD(sample_every),"0",     "print a generated sample every N steps and at the end (0 = never)"},
     {"--sample-tokens",FLAG_INT,   RC_FIELD(sample_tokens),"64",   "tokens per sample"},
     {"--sample-temperature",FLAG_FLOAT,RC_FIELD(sample_temperature),"1.0","sampling temperature (0 = greedy)"},
-    {"--sample-top-k",FLAG_INT,    RC_FIELD(sample_top_k),"0",     "draw each sampled token among the k most likely only (0 = among all)"},
+    {"--sample-top-k",FLAG_INT,    RC_FIELD(sample_top_k),"0",     "draw each sampled token among the k most likely only, and any tied with the k-th (0 = among all)"},
     {"--tokenizer",   FLAG_STRING, RC_FIELD(tokenizer),   "",      "GPT-2 encoder.json (vocab.bpe beside it to encode) or a .vptok file, to decode samples and encode --sample-prompt (none: samples are printed as token ids)"},
     {"--sample-prompt", FLAG_STRING, RC_FIELD(sample_prompt), "", "text (UTF-8) that every sample continues, after the document delimiter; needs --tokenizer and --sample-every (none: samples start a new document)"},
     // checkpoints and logs
@@ -198,23 +198,6 @@ inline std::vector<FlagSpec> flag_table(RunConfig* rc) {
 
 // ----------------------------------------------------------------------------
 // parsing
-
-inline bool parse_long_strict(const char* s, long* out) {
-    if (!s || !*s) return false;
-    char* end = nullptr;
-    errno = 0;
-    if (isspace((unsigned char)*s)) return false;  // strtol skips blanks: " 5" is not typed on purpose
-    long v = strtol(s, &end, 10);
-    if (*end == 'e' || *end == 'E' || *end == '.') {  // allow "1e6"-style integers if exact
-        double as_double = 0;
-        if (!parse_decimal_number(s, &as_double) || as_double != floor(as_double) || fabs(as_double) > 9e18) return false;
-        *out = (long)as_double;
-        return true;
-    }
-    if (*end || errno) return false;
-    *out = v;
-    return true;
-}
 
 inline void flag_set_value(const FlagSpec& f, const char* value) {
     char* base = reinterpret_cast<char*>(f.dst);

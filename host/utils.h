@@ -13,6 +13,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdarg>
 #include <cstdint>
@@ -143,6 +144,26 @@ inline bool parse_decimal_number(const char* s, double* out) {
     char* end = nullptr;
     double v = strtod(s, &end);  // the grammar above is a subset of strtod's: it reads all of s
     if (*end) return false;
+    *out = v;
+    return true;
+}
+
+// An integer as a person types it ("12", "-3", or "1e6" where exact): true with *out set, false for
+// anything else (blanks, hexadecimal, "12abc", "2.5"). Every integer flag goes through it, the
+// value paths' included, so one spelling is accepted everywhere.
+inline bool parse_long_strict(const char* s, long* out) {
+    if (!s || !*s) return false;
+    char* end = nullptr;
+    errno = 0;
+    if (isspace((unsigned char)*s)) return false;  // strtol skips blanks: " 5" is not typed on purpose
+    long v = strtol(s, &end, 10);
+    if (*end == 'e' || *end == 'E' || *end == '.') {  // allow "1e6"-style integers if exact
+        double as_double = 0;
+        if (!parse_decimal_number(s, &as_double) || as_double != floor(as_double) || fabs(as_double) > 9e18) return false;
+        *out = (long)as_double;
+        return true;
+    }
+    if (*end || errno) return false;
     *out = v;
     return true;
 }

@@ -135,9 +135,8 @@ inline std::string value_path_flags_to_text(const ValuePathFlags& flags) {
 }
 
 inline int value_path_int_flag(const std::string& text, const char* name) {
-    char* end = nullptr;
-    long v = strtol(text.c_str(), &end, 10);
-    if (text.empty() || isspace((unsigned char)text[0]) || *end || v < 0 || v > 1000000) usage_error(nullptr, "%s expects a non-negative integer, got '%s'", name, text.c_str());
+    long v = 0;
+    if (!parse_long_strict(text.c_str(), &v) || v < 0 || v > 1000000) usage_error(nullptr, "%s expects a non-negative integer, got '%s'", name, text.c_str());
     return (int)v;
 }
 

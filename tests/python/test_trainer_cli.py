@@ -1710,6 +1710,24 @@ def test_flags_of_other_paths_are_usage_errors(path):
         assert (flag in help_text) == (owner == path)
 
 
+@pytest.mark.parametrize("path,flag,key", [("sla", "--sla-layers", "sla_layers"), ("sla", "--sla-chain", "sla_chain"),
+                                           ("depth", "--depth-stride", "depth_stride")])
+def test_value_path_integers_are_spelled_as_every_integer_flag(tmp_path, data, path, flag, key):
+    """A value path's integer flag takes what --layers takes ("1e0" is 1) and refuses what it
+    refuses (hexadecimal, a leading blank, a fraction); it had a parser of its own that refused
+    "1e0" and let through what strtol reads."""
+    base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1"]
+    p = run(base + ["--out-dir", tmp_path / "exp", flag, "1e0"], expect=0, path=path)
+    config = read_log(tmp_path / "exp")[0]
+    assert config[key] == 1, config
+    for value in ["0x1", " 1", "1.5", "1abc", "-1"]:
+        p = run(base + [flag, value], expect=2, path=path)
+        assert f"{flag} expects a non-negative integer, got '{value}'" in p.stderr, p.stderr
+        # the same spellings as --layers: what it refuses, this refuses (but "-1", a range error there)
+        if value != "-1":
+            assert run(base + ["--layers", value], path=path).returncode == 2
+
+
 def test_checkpoint_of_another_path_is_refused(tmp_path, data):
     out = tmp_path / "sla"
     run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--max-steps", "1", "--out-dir", out], expect=0,
