@@ -27,9 +27,9 @@
 # starts afresh, but the earlier comparison's run of that name is set aside until the new one has
 # finished: a run that fails or is stopped goes to $OUT.failed/NAME, and the earlier one back.
 #
-# Needs the TinyShakespeare shards (python scripts/prepare_tinyshakespeare.py). Each path runs
-# with its default settings (value_paths.md section 10), which this model's shape resolves to:
-# with 6 layers and 6 heads, SLA n_l = 5 (round 4.5 up) and n_h = 5 (round 4.5 up), Depth stride 3.
+# Needs the TinyShakespeare shards (.venv/bin/python scripts/prepare_tinyshakespeare.py, after
+# make venv). Each path runs with its default settings (value_paths.md section 10), which this
+# model's shape resolves to: with 6 layers and 6 heads, SLA n_l = 5 (round 4.5 up) and n_h = 5 (round 4.5 up), Depth stride 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # each run is started by forward_signals_run, so that a Ctrl-C, or a SIGTERM or SIGUSR1 sent to this
@@ -65,7 +65,7 @@ for seed in "${seeds[@]}"; do
 done
 
 ls $DATA/tinyshakespeare_train_*.bin >/dev/null 2>&1 || {
-    echo "error: no TinyShakespeare shards in $DATA; run: python scripts/prepare_tinyshakespeare.py" >&2
+    echo "error: no TinyShakespeare shards in $DATA; run: make venv && .venv/bin/python scripts/prepare_tinyshakespeare.py" >&2
     exit 1
 }
 if [[ "$TRAINER" == build/*/train_cpu || "$TRAINER" == "build/{path}/train_cpu" ]]; then

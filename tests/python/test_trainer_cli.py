@@ -184,6 +184,12 @@ def test_usage_errors_exit_2_with_a_message(args, needle):
     assert "HINT" in p.stderr
 
 
+def test_no_train_data_hint_is_a_command_that_works():
+    """The hint names the venv's Python: a bare `python` outside the venv has no numpy."""
+    p = run(["--max-steps", "5"], expect=2)
+    assert "HINT: prepare data with: .venv/bin/python scripts/prepare_tinyshakespeare.py (after make venv)" in p.stderr, p.stderr
+
+
 ODD_VALUES = ["-1", "0", "-0", "2.5", "1e30", "nan", "inf", "abc", "", "99999999999999999999", "0x10", " 3", "3 "]
 
 
