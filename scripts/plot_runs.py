@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plot and tabulate training runs from their log.jsonl, to compare value paths or settings.
 
-    python scripts/plot_runs.py runs/compare_paths/*                       # plot.png + a table
+    python scripts/plot_runs.py runs/compare_paths/*                       # ./plot.png + a table
     python scripts/plot_runs.py base=runs/a sla=runs/b --x tokens --baseline base --out cmp.svg
     python scripts/plot_runs.py runs/a runs/b --table                      # the table only
 
@@ -58,7 +58,12 @@ PATH_SETTING_PREFIXES = ("resformer", "sla", "depth")
 
 
 class LogError(Exception):
-    """A run whose log cannot be read: exit 1 with this message."""
+    """A run whose log cannot be read: exit 1 with this message, and `hint` where one fits better
+    than the general one."""
+
+    def __init__(self, message, hint=None):
+        super().__init__(message)
+        self.hint = hint
 
 
 def fail(message, hint, code):
@@ -377,7 +382,12 @@ def load_runs(specs):
         elif os.path.isfile(path):
             log = path
         else:
-            raise LogError(f"no run at {path}: give a run directory (the trainer's --out-dir) or its log.jsonl")
+            # an unmatched glob like runs/compare_paths/*@* reaches here as itself
+            seeds_hint = ("PATH@SEED run directories come from a run over several seeds, "
+                          "SEEDS=\"1337 1338\" bash scripts/compare_paths.sh; a plain run writes runs/compare_paths/PATH"
+                          if "@" in path else None)
+            raise LogError(f"no run at {path}: give a run directory (the trainer's --out-dir) or its log.jsonl",
+                           seeds_hint)
         if label is None:  # the run directory's name; a log not called log.jsonl by its own name
             if os.path.basename(log) == "log.jsonl":
                 label = os.path.basename(os.path.dirname(os.path.abspath(log)))
@@ -820,7 +830,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 2)[2])
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory or log.jsonl, optionally NAME=RUN")
-    p.add_argument("--out", default="plot.png", help="image to write; .png, .svg or .pdf [plot.png]")
+    p.add_argument("--out", default="plot.png", help="image to write; .png, .svg or .pdf [plot.png, in the current directory]")
     p.add_argument("--table", action="store_true", help="print the table only, write no plot (needs no matplotlib)")
     p.add_argument("--x", dest="x_axis", choices=sorted(X_AXES), default="step", help="x axis [step]")
     p.add_argument("--smooth", type=float, default=0.9, help="EMA weight for the train loss, in [0, 1); 0 = raw [0.9]")
@@ -861,7 +871,7 @@ def main(argv=None):
     try:
         runs = load_runs(a.runs)
     except LogError as e:
-        fail(str(e), "check the path, or leave that run out", 1)
+        fail(str(e), e.hint or "check the path, or leave that run out", 1)
     baseline, groups = None, group_runs(runs) if a.group else None
     if a.baseline is not None and groups is not None:
         baseline = groups.get(a.baseline)

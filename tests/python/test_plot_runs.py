@@ -343,6 +343,18 @@ def test_missing_runs_are_clear_errors(tmp_path):
     assert "has no log.jsonl" in p.stderr
 
 
+def test_missing_seed_runs_point_at_a_several_seed_comparison(tmp_path):
+    """An unmatched runs/compare_paths/*@* (after a one-seed run) says where PATH@SEED runs come from."""
+    p = plot([str(tmp_path / "*@*"), "--group", "--table"], expect=1)
+    assert "no run at" in p.stderr
+    assert 'HINT: PATH@SEED run directories come from a run over several seeds, SEEDS="1337 1338" bash scripts/compare_paths.sh' in p.stderr, p.stderr
+
+
+def test_help_says_where_the_default_plot_goes():
+    p = plot(["--help"], expect=0)
+    assert "[plot.png, in the current directory]" in " ".join(p.stdout.split()), p.stdout
+
+
 def test_incomplete_last_line_is_ignored_with_a_warning(straight_and_resumed, tmp_path):
     straight, _ = straight_and_resumed
     good = plot([f"r={straight}", "--table"], expect=0).stdout
