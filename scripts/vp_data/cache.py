@@ -106,14 +106,33 @@ RESOURCES = {
     ),
 }
 
-# Said wherever a file is missing offline. Not every file is in the project's shared data (the
-# small test and demo files are; OpenWebText, SlimPajama, the Pile, FineWeb, HellaSwag and GPT-2's weights
-# are not), so the hint offers each way in, without promising that the shared copy holds this one.
+# Said wherever a file is missing offline. Only the small test and demo files are in the
+# project's shared data (../shared/data/MANIFEST.md: the tokenizers, TinyShakespeare, the Gutenberg
+# corpus and the samples, under these folders of the cache); OpenWebText, SlimPajama, the Pile,
+# FineWeb, HellaSwag and GPT-2's weights are not, and for those fill_cache_from_shared.sh is no way in.
+SHARED_PREFIXES = ("tokenizers/", "tinyshakespeare/", "corpus/", "samples/")
 FILL_HINT = (
     "run once with network access, or copy the file (or a whole $VALUEPATH_CACHE, e.g. with rsync) "
     "there from a machine that has it; the project's ../shared/data (test and demo files only) is "
     "linked in with `scripts/fill_cache_from_shared.sh ../shared/data \"$VALUEPATH_CACHE\"`"
 )
+NOT_SHARED_HINT = (
+    "run once with network access, or copy the files (or a whole $VALUEPATH_CACHE, e.g. with rsync) "
+    "there from a machine that has them; the project's ../shared/data does not hold this data, so "
+    "scripts/fill_cache_from_shared.sh cannot fill it"
+)
+
+
+def fill_hint(dest: str, url: str | None = None) -> str:
+    """How to get `dest` (a path in the cache) without the network: the shared data's script only
+    for a file it holds; for any other, the file to place there and where it comes from."""
+    rel = os.path.relpath(os.path.abspath(dest), cache_dir()).replace(os.sep, "/")
+    if rel.startswith(SHARED_PREFIXES):
+        return FILL_HINT
+    source = f"download {url} to {dest}" if url else f"put that file at {dest}"
+    return (f"run once with network access, or {source} yourself (or copy a whole $VALUEPATH_CACHE from a "
+            f"machine that has it); the project's ../shared/data does not hold it, so "
+            f"scripts/fill_cache_from_shared.sh cannot fill it")
 
 
 def sha256_file(path: str, chunk: int = 1 << 20) -> str:
@@ -130,7 +149,7 @@ def sha256_file(path: str, chunk: int = 1 << 20) -> str:
 def download(url: str, dest: str, sha256: str | None = None, timeout: float = 60.0) -> str:
     """Download `url` to `dest` through a temporary name, verifying the hash if given."""
     if offline():
-        raise DataError(f"{dest} is not in the cache and we are offline (VALUEPATH_OFFLINE/HF_*_OFFLINE); {FILL_HINT}")
+        raise DataError(f"{dest} is not in the cache and we are offline (VALUEPATH_OFFLINE/HF_*_OFFLINE); {fill_hint(dest, url)}")
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     tmp = dest + ".part"
     print(f"downloading {url} -> {dest}", file=sys.stderr)
@@ -157,7 +176,7 @@ def download(url: str, dest: str, sha256: str | None = None, timeout: float = 60
             why = str(e)
             if isinstance(e, http.client.HTTPException) and type(e).__name__ not in why:
                 why = f"{type(e).__name__}: {why}"  # BadStatusLine's text alone is only the line it got
-            raise DataError(f"could not download {url} to {dest}: {why}; {FILL_HINT}") from None
+            raise DataError(f"could not download {url} to {dest}: {why}; {fill_hint(dest, url)}") from None
         raise
     if sha256 is not None and h.hexdigest() != sha256:
         os.remove(tmp)

@@ -148,13 +148,13 @@ class HubFiles:
         only the files under it, and a file there without a split word is a train file."""
         if cache.offline():
             if not os.path.isdir(self.root):
-                raise DataError(f"offline and nothing of {self.repo} is cached in {self.root}; {cache.FILL_HINT}")
+                raise DataError(f"offline and nothing of {self.repo} is cached in {self.root}; {cache.NOT_SHARED_HINT}")
             if not self.subset:
                 return local_files(self.root)
             base = os.path.join(self.root, self.subset)
             if not os.path.isdir(base):
                 raise DataError(f"offline and {self.repo}'s --subset {self.subset} is not cached in {base}; "
-                                f"{cache.FILL_HINT}")
+                                f"{cache.NOT_SHARED_HINT}")
             found = local_files(base)
             return {k: [f"{self.subset}/{rel}" for rel in v] for k, v in found.items()}
         try:

@@ -136,6 +136,16 @@ def test_bad_inputs_are_clear_errors(tmp_path, run_script, hs_cache):
     assert len(mc.read(str(tmp_path / "hellaswag_val_gpt2.vpmc"))[0]) == 1
 
 
+def test_offline_hint_says_which_file_goes_where(tmp_path, run_script, vp_cache):
+    """HellaSwag is not in ../shared/data: the hint names the file, its place in the cache and its
+    URL, not fill_cache_from_shared.sh (which cannot fill it)."""
+    r = run_script("prepare_hellaswag", "--split", "train", "--out-dir", tmp_path, expect=1)
+    dest = os.path.join(vp_cache, "hellaswag", "hellaswag_train.jsonl")
+    assert (f"or download https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_train.jsonl "
+            f"to {dest} yourself") in r.err, r.err
+    assert "../shared/data does not hold it" in r.err
+
+
 def test_ending_chars_count_characters_not_bytes(tmp_path, run_script, ref_gpt2):
     """acc_norm divides by the ending's length in characters (docs/formats.md; lm-evaluation-harness
     takes len() of the str): an accented ending must not be counted in UTF-8 bytes. The counts

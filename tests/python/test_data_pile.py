@@ -117,3 +117,4 @@ def test_hub_mode_reads_the_cache_offline(tmp_path, pile_tree, run_script, vp_ca
     assert all_files_digest(a) == all_files_digest(b)
     r = run_script("prepare_pile", "--out-dir", tmp_path / "x", expect=1)
     assert "offline and nothing of monology/pile-uncopyrighted is cached" in r.err
+    assert "../shared/data does not hold this data" in r.err  # fill_cache_from_shared.sh is no way in

@@ -66,7 +66,7 @@ def test_missing_tokenizer_file_offline(tmp_path, monkeypatch):
         tokenizer.resolve("gpt2")
     msg = str(e.value)
     assert os.path.join("tokenizers", "gpt2", "encoder.json") in msg and "offline" in msg
-    assert "fill_cache_from_shared.sh" in msg
+    assert "fill_cache_from_shared.sh ../shared/data" in msg and "does not hold" not in msg  # the shared data has it
     with pytest.raises(DataError, match="tokenizer file not found: .*nope.model"):
         tokenizer.resolve("llama2", str(tmp_path / "nope.model"))
 
