@@ -62,7 +62,11 @@ def main(argv=None) -> int:
         cfg = hf.import_model(args.src, args.out_ckpt, args.max_seq, args.force)
         print(f"wrote {args.out_ckpt}: {cfg.arch}, {cfg.n_layer} layers, {cfg.n_head} heads ({cfg.n_kv_head} kv), "
               f"dim {cfg.n_embd}, ffn {cfg.ffn_dim}, vocab {cfg.vocab_size}, max seq {cfg.max_seq_len}"
-              + (", qk-norm" if cfg.qk_norm else "") + (", tied head" if cfg.tied_head else ""))
+              + (", qk-norm" if cfg.qk_norm else "") + (", tied head" if cfg.tied_head else "")
+              # a build of another value path refuses it: say which one loads it
+              + (f"; value path {cfg.path}: load it with a VALUE_PATH={cfg.path} build "
+                 f"(make train_cpu VALUE_PATH={cfg.path}, or make train VALUE_PATH={cfg.path})"
+                 if cfg.path != "vanilla" else ""))
     return 0
 
 

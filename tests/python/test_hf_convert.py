@@ -837,3 +837,10 @@ def test_summary_lines_say_what_was_written(tmp_path):
         ffn = small_config(name).ffn_dim
         assert out == (f"wrote {tmp_path / f'{name}.ckpt'}: llama, 2 layers, 4 heads ({kv} kv), dim 32, ffn {ffn}, "
                        f"vocab {V}, max seq {T}{tied}\n"), out
+    # another value path's checkpoint loads only in that path's build: the line names it
+    cfg = small_config("llama_gqa", "resformer")
+    write_checkpoint(str(tmp_path / "r.bin"), cfg, random_params(cfg, 0))
+    convert("export", tmp_path / "r.bin", tmp_path / "r")
+    _, out, _ = convert("import", tmp_path / "r", tmp_path / "r.ckpt")
+    assert out.endswith("; value path resformer: load it with a VALUE_PATH=resformer build "
+                        "(make train_cpu VALUE_PATH=resformer, or make train VALUE_PATH=resformer)\n"), out
