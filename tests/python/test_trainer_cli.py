@@ -1412,9 +1412,10 @@ def test_bad_checkpoints_are_refused_and_nothing_is_overwritten(tmp_path, data):
     p = run(TINY_GPT2 + ["--init-from", data / "val_000.bin", "--train-data", str(data / "train_*.bin"),
                          "--max-steps", "1"], expect=1)
     assert "not a valuepath checkpoint" in p.stderr
-    # cut short inside the 552-byte header, after its magic and version (10 bytes) or later (300):
-    # truncated, not "another version" or "corrupt"
-    for cut in (10, 300):
+    # cut short inside the 552-byte header, right after its magic and version (8 bytes: the header
+    # size reads as 0), a little later (10) or later still (300): truncated, not "another version"
+    # or "corrupt"
+    for cut in (8, 10, 300):
         short = tmp_path / f"short{cut}.bin"
         short.write_bytes(ckpt.read_bytes()[:cut])
         p = run(TINY_GPT2 + ["--init-from", short, "--train-data", str(data / "train_*.bin"), "--max-steps", "1"], expect=1)
@@ -1890,6 +1891,8 @@ def test_checkpoint_with_an_invalid_header_is_refused(tmp_path, data):
     cases = {"vocab": (MODEL_CONFIG_OFFSET + 28, "<i", 60000, "padded_vocab_size 128 is not vocab_size rounded up to 128 (60032)"),
              "head_dim": (MODEL_CONFIG_OFFSET + 20, "<i", 5, "head_dim 5 is not n_embd / n_head"),
              "arch": (MODEL_CONFIG_OFFSET + 0, "<i", 7, "unknown architecture 7"),
+             # the value path's settings (ValuePathConfig at byte 52 of the model block)
+             "vp": (MODEL_CONFIG_OFFSET + 56, "<i", 2, "resformer_learn is not 0 or 1"),
              "step": (STEP_OFFSET, "<q", -5, "a negative step -5"),
              # the run counts steps in an int: --resume would have gone on from step 2
              "step_2g": (STEP_OFFSET, "<q", 2**32 + 2, "a step 4294967298 beyond the 2^31-1 steps a run can have")}
