@@ -1924,6 +1924,46 @@ def test_checkpoint_with_an_invalid_header_is_refused(tmp_path, data):
     assert (out / "ckpt_00000002.bin").read_bytes() == good
 
 
+def test_each_kind_of_checkpoint_damage_gets_its_own_message(tmp_path, data):
+    """Every check of checkpoint_open (host/checkpoint.h) names what is wrong with the file: a later
+    check would often refuse it too, but with a message that sends the user the wrong way (a
+    file from "another version" that is only cut short, "truncated" for a count that cannot be
+    true), or a damaged field would crash the trainer, or a file with bytes past its tensors
+    would load silently. Each is refused with exit 1, and the run's checkpoint is left as it was."""
+    out = tmp_path / "run"
+    run(TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out), "--max-steps", "2"], expect=0)
+    good = (out / "ckpt_00000002.bin").read_bytes()
+    run_text_bytes = struct.unpack_from("<q", good, 32)[0]
+    assert run_text_bytes > 10
+    # version 1 (no CRCs), for the fields that are checked after the header CRC
+    v1 = bytearray(good)
+    struct.pack_into("<i", v1, 4, 1)
+    struct.pack_into("<II", v1, CRC_OFFSET, 0, 0)
+
+    def patched(src, fmt, off, value):
+        b = bytearray(src)
+        struct.pack_into(fmt, b, off, value)
+        return bytes(b)
+
+    cases = {
+        "version": (patched(good, "<i", 4, 3), "has version 3 (header 552 bytes)"),
+        "header_bytes": (patched(good, "<i", 8, 600), "has version 2 (header 600 bytes)"),
+        "run_text_negative": (patched(good, "<q", 32, -1), "has a corrupt header"),
+        "run_text_huge": (patched(good, "<q", 32, (1 << 20) + 1), "has a corrupt header"),
+        "run_text_cut": (good[: 552 + run_text_bytes // 2], "is cut short inside its header"),
+        "no_params": (patched(v1, "<q", 24, 0), "has a corrupt header"),
+        "has_optimizer_2": (patched(v1, "<i", 12, 2), "has a corrupt header"),
+        "params_2_40": (patched(v1, "<q", 24, 1 << 40), "too small for the 1099511627776 parameters its header gives"),
+        "trailing": (good + b"\0" * 4, f"is {len(good) + 4} bytes but its header says {len(good)}"),
+    }
+    for name, (content, needle) in cases.items():
+        path = tmp_path / f"damaged_{name}.bin"
+        path.write_bytes(content)
+        p = run(TINY_GPT2 + ["--init-from", path, "--max-steps", "0"], expect=1)
+        assert f"'{path}'" in p.stderr and needle in p.stderr, (name, p.stderr)
+    assert (out / "ckpt_00000002.bin").read_bytes() == good
+
+
 def test_checkpoint_listing_takes_only_files_and_long_step_numbers(tmp_path, data):
     out = tmp_path / "run"
     base = TINY_GPT2 + ["--train-data", str(data / "train_*.bin"), "--out-dir", str(out)]
