@@ -592,10 +592,10 @@ TEST(shard_errors_name_the_file) {
     std::vector<Case> cases = {
         {"err_truncated.bin", truncated, "truncated"},
         {"err_trailing.bin", trailing, "trailing garbage"},
-        {"err_short_header.bin", short_header, "header"},
+        {"err_short_header.bin", short_header, "is truncated: it is 100 bytes, shorter than the 1024-byte header"},
         {"err_magic.bin", shard_bytes(toks, 1, 12345), "12345"},
         {"err_llmc_model.bin", shard_bytes(toks, 1, 20240326), "checkpoint"},
-        {"err_text.bin", text_bytes, "text"},
+        {"err_text.bin", text_bytes, "it looks like a text file (it starts with \"First Citizen:"},
         {"err_version.bin", shard_bytes(toks, 3), "version 3"},
         {"err_empty.bin", {}, "0 bytes"},
         {"err_vocab.bin", shard_bytes(big, 2), "token id 70000 at position 17"},
