@@ -632,6 +632,19 @@ TEST(shard_errors_name_the_file) {
     CHECK(em.code == 1 && contains(em.msg, "mixed_001.bin"), "bad shard among good: code %d '%s'", em.code, em.msg.c_str());
 }
 
+// A glob that matches what is not a shard: a directory (fopen and fread of it would report "0
+// bytes, shorter than the header"), and a link to nowhere (glob lists it; stat fails).
+TEST(shard_that_is_a_directory_or_a_broken_link_is_named) {
+    std::string dir = tmp_path("notfile_000.bin");
+    CHECK(mkdir(dir.c_str(), 0700) == 0, "mkdir %s", dir.c_str());
+    ErrInfo e = init_error(tmp_dir() + "/notfile_*.bin");
+    CHECK(e.code == 1 && contains(e.msg, "notfile_000.bin") && contains(e.msg, "is not a regular file (a directory?)"), "directory: code %d '%s'", e.code, e.msg.c_str());
+    std::string link = tmp_path("broken_000.bin");
+    CHECK(symlink((tmp_dir() + "/no_such_target.bin").c_str(), link.c_str()) == 0, "symlink %s", link.c_str());
+    e = init_error(tmp_dir() + "/broken_*.bin");
+    CHECK(e.code == 1 && contains(e.msg, "cannot stat shard") && contains(e.msg, "broken_000.bin"), "broken link: code %d '%s'", e.code, e.msg.c_str());
+}
+
 // A training shard that fails when it is loaded mid-run (removed, or rewritten with a bad id,
 // after startup) raises the usual error; under an ErrorCapture (how the trainer reads a step's
 // data, host/train_loop.h) that error is thrown as a CapturedError with its code, message and
