@@ -856,6 +856,24 @@ TEST(bad_arguments_are_usage_errors) {
     ErrInfo e1 = catch_error([&] { dataloader_init(&dl, p.c_str(), 0, 4, 100, false, 0, 0, 1); });
     ErrInfo e2 = catch_error([&] { dataloader_init(&dl, p.c_str(), 1, 4, 100, false, 0, 2, 2); });
     CHECK(e1.code == 2 && e2.code == 2, "codes %d %d", e1.code, e2.code);
+    ErrInfo e3 = catch_error([&] { dataloader_init(&dl, p.c_str(), 1, 4, 0, false, 0, 0, 1); });
+    CHECK(e3.code == 2 && contains(e3.msg, "vocab size must be positive, got 0"), "vocab 0: code %d '%s'", e3.code, e3.msg.c_str());
+}
+
+// check_token_ids guards batches that do not come from the data loader (sampling, tests): an id
+// below 0 or at V or above, in the inputs or the targets, is refused with its position.
+TEST(check_token_ids_refuses_ids_outside_the_vocabulary) {
+    std::vector<int> in = {0, 5, 9, 3}, tg = {5, 9, 3, 1};
+    CHECK(catch_error([&] { check_token_ids(in.data(), tg.data(), 4, 10); }).code == 0, "valid ids refused");
+    CHECK(catch_error([&] { check_token_ids(in.data(), nullptr, 4, 10); }).code == 0, "valid ids without targets refused");
+    struct { std::vector<int> in, tg; const char* must_say; } cases[] = {
+        {{0, 5, 10, 3}, {5, 9, 3, 1}, "token id 10 at position 2 is outside the vocabulary [0, 10)"},
+        {{0, 5, 9, 3}, {5, 9, 3, -1}, "token id -1 at position 3 is outside the vocabulary [0, 10)"},
+    };
+    for (auto& c : cases) {
+        ErrInfo e = catch_error([&] { check_token_ids(c.in.data(), c.tg.data(), 4, 10); });
+        CHECK(e.code == 1 && contains(e.msg, c.must_say), "code %d '%s' (want '%s')", e.code, e.msg.c_str(), c.must_say);
+    }
 }
 
 // ----------------------------------------------------------------------------
