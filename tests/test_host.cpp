@@ -8,6 +8,7 @@
 // The fixture shards and tokenizer files are written into a fresh mkdtemp directory. The GPT-2
 // encoder.json test reads the shared data copy (VP_DATA_DIR, else shared/data or /work/shared/data).
 #include <array>
+#include "host/checkpoint.h"
 #include "host/crc32.h"
 #include "host/dataloader.h"
 #include "host/distributed.h"
@@ -858,6 +859,37 @@ TEST(bad_arguments_are_usage_errors) {
     CHECK(e1.code == 2 && e2.code == 2, "codes %d %d", e1.code, e2.code);
     ErrInfo e3 = catch_error([&] { dataloader_init(&dl, p.c_str(), 1, 4, 0, false, 0, 0, 1); });
     CHECK(e3.code == 2 && contains(e3.msg, "vocab size must be positive, got 0"), "vocab 0: code %d '%s'", e3.code, e3.msg.c_str());
+}
+
+// checkpoint_read_shard checks the file's parameter count against the model it loads into. The
+// trainers build that model from the checkpoint's own header (resolve_model_config), so they never
+// meet a mismatch; a direct caller with a model of another shape must be refused, not have its
+// buffers filled short (or overrun).
+TEST(checkpoint_of_another_parameter_count_is_refused) {
+    std::string file = tmp_path("ckpt_count/ckpt_00000000.bin"), dir = tmp_path("ckpt_count");  // removed in this order
+    CHECK(mkdir(dir.c_str(), 0700) == 0, "mkdir %s", dir.c_str());
+    CheckpointMeta meta;
+    memset(&meta.model, 0, sizeof(meta.model));
+    meta.num_params = 10;
+    std::vector<float> params(10, 0.5f);
+    checkpoint_write(dir, meta, params.data(), nullptr, nullptr);
+    CHECK(checkpoint_path(dir, 0) == file, "checkpoint written to %s", checkpoint_path(dir, 0).c_str());
+    for (size_t model_params : {10, 12, 8}) {
+        std::vector<float> got(model_params, 0.0f);
+        CheckpointMeta read;
+        ErrInfo e = catch_error([&] {
+            checkpoint_read_shard(file, &read, model_params, false, DistShard{0, model_params}, [&](int t, size_t i, const float* x, size_t n) {
+                if (t == 0 && i + n <= got.size()) memcpy(got.data() + i, x, n * sizeof(float));
+            });
+        });
+        if (model_params == 10) {
+            CHECK(e.code == 0 && got == params, "the right count: code %d '%s'", e.code, e.msg.c_str());
+        } else {
+            char want[96];
+            snprintf(want, sizeof(want), "holds 10 parameters, the model has %zu", model_params);
+            CHECK(e.code == 1 && contains(e.msg, want) && contains(e.msg, "ckpt_00000000.bin"), "model of %zu: code %d '%s'", model_params, e.code, e.msg.c_str());
+        }
+    }
 }
 
 // check_token_ids guards batches that do not come from the data loader (sampling, tests): an id
