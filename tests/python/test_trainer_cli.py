@@ -177,6 +177,24 @@ def test_help_lists_every_flag_with_its_default():
     (["--eval-batches", "5", "--eval-mc", "a.vpmc", "--train-data", "x"], "--eval-batches sizes the val loss, and there is no --val-data"),
     (["--keep-checkpoints", "2", "--train-data", "x"], "--keep-checkpoints prunes the checkpoints of --out-dir"),
     (["--min-lr-frac", "0.5", "--lr-schedule", "constant", "--train-data", "x"], "--min-lr-frac has no effect with --lr-schedule constant"),
+    # each shape flag's own check names the flag; model_config_problem behind them speaks of the
+    # header's fields (n_layer, ...) and --heads 0 would divide by zero before reaching it
+    (["--layers", "0", "--train-data", "x"], "--layers must be in [1, 1024], got 0"),
+    (["--heads", "0", "--train-data", "x"], "--heads must be in [1, 1024], got 0"),
+    (["--arch", "llama", "--head-dim", "-2", "--train-data", "x"], "--head-dim must be >= 0"),
+    (["--dim", "10", "--heads", "4", "--train-data", "x"], "--dim 10 must be a positive multiple of --heads 4"),
+    (["--arch", "llama", "--heads", "2", "--head-dim", "40000", "--train-data", "x"], "--head-dim 40000 times --heads 2 must be at most 65536"),
+    (["--ffn-dim", "2000000000", "--train-data", "x"], "--ffn-dim must be at most"),
+    (["--max-seq", "2000000000", "--train-data", "x"], "--max-seq must be at most"),
+    (["--arch", "llama", "--heads", "4", "--kv-heads", "3", "--train-data", "x"], "--heads 4 must be a multiple of --kv-heads 3"),
+    (["--vocab", "1", "--train-data", "x"], "--vocab must be >= 2, got 1"),
+    (["--max-seq", "0", "--train-data", "x"], "--max-seq must be >= 1, got 0"),
+    (["--arch", "llama", "--qk-norm", "2", "--train-data", "x"], "--qk-norm must be 0 or 1, got 2"),
+    (["--arch", "gpt2", "--qk-norm", "1", "--train-data", "x"], "--qk-norm is a llama-family option"),
+    # gpt2 has no RoPE: the flag would be ignored, a silent no-op
+    (["--arch", "gpt2", "--rope-theta", "500000", "--train-data", "x"], "--rope-theta is a llama-family option"),
+    (["--arch", "llama", "--rope-theta", "0", "--train-data", "x"], "--rope-theta must be > 0"),
+    (["--seq-len", "32", "--max-seq", "16", "--train-data", "x"], "--seq-len 32 exceeds the model's max sequence length 16"),
 ])
 def test_usage_errors_exit_2_with_a_message(args, needle):
     p = run(args, expect=2)
