@@ -195,6 +195,26 @@ def test_help_lists_every_flag_with_its_default():
     (["--arch", "gpt2", "--rope-theta", "500000", "--train-data", "x"], "--rope-theta is a llama-family option"),
     (["--arch", "llama", "--rope-theta", "0", "--train-data", "x"], "--rope-theta must be > 0"),
     (["--seq-len", "32", "--max-seq", "16", "--train-data", "x"], "--seq-len 32 exceeds the model's max sequence length 16"),
+    # run flags out of range: without their checks most train on silently (a negative lr, eps 0,
+    # --zero 2 ...) and --batch-size 0 / --seq-len 0 divide by zero
+    (["--batch-size", "0", "--train-data", "x"], "--batch-size must be >= 1"),
+    (["--seq-len", "0", "--train-data", "x"], "--seq-len must be >= 1"),
+    (["--batch-size", "2", "--seq-len", "8", "--total-batch-tokens", "24", "--train-data", "x"],
+     "--total-batch-tokens 24 must be a multiple of --batch-size x --seq-len = 16"),
+    (["--max-steps", "-1", "--train-data", "x"], "--max-steps must be >= 0"),
+    (["--warmup-steps", "-1", "--train-data", "x"], "--warmup-steps must be >= 0"),
+    (["--lr", "-1", "--train-data", "x"], "--lr must be >= 0"),
+    (["--eps", "0", "--train-data", "x"], "--eps must be > 0"),
+    (["--weight-decay", "-1", "--train-data", "x"], "--weight-decay must be >= 0"),
+    (["--min-lr-frac", "2", "--train-data", "x"], "--min-lr-frac must be in [0, 1]"),
+    (["--grad-clip", "-1", "--train-data", "x"], "--grad-clip must be >= 0 (0 = off)"),
+    (["--sample-every", "-1", "--train-data", "x"], "--sample-every must be >= 0 and --sample-tokens >= 1"),
+    (["--sample-every", "1", "--sample-tokens", "0", "--train-data", "x"], "--sample-every must be >= 0 and --sample-tokens >= 1"),
+    (["--sample-every", "1", "--sample-temperature", "-1", "--train-data", "x"], "--sample-temperature must be >= 0"),
+    (["--zero", "2", "--train-data", "x"], "--zero must be 0 (replicated optimizer) or 1"),
+    (["--overlap-reduce", "2", "--train-data", "x"], "--overlap-reduce must be 0 or 1, got 2"),
+    (["--resume", "1", "--out-dir", "r", "--init-from", "r/ckpt.bin", "--train-data", "x"], "--resume and --init-from cannot be combined"),
+    (["--checkpoint-every", "5", "--train-data", "x"], "--checkpoint-every needs --out-dir"),
 ])
 def test_usage_errors_exit_2_with_a_message(args, needle):
     p = run(args, expect=2)
