@@ -1755,6 +1755,27 @@ def test_flags_of_other_paths_are_usage_errors(path):
         assert (flag in help_text) == (owner == path)
 
 
+@pytest.mark.parametrize("path, args, needle", [
+    # without these the last value wins, or an empty one means the default: silently
+    ("sla", ["--sla-layers", "1", "--sla-layers", "1"], "--sla-layers is given twice"),
+    ("sla", ["--sla-layers="], "--sla-layers needs a non-empty value"),
+    ("resformer", ["--resformer-lambda", "sometimes"], "--resformer-lambda must be 'fixed' or 'learn', got 'sometimes'"),
+    ("resformer", ["--resformer-lambda", "learn", "--resformer-lambda-lr", "-1"], "--resformer-lambda-lr expects a number >= 0"),
+    ("resformer", ["--resformer-lambda", "learn", "--resformer-lambda-lr", "1e-46"], "--resformer-lambda-lr 1e-46 is below the smallest float"),
+    ("resformer", ["--resformer-lambda-lr", "0.1"], "--resformer-lambda-lr only applies with --resformer-lambda learn"),
+    # each names its flag; value_path_config_problem behind them only says "the SLA settings"
+    ("sla", ["--sla-layers", "0"], "--sla-layers must be >= 1"),
+    ("sla", ["--heads", "2", "--dim", "16", "--sla-heads", "3"], "--sla-heads 3 exceeds the 2 query heads"),
+    ("sla", ["--arch", "llama", "--heads", "4", "--kv-heads", "2", "--dim", "16", "--sla-heads", "1"],
+     "--sla-heads 1 must be a multiple of the GQA group size 2"),
+    ("sla", ["--sla-chain", "2"], "--sla-chain must be 0 or 1"),
+    ("depth", ["--depth-stride", "0"], "--depth-stride must be >= 1"),
+])
+def test_value_path_flags_out_of_range_are_usage_errors(path, args, needle):
+    p = run(args + ["--train-data", "x"], expect=2, path=path)
+    assert needle in p.stderr and "HINT" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("path,flag,key", [("sla", "--sla-layers", "sla_layers"), ("sla", "--sla-chain", "sla_chain"),
                                            ("depth", "--depth-stride", "depth_stride")])
 def test_value_path_integers_are_spelled_as_every_integer_flag(tmp_path, data, path, flag, key):
