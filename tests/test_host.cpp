@@ -813,7 +813,9 @@ TEST(mc_file_errors_name_the_file) {
     trailing_body.push_back(0);
     std::vector<Case> cases = {
         {"mc_truncated.vpmc", truncated, "truncated"},
-        {"mc_short.vpmc", std::vector<int32_t>(ok.begin(), ok.begin() + 10), "header"},
+        // the short-header check itself: its first ints are a good header's, so a later check
+        // (the size the header promises) would speak of a header too
+        {"mc_short.vpmc", std::vector<int32_t>(ok.begin(), ok.begin() + 10), "shorter than the"},
         {"mc_magic.vpmc", bad_magic, "not a .vpmc file"},
         {"mc_version.vpmc", bad_version, "version 2"},
         {"mc_vocab.vpmc", mc_ints(MC_BODY, 2, 50257), "vocabulary 50257"},
@@ -826,6 +828,11 @@ TEST(mc_file_errors_name_the_file) {
         {"mc_empty_ending.vpmc", mc_ints(body_with(3, 0), 2, 100), "ending of 0 tokens"},
         {"mc_chars.vpmc", mc_ints(body_with(4, 0), 2, 100), "0 characters"},
         {"mc_long_ending.vpmc", mc_ints(body_with(5, 50), 2, 100), "past the end"},
+        // 64 choices promised in 10 ints: the per-example counts run past the body (read beyond
+        // the buffer without the check)
+        {"mc_many_choices.vpmc", mc_ints({64, 0, 1, 1, 1, 1, 1, 1, 1, 1}, 1, 100), "example 0 runs past the end"},
+        // a control byte in the tokenizer name would reach the logs and messages as is
+        {"mc_name_byte.vpmc", mc_ints(MC_BODY, 2, 100, "gp\x01t2"), "tokenizer name with byte 1"},
         {"mc_token.vpmc", mc_ints(body_with(9, 100), 2, 100), "token id 100"},
         {"mc_neg_token.vpmc", mc_ints(body_with(25, -5), 2, 100), "token id -5"},
         {"mc_trailing.vpmc", mc_ints(trailing_body, 2, 100), "after the last example"},
