@@ -1123,6 +1123,8 @@ TEST(tokenizer_errors_name_the_file) {
         {"bad_eot_n.vptok", vptok_bytes(toks, (int)toks.size()), "end-of-text id 263, outside -1..262"},  // one past the last id
         {"bad_eot_neg.vptok", vptok_bytes(toks, -2), "end-of-text id -2"},
         {"bad_count.vptok", vptok_bytes(toks, 3, 1, 1 << 30), "truncated"},
+        // no tokens: without its own check the header's count of 0 reads as trailing garbage
+        {"bad_zero_vocab.vptok", vptok_bytes({}, -1, 1, 0), "vocab size 0; it must be at least 1"},
         {"bad_text.txt", str(text.c_str()), "not a tokenizer file"},
         {"bad_empty.json", {}, "empty"},
         {"bad_hf.json", str("{\n  \"version\": \"1.0\",\n  \"model\": {}\n}\n"), "line 2"},
@@ -1380,6 +1382,8 @@ TEST(encoder_section_errors_name_the_file) {
         {"enc_range.vptok", vptok_bpe_bytes(toks, {{'a', 999, 256}}, {}), "outside 0..257"},
         {"enc_repeat.vptok", vptok_bpe_bytes(toks, {{'a', 'b', 256}, {'a', 'b', 256}}, {}), "repeats the pair"},
         {"enc_added.vptok", vptok_bpe_bytes(toks, {}, {5000}), "added token 0 is id 5000"},
+        {"enc_counts.vptok", [&] { std::vector<unsigned char> b = vptok_bpe_bytes(toks, {}, {}); set_header_slot(b, 5, -1); return b; }(),
+         "-1 merges and 0 added tokens; impossible counts"},
         {"enc_nobyte.vptok", vptok_bpe_bytes(no_b, {}, {}), "no token for the byte 0x62"},
         {"spm_type.vptok", spm({"a", "b"}, {SP_NORMAL, 9}), "type 9"},
         {"spm_byte.vptok", spm({"a", "a"}, {SP_BYTE, SP_BYTE}), "both stand for the byte 0x61"},
