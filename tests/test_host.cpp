@@ -1115,14 +1115,17 @@ TEST(tokenizer_errors_name_the_file) {
     };
     auto str = [](const char* s) { return std::vector<unsigned char>(s, s + strlen(s)); };
     std::vector<Case> cases = {
-        {"bad_truncated.vptok", truncated, "truncated"},
+        {"bad_truncated.vptok", truncated, "truncated: token 262 of 263 has"},
+        // the header counts one token more than the file holds: it ends where a length should be
+        {"bad_one_short.vptok", vptok_bytes(toks, 3, 1, (int)toks.size() + 1), "truncated: it ends in the length of token 263 of 264"},
         {"bad_header.vptok", std::vector<unsigned char>(good.begin(), good.begin() + 500), "truncated"},
         {"bad_trailing.vptok", trailing, "trailing"},
         {"bad_version.vptok", vptok_bytes(toks, 3, 9), "version 9"},
         {"bad_eot.vptok", vptok_bytes(toks, 100000), "100000"},
         {"bad_eot_n.vptok", vptok_bytes(toks, (int)toks.size()), "end-of-text id 263, outside -1..262"},  // one past the last id
         {"bad_eot_neg.vptok", vptok_bytes(toks, -2), "end-of-text id -2"},
-        {"bad_count.vptok", vptok_bytes(toks, 3, 1, 1 << 30), "truncated"},
+        // refused before the loader reserves room for 2^30 tokens
+        {"bad_count.vptok", vptok_bytes(toks, 3, 1, 1 << 30), "cannot hold 1073741824 tokens"},
         // no tokens: without its own check the header's count of 0 reads as trailing garbage
         {"bad_zero_vocab.vptok", vptok_bytes({}, -1, 1, 0), "vocab size 0; it must be at least 1"},
         {"bad_text.txt", str(text.c_str()), "not a tokenizer file"},
@@ -1388,6 +1391,10 @@ TEST(encoder_section_errors_name_the_file) {
         {"spm_type.vptok", spm({"a", "b"}, {SP_NORMAL, 9}), "type 9"},
         {"spm_byte.vptok", spm({"a", "a"}, {SP_BYTE, SP_BYTE}), "both stand for the byte 0x61"},
         {"spm_dup.vptok", spm({"ab", "ab"}, {SP_NORMAL, SP_NORMAL}), "same bytes"},
+        {"spm_unk.vptok", [&] { std::vector<unsigned char> b = spm({"a", "b"}, {SP_NORMAL, SP_NORMAL}); set_header_slot(b, 8, 5); return b; }(),
+         "unk id 5, outside -1..1"},
+        {"spm_empty.vptok", spm({"", "b"}, {SP_NORMAL, SP_NORMAL}), "piece 0 is empty"},
+        {"spm_long_byte.vptok", spm({"ab", "c"}, {SP_BYTE, SP_NORMAL}), "byte piece 0 is 2 bytes long, not 1"},
     };
     for (const Case& c : cases) expect_tokenizer_refused(c.name, c.bytes, c.must_say);
     // user-defined pieces: SentencePiece matches them whole, this encoder does not; decode only
