@@ -421,10 +421,10 @@ TEST(forward_backward) {
 // (sum |terms| / |sum|). Emulated bf16, seeds 1-15, 40 shapes each (2026-12-01, 359 layers with a
 // learnable lambda): the largest error is 0.49 of that bound (seed 4, shape 1, a layer whose sum
 // cancels 4.5x; 14% of |dlambda|), and seed 3's shapes 7 and 29 take 0.18 and 0.10 of it (the
-// fp32 build, seeds 1-5, 157 layers: at most 0.015 of its bound). A GPU
-// that leaves out the last dK/dV block's share of dlambda (a mutant of train_gpt.cu) fails 12 of
-// seed 1's 19 such shapes (those of one block cannot see it) and the fixed gpt2_learn config,
-// which the normwise check passed (4% against 6.25%).
+// fp32 build, seeds 1-5, 157 layers: at most 0.015 of its bound). A GPU that leaves out the last
+// dK/dV block's share of dlambda (a mutant of train_gpt.cu) fails 12 of seed 1's 19 such shapes
+// (the other 7: a single block, where the mutant changes nothing, or a lost share under the
+// bound) and the fixed gpt2_learn config, which the normwise check passed (4% against 6.25%).
 static const int RANDOM_SHAPES_DEFAULT = 20;
 
 struct RandomShape {

@@ -549,7 +549,7 @@ inline void validate_run_flags(const RunConfig& rc) {
 // Checks on the run that need the model (its shape from the flags or a checkpoint).
 inline void validate_run_config(const RunConfig& rc, const ModelConfig& c) {
     validate_run_flags(rc);
-    if (rc.train_data.empty() && rc.max_steps > 0) usage_error("prepare data with: .venv/bin/python scripts/prepare_tinyshakespeare.py (after make venv), then pass --train-data 'data/tinyshakespeare/tinyshakespeare_train_*.bin'", "--train-data is required to train");
+    if (rc.train_data.empty() && rc.max_steps > 0) usage_error("prepare data with: " VP_PREPARE_DATA_COMMAND ", then pass --train-data 'data/tinyshakespeare/tinyshakespeare_train_*.bin'", "--train-data is required to train");
     if (rc.seq_len > c.max_seq_len) usage_error("raise --max-seq (for a new model) or lower --seq-len", "--seq-len %d exceeds the model's max sequence length %d", rc.seq_len, c.max_seq_len);
 }
 

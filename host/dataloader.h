@@ -196,7 +196,7 @@ inline const char* dl_known_magic(int32_t magic) {
 
 // Checks one shard's header and size (no token data is read). Returns N and the token width.
 inline void dl_validate_shard(const char* path, int T, uint64_t* n_tokens, int* token_bytes) {
-    const char* remake = "re-create the shard (re-run the prepare script that wrote it, e.g. .venv/bin/python scripts/prepare_tinyshakespeare.py after make venv)";
+    const char* remake = "re-create the shard (re-run the prepare script that wrote it, e.g. " VP_PREPARE_DATA_COMMAND ")";
     struct stat st;
     if (stat(path, &st) != 0) {
         runtime_error("check that the file exists and is readable", "cannot stat shard '%s': %s", path, strerror(errno));
@@ -214,7 +214,7 @@ inline void dl_validate_shard(const char* path, int T, uint64_t* n_tokens, int* 
     if (got < 4 || dl_read_le32(header) != SHARD_MAGIC) {
         int32_t magic = got >= 4 ? dl_read_le32(header) : 0;
         if (text[0]) {
-            runtime_error("pass the tokenized .bin shards, not the raw text; tokenize it first, e.g. .venv/bin/python scripts/prepare_tinyshakespeare.py after make venv",
+            runtime_error("pass the tokenized .bin shards, not the raw text; tokenize it first, e.g. " VP_PREPARE_DATA_COMMAND,
                           "'%s' is not a token shard: it looks like a text file (it starts with \"%s\"); expected the magic number %d",
                           path, text, SHARD_MAGIC);
         }
@@ -422,7 +422,7 @@ inline void dataloader_init(DataLoader* dl, const char* pattern, int B, int T, i
     int rc = glob(pattern, 0, nullptr, &g);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         globfree(&g);
-        runtime_error("create the shards first, e.g. .venv/bin/python scripts/prepare_tinyshakespeare.py after make venv, and check the path",
+        runtime_error("create the shards first, e.g. " VP_PREPARE_DATA_COMMAND ", and check the path",
                       "no token shards match '%s'", pattern);
     }
     if (rc != 0) {

@@ -25,6 +25,11 @@
 #define VP_EXIT_RUNTIME 1
 #define VP_EXIT_USAGE 2
 
+// The command that makes the data the README's examples train on, for the hints of errors about
+// missing or wrong data (config.h, dataloader.h): one string, so the hints never disagree. A
+// macro, so that it joins the literals around it.
+#define VP_PREPARE_DATA_COMMAND ".venv/bin/python scripts/prepare_tinyshakespeare.py (after make venv)"
+
 // In the test binaries an error must not kill the process: the tests check that bad inputs are
 // refused. With VP_ERRORS_THROW defined, errors throw a VpError carrying the exit code instead.
 #ifdef VP_ERRORS_THROW
